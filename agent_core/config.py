@@ -1,0 +1,41 @@
+"""The agent's limits and policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent_core.errors import DefinitionError
+from agent_core.tools import Policy
+
+__all__ = ["Config"]
+
+
+class Config(BaseModel):
+    """Limits and policy for one agent. Every field has a sensible default."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_calls: int = Field(default=12, ge=1, le=10_000)
+    """Tool calls (including delegations) a run may make; one more ends it with CALL_LIMIT."""
+    max_batch: int = Field(default=1, ge=1, le=64)
+    """Calls the model may ask for in one reply; above 1 the batch form is offered."""
+    require_plan: bool = True
+    """Ask for a plan first, to be approved before any call runs."""
+    max_plan_steps: int = Field(default=8, ge=1, le=100)
+    """A longer plan is sent back to be shortened."""
+    max_retries: int = Field(default=3, ge=0, le=100)
+    """Unusable replies (or failed model calls) in a row that are retried before the run stops."""
+    history_chars: int = Field(default=24_000, ge=1_000, le=10_000_000)
+    """The history shown to the model stays within this many characters."""
+    summarize: bool = False
+    """Fold old history into a summary the model writes, instead of dropping it."""
+    policy: Policy = Policy.CAUTIOUS
+    """Which risks ask a person before a call runs."""
+
+    def __init__(self, **fields: Any) -> None:
+        try:
+            super().__init__(**fields)
+        except ValidationError as error:
+            raise DefinitionError(f"bad Config: {error}") from None

@@ -1,0 +1,153 @@
+"""What the agent tells its host to do next, and how a run ended.
+
+Every step is a frozen value with a `kind` tag, usable in `match`:
+
+    match agent.resume():
+        case Ask(request): ...
+        case Run(call): ...
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_core.tools import ToolCall
+
+__all__ = [
+    "Ask",
+    "Attachment",
+    "Done",
+    "ModelRequest",
+    "Outcome",
+    "Plan",
+    "Question",
+    "Run",
+    "Step",
+    "Stop",
+    "Summarize",
+]
+
+_FROZEN = ConfigDict(frozen=True)
+
+
+class Attachment(BaseModel):
+    """A file sent with the task on every model request (bytes are base64 in JSON)."""
+
+    model_config = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64")
+
+    name: str
+    mime: str
+    data: bytes
+
+    def __init__(self, name: str, mime: str, data: bytes) -> None:
+        super().__init__(name=name, mime=mime, data=data)
+
+
+class ModelRequest(BaseModel):
+    """One call to make to the model: a system text, a prompt, and any attachments."""
+
+    model_config = _FROZEN
+
+    system: str
+    prompt: str
+    attachments: tuple[Attachment, ...] = ()
+
+
+class Stop(StrEnum):
+    """Why a run ended."""
+
+    DONE = "done"
+    CALL_LIMIT = "call_limit"
+    BAD_REPLIES = "bad_replies"
+    MODEL_FAILED = "model_failed"
+    PLAN_DECLINED = "plan_declined"
+    CANCELLED = "cancelled"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    FAILED = "failed"
+
+    def label(self) -> str:
+        """Return a short human phrase for this stop."""
+        return _LABELS[self]
+
+
+_LABELS = {
+    Stop.DONE: "done",
+    Stop.CALL_LIMIT: "call limit reached",
+    Stop.BAD_REPLIES: "too many unusable replies",
+    Stop.MODEL_FAILED: "the model could not be reached",
+    Stop.PLAN_DECLINED: "plan declined",
+    Stop.CANCELLED: "cancelled",
+    Stop.BUDGET_EXCEEDED: "budget exceeded",
+    Stop.FAILED: "failed",
+}
+
+
+class Outcome(BaseModel):
+    """How a run ended: the stop, a summary, the model's whole final object, calls made."""
+
+    model_config = _FROZEN
+
+    stop: Stop
+    summary: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    calls: int = 0
+
+
+class Ask(BaseModel):
+    """Call the model with `request`; answer with `agent.reply(text)` or `agent.fail(error)`."""
+
+    model_config = _FROZEN
+    kind: Literal["ask"] = "ask"
+    request: ModelRequest
+    __match_args__ = ("request",)
+
+
+class Plan(BaseModel):
+    """The model proposes these steps; answer with `agent.approve_plan(yes)`."""
+
+    model_config = _FROZEN
+    kind: Literal["plan"] = "plan"
+    steps: tuple[str, ...]
+    __match_args__ = ("steps",)
+
+
+class Run(BaseModel):
+    """Run `call` (and `agent.queued()`, the rest of its batch); answer with `agent.result`."""
+
+    model_config = _FROZEN
+    kind: Literal["run"] = "run"
+    call: ToolCall
+    __match_args__ = ("call",)
+
+
+class Question(BaseModel):
+    """Ask a person `text`; answer with `agent.answer(text)`."""
+
+    model_config = _FROZEN
+    kind: Literal["question"] = "question"
+    text: str
+    __match_args__ = ("text",)
+
+
+class Summarize(BaseModel):
+    """Ask the model to summarise older history; answer with `agent.reply(text)` in plain text."""
+
+    model_config = _FROZEN
+    kind: Literal["summarize"] = "summarize"
+    request: ModelRequest
+    __match_args__ = ("request",)
+
+
+class Done(BaseModel):
+    """The run ended; nothing more will happen unless the host calls `reject_final`."""
+
+    model_config = _FROZEN
+    kind: Literal["done"] = "done"
+    outcome: Outcome
+    __match_args__ = ("outcome",)
+
+
+Step = Annotated[Ask | Plan | Run | Question | Summarize | Done, Field(discriminator="kind")]
