@@ -1,0 +1,261 @@
+"""`Agent`: the state machine a host drives, one event in, the next step out.
+
+The agent never does I/O. Each method feeds one event to the transitions and
+returns the step it now waits on; calling a method at the wrong time changes
+nothing and returns that same step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from agent_core import transitions
+from agent_core.config import Config
+from agent_core.errors import DefinitionError, UsageError
+from agent_core.prompts import ask_request, summary_request
+from agent_core.skills import Skill
+from agent_core.specialists import Specialist
+from agent_core.state import (
+    AgentState,
+    Asking,
+    Finished,
+    Idle,
+    Questioning,
+    Reviewing,
+    Running,
+    Summarizing,
+    TraceEvent,
+    dump,
+    load,
+)
+from agent_core.steps import Ask, Attachment, Done, Plan, Question, Run, Step, Summarize
+from agent_core.text import clean
+from agent_core.toolbox import DELEGATE, MAX_DEPTH, Setup, index_tools
+from agent_core.tools import Tool, ToolCall, ToolOutput
+
+__all__ = ["Agent"]
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise UsageError(f"{what} must be text, got {type(value).__name__}")
+    return value
+
+
+class Agent:
+    """The agent: `Agent(config, tools)`, configured with the `with_*` calls, then started."""
+
+    __slots__ = ("_config", "_setup", "_state", "_tools")
+
+    def __init__(self, config: Config, tools: Sequence[Tool]) -> None:
+        if not isinstance(config, Config):
+            raise DefinitionError(f"config must be a Config, got {type(config).__name__}")
+        self._config = config
+        self._tools = index_tools(tools)
+        self._state = AgentState()
+        self._setup = Setup.build(config, self._tools, self._state)
+
+    @classmethod
+    def _with_state(cls, config: Config, tools: dict[str, Tool], state: AgentState) -> Agent:
+        agent = cls.__new__(cls)
+        agent._config, agent._tools, agent._state = config, tools, state
+        agent._setup = Setup.build(config, tools, state)
+        return agent
+
+    # --- setting up -----------------------------------------------------------------
+
+    def _configured(self, **changes: Any) -> Agent:
+        if not isinstance(self._state.phase, Idle):
+            raise UsageError("configure the agent before start")
+        return Agent._with_state(self._config, self._tools, self._state.model_copy(update=changes))
+
+    def with_specialists(self, specialists: Iterable[Specialist]) -> Agent:
+        """Return this agent able to delegate to `specialists`.
+
+        Raises:
+            DefinitionError: two specialists share a name, or one lists a tool
+                this agent does not have.
+        """
+        listed = tuple(specialists)
+        names = [s.name for s in listed]
+        if len(set(names)) != len(names):
+            raise DefinitionError("two specialists share a name")
+        for specialist in listed:
+            missing = [n for n in specialist.tool_names if n not in self._setup.tools]
+            if missing or not specialist.tool_names:
+                what = f"unknown tools {missing}" if missing else "no tools"
+                raise DefinitionError(f"specialist {specialist.name!r} lists {what}")
+        return self._configured(specialists=listed)
+
+    def with_memory(self, notes: Iterable[str]) -> Agent:
+        """Return this agent showing `notes` (oldest first) and able to `remember` new ones."""
+        return self._configured(
+            remembering=True, memory=tuple(clean(_text(n, "a note")) for n in notes)
+        )
+
+    def with_skills(self, skills: Iterable[Skill]) -> Agent:
+        """Return this agent offering `skills` through `use_skill`."""
+        listed = tuple(skills)
+        if len({s.name for s in listed}) != len(listed):
+            raise DefinitionError("two skills share a name")
+        return self._configured(skills=listed)
+
+    def with_questions(self) -> Agent:
+        """Return this agent allowed to ask the person a question (`Question` steps)."""
+        return self._configured(questions=True)
+
+    # --- events -----------------------------------------------------------------------
+
+    def _apply(self, event: transitions.Event) -> Step:
+        self._state = transitions.apply(self._state, event, self._setup)
+        return self.resume()
+
+    def start(self, task: str, context: str = "") -> Step:
+        """Begin `task`; returns the first step. A second start changes nothing."""
+        return self.start_with(task, context, [])
+
+    def start_with(self, task: str, context: str, attachments: Iterable[Attachment]) -> Step:
+        """Begin `task` with files that go on every model request."""
+        files = tuple(attachments)
+        if not all(isinstance(a, Attachment) for a in files):
+            raise UsageError("attachments must be Attachment values")
+        event = transitions.Started(_text(task, "the task"), _text(context, "the context"), files)
+        self._state = transitions.apply(self._state, event, self._setup)
+        return self.resume()
+
+    def reply(self, text: str) -> Step:
+        """The model replied `text` (to an `Ask` or a `Summarize`)."""
+        return self._apply(transitions.Replied(_text(text, "the reply")))
+
+    def fail(self, error: str) -> Step:
+        """The model call failed; retried like an unusable reply, then `Stop.MODEL_FAILED`."""
+        return self._apply(transitions.Failed(_text(error, "the error")))
+
+    def approve_plan(self, yes: bool) -> Step:
+        """A person approved (or declined) the plan."""
+        return self._apply(transitions.PlanDecided(bool(yes)))
+
+    def result(self, call_id: str, output: ToolOutput) -> Step:
+        """A call of the current batch finished; results may come in any order."""
+        if not isinstance(output, ToolOutput):
+            raise UsageError(f"a result must be a ToolOutput, got {type(output).__name__}")
+        return self._apply(transitions.ResultGiven(_text(call_id, "the call id"), output))
+
+    def answer(self, text: str) -> Step:
+        """A person answered the current `Question`."""
+        return self._apply(transitions.Answered(_text(text, "the answer")))
+
+    def reject_final(self, problem: str) -> Step:
+        """Send a final answer back to the model with `problem`."""
+        return self._apply(transitions.FinalRejected(_text(problem, "the problem")))
+
+    def cancel(self, reason: str = "") -> Step:
+        """Stop now with `Stop.CANCELLED`."""
+        return self._apply(transitions.Cancelled(_text(reason, "the reason")))
+
+    # --- reading ----------------------------------------------------------------------
+
+    def resume(self) -> Step:
+        """Return the step the agent waits on.
+
+        Raises:
+            UsageError: the agent was never started.
+        """
+        state = self._state
+        match state.phase:
+            case Asking():
+                return Ask(request=ask_request(state, self._setup))
+            case Summarizing(fold=fold):
+                return Summarize(request=summary_request(state, self._setup, fold))
+            case Reviewing():
+                return Plan(steps=state.plan)
+            case Running(batch=batch, results=results):
+                return Run(call=next(c for c in batch if c.id not in results))
+            case Questioning(question=question):
+                return Question(text=question)
+            case Finished(outcome=outcome):
+                return Done(outcome=outcome)
+        raise UsageError("the agent has not been started")
+
+    def queued(self) -> list[ToolCall]:
+        """Return the rest of the current batch (after the `Run` call), in order."""
+        phase = self._state.phase
+        if not isinstance(phase, Running):
+            return []
+        waiting = [c for c in phase.batch if c.id not in phase.results]
+        return waiting[1:]
+
+    def trace(self) -> list[TraceEvent]:
+        """Return the trace events not yet taken."""
+        return list(self._state.trace)
+
+    def take_trace(self) -> list[TraceEvent]:
+        """Return the trace events not yet taken, and forget them (keeps snapshots small)."""
+        taken = list(self._state.trace)
+        self._state = self._state.model_copy(update={"trace": ()})
+        return taken
+
+    def new_notes(self) -> list[str]:
+        """Return the notes remembered during this task, oldest first."""
+        return list(self._state.new_notes)
+
+    # --- saving -----------------------------------------------------------------------
+
+    def snapshot(self) -> str:
+        """Return the whole state as JSON text; `Agent.restore` continues from it."""
+        return dump(self._state)
+
+    @classmethod
+    def restore(cls, config: Config, tools: Sequence[Tool], saved: str) -> Agent:
+        """Return the agent saved in `saved`, exactly where it left off.
+
+        Raises:
+            SnapshotError: `saved` is empty, corrupt, foreign or of an unknown version.
+        """
+        agent = cls(config, tools)
+        return cls._with_state(config, agent._tools, load(saved))
+
+    # --- delegation -------------------------------------------------------------------
+
+    def start_child(self, call: ToolCall) -> Agent:
+        """Return the started child agent for a `delegate` call; `child.resume()` is its first step.
+
+        The child has only its specialist's tools, its instructions, no plan of
+        its own, and may delegate further only to specialists whose tools it has,
+        down to a fixed depth.
+
+        Raises:
+            UsageError: `call` is not a delegate call to one of this agent's specialists.
+        """
+        state = self._state
+        if not isinstance(call, ToolCall) or call.tool != DELEGATE:
+            raise UsageError("start_child takes a delegate call")
+        specialist = next(
+            (s for s in state.specialists if s.name == call.args.get("specialist")), None
+        )
+        if specialist is None:
+            raise UsageError(f"no specialist named {call.args.get('specialist')!r}")
+        granted = tuple(
+            n for n in specialist.tool_names if n in self._setup.tools and n != DELEGATE
+        )
+        depth = state.depth + 1
+        nested = tuple(
+            s
+            for s in state.specialists
+            if depth + 1 < MAX_DEPTH
+            and s.name != specialist.name
+            and set(s.tool_names) <= set(granted)
+        )
+        child_state = AgentState(
+            specialists=nested,
+            questions=state.questions,
+            depth=depth,
+            role=specialist.name,
+            guidance=specialist.guidance,
+            allowed_tools=granted,
+        )
+        child = Agent._with_state(self._config, self._tools, child_state)
+        context = f"You are helping with this larger task:\n{state.task}"
+        child.start(_text(call.args.get("task"), "the delegated task"), context)
+        return child

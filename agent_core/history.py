@@ -1,0 +1,121 @@
+"""The history the model sees: how each turn reads, and how it stays bounded.
+
+A turn is one history entry (a batch of calls with all their results, a note,
+a loaded skill, a question and its answer, a final sent back). Entries are
+dropped or folded whole, oldest first, so a call is never separated from its
+result; the newest entry always stays.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from agent_core.state import (
+    AnswerEntry,
+    CallsEntry,
+    Entry,
+    NoteEntry,
+    SentBackEntry,
+    SkillEntry,
+)
+from agent_core.text import cut
+from agent_core.tools import ToolCall, ToolOutput
+
+__all__ = [
+    "fold_count",
+    "output_cap",
+    "render_call",
+    "render_entry",
+    "render_history",
+    "size",
+    "trimmed",
+]
+
+ARG_SHOWN_CHARS = 2_000
+
+
+def output_cap(history_chars: int) -> int:
+    """Return how much of one tool output (or loaded text) may enter history."""
+    return max(500, history_chars // 4)
+
+
+def render_args(args: Any) -> str:
+    return json.dumps(args, ensure_ascii=False)
+
+
+def render_call(call: ToolCall) -> str:
+    return f"[{call.id}] {call.tool} {cut(render_args(call.args), ARG_SHOWN_CHARS)}"
+
+
+def render_output(output: ToolOutput) -> str:
+    match output.status:
+        case "ok":
+            return f"→ ok: {output.text}"
+        case "error":
+            return f"→ error: {output.text}"
+        case "declined":
+            reason = f" ({output.text})" if output.text else ""
+            return f"→ declined by the person{reason}. Do not ask for the same call again."
+        case "unknown":
+            return (
+                f"→ outcome unknown: {output.text}. It may or may not have taken effect;"
+                " check before doing it again."
+            )
+
+
+def render_entry(entry: Entry) -> str:
+    """Return how `entry` reads in the prompt."""
+    match entry:
+        case CallsEntry(results=results, note=note):
+            lines = [f"{render_call(r.call)}\n{render_output(r.output)}" for r in results]
+            if note:
+                lines.append(note)
+            return "\n".join(lines)
+        case SentBackEntry(final=final, problem=problem):
+            return f"You answered: {final}\n→ sent back: {problem}"
+        case NoteEntry(text=text):
+            return f"You noted: {text}"
+        case SkillEntry(name=name, body=body):
+            return f"You loaded the skill {name}:\n{body}"
+        case AnswerEntry(question=question, answer=answer):
+            return f"You asked the person: {question}\n→ they answered: {answer}"
+    raise AssertionError(f"unknown history entry {entry!r}")  # pragma: no cover
+
+
+def render_history(history: Sequence[Entry]) -> str:
+    return "\n\n".join(render_entry(e) for e in history)
+
+
+def size(history: Sequence[Entry]) -> int:
+    """Return the characters `history` takes in the prompt."""
+    return sum(len(render_entry(e)) + 2 for e in history)
+
+
+def trimmed(history: tuple[Entry, ...], limit: int) -> tuple[Entry, ...]:
+    """Return `history` without its oldest entries, so it fits `limit` (the newest stays)."""
+    sizes = [len(render_entry(e)) + 2 for e in history]
+    total = sum(sizes)
+    start = 0
+    while total > limit and start < len(history) - 1:
+        total -= sizes[start]
+        start += 1
+    return history[start:]
+
+
+def fold_count(history: Sequence[Entry], limit: int) -> int:
+    """Return how many oldest entries to fold into a summary (0: none needed or possible).
+
+    Folding starts once history passes `limit` and keeps what is left within
+    half of it, so summaries are asked for rarely, never for the newest entry.
+    """
+    sizes = [len(render_entry(e)) + 2 for e in history]
+    total = sum(sizes)
+    if total <= limit or len(history) < 2:
+        return 0
+    fold = 0
+    while total > limit // 2 and fold < len(history) - 1:
+        total -= sizes[fold]
+        fold += 1
+    return fold

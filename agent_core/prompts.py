@@ -1,0 +1,151 @@
+"""What the model reads: a system text (the format and the tools) and a prompt.
+
+Both are pure functions of the state and setup, so the same state always
+gives the same request, byte for byte.
+"""
+
+from __future__ import annotations
+
+from agent_core.history import render_history
+from agent_core.state import AgentState
+from agent_core.steps import ModelRequest
+from agent_core.text import cut
+from agent_core.toolbox import Setup
+from agent_core.tools import Tool
+
+__all__ = ["ask_request", "summary_request"]
+
+MEMORY_SHOWN = 20
+NOTE_CHARS = 300
+
+
+def _describe(tool: Tool) -> str:
+    lines = [f"- {tool.name}: {tool.description}"]
+    for arg in tool.args:
+        optional = ", optional" if not arg.required else ""
+        help_text = f": {arg.help}" if arg.help else ""
+        lines.append(f"    {arg.name} ({arg.kind.value}{optional}){help_text}")
+    return "\n".join(lines)
+
+
+def _forms(state: AgentState, setup: Setup) -> list[str]:
+    config = setup.config
+    forms = [
+        f'{{"plan": ["first step", "..."]}}  your plan, when asked for it'
+        f" (at most {config.max_plan_steps} steps)",
+        '{"tool": "name", "args": {...}}  call one tool',
+    ]
+    if config.max_batch > 1:
+        forms.append(
+            '{"tools": [{"tool": "name", "args": {...}}, ...]}  up to'
+            f" {config.max_batch} calls at once, when they do not depend on each other"
+        )
+    if state.questions:
+        forms.append(
+            '{"ask_user": "question"}  ask the person, only when you cannot go on without'
+            " the answer; in a reply of its own"
+        )
+    forms.append(
+        '{"final": "what you did, or the answer"}  when the task is done; other keys'
+        " beside final are kept"
+    )
+    return forms
+
+
+def system_text(state: AgentState, setup: Setup) -> str:
+    """Return the system text: who the agent is, the reply format and every tool."""
+    intro = (
+        f"You are the specialist {state.role}, working on a task handed to you by another agent."
+        if state.role
+        else "You are an agent that completes a task by calling tools."
+    )
+    parts = [intro]
+    if state.guidance:
+        parts.append(state.guidance)
+    parts.append(
+        "Reply with exactly one JSON object per turn, and nothing else. The forms:\n"
+        + "\n".join(f"  {form}" for form in _forms(state, setup))
+    )
+    offered = setup.offered()
+    tools = "\n".join(_describe(t) for t in offered) if offered else "(none)"
+    parts.append(f"Tools:\n{tools}")
+    if state.skills:
+        listed = "\n".join(f"- {s.name}: {s.description}" for s in state.skills)
+        parts.append(f"Skills (load one with use_skill when it fits the task):\n{listed}")
+    return "\n\n".join(parts)
+
+
+def _progress(state: AgentState, setup: Setup) -> str:
+    left = setup.config.max_calls - state.calls_used
+    return f"({state.calls_used} calls made so far, {left} left)"
+
+
+def _situation(state: AgentState, setup: Setup) -> list[str]:
+    """Return the prompt's sections that describe the task and what happened."""
+    sections = [f"Task:\n{state.task}"]
+    if state.context:
+        sections.append(f"Context:\n{state.context}")
+    if state.attachments:
+        files = ", ".join(f"{a.name} ({a.mime})" for a in state.attachments)
+        sections.append(f"Files attached: {files}")
+    if state.memory:
+        notes = "\n".join(f"- {cut(n, NOTE_CHARS)}" for n in state.memory[-MEMORY_SHOWN:])
+        sections.append(f"Notes saved from earlier tasks (oldest first):\n{notes}")
+    if state.plan:
+        steps = "\n".join(f"{i}. {step}" for i, step in enumerate(state.plan, 1))
+        sections.append(f"Plan:\n{steps}\n{_progress(state, setup)}")
+    if state.summary:
+        sections.append(f"Summary of earlier work:\n{state.summary}")
+    return sections
+
+
+def _instruction(state: AgentState, setup: Setup) -> str:
+    config = setup.config
+    if state.planning:
+        return (
+            'Reply now with your plan: {"plan": ["first step", "..."]}, at most'
+            f" {config.max_plan_steps} steps."
+        )
+    left = config.max_calls - state.calls_used
+    if left <= 0:
+        return (
+            'No tool calls are left. Reply with {"final": "..."}: what you did, and what is'
+            " still open."
+        )
+    return (
+        'Reply with one JSON object: a tool call, or {"final": "..."} when the task is done.'
+        f" Calls left: {left}."
+    )
+
+
+def ask_request(state: AgentState, setup: Setup) -> ModelRequest:
+    """Return the request for the model's next move."""
+    sections = _situation(state, setup)
+    if state.history:
+        sections.append(f"What happened so far:\n{render_history(state.history)}")
+    if state.problem:
+        sections.append(f"Your last reply could not be used: {state.problem}.")
+    sections.append(_instruction(state, setup))
+    return ModelRequest(
+        system=system_text(state, setup),
+        prompt="\n\n".join(sections),
+        attachments=state.attachments,
+    )
+
+
+def summary_request(state: AgentState, setup: Setup, fold: int) -> ModelRequest:
+    """Return the request that asks the model to fold the oldest `fold` entries."""
+    sections = [f"Task:\n{state.task}"]
+    if state.summary:
+        sections.append(f"Summary so far:\n{state.summary}")
+    sections.append(f"Earlier work to fold in:\n{render_history(state.history[:fold])}")
+    sections.append(
+        "Write a short summary, in plain text (not JSON), of the summary so far and the"
+        " earlier work: what was done, what was found, and what is still open."
+        f" At most {setup.config.history_chars // 4} characters."
+    )
+    system = (
+        "You keep an agent's notes short. You summarise its earlier work so it can"
+        " carry on without the details."
+    )
+    return ModelRequest(system=system, prompt="\n\n".join(sections), attachments=())

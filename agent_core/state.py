@@ -1,0 +1,283 @@
+"""The agent's whole state: one frozen pydantic value, saved and loaded as JSON.
+
+Everything the agent knows lives here: the task, what it waits for (`phase`),
+the plan, the history the model sees, counters, what the `with_*` calls set up,
+and trace events not yet handed to the host. `Snapshot` wraps it with a format
+tag and version; `dump` and `load` are the only way in or out.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
+
+from agent_core.errors import SnapshotError
+from agent_core.skills import Skill
+from agent_core.specialists import Specialist
+from agent_core.steps import Attachment, Outcome, Stop
+from agent_core.tools import ToolCall, ToolOutput
+
+__all__ = [
+    "AgentState",
+    "AnswerEntry",
+    "Asking",
+    "CallsEntry",
+    "Entry",
+    "Finished",
+    "Idle",
+    "NoteEntry",
+    "Phase",
+    "Questioning",
+    "Reviewing",
+    "Running",
+    "SentBackEntry",
+    "SkillEntry",
+    "Summarizing",
+    "TraceEvent",
+    "dump",
+    "load",
+]
+
+FORMAT = "relay.agent"
+VERSION = 1
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- history: what the model is shown, one entry per turn -------------------------
+
+
+class CallResult(BaseModel):
+    model_config = _FROZEN
+    call: ToolCall
+    output: ToolOutput
+
+
+class CallsEntry(BaseModel):
+    """A batch of calls and all their results: never separated."""
+
+    model_config = _FROZEN
+    kind: Literal["calls"] = "calls"
+    results: tuple[CallResult, ...]
+    note: str = ""
+
+
+class SentBackEntry(BaseModel):
+    """A final answer that was sent back, and why."""
+
+    model_config = _FROZEN
+    kind: Literal["sent_back"] = "sent_back"
+    final: str
+    problem: str
+
+
+class NoteEntry(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["note"] = "note"
+    text: str
+
+
+class SkillEntry(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["skill"] = "skill"
+    name: str
+    body: str
+
+
+class AnswerEntry(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["answer"] = "answer"
+    question: str
+    answer: str
+
+
+Entry = Annotated[
+    CallsEntry | SentBackEntry | NoteEntry | SkillEntry | AnswerEntry,
+    Field(discriminator="kind"),
+]
+
+
+# --- phase: what the agent waits for ---------------------------------------------
+
+
+class Idle(BaseModel):
+    """Not started yet."""
+
+    model_config = _FROZEN
+    kind: Literal["idle"] = "idle"
+
+
+class Asking(BaseModel):
+    """Waiting for the model's reply (a plan first while `AgentState.planning`)."""
+
+    model_config = _FROZEN
+    kind: Literal["asking"] = "asking"
+
+
+class Summarizing(BaseModel):
+    """Waiting for the model to summarise the oldest `fold` history entries."""
+
+    model_config = _FROZEN
+    kind: Literal["summarizing"] = "summarizing"
+    fold: int = Field(ge=1)
+
+
+class Reviewing(BaseModel):
+    """Waiting for a person to approve `AgentState.plan`."""
+
+    model_config = _FROZEN
+    kind: Literal["reviewing"] = "reviewing"
+
+
+class Running(BaseModel):
+    """Waiting for the results of a batch of calls, in any order."""
+
+    model_config = _FROZEN
+    kind: Literal["running"] = "running"
+    batch: tuple[ToolCall, ...] = Field(min_length=1)
+    results: dict[str, ToolOutput] = Field(default_factory=dict)
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _results_belong_to_batch(self) -> Running:
+        ids = [call.id for call in self.batch]
+        if len(set(ids)) != len(ids) or not set(self.results) <= set(ids):
+            raise ValueError("results must name calls of the batch, each once")
+        return self
+
+
+class Questioning(BaseModel):
+    """Waiting for a person's answer to `question`."""
+
+    model_config = _FROZEN
+    kind: Literal["questioning"] = "questioning"
+    question: str
+
+
+class Finished(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["finished"] = "finished"
+    outcome: Outcome
+
+
+Phase = Annotated[
+    Idle | Asking | Summarizing | Reviewing | Running | Questioning | Finished,
+    Field(discriminator="kind"),
+]
+
+
+# --- trace: what happened, for the host to show or keep ---------------------------
+
+TraceKind = Literal[
+    "started",
+    "plan",
+    "plan_approved",
+    "plan_declined",
+    "call",
+    "result",
+    "retry",
+    "sent_back",
+    "note",
+    "skill",
+    "question",
+    "answer",
+    "summary",
+    "stop",
+]
+
+
+class TraceEvent(BaseModel):
+    """One thing that happened. `seq` counts from 1 over the agent's whole life."""
+
+    model_config = _FROZEN
+    seq: int
+    kind: TraceKind
+    text: str = ""
+    call: ToolCall | None = None
+    output: ToolOutput | None = None
+    stop: Stop | None = None
+
+
+# --- the state ---------------------------------------------------------------------
+
+
+class AgentState(BaseModel):
+    model_config = _FROZEN
+
+    task: str = ""
+    context: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    phase: Phase = Idle()
+
+    planning: bool = False
+    """A plan is still to be asked for and approved."""
+    plan: tuple[str, ...] = ()
+    history: tuple[Entry, ...] = ()
+    summary: str = ""
+    calls_used: NonNegativeInt = 0
+    bad_replies: NonNegativeInt = 0
+    """Unusable replies or failed model calls in a row."""
+    problem: str = ""
+    """Why the last reply could not be used, shown to the model; empty after a usable one."""
+    sent_back_early: bool = False
+
+    # set up by the with_* calls (and by start_child for a child)
+    specialists: tuple[Specialist, ...] = ()
+    skills: tuple[Skill, ...] = ()
+    skills_loaded: tuple[str, ...] = ()
+    remembering: bool = False
+    memory: tuple[str, ...] = ()
+    new_notes: tuple[str, ...] = ()
+    questions: bool = False
+    depth: NonNegativeInt = 0
+    role: str = ""
+    """The specialist this agent is (empty for a root agent)."""
+    guidance: str = ""
+    allowed_tools: tuple[str, ...] | None = None
+    """The host tools this agent may use; None means all it was given."""
+
+    trace: tuple[TraceEvent, ...] = ()
+    trace_seq: NonNegativeInt = 0
+
+    @model_validator(mode="after")
+    def _fold_within_history(self) -> AgentState:
+        if isinstance(self.phase, Summarizing) and self.phase.fold >= len(self.history):
+            raise ValueError("a summary must fold fewer entries than the history holds")
+        return self
+
+
+class Snapshot(BaseModel):
+    model_config = _FROZEN
+    format: Literal["relay.agent"]
+    version: Literal[1]
+    state: AgentState
+
+
+def dump(state: AgentState) -> str:
+    """Return the snapshot text for `state`."""
+    return Snapshot(format=FORMAT, version=VERSION, state=state).model_dump_json()
+
+
+def load(saved: object) -> AgentState:
+    """Return the state saved in `saved`.
+
+    Raises:
+        SnapshotError: `saved` is not text, is empty, is not JSON, lacks the
+            format tag or version, or does not hold a valid state.
+    """
+    if not isinstance(saved, str | bytes):
+        raise SnapshotError(f"a snapshot is JSON text, got {type(saved).__name__}")
+    if not saved.strip():
+        raise SnapshotError("the snapshot is empty")
+    try:
+        return Snapshot.model_validate_json(saved).state
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "snapshot"
+        message = first["msg"]
+        raise SnapshotError(
+            f"not a Relay agent snapshot of version {VERSION}: {where}: {message}"
+        ) from None
+    except (ValueError, RecursionError) as error:
+        raise SnapshotError(f"the snapshot cannot be read: {type(error).__name__}") from None
