@@ -28,7 +28,7 @@ class Specialist(BaseModel):
     tool_names: tuple[str, ...] = ()
     guidance: str = ""
 
-    def __init__(self, name: str, description: str, /, **fields: Any) -> None:
+    def __init__(self, name: str, description: str, **fields: Any) -> None:
         check_name(name, "specialist")
         if not isinstance(description, str):
             raise DefinitionError(f"specialist {name!r} needs a text description")

@@ -112,7 +112,7 @@ class Tool(BaseModel):
     validator: ArgsFn | None = Field(default=None, exclude=True)
     summarizer: SummaryFn | None = Field(default=None, exclude=True)
 
-    def __init__(self, name: str, description: str, /, **fields: Any) -> None:
+    def __init__(self, name: str, description: str, **fields: Any) -> None:
         check_name(name, "tool")
         if name in RESERVED_TOOL_NAMES:
             raise DefinitionError(f"tool name {name!r} is reserved for the agent's own tools")
