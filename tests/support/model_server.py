@@ -1,0 +1,355 @@
+"""A real OpenAI-compatible chat completions server on loopback, for tests and benchmarks.
+
+It plays scripted replies, latency and faults:
+
+    with ModelServer(scripted(Reply(status=500), "hello")) as server:
+        client = ModelClient(ModelSettings(url=server.url))
+        ...
+        assert len(server.calls) == 2
+
+The server runs in a background thread of the test process (one handler thread
+per connection, HTTP/1.1 keep-alive), binds only 127.0.0.1 on a free port, and
+on `stop()` releases handlers that hang or wait, closes every connection and
+joins every thread. A responder that raises answers 500 and the error is raised
+again when the `with` block ends, so a broken script cannot pass for a server fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+__all__ = ["ChatCall", "ModelServer", "Reply", "Responder", "refusing_url", "scripted"]
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """One chat completions request the server received."""
+
+    system: str
+    prompt: str
+    """The user message's text (its text parts joined by newlines)."""
+    body: dict[str, Any]
+    headers: dict[str, str]
+    """Request headers, names lower-cased."""
+    at: float
+    """time.monotonic() when it arrived."""
+    port: int = 0
+    """The client's port: calls on one kept-alive connection share it."""
+
+    @property
+    def image_urls(self) -> list[str]:
+        """The `image_url.url` of every image part of the user message."""
+        return [
+            part["image_url"]["url"]
+            for part in _user_parts(self.body)
+            if part.get("type") == "image_url"
+        ]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What to answer one call with.
+
+    `usage` defaults to counts that follow from the lengths of the texts.
+    `hang` never answers (until the server stops); `close` drops the connection
+    without an answer; `raw_body` is sent as is instead of the JSON the server builds.
+    """
+
+    text: str = ""
+    status: int = 200
+    delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    raw_body: bytes | None = None
+    usage: tuple[int, int] | None = None
+    hang: bool = False
+    close: bool = False
+
+
+Responder = Callable[[ChatCall], "Reply | str"]
+
+
+def scripted(*replies: Reply | str) -> Responder:
+    """Return a responder that plays `replies` in order, one per call, and fails after them."""
+    script = iter(replies)
+    lock = threading.Lock()
+
+    def respond(call: ChatCall) -> Reply | str:
+        with lock:
+            reply = next(script, None)
+        if reply is None:
+            raise AssertionError(f"the script had {len(replies)} replies; another call came")
+        return reply
+
+    return respond
+
+
+@contextmanager
+def refusing_url() -> Iterator[str]:
+    """Yield a base URL on loopback whose port refuses connections while the block runs.
+
+    The port is bound but not listening, so nobody else can take it meanwhile.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+class ModelServer:
+    """An OpenAI-compatible server on 127.0.0.1; use it as a context manager."""
+
+    def __init__(self, responder: Responder) -> None:
+        self._responder = responder
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._calls: list[ChatCall] = []
+        self._errors: list[BaseException] = []
+        self._usage = (0, 0)
+        self._connections: set[socket.socket] = set()
+        self._ids = itertools.count(1)
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name="model-server",
+            daemon=True,
+        )
+        port = self._httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self.chat_url = f"http://127.0.0.1:{port}{CHAT_PATH}"
+
+    # --- life cycle ---
+
+    def start(self) -> ModelServer:
+        """Start serving in a background thread; return self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Release waiting handlers, close every connection, join every thread."""
+        with self._lock:
+            self._stopping.set()
+            connections = list(self._connections)
+        if self._thread.is_alive():
+            self._httpd.shutdown()
+            self._thread.join()
+        for connection in connections:
+            _drop(connection)  # wakes handlers blocked reading a kept-alive connection
+        self._httpd.server_close()  # closes the listening socket and joins handler threads
+
+    def __enter__(self) -> ModelServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if error is None and self._errors:
+            raise AssertionError("the responder failed") from self._errors[0]
+
+    # --- what tests look at ---
+
+    @property
+    def calls(self) -> list[ChatCall]:
+        """A copy of the calls received so far, in order of arrival."""
+        with self._lock:
+            return list(self._calls)
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Exceptions the responder raised (each answered with a 500)."""
+        with self._lock:
+            return list(self._errors)
+
+    def usage_total(self) -> tuple[int, int]:
+        """(prompt, completion) tokens summed over the 200 replies the server built."""
+        with self._lock:
+            return self._usage
+
+    def set_responder(self, responder: Responder) -> None:
+        """Answer the calls from now on with `responder`."""
+        with self._lock:
+            self._responder = responder
+
+    # --- used by the handler threads ---
+
+    def _track(self, connection: socket.socket) -> None:
+        with self._lock:
+            if self._stopping.is_set():
+                _drop(connection)
+            else:
+                self._connections.add(connection)
+
+    def _untrack(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+
+    def _reply_to(self, call: ChatCall) -> Reply:
+        with self._lock:
+            self._calls.append(call)
+            responder = self._responder
+        try:
+            reply = responder(call)
+        except Exception as error:  # noqa: BLE001 - reported when the block ends
+            with self._lock:
+                self._errors.append(error)
+            return Reply(text=f"responder failed: {error!r}", status=500)
+        return Reply(text=reply) if isinstance(reply, str) else reply
+
+    def _completion(self, call: ChatCall, reply: Reply) -> bytes:
+        usage = reply.usage or (len(call.system + call.prompt) // 4 + 1, len(reply.text) // 4 + 1)
+        with self._lock:
+            self._usage = (self._usage[0] + usage[0], self._usage[1] + usage[1])
+        return _json(
+            {
+                "id": f"chatcmpl-{next(self._ids)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": call.body.get("model", ""),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": reply.text},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": usage[0],
+                    "completion_tokens": usage[1],
+                    "total_tokens": usage[0] + usage[1],
+                },
+            }
+        )
+
+
+class _Server(ThreadingHTTPServer):
+    owner: ModelServer
+    # server_close() joins handler threads, but only those that are not daemons;
+    # stop() wakes every handler first, so joining them cannot hang.
+    daemon_threads = False
+    block_on_close = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet when a client went away first (it timed out, or the server stopped)."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as a real server
+    disable_nagle_algorithm = True  # headers and body go out in two writes
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.owner._track(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.owner._untrack(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        """Keep the test output quiet."""
+
+    def do_GET(self) -> None:
+        self._send(404, _error_body("not found"))
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.rstrip("/") != CHAT_PATH:
+            self._send(404, _error_body(f"no route for {self.path}"))
+            return
+        call = _parse_call(raw, self.headers.items(), self.client_address[1])
+        if call is None:
+            self._send(400, _error_body("the body is not a chat completions request"))
+            return
+        owner = self.server.owner
+        reply = owner._reply_to(call)
+        stopped = owner._stopping.wait(reply.delay) if reply.delay > 0 else False
+        if reply.hang:
+            stopped = owner._stopping.wait()
+        if stopped or reply.close:
+            self.close_connection = True  # the handler ends; the socket closes unanswered
+            return
+        if reply.raw_body is not None:
+            body = reply.raw_body
+        elif reply.status == 200:
+            body = owner._completion(call, reply)
+        else:
+            body = _error_body(reply.text or _phrase(reply.status))
+        self._send(reply.status, body, reply.headers)
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _parse_call(raw: bytes, headers: Any, port: int) -> ChatCall | None:
+    try:
+        body = json.loads(raw)
+        messages = body["messages"]
+        system = next((m["content"] for m in messages if m["role"] == "system"), "")
+        parts = _user_parts(body)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    prompt = "\n".join(part["text"] for part in parts if part.get("type") == "text")
+    return ChatCall(
+        system=system,
+        prompt=prompt,
+        body=body,
+        headers={name.lower(): value for name, value in headers},
+        at=time.monotonic(),
+        port=port,
+    )
+
+
+def _user_parts(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The user message's content as a list of parts (a plain string is one text part)."""
+    user = next(m for m in body["messages"] if m["role"] == "user")
+    content = user["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return f"status {status}"
+
+
+def _error_body(message: str) -> bytes:
+    return _json({"error": {"message": message, "type": "scripted"}})
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value).encode("utf-8")
+
+
+def _drop(connection: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed by the other side
+        connection.shutdown(socket.SHUT_RDWR)

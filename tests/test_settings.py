@@ -1,0 +1,320 @@
+"""Settings: read from the environment once, strictly, with one-line errors and no secrets."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from pydantic import SecretStr, ValidationError
+
+from workers.model_client import ModelSettings
+from workers.settings import Settings, SettingsError, redact_url
+
+DAY = 24 * 60 * 60
+
+
+def test_defaults_with_an_empty_environment() -> None:
+    settings = Settings.from_env({})
+    assert settings.redis_url is None
+    assert settings.broker_url is None
+    assert settings.model_url is None
+    assert settings.model == "default"
+    assert settings.model_key is None
+    assert settings.app is None
+    assert settings.prefix == "relay:"
+    assert settings.model_connect_timeout == 5
+    assert settings.model_timeout == 120
+    assert settings.model_retries == 4
+    assert settings.tool_timeout == 300
+    assert settings.tool_output_chars == 20_000
+    assert settings.recovery_seconds == 120
+    assert settings.approval_ttl == 7 * DAY
+    assert settings.retention == 7 * DAY
+    assert settings == Settings()
+
+
+def test_every_variable_is_read() -> None:
+    settings = Settings.from_env(
+        {
+            "RELAY_REDIS_URL": "redis://localhost:6379/2",
+            "RELAY_BROKER_URL": "redis://broker:6380/0",
+            "RELAY_MODEL_URL": "https://api.example.com/v1",
+            "RELAY_MODEL": "llama3:8b",
+            "RELAY_MODEL_KEY": "sk-abc",
+            "RELAY_APP": "notes.app:relay",
+            "RELAY_PREFIX": "notes:",
+            "RELAY_MODEL_CONNECT_TIMEOUT": "1.5",
+            "RELAY_MODEL_TIMEOUT": "30",
+            "RELAY_MODEL_RETRIES": "0",
+            "RELAY_TOOL_TIMEOUT": "60",
+            "RELAY_TOOL_OUTPUT_CHARS": "500",
+            "RELAY_RECOVERY_SECONDS": "2.5",
+            "RELAY_APPROVAL_TTL": "3600",
+            "RELAY_RETENTION": "86400",
+            "UNRELATED": "ignored",
+        }
+    )
+    assert settings.redis_url == "redis://localhost:6379/2"
+    assert settings.broker_url == "redis://broker:6380/0"
+    assert settings.model_url == "https://api.example.com/v1/chat/completions"
+    assert settings.model == "llama3:8b"
+    assert settings.model_key is not None
+    assert settings.model_key.get_secret_value() == "sk-abc"
+    assert settings.app == "notes.app:relay"
+    assert settings.prefix == "notes:"
+    assert (settings.model_connect_timeout, settings.model_timeout) == (1.5, 30)
+    assert settings.model_retries == 0
+    assert (settings.tool_timeout, settings.tool_output_chars) == (60, 500)
+    assert settings.recovery_seconds == 2.5
+    assert (settings.approval_ttl, settings.retention) == (3600, 86400)
+
+
+def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELAY_MODEL", "from-os")
+    monkeypatch.delenv("RELAY_MODEL_TIMEOUT", raising=False)
+    assert Settings.from_env().model == "from-os"
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\n"])
+def test_a_blank_variable_takes_the_default(blank: str) -> None:
+    settings = Settings.from_env({"RELAY_MODEL_TIMEOUT": blank, "RELAY_PREFIX": blank})
+    assert (settings.model_timeout, settings.prefix) == (120, "relay:")
+
+
+def test_surrounding_spaces_are_ignored() -> None:
+    settings = Settings.from_env({"RELAY_MODEL_RETRIES": " 7\n", "RELAY_MODEL_KEY": "sk-k\n"})
+    assert settings.model_retries == 7
+    assert settings.model_key is not None
+    assert settings.model_key.get_secret_value() == "sk-k"
+
+
+def test_the_broker_defaults_to_the_redis_url() -> None:
+    settings = Settings.from_env({"RELAY_REDIS_URL": "rediss://:pw@cache:6380/1"})
+    assert settings.broker_url == "rediss://:pw@cache:6380/1"
+
+
+def test_a_unix_socket_broker_is_spelled_the_kombu_way() -> None:
+    settings = Settings.from_env({"RELAY_REDIS_URL": "unix:///run/redis.sock"})
+    assert settings.redis_url == "unix:///run/redis.sock"
+    assert settings.broker_url == "redis+socket:///run/redis.sock"
+
+
+@pytest.mark.parametrize(
+    ("given", "endpoint"),
+    [
+        ("http://localhost:11434/v1", "http://localhost:11434/v1/chat/completions"),
+        ("http://localhost:11434/v1/", "http://localhost:11434/v1/chat/completions"),
+        ("HTTPS://api.example.com/v1", "https://api.example.com/v1/chat/completions"),
+        ("http://h/v1/chat/completions", "http://h/v1/chat/completions"),
+        ("http://h/v1/chat/completions/", "http://h/v1/chat/completions"),
+        ("http://h", "http://h/chat/completions"),
+        (
+            "http://h:8080/openai/v1?api-version=2",
+            "http://h:8080/openai/v1/chat/completions?api-version=2",
+        ),
+    ],
+)
+def test_the_model_url_becomes_the_chat_completions_endpoint(given: str, endpoint: str) -> None:
+    assert Settings.from_env({"RELAY_MODEL_URL": given}).model_url == endpoint
+
+
+@pytest.mark.parametrize(
+    ("given", "prefix"), [("relay:", "relay:"), ("team-a", "team-a:"), ("a:b", "a:b:")]
+)
+def test_the_prefix_ends_with_a_colon(given: str, prefix: str) -> None:
+    assert Settings.from_env({"RELAY_PREFIX": given}).prefix == prefix
+
+
+def test_an_approval_ttl_of_zero_means_never() -> None:
+    assert Settings.from_env({"RELAY_APPROVAL_TTL": "0"}).approval_ttl is None
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("RELAY_MODEL_TIMEOUT", "abc", "expected a number of seconds > 0, got 'abc'"),
+        ("RELAY_MODEL_TIMEOUT", "0", "expected a number of seconds > 0, got '0'"),
+        ("RELAY_MODEL_TIMEOUT", "-1", "expected a number of seconds > 0"),
+        ("RELAY_MODEL_TIMEOUT", "inf", "expected a number of seconds > 0"),
+        ("RELAY_MODEL_TIMEOUT", "nan", "expected a number of seconds > 0"),
+        ("RELAY_MODEL_TIMEOUT", "1" * 400, "expected a number of seconds > 0"),
+        ("RELAY_MODEL_TIMEOUT", "5s", "expected a number of seconds > 0, got '5s'"),
+        ("RELAY_MODEL_CONNECT_TIMEOUT", "1_000", "expected a number of seconds > 0"),
+        ("RELAY_TOOL_TIMEOUT", "true", "expected a number of seconds > 0"),
+        ("RELAY_RECOVERY_SECONDS", "1e3", "expected a number of seconds > 0"),
+        ("RELAY_RETENTION", "0", "expected a number of seconds > 0"),
+        ("RELAY_APPROVAL_TTL", "-5", "expected a number of seconds >= 0 (0 = never)"),
+        ("RELAY_MODEL_RETRIES", "4.0", "expected a whole number >= 0, got '4.0'"),
+        ("RELAY_MODEL_RETRIES", "-1", "expected a whole number >= 0"),
+        ("RELAY_MODEL_RETRIES", "four", "expected a whole number >= 0"),
+        ("RELAY_TOOL_OUTPUT_CHARS", "0", "expected a whole number >= 1, got '0'"),
+        ("RELAY_REDIS_URL", "localhost:6379", "expected a redis://, rediss:// or unix:// URL"),
+        ("RELAY_REDIS_URL", "http://localhost", "expected a redis://, rediss:// or unix:// URL"),
+        ("RELAY_REDIS_URL", "redis://", "expected a redis://, rediss:// or unix:// URL"),
+        ("RELAY_REDIS_URL", "redis://h:port/0", "expected a redis://, rediss:// or unix:// URL"),
+        ("RELAY_REDIS_URL", "unix://", "expected a redis://, rediss:// or unix:// URL"),
+        ("RELAY_BROKER_URL", "amqp://guest@h//", "rediss://, redis+socket:// or unix:// URL"),
+        ("RELAY_MODEL_URL", "localhost:11434/v1", "expected an http:// or https:// URL"),
+        ("RELAY_MODEL_URL", "ftp://h/v1", "expected an http:// or https:// URL"),
+        ("RELAY_MODEL_URL", "http://h/v1#frag", "expected an http:// or https:// URL"),
+        ("RELAY_MODEL_URL", "http://h/a b", "expected an http:// or https:// URL"),
+        ("RELAY_MODEL_URL", "http://u:p@h/v1", "expected no credentials in the URL"),
+        ("RELAY_MODEL", "a\x00b", "expected a model name"),
+        ("RELAY_APP", "mymodule", "expected module:attribute, like mymodule:relay"),
+        ("RELAY_APP", "my-module:app", "expected module:attribute"),
+        ("RELAY_APP", "mod:", "expected module:attribute"),
+        ("RELAY_PREFIX", "my app", "expected a prefix without spaces"),
+        ("RELAY_PREFIX", "relay*", "expected a prefix without spaces or any of * ? [ ] \\"),
+        ("RELAY_MODEL_KEY", "sk abc", "expected printable ASCII without spaces"),
+        ("RELAY_MODEL_KEY", "sk-é", "expected printable ASCII without spaces"),
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_variable(
+    variable: str, value: str, expected: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({variable: value})
+    message = str(caught.value)
+    assert message.startswith(f"{variable}: ")
+    assert expected in message
+    assert "\n" not in message
+    assert isinstance(caught.value, ValueError)
+
+
+def test_the_first_bad_variable_is_named() -> None:
+    with pytest.raises(SettingsError, match=r"^RELAY_MODEL_TIMEOUT: "):
+        Settings.from_env({"RELAY_MODEL_TIMEOUT": "x", "RELAY_RETENTION": "y"})
+
+
+SECRET_ENV = {
+    "RELAY_REDIS_URL": "redis://:hunter2-redis@cache:6379/0",
+    "RELAY_BROKER_URL": "redis://relay:hunter2-broker@broker:6379/1",
+    "RELAY_MODEL_URL": "https://api.example.com/v1",
+    "RELAY_MODEL_KEY": "sk-hunter2-key",
+}
+SECRETS = ("hunter2-redis", "hunter2-broker", "sk-hunter2-key")
+
+
+def test_secrets_never_appear_in_repr_str_redacted_or_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings.from_env(SECRET_ENV)
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("relay.test").info("settings: %s %r", settings, settings)
+    shown = [repr(settings), str(settings), str(settings.redacted()), caplog.text]
+    for text in shown:
+        for secret in SECRETS:
+            assert secret not in text
+    assert settings.redacted()["redis_url"] == "redis://:***@cache:6379/0"
+    assert settings.redacted()["broker_url"] == "redis://relay:***@broker:6379/1"
+    assert settings.redacted()["model_key"] == "***"
+    # The real values are still there for the code that connects.
+    assert settings.redis_url == SECRET_ENV["RELAY_REDIS_URL"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "secret"),
+    [
+        ("RELAY_REDIS_URL", "http://:hunter2-redis@cache:6379/0", "hunter2-redis"),
+        ("RELAY_BROKER_URL", "amqp://relay:hunter2-broker@broker//", "hunter2-broker"),
+        ("RELAY_MODEL_URL", "https://me:hunter2-model@api.example.com/v1", "hunter2-model"),
+        ("RELAY_MODEL_KEY", "sk-hunter2 key", "hunter2"),
+    ],
+)
+def test_secrets_never_appear_in_errors_or_their_tracebacks(
+    variable: str, value: str, secret: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({variable: value})
+    assert caught.value.__suppress_context__
+    assert secret not in "".join(traceback.format_exception(caught.value))
+
+
+def test_a_bad_value_given_in_code_does_not_echo_a_password() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Settings(redis_url="http://:hunter2-redis@cache/0")
+    assert "hunter2-redis" not in str(caught.value)
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings.from_env({})
+    with pytest.raises(ValidationError):
+        settings.model = "other"  # type: ignore[misc]
+
+
+def test_model_settings_carry_the_model_values() -> None:
+    settings = Settings.from_env(
+        {
+            "RELAY_MODEL_URL": "http://localhost:11434/v1",
+            "RELAY_MODEL": "qwen",
+            "RELAY_MODEL_KEY": "sk-1",
+            "RELAY_MODEL_CONNECT_TIMEOUT": "2",
+            "RELAY_MODEL_TIMEOUT": "9",
+            "RELAY_MODEL_RETRIES": "1",
+        }
+    )
+    model = settings.model_settings()
+    assert model == ModelSettings(
+        url="http://localhost:11434/v1/chat/completions",
+        model="qwen",
+        key=SecretStr("sk-1"),
+        connect_timeout=2,
+        read_timeout=9,
+        retries=1,
+    )
+
+
+def test_model_settings_need_a_model_url() -> None:
+    with pytest.raises(SettingsError, match=r"^RELAY_MODEL_URL: not set"):
+        Settings.from_env({}).model_settings()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
+        ("redis://user:pw@host/0", "redis://user:***@host/0"),
+        ("rediss://user:p%40ss@host", "rediss://user:***@host"),
+        ("redis://user:p@ss@host/0", "redis://user:***@host/0"),
+        ("redis://user:pa/ss@host/0", "redis://***@host/0"),
+        ("redis://user:pa#ss@host", "redis://***@host"),
+        ("redis://user@host/0", "redis://user@host/0"),
+        ("redis://host:6379/0", "redis://host:6379/0"),
+        ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1"),
+        ("http://h/v1?key=a", "http://h/v1?key=a"),
+        ("user:pw@host", "***@host"),
+        ("no url at all", "no url at all"),
+        ("", ""),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+NAME = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_.", max_size=12)
+
+
+@given(
+    scheme=st.sampled_from(["redis", "rediss", "http", "https"]),
+    user=NAME,
+    password=st.text(min_size=4).filter(lambda text: "://" not in text),
+    host=NAME.filter(bool),
+    path=st.sampled_from(["", "/0", "/v1/chat", "?db=2"]),
+)
+def test_redact_url_never_shows_a_password(
+    scheme: str, user: str, password: str, host: str, path: str
+) -> None:
+    url = f"{scheme}://{user}:{password}@{host}{path}"
+    assume(password not in f"{scheme}://{user}:***@{host}{path}")
+    shown = redact_url(url)
+    assert password not in shown
+    assert shown.endswith(f"@{host}{path}")
+
+
+def test_a_key_given_in_code_is_checked_too() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Settings(model_key=SecretStr("sk hunter2"))
+    assert "hunter2" not in str(caught.value)

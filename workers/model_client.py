@@ -1,0 +1,521 @@
+"""The model client: one OpenAI-compatible chat completions call, with retries.
+
+One `ModelClient` per worker process holds one httpx sync client, so the TCP
+(and TLS) connection is kept alive between calls. A call is
+`POST {url}` with a system and a user message; image attachments go beside the
+prompt as image parts, other files as text parts.
+
+Failures end as one exception, `ModelCallError`, whose `retryable` says whether
+the failure was transient (429, 5xx, a timeout, a refused or dropped
+connection) and was retried until the budget ran out, or permanent (another
+4xx, an unusable body, a bad URL). httpx's own exceptions are translated in one
+place, `_translating_errors`. The key never appears in an error or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import re
+import time
+from base64 import b64encode
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from email.utils import parsedate_to_datetime
+from http import HTTPStatus
+from types import TracebackType
+from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    SecretStr,
+    ValidationError,
+)
+
+from agent_core.steps import Attachment, ModelRequest
+from agent_core.text import cut
+
+__all__ = [
+    "ModelCallError",
+    "ModelClient",
+    "ModelReply",
+    "ModelSettings",
+    "Usage",
+    "backoff_seconds",
+    "chat_body",
+    "chat_completions_url",
+    "check_api_key",
+    "parse_retry_after",
+]
+
+log = logging.getLogger(__name__)
+
+_CHAT_PATH = "/chat/completions"
+_MESSAGE_CHARS = 500  # how much of a server's error text an error carries
+_EXCERPT_CHARS = 120  # how much of an unusable body an error quotes
+_API_KEY = re.compile(r"[\x21-\x7e]+")  # what an HTTP header value can carry as is
+
+
+def chat_completions_url(url: str) -> str:
+    """Return the chat completions endpoint for an OpenAI-compatible `url`.
+
+    A base URL (`http://localhost:11434/v1`) gets `/chat/completions` added; a
+    URL that already ends with it is kept. The result is the same if applied twice.
+    Raises ValueError (without echoing the URL) for anything but an http(s) URL
+    with a host, and for a URL that carries credentials: the key goes in its own
+    setting, so it can be kept out of logs.
+    """
+    expected = "expected an http:// or https:// URL such as http://localhost:11434/v1"
+    if not url or any(char.isspace() for char in url):
+        raise ValueError(expected)
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError for a port that is not a number
+    except ValueError:
+        raise ValueError(expected) from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or parts.fragment:
+        raise ValueError(expected)
+    if "@" in parts.netloc:
+        raise ValueError("expected no credentials in the URL (set the key on its own)")
+    path = parts.path.rstrip("/")
+    if not path.endswith(_CHAT_PATH):
+        path += _CHAT_PATH
+    return urlunsplit((parts.scheme.lower(), parts.netloc, path, parts.query, ""))
+
+
+def check_api_key(key: str) -> str:
+    """Return `key` if it can be sent as a bearer token; raise ValueError (not naming it)."""
+    if not _API_KEY.fullmatch(key):
+        raise ValueError("expected printable ASCII without spaces")
+    return key
+
+
+def _check_secret_key(key: SecretStr | None) -> SecretStr | None:
+    if key is not None:
+        check_api_key(key.get_secret_value())
+    return key
+
+
+class ModelSettings(BaseModel):
+    """What one model client needs: where, which model, the key, timeouts and limits."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    url: Annotated[str, AfterValidator(chat_completions_url)]
+    """The chat completions endpoint; a base URL is completed on validation."""
+    model: str = Field(default="default", min_length=1)
+    key: Annotated[SecretStr | None, AfterValidator(_check_secret_key)] = None
+    connect_timeout: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+    read_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    """Seconds without a byte from the server before the attempt is given up."""
+    retries: int = Field(default=4, ge=0, le=100)
+    """Attempts after the first one, for transient failures only."""
+    backoff_base: float = Field(default=0.5, gt=0, allow_inf_nan=False)
+    backoff_cap: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    """No wait between attempts is longer, whatever a server's Retry-After says."""
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    attachment_chars: int = Field(default=20_000, gt=0)
+    """A text attachment is cut to this many characters."""
+
+
+class Usage(BaseModel):
+    """Tokens one call (or, summed with `+`, many calls) used."""
+
+    model_config = ConfigDict(frozen=True, strict=True)
+
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    total_tokens: NonNegativeInt = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class ModelReply(BaseModel):
+    """The model's text and the tokens the call used."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    usage: Usage = Usage()
+
+
+class ModelCallError(Exception):
+    """Raised when a model call fails; `retryable` says the failure was transient.
+
+    `status` is the HTTP status when the server answered, else None. A transient
+    failure has already been retried as often as the settings allow.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+        """Seconds the server asked us to wait (Retry-After), if it said."""
+
+
+# --- pure arithmetic and parsing -------------------------------------------------
+
+
+def backoff_seconds(
+    attempt: int, retry_after: float | None, base: float, cap: float, rand: float
+) -> float:
+    """Return how long to wait before retry number `attempt` (0 for the first retry).
+
+    Full jitter: `rand` (in [0, 1)) picks a point in [0, min(cap, base * 2**attempt)],
+    so clients that failed together do not come back together. A server's
+    `retry_after` is a floor on that. The result is never more than `cap`.
+    """
+    ceiling = min(cap, base * 2.0 ** min(max(attempt, 0), 64))
+    delay = ceiling * min(max(rand, 0.0), 1.0)
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    return max(0.0, min(cap, delay))
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Return the seconds a `Retry-After` header asks for, or None if it says nothing usable.
+
+    The header is either seconds or an HTTP date; `now` (Unix seconds) turns a
+    date into a wait. A date in the past means no wait.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        seconds = float(text)
+        return seconds if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive one came without a zone
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def chat_body(model: str, request: ModelRequest, *, attachment_chars: int) -> dict[str, Any]:
+    """Return the JSON body of a chat completions call for `request`."""
+    content: str | list[dict[str, Any]] = request.prompt
+    if request.attachments:
+        content = [{"type": "text", "text": request.prompt}]
+        content += [_attachment_part(item, attachment_chars) for item in request.attachments]
+    return {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": request.system},
+            {"role": "user", "content": content},
+        ],
+    }
+
+
+def _attachment_part(attachment: Attachment, limit: int) -> dict[str, Any]:
+    if attachment.mime.lower().startswith("image/"):
+        data = b64encode(attachment.data).decode("ascii")
+        url = f"data:{attachment.mime};base64,{data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    heading = f"Attached file {attachment.name} ({attachment.mime}"
+    try:
+        text = attachment.data.decode("utf-8")
+    except UnicodeDecodeError:
+        size = len(attachment.data)
+        return {"type": "text", "text": f"{heading}, {size} bytes): binary, not shown."}
+    return {"type": "text", "text": f"{heading}):\n{cut(text, limit)}"}
+
+
+def _parse_reply(data: bytes) -> ModelReply:
+    """Return the reply in a 200 body; raise ModelCallError (not retryable) if unusable.
+
+    An unusable body is not retried here: it is the model's (or its server's)
+    answer, and the agent's own retry budget decides whether to ask again.
+    """
+    try:
+        payload = json.loads(data)
+    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError
+        raise _unusable(f"the body is not JSON: {_excerpt(data)}") from None
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise _unusable(f"the reply has no choices: {_excerpt(data)}")
+    message = choices[0].get("message") if isinstance(choices[0], dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str):
+        kind = type(content).__name__ if content is not None else "missing"
+        raise _unusable(f"the reply's choices[0].message.content is not text ({kind})")
+    return ModelReply(text=content, usage=_parse_usage(payload.get("usage")))
+
+
+class _ServerUsage(BaseModel):
+    """The usage object as servers send it: fields may be missing or null."""
+
+    model_config = ConfigDict(strict=True)
+
+    prompt_tokens: NonNegativeInt | None = None
+    completion_tokens: NonNegativeInt | None = None
+    total_tokens: NonNegativeInt | None = None
+
+
+def _parse_usage(value: object) -> Usage:
+    if value is None:
+        return Usage()
+    try:
+        given = _ServerUsage.model_validate(value)
+    except ValidationError:
+        raise _unusable(f"the reply's usage is not whole numbers >= 0: {value!r:.200}") from None
+    prompt = given.prompt_tokens or 0
+    completion = given.completion_tokens or 0
+    total = prompt + completion if given.total_tokens is None else given.total_tokens
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+
+
+def _unusable(message: str) -> ModelCallError:
+    return ModelCallError(
+        f"unusable reply from the model server: {message}", retryable=False, status=200
+    )
+
+
+def _error_for_status(
+    status: int, headers: Mapping[str, str], data: bytes, now: float
+) -> ModelCallError:
+    """Return the error for a non-200 answer: retryable for 408, 429 and 5xx."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "unknown status"
+    said = _server_message(data)
+    message = f"model server answered {status} {phrase}" + (
+        f": {said}" if said and said != phrase else ""
+    )
+    retryable = status in (408, 429) or status >= 500
+    retry_after = parse_retry_after(headers.get("retry-after"), now) if retryable else None
+    return ModelCallError(message, retryable=retryable, status=status, retry_after=retry_after)
+
+
+def _server_message(data: bytes) -> str:
+    """Return the server's own words: `error.message` if the body has it, else the body."""
+    text = data.decode("utf-8", "replace")
+    try:
+        payload = json.loads(text)
+    except (ValueError, RecursionError):
+        payload = None
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            text = error["message"]
+        elif isinstance(error, str):
+            text = error
+    return _one_line(text, _MESSAGE_CHARS)
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _excerpt(data: bytes) -> str:
+    return repr(_one_line(data.decode("utf-8", "replace"), _EXCERPT_CHARS)) if data else "empty"
+
+
+# --- the I/O seam ----------------------------------------------------------------
+
+
+@contextmanager
+def _translating_errors(where: str, timeout: httpx.Timeout) -> Iterator[None]:
+    """Turn every httpx exception into a ModelCallError; the one place that knows httpx's."""
+    try:
+        yield
+    except httpx.TimeoutException as error:
+        what = type(error).__name__  # ConnectTimeout, ReadTimeout, WriteTimeout, PoolTimeout
+        limit = getattr(timeout, what.removesuffix("Timeout").lower(), None)
+        message = f"{what} talking to {where} (limit {limit} s)"
+        raise ModelCallError(message, retryable=True) from None
+    except httpx.ConnectError as error:
+        raise ModelCallError(f"could not connect to {where}: {error}", retryable=True) from None
+    except (httpx.NetworkError, httpx.RemoteProtocolError) as error:
+        # A dropped connection: often a kept-alive one the server had already closed.
+        message = f"connection to {where} failed: {type(error).__name__}: {error}"
+        raise ModelCallError(message, retryable=True) from None
+    except httpx.HTTPError as error:
+        # A bad URL, a header httpx refuses, an undecodable body: trying again won't help.
+        message = f"request to {where} failed: {type(error).__name__}: {error}"
+        raise ModelCallError(message, retryable=False) from None
+
+
+def _read_capped(response: httpx.Response, limit: int) -> bytes:
+    """Return the whole (decoded) body; raise ModelCallError once it passes `limit` bytes.
+
+    The size is checked while the body streams in, so a runaway (or decompressed)
+    body never sits in memory whole.
+    """
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_big(response, limit)
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise _too_big(response, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_big(response: httpx.Response, limit: int) -> ModelCallError:
+    message = f"the model server's reply is larger than {limit} bytes"
+    return ModelCallError(message, retryable=False, status=response.status_code)
+
+
+class ModelClient:
+    """Calls one OpenAI-compatible chat completions endpoint; one per process.
+
+    `transport` replaces httpx's network transport (tests); `sleep`, `rand` and
+    `now` (Unix seconds, for Retry-After dates) are injectable so the retry
+    waits can be observed without waiting. Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        settings: ModelSettings,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._settings = settings
+        self._sleep = sleep
+        self._rand = rand
+        self._now = now
+        self._key = settings.key.get_secret_value() if settings.key else None
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        timeout = httpx.Timeout(
+            settings.read_timeout, connect=settings.connect_timeout, pool=settings.connect_timeout
+        )
+        self._timeout = timeout
+        self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport)
+        url = httpx.URL(settings.url)
+        self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+
+    def complete(
+        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+    ) -> ModelReply:
+        """Return the model's reply to `request`, retrying transient failures.
+
+        `should_stop` is asked before every wait between attempts (and after it), so
+        a cancelled run stops retrying. Raises ModelCallError: the permanent failure
+        at once, or the last transient one when the retries are spent or stopped.
+        """
+        settings = self._settings
+        body = json.dumps(
+            chat_body(settings.model, request, attachment_chars=settings.attachment_chars)
+        ).encode("utf-8")
+        attempts = settings.retries + 1
+        for attempt in range(attempts):
+            try:
+                return self._attempt(body)
+            except ModelCallError as error:
+                if not error.retryable:
+                    raise
+                if attempt + 1 == attempts:
+                    raise _again(error, f"gave up after {_attempts(attempts)}") from None
+                self._pause(attempt, error, attempts, should_stop)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _pause(
+        self,
+        attempt: int,
+        error: ModelCallError,
+        attempts: int,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        """Wait before the next attempt; raise ModelCallError if the caller says stop."""
+        stopped = _again(error, f"stopped after {_attempts(attempt + 1)} of {attempts}")
+        if should_stop is not None and should_stop():
+            raise stopped from None
+        settings = self._settings
+        delay = backoff_seconds(
+            attempt, error.retry_after, settings.backoff_base, settings.backoff_cap, self._rand()
+        )
+        log.warning(
+            "model call attempt %d of %d failed, retrying in %.2f s: %s",
+            attempt + 1,
+            attempts,
+            delay,
+            error.message,
+        )
+        self._sleep(delay)
+        if should_stop is not None and should_stop():
+            raise stopped from None
+
+    def _attempt(self, body: bytes) -> ModelReply:
+        """Make one HTTP request; raise ModelCallError (with the key scrubbed) if it fails."""
+        try:
+            with (
+                _translating_errors(self._where, self._timeout),
+                self._http.stream("POST", self._settings.url, content=body) as response,
+            ):
+                data = _read_capped(response, self._settings.max_body_bytes)
+            if response.status_code != 200:
+                raise _error_for_status(response.status_code, response.headers, data, self._now())
+            return _parse_reply(data)
+        except ModelCallError as error:
+            raise self._scrubbed(error) from None
+
+    def _scrubbed(self, error: ModelCallError) -> ModelCallError:
+        """Return `error` without the key, in case a server (or httpx) echoed it."""
+        if not self._key or self._key not in error.message:
+            return error
+        message = error.message.replace(self._key, "***")
+        return ModelCallError(
+            message, retryable=error.retryable, status=error.status, retry_after=error.retry_after
+        )
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        self._http.close()
+
+    def __enter__(self) -> ModelClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt" if count == 1 else f"{count} attempts"
+
+
+def _again(error: ModelCallError, what: str) -> ModelCallError:
+    return ModelCallError(
+        f"model call {what}: {error.message}",
+        retryable=error.retryable,
+        status=error.status,
+        retry_after=error.retry_after,
+    )

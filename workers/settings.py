@@ -1,0 +1,295 @@
+"""Relay's settings, read once from `RELAY_*` environment variables into one frozen value.
+
+    RELAY_REDIS_URL              redis://, rediss:// or unix:// URL; unset: the CLI
+                                 starts an embedded Redis
+    RELAY_BROKER_URL             Celery's broker; default: the Redis URL (a unix://
+                                 URL becomes kombu's redis+socket://)
+    RELAY_MODEL_URL              OpenAI-compatible base URL (http://localhost:11434/v1)
+                                 or its /chat/completions URL; unset: the demo model
+    RELAY_MODEL                  model name sent with each call (default "default")
+    RELAY_MODEL_KEY              bearer key (optional)
+    RELAY_APP                    module:attr of the Relay object (optional)
+    RELAY_PREFIX                 Redis key prefix (default "relay:"; ":" is added if missing)
+    RELAY_MODEL_CONNECT_TIMEOUT  seconds (5)
+    RELAY_MODEL_TIMEOUT          seconds without a byte from the model server (120)
+    RELAY_MODEL_RETRIES          retries of a transient model failure (4)
+    RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
+    RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
+    RELAY_RECOVERY_SECONDS       how soon a run continues after its worker dies: the
+                                 lease length, and it drives the visibility timeout (120)
+    RELAY_APPROVAL_TTL           seconds an approval waits before it is declined;
+                                 0 = never (7 days)
+    RELAY_RETENTION              seconds a finished run is kept (7 days)
+
+A variable that is unset or blank takes its default; surrounding spaces are
+ignored. A bad value raises `SettingsError` with one line naming the variable.
+Passwords in URLs and the key never appear in `repr`, `str`, `redacted()` or errors.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+
+from workers.model_client import ModelSettings, chat_completions_url, check_api_key
+
+__all__ = ["Settings", "SettingsError", "redact_url"]
+
+_DAY = 24 * 60 * 60.0
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
+_INTEGER = re.compile(r"[0-9]+")
+_URL_FIELDS = ("redis_url", "broker_url", "model_url")
+
+
+class SettingsError(ValueError):
+    """Raised when an environment variable has a value Relay cannot use; one line, no secrets."""
+
+
+def redact_url(url: str) -> str:
+    """Return `url` with its password (if any) replaced by `***`.
+
+    `redis://user:pw@host/0` becomes `redis://user:***@host/0`; a URL without a
+    password comes back unchanged. When the URL cannot be read that way (an `@`
+    past the host, as an unescaped `/`, `?` or `#` in a password leaves it),
+    everything from after `://` up to the last `@` is masked instead.
+    """
+    head, separator, rest = url.partition("://")
+    if not separator or "@" in head:
+        return "***@" + url.rpartition("@")[2] if "@" in url else url
+    ends = [index for index in (rest.find(char) for char in "/?#") if index >= 0]
+    netloc, tail = rest[: min(ends, default=len(rest))], rest[min(ends, default=len(rest)) :]
+    if "@" in tail:
+        return f"{head}://***@{rest.rpartition('@')[2]}"
+    if "@" not in netloc:
+        return url
+    userinfo, _, host = netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    return f"{head}://{user}{':***' if colon else ''}@{host}{tail}"
+
+
+# --- parsers: each takes a value from the environment (a str) or from code -------
+
+
+def _number(value: object, pattern: re.Pattern[str]) -> float | None:
+    """Return `value` as a finite number if it is one (a bool is not), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        if not pattern.fullmatch(value.strip()):
+            return None
+    elif not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _seconds(value: object) -> float:
+    number = _number(value, _DECIMAL)
+    if number is None or number <= 0:
+        raise ValueError("expected a number of seconds > 0")
+    return number
+
+
+def _seconds_or_never(value: object) -> float | None:
+    if value is None:
+        return None
+    number = _number(value, _DECIMAL)
+    if number is None or number < 0:
+        raise ValueError("expected a number of seconds >= 0 (0 = never)")
+    return number or None
+
+
+def _count(minimum: int) -> Callable[[object], int]:
+    def parse(value: object) -> int:
+        if isinstance(value, float) and not value.is_integer():
+            value = None  # 4.5 retries is not a count
+        number = _number(value, _INTEGER)
+        if number is None or number < minimum or number > 2**53:
+            raise ValueError(f"expected a whole number >= {minimum}")
+        return int(number)
+
+    return parse
+
+
+def _redis_url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
+    names = [f"{scheme}://" for scheme in schemes]
+    expected = f"expected a {', '.join(names[:-1])} or {names[-1]} URL"
+
+    def parse(value: object) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or any(char.isspace() for char in value):
+            raise ValueError(expected)
+        try:
+            parts = urlsplit(value)
+            _ = parts.port  # raises ValueError for a port that is not a number
+        except ValueError:
+            raise ValueError(expected) from None
+        scheme = parts.scheme.lower()
+        socket = scheme in ("unix", "redis+socket")
+        if scheme not in schemes or not (parts.path if socket else parts.hostname):
+            raise ValueError(expected)
+        if scheme == "unix" and "redis+socket" in schemes:
+            # kombu spells a socket URL its own way; redis-py's would not load.
+            return "redis+socket" + value[len("unix") :]
+        return value
+
+    return parse
+
+
+def _model_url(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("expected a URL")
+    return chat_completions_url(value)
+
+
+def _model_name(value: object) -> str:
+    if not isinstance(value, str) or not value.strip() or not value.isprintable():
+        raise ValueError("expected a model name")
+    return value.strip()
+
+
+def _key(value: object) -> SecretStr | None:
+    if value is None:
+        return None
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if not isinstance(value, str):
+        raise ValueError("expected a key")
+    return SecretStr(check_api_key(value))
+
+
+def _app(value: object) -> str | None:
+    if value is None:
+        return None
+    expected = "expected module:attribute, like mymodule:relay"
+    if not isinstance(value, str):
+        raise ValueError(expected)
+    module, colon, attribute = value.partition(":")
+    names = module.split(".") + attribute.split(".")
+    if not colon or not all(name.isidentifier() for name in names):
+        raise ValueError(expected)
+    return value
+
+
+def _prefix(value: object) -> str:
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise ValueError("expected a non-empty prefix")
+    if any(char.isspace() or char in "*?[]\\" for char in value):
+        # Spaces break the CLI's output; glob characters break SCAN MATCH patterns.
+        raise ValueError("expected a prefix without spaces or any of * ? [ ] \\")
+    return value if value.endswith(":") else value + ":"
+
+
+_Seconds = Annotated[float, BeforeValidator(_seconds)]
+_RedisUrl = Annotated[str | None, BeforeValidator(_redis_url(("redis", "rediss", "unix")))]
+_BrokerUrl = Annotated[
+    str | None, BeforeValidator(_redis_url(("redis", "rediss", "redis+socket", "unix")))
+]
+
+
+class Settings(BaseModel):
+    """Everything Relay's runtime reads from the environment; build it with `from_env`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+
+    redis_url: _RedisUrl = None
+    broker_url: _BrokerUrl = None
+    model_url: Annotated[str | None, BeforeValidator(_model_url)] = None
+    """The chat completions endpoint (a base URL is completed); None: the demo model."""
+    model: Annotated[str, BeforeValidator(_model_name)] = "default"
+    model_key: Annotated[SecretStr | None, BeforeValidator(_key)] = None
+    app: Annotated[str | None, BeforeValidator(_app)] = None
+    prefix: Annotated[str, BeforeValidator(_prefix)] = "relay:"
+    model_connect_timeout: _Seconds = 5.0
+    model_timeout: _Seconds = 120.0
+    model_retries: Annotated[int, BeforeValidator(_count(0))] = 4
+    tool_timeout: _Seconds = 300.0
+    tool_output_chars: Annotated[int, BeforeValidator(_count(1))] = 20_000
+    recovery_seconds: _Seconds = 120.0
+    approval_ttl: Annotated[float | None, BeforeValidator(_seconds_or_never)] = 7 * _DAY
+    """None: approvals never expire."""
+    retention: _Seconds = 7 * _DAY
+
+    @model_validator(mode="before")
+    @classmethod
+    def _broker_defaults_to_redis(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("broker_url") is None and data.get("redis_url"):
+            return {**data, "broker_url": data["redis_url"]}
+        return data
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Return the settings in `environ` (default: `os.environ`).
+
+        Raises SettingsError, one line naming the first bad variable and (with any
+        password masked, and never for the key) the value it had.
+        """
+        env = os.environ if environ is None else environ
+        given = {
+            field: env[variable].strip()
+            for field, variable in _VARIABLES.items()
+            if env.get(variable, "").strip()
+        }
+        try:
+            return cls.model_validate(given)
+        except ValidationError as error:
+            raise SettingsError(_describe(error, given)) from None
+
+    def model_settings(self) -> ModelSettings:
+        """Return what the model client needs; raise SettingsError if RELAY_MODEL_URL is unset."""
+        if self.model_url is None:
+            raise SettingsError("RELAY_MODEL_URL: not set (the demo model needs no client)")
+        return ModelSettings(
+            url=self.model_url,
+            model=self.model,
+            key=self.model_key,
+            connect_timeout=self.model_connect_timeout,
+            read_timeout=self.model_timeout,
+            retries=self.model_retries,
+        )
+
+    def redacted(self) -> dict[str, Any]:
+        """Return every setting by field name, safe to log: URL passwords and the key masked."""
+        values = self.model_dump()
+        for name in _URL_FIELDS:
+            if values[name] is not None:
+                values[name] = redact_url(values[name])
+        values["model_key"] = None if self.model_key is None else "***"
+        return values
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        # pydantic builds both repr() and str() from this.
+        return self.redacted().items()
+
+
+_VARIABLES = {field: "RELAY_" + field.upper() for field in Settings.model_fields}
+
+
+def _describe(error: ValidationError, given: Mapping[str, str]) -> str:
+    """Return one line for the first problem in `error`, naming the variable."""
+    first = error.errors(include_url=False)[0]
+    field = str(first["loc"][0]) if first["loc"] else ""
+    cause = first.get("ctx", {}).get("error")
+    reason = str(cause) if isinstance(cause, ValueError) else first["msg"]
+    line = f"{_VARIABLES.get(field, field)}: {reason}"
+    value = given.get(field)
+    if value is None or field == "model_key":
+        return line
+    shown = redact_url(value) if field in _URL_FIELDS else value
+    return f"{line}, got {shown!r}"
