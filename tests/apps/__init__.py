@@ -1,0 +1,1 @@
+"""Relay apps the runtime tests run in real worker processes."""

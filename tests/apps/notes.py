@@ -1,0 +1,121 @@
+"""A small Relay app for the runtime tests: notes in a folder, and tools that keep a ledger.
+
+Every tool that must not run twice writes a line to `ledger.txt` in the folder
+named by RELAY_TEST_DIR, so a test can count how often it really ran.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from agent_core import Config, Risk, Specialist
+from workers import Relay, Settings, ToolContext
+
+SPECIALISTS = [
+    Specialist("reader", "Reads notes").tools(["read_note", "sleep"]).instructions("Only read."),
+    Specialist("writer", "Writes notes").tools(["write_note", "delete_note"]),
+    Specialist("sleeper", "Waits a while").tools(["sleep", "once"]),
+]
+
+
+def folder() -> Path:
+    return Path(os.environ.get("RELAY_TEST_DIR", "."))
+
+
+def ledger(line: str) -> None:
+    with (folder() / "ledger.txt").open("a") as out:
+        out.write(line + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def build(settings: Settings | None = None) -> Relay:
+    relay = Relay(
+        "notes",
+        config=Config(require_plan=False, max_batch=4, max_calls=20),
+        specialists=SPECIALISTS,
+        questions=True,
+        settings=settings,
+    )
+
+    @relay.tool(risk=Risk.READ)
+    def read_note(name: str) -> str:
+        """Read a note.
+
+        Args:
+            name: The note's file name.
+        """
+        path = folder() / "notes" / name
+        return path.read_text() if path.exists() else f"(no note named {name})"
+
+    @relay.tool(risk=Risk.CREATE)
+    def write_note(name: str, text: str) -> str:
+        """Write a new note."""
+        ledger(f"write_note {name}")
+        notes = folder() / "notes"
+        notes.mkdir(exist_ok=True)
+        (notes / name).write_text(text)
+        return f"wrote {len(text)} characters to {name}"
+
+    @relay.tool(risk=Risk.WRITE)
+    def delete_note(name: str) -> str:
+        """Delete a note."""
+        ledger(f"delete_note {name}")
+        return f"deleted {name}"
+
+    @relay.tool(risk=Risk.MONEY)
+    def pay(amount: float) -> str:
+        """Pay an amount."""
+        ledger(f"pay {amount}")
+        return f"paid {amount}"
+
+    @relay.tool(risk=Risk.READ)
+    def sleep(seconds: float) -> str:
+        """Wait, then say so (safe to run again)."""
+        ledger(f"sleep start {seconds}")
+        time.sleep(seconds)
+        ledger(f"sleep end {seconds}")
+        return f"slept {seconds}"
+
+    @relay.tool(risk=Risk.CREATE)
+    def once(label: str, seconds: float = 0.0) -> str:
+        """Do something that must never happen twice, slowly."""
+        ledger(f"once start {label}")
+        time.sleep(seconds)
+        ledger(f"once end {label}")
+        return f"did {label}"
+
+    @relay.tool(risk=Risk.READ)
+    def big(size: int) -> str:
+        """Return a long text."""
+        return "x" * size
+
+    @relay.tool(risk=Risk.READ)
+    def number() -> str:
+        """Return something that is not text (a bug in the tool)."""
+        return 42  # type: ignore[return-value]
+
+    @relay.tool(risk=Risk.READ)
+    def boom() -> str:
+        """Fail."""
+        raise RuntimeError("kaboom")
+
+    @relay.tool(risk=Risk.READ)
+    def until_cancelled(context: ToolContext, seconds: float) -> str:
+        """Work until told to stop."""
+        ledger(f"until_cancelled start {context.idempotency_key}")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if context.cancelled():
+                ledger("until_cancelled saw cancel")
+                return "stopped"
+            context.progress("still working")
+            time.sleep(0.1)
+        return "finished"
+
+    return relay
+
+
+relay = build()

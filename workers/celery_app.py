@@ -1,0 +1,168 @@
+"""The Celery app of a Relay: its settings, its three tasks and how messages are sent.
+
+One explicit app per Relay (never `current_app`). JSON only; late acks with
+reject-on-worker-lost, so a message whose worker dies is delivered again;
+prefetch 1, so a slow call never holds messages another worker could take.
+Relay's own leases and the tick recover a dead worker's call within
+`RELAY_RECOVERY_SECONDS`; the broker's visibility timeout is kept longer than
+any task can run, so it never hands a live task to a second worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from celery import Celery
+
+from workers.engine import Message
+from workers.settings import Settings
+
+__all__ = ["Queues", "build_celery", "sender"]
+
+log = logging.getLogger(__name__)
+
+VISIBILITY_MARGIN_S = 120
+
+
+@dataclass(frozen=True)
+class Queues:
+    """Queue names: advancing runs, model calls and tool calls, so each can get its own pool."""
+
+    advance: str
+    model: str
+    tools: str
+
+    @classmethod
+    def under(cls, prefix: str) -> Queues:
+        return cls(advance=f"{prefix}advance", model=f"{prefix}model", tools=f"{prefix}tools")
+
+    def all(self) -> list[str]:
+        return [self.advance, self.model, self.tools]
+
+    def named(self, short: str) -> str:
+        """Return the queue for a short name (`advance`, `model`, `tools`) or a full one."""
+        return {"advance": self.advance, "model": self.model, "tools": self.tools}.get(short, short)
+
+
+class RuntimeLike(Protocol):
+    """The part of the runtime the tasks call (see workers.runtime.Runtime)."""
+
+    def advance(self, run_id: str) -> None: ...
+    def call_model(self, run_id: str, seq: int) -> None: ...
+    def run_tool(self, run_id: str, call_id: str) -> None: ...
+    def tick(self) -> None: ...
+
+
+def visibility_timeout(settings: Settings) -> int:
+    """Seconds a delivered message stays invisible: longer than the longest task."""
+    model_s = (settings.model_timeout + 30) * (settings.model_retries + 1)
+    return int(max(model_s, settings.tool_timeout) + VISIBILITY_MARGIN_S)
+
+
+def build_celery(
+    name: str,
+    settings: Settings,
+    broker_url: str,
+    runtime: Callable[[], RuntimeLike],
+) -> Celery:
+    """Return the configured Celery app with the tasks `relay.advance`, `relay.call_model`,
+    `relay.run_tool` and `relay.tick` registered on it."""
+    queues = Queues.under(settings.prefix)
+    app = Celery(name, broker=broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        event_serializer="json",
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": visibility_timeout(settings)},
+        task_send_sent_event=True,
+        worker_send_task_events=True,
+        task_default_queue=queues.advance,
+        task_routes={
+            "relay.advance": {"queue": queues.advance},
+            "relay.tick": {"queue": queues.advance},
+            "relay.call_model": {"queue": queues.model},
+            "relay.run_tool": {"queue": queues.tools},
+        },
+        beat_schedule={"relay-tick": {"task": "relay.tick", "schedule": 5.0}},
+        worker_hijack_root_logger=False,
+    )
+
+    @app.task(name="relay.advance")
+    def advance(run_id: str) -> None:
+        runtime().advance(run_id)
+
+    @app.task(name="relay.call_model")
+    def call_model(run_id: str, seq: int) -> None:
+        runtime().call_model(run_id, seq)
+
+    @app.task(name="relay.run_tool")
+    def run_tool(run_id: str, call_id: str) -> None:
+        runtime().run_tool(run_id, call_id)
+
+    @app.task(name="relay.tick")
+    def tick() -> None:
+        runtime().tick()
+
+    return app
+
+
+def sender(
+    app: Celery, queues: Queues, tool_time_limit: Callable[[str], float]
+) -> Callable[[list[Message]], None]:
+    """Return a function that sends messages as tasks, with deterministic ids where they matter.
+
+    A message that cannot be sent is logged and left to the tick, which finds
+    it in the outbox and sends it again.
+    """
+
+    def send(messages: list[Message]) -> None:
+        for message in messages:
+            try:
+                _send_one(app, queues, message, tool_time_limit)
+            except Exception as error:  # noqa: BLE001 - the outbox keeps it; the tick re-sends
+                log.warning("could not send %s for run %s: %s", message.kind, message.run, error)
+
+    return send
+
+
+def _send_one(
+    app: Celery, queues: Queues, m: Message, tool_time_limit: Callable[[str], float]
+) -> None:
+    if m.kind == "call_model":
+        app.send_task(
+            "relay.call_model",
+            args=[m.run, m.seq],
+            task_id=f"{m.run}:m{m.seq}",
+            argsrepr=f"run={m.run} step={m.seq}",
+            queue=queues.model,
+        )
+    elif m.kind == "run_tool":
+        app.send_task(
+            "relay.run_tool",
+            args=[m.run, m.call],
+            task_id=f"{m.run}:{m.call}",
+            argsrepr=f"run={m.run} call={m.call} tool={m.tool or '?'}",
+            queue=queues.tools,
+            time_limit=int(tool_time_limit(m.tool)) + 60,
+        )
+    else:
+        app.send_task(
+            "relay.advance",
+            args=[m.run],
+            task_id=f"{m.run}:advance:{secrets.token_hex(4)}",
+            argsrepr=f"run={m.run}",
+            queue=queues.advance,
+        )

@@ -1,0 +1,236 @@
+"""What Relay keeps in Redis about a run, and the events that move it.
+
+All of it is pydantic data with a `kind` tag where variants exist, validated
+whenever it is read back: a corrupt record fails its own run, not the worker.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
+
+from agent_core import Config, Outcome, Risk, Stop, ToolOutput
+from workers.model_client import Usage
+
+__all__ = [
+    "Answer",
+    "CallDecision",
+    "CallTrack",
+    "CancelRun",
+    "ChildDone",
+    "InboxEvent",
+    "ModelFailed",
+    "ModelReplied",
+    "Pending",
+    "PlanDecision",
+    "RunRecord",
+    "RunState",
+    "RunStatus",
+    "ToolDone",
+    "TraceEntry",
+    "inbox_event",
+]
+
+RunState = Literal["running", "waiting", "finished"]
+WaitingFor = Literal["model", "tools", "children", "plan", "call", "question"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class CallTrack(BaseModel):
+    """The host side of one call of the current batch."""
+
+    model_config = _FROZEN
+    status: Literal["running", "approval", "child"]
+    tool: str
+    child: str | None = None
+    created_ms: int
+    expires_ms: int | None = None
+
+
+class RunRecord(BaseModel):
+    """Everything about a run but its agent snapshot (kept beside it)."""
+
+    model_config = _FROZEN
+
+    id: str
+    parent: str | None = None
+    root: str
+    ancestors: tuple[str, ...] = ()
+    """Every run above this one, the root first; usage rolls up to each of them."""
+    parent_call: str | None = None
+    """The parent's delegate call this run answers."""
+    depth: NonNegativeInt = 0
+    task: str
+    recipe: str | None = None
+    schedule: str | None = None
+    created_ms: int
+    updated_ms: int
+    finished_ms: int | None = None
+    state: RunState = "running"
+    waiting_for: WaitingFor | None = None
+    seq: NonNegativeInt = 0
+    """Counts changes of the agent's state; a model call is for one seq only."""
+    asked: int | None = None
+    """The seq a model call was sent for (none sent again for the same seq)."""
+    pending: tuple[str, ...] = ()
+    """Members of the pending index this run holds."""
+    cursor: str = "0-0"
+    """The last inbox entry applied."""
+    calls: dict[str, CallTrack] = Field(default_factory=dict)
+    children: tuple[str, ...] = ()
+    usage: Usage = Usage()
+    """Tokens of this run's own model calls (descendants' are in the totals)."""
+    budget: int | None = None
+    """Tokens the whole tree may use (set on the root; children draw on it)."""
+    config: Config
+    tools: tuple[str, ...] | None = None
+    """The tools this run may use (a recipe's); None: all."""
+    verifier_rejections: NonNegativeInt = 0
+    forced_stop: Stop | None = None
+    """A stop the host imposed (budget spent, run failed) in place of the agent's CANCELLED."""
+    outcome: Outcome | None = None
+
+
+class TraceEntry(BaseModel):
+    """One line of a run's trace: the agent's events and the runtime's own."""
+
+    model_config = ConfigDict(frozen=True)
+    at_ms: int
+    run: str
+    kind: str
+    text: str = ""
+    call_id: str | None = None
+    tool: str | None = None
+    status: str | None = None
+    stop: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- inbox events: everything that happens to a run ---------------------------------
+
+
+class ModelReplied(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["model_replied"] = "model_replied"
+    seq: int
+    text: str
+    usage: Usage = Usage()
+
+
+class ModelFailed(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["model_failed"] = "model_failed"
+    seq: int
+    error: str
+    budget: bool = False
+    """The call was not made: the tree's token budget is spent."""
+
+
+class ToolDone(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["tool_done"] = "tool_done"
+    call: str
+    output: ToolOutput
+
+
+class ChildDone(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["child_done"] = "child_done"
+    call: str
+    child: str
+    outcome: Outcome
+
+
+class CallDecision(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["call_decision"] = "call_decision"
+    call: str
+    yes: bool
+    reason: str = ""
+
+
+class PlanDecision(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["plan_decision"] = "plan_decision"
+    seq: int
+    yes: bool
+
+
+class Answer(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["answer"] = "answer"
+    seq: int
+    text: str
+
+
+class CancelRun(BaseModel):
+    model_config = _FROZEN
+    kind: Literal["cancel"] = "cancel"
+    reason: str = ""
+    stop: Literal["cancelled", "budget_exceeded", "failed"] = "cancelled"
+
+
+InboxEvent = Annotated[
+    ModelReplied
+    | ModelFailed
+    | ToolDone
+    | ChildDone
+    | CallDecision
+    | PlanDecision
+    | Answer
+    | CancelRun,
+    Field(discriminator="kind"),
+]
+_INBOX_EVENT: TypeAdapter[InboxEvent] = TypeAdapter(InboxEvent)
+
+
+def inbox_event(text: str | bytes) -> InboxEvent:
+    """Return the event stored as `text`; raises pydantic's ValidationError if it is not one."""
+    return _INBOX_EVENT.validate_json(text)
+
+
+# --- what the client API shows ------------------------------------------------------
+
+
+class Pending(BaseModel):
+    """Something waiting on a person: a plan, a call or a question."""
+
+    model_config = _FROZEN
+    kind: Literal["plan", "call", "question"]
+    run_id: str
+    root_id: str
+    call_id: str | None = None
+    tool: str | None = None
+    summary: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    risk: Risk | None = None
+    created_ms: int
+    expires_ms: int | None = None
+    seq: int = 0
+    """The run's step this is for; a plan or answer decision names it implicitly."""
+
+
+class RunStatus(BaseModel):
+    """A run as the client API shows it."""
+
+    model_config = _FROZEN
+    id: str
+    state: RunState
+    waiting_for: WaitingFor | None
+    task: str
+    parent: str | None
+    root: str
+    children: tuple[str, ...]
+    recipe: str | None
+    schedule: str | None
+    usage: Usage
+    """This run's own model calls."""
+    total_usage: Usage
+    """This run's and all its descendants'."""
+    created_ms: int
+    updated_ms: int
+    finished_ms: int | None
+    outcome: Outcome | None
+    pending: tuple[Pending, ...] = ()

@@ -1,0 +1,419 @@
+"""The worker side of Relay: what the tasks do, step by step.
+
+`advance` loads a run, applies its inbox through `workers.engine`, saves with
+a compare-and-set and sends what the save decided. `call_model` and
+`run_tool` claim their call (a lease in Redis, so a duplicate delivery does
+nothing and a dead worker's call is noticed), do the I/O, record the outcome
+as an inbox event and advance the run in the same task. `heal` is the tick's
+part: it re-sends whatever the outbox says was never dealt with, and declines
+approvals whose time ran out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
+from agent_core.text import cut
+from workers import engine
+from workers.engine import Message, Surroundings
+from workers.errors import StoreUnavailable
+from workers.leases import CallTimedOut, Lease, run_leased
+from workers.model_client import ModelCallError, ModelReply
+from workers.records import (
+    Answer,
+    CallDecision,
+    InboxEvent,
+    ModelFailed,
+    ModelReplied,
+    Pending,
+    PlanDecision,
+    RunRecord,
+    ToolDone,
+    TraceEntry,
+)
+from workers.registry import ToolContext, ToolSpec
+from workers.settings import Settings
+from workers.store import Claim, Loaded, RunStore, SaveEffects, pending_member
+
+__all__ = ["Model", "Runtime", "RuntimeHost", "now_ms"]
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+"""Claims of one call before Relay stops trying (each earlier worker died mid-call)."""
+SAVE_TRIES = 20
+NO_ANSWER = "(No answer came in time. Carry on without it, and say what you assumed.)"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Model(Protocol):
+    """What Relay needs of a model: a reply to a request (see workers.model_client)."""
+
+    def complete(
+        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+    ) -> ModelReply: ...
+
+
+class RuntimeHost(Protocol):
+    """What the runtime needs from the Relay object that owns it."""
+
+    settings: Settings
+
+    def restore_agent(self, record: RunRecord, snapshot: str) -> Agent: ...
+
+    def tool_spec(self, name: str) -> ToolSpec | None: ...
+
+    def verifier(self) -> engine.Verifier | None: ...
+
+    def model(self) -> Model: ...
+
+
+@dataclass(frozen=True)
+class Timing:
+    lease_ms: int
+    grace_ms: int
+    approval_ttl_ms: int | None
+    retention_s: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Timing:
+        recovery_ms = int(settings.recovery_seconds * 1000)
+        ttl = settings.approval_ttl
+        return cls(
+            lease_ms=max(recovery_ms // 2, 200),
+            grace_ms=max(recovery_ms, 1_000),
+            approval_ttl_ms=None if ttl is None else int(ttl * 1000),
+            retention_s=max(int(settings.retention), 1),
+        )
+
+
+class Runtime:
+    """The tasks' bodies, shared by every task of one process."""
+
+    def __init__(
+        self, host: RuntimeHost, store: RunStore, send: Callable[[list[Message]], None]
+    ) -> None:
+        self.host = host
+        self.store = store
+        self.send = send
+        self.timing = Timing.of(host.settings)
+        self.clock: Callable[[], int] = now_ms
+        self.on_tick: Callable[[int], object] = self.heal
+        """What the beat's tick does; the Relay sets it to the scheduler's tick."""
+        self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _token(self) -> str:
+        return f"{self._token_prefix}-{secrets.token_hex(4)}"
+
+    def _around(self) -> Surroundings:
+        t = self.timing
+        return Surroundings(
+            now_ms=self.clock(),
+            grace_ms=t.grace_ms,
+            approval_ttl_ms=t.approval_ttl_ms,
+            retention_s=t.retention_s,
+            verifier=self.host.verifier(),
+        )
+
+    # --- advancing ----------------------------------------------------------------------
+
+    def advance(self, run_id: str, loaded: Loaded | None = None) -> None:
+        """Apply the run's new inbox events and act on its next step; retries lost races."""
+        for _ in range(SAVE_TRIES):
+            if loaded is None:
+                loaded = self.store.load(run_id)
+            if loaded is None:
+                self.store.forget_message(f"a|{run_id}")
+                return
+            if self._advance_once(run_id, loaded):
+                return
+            loaded = None
+        log.warning(
+            "run %s: gave up saving after %d lost races; the tick will retry", run_id, SAVE_TRIES
+        )
+
+    def _advance_once(self, run_id: str, loaded: Loaded) -> bool:
+        record = loaded.record
+        around = self._around()
+        if record is None:
+            advanced = engine.unreadable_record(run_id, loaded.snapshot, loaded.problem, around)
+        elif record.state == "finished":
+            advanced = engine.Advanced(
+                record, loaded.snapshot, SaveEffects(retention=around.retention_s)
+            )
+            advanced.effects.applied = [entry_id for entry_id, _ in loaded.inbox]
+        else:
+            try:
+                agent = self.host.restore_agent(record, loaded.snapshot)
+            except AgentError as error:
+                advanced = engine.unreadable_snapshot(record, loaded.snapshot, str(error), around)
+            else:
+                advanced = engine.advance(record, agent, loaded.inbox, around)
+        saved = self.store.save(
+            advanced.record, loaded.version, advanced.snapshot, advanced.effects
+        )
+        if saved:
+            self.send(advanced.messages)
+        return saved
+
+    # --- model calls ----------------------------------------------------------------------
+
+    def call_model(self, run_id: str, seq: int) -> None:
+        """Make the model call for the run's step `seq`, once, and advance the run."""
+        what, member, token = f"m{seq}", f"m|{run_id}|{seq}", self._token()
+        claim = self.store.claim(
+            run_id,
+            what,
+            member=member,
+            token=token,
+            lease_ms=self.timing.lease_ms,
+            now_ms=self.clock(),
+            root=_root_of(run_id),
+        )
+        if claim.status != "claimed":
+            self._unclaimed(run_id, member, claim.status)
+            return
+        event = self._model_event(run_id, seq, claim, token)
+        if event is None:
+            self.store.forget_message(member)
+            return
+        loaded = self.store.record(
+            run_id,
+            what,
+            event,
+            member=member,
+            token=token,
+            due_ms=self.clock() + self.timing.grace_ms,
+        )
+        self.advance(run_id, loaded)
+
+    def _unclaimed(self, run_id: str, member: str, status: str) -> None:
+        if status == "gone":
+            self.store.forget_message(member)
+        elif status == "done":
+            self.store.forget_message(member)
+            self.advance(run_id)
+
+    def _model_event(self, run_id: str, seq: int, claim: Claim, token: str) -> InboxEvent | None:
+        request = self._current_request(claim, seq)
+        if request is None:
+            return None
+        if claim.attempts > MAX_ATTEMPTS:
+            error = f"gave up after {MAX_ATTEMPTS} attempts: each worker stopped mid-call"
+            return ModelFailed(seq=seq, error=error)
+        over = _over_budget(claim, request)
+        if over:
+            return ModelFailed(seq=seq, error=over, budget=True)
+        cancel = threading.Event()
+        lease = self._lease(run_id, f"m{seq}", f"m|{run_id}|{seq}", token)
+        model = self.host.model()
+        try:
+            reply = run_leased(
+                lambda: model.complete(request, should_stop=cancel.is_set), lease, None, cancel
+            )
+        except ModelCallError as error:
+            return ModelFailed(seq=seq, error=str(error))
+        except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
+            return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
+        return ModelReplied(seq=seq, text=reply.text, usage=reply.usage)
+
+    def _current_request(self, claim: Claim, seq: int) -> ModelRequest | None:
+        """Return the request the run still waits on at `seq`, or None if that is stale."""
+        record = claim.record
+        if record is None or record.state == "finished" or record.seq != seq:
+            return None
+        try:
+            step = self.host.restore_agent(record, claim.snapshot).resume()
+        except AgentError:
+            return None
+        return step.request if isinstance(step, Ask | Summarize) else None
+
+    def _lease(self, run_id: str, what: str, member: str, token: str) -> Lease:
+        def renew() -> bool:
+            return self.store.renew(
+                run_id,
+                what,
+                member=member,
+                token=token,
+                lease_ms=self.timing.lease_ms,
+                now_ms=self.clock(),
+            )
+
+        return Lease(self.timing.lease_ms / 1000, renew, lambda: self.store.cancelled(run_id))
+
+    # --- tool calls -----------------------------------------------------------------------
+
+    def run_tool(self, run_id: str, call_id: str) -> None:
+        """Run one call of the run's batch, at most once unless its tool is idempotent."""
+        member, token = f"t|{run_id}|{call_id}", self._token()
+        claim = self.store.claim(
+            run_id,
+            call_id,
+            member=member,
+            token=token,
+            lease_ms=self.timing.lease_ms,
+            now_ms=self.clock(),
+            root=_root_of(run_id),
+        )
+        if claim.status != "claimed":
+            self._unclaimed(run_id, member, claim.status)
+            return
+        output = self._tool_output(run_id, call_id, claim, token)
+        if output is None:
+            self.store.forget_message(member)
+            return
+        event = ToolDone(call=call_id, output=output)
+        loaded = self.store.record(
+            run_id,
+            call_id,
+            event,
+            member=member,
+            token=token,
+            due_ms=self.clock() + self.timing.grace_ms,
+        )
+        self.advance(run_id, loaded)
+
+    def _tool_output(
+        self, run_id: str, call_id: str, claim: Claim, token: str
+    ) -> ToolOutput | None:
+        call = _batch_call(self.host, claim, call_id)
+        if call is None:
+            return None
+        spec = self.host.tool_spec(call.tool)
+        if spec is None:
+            return ToolOutput.error(f"the tool {call.tool} is not registered on this worker")
+        refused = _not_again(spec, claim.attempts)
+        if refused is not None:
+            return refused
+        context = ToolContext(run_id=run_id, call_id=call_id, attempt=claim.attempts)
+        context._report = lambda text: self._progress(run_id, call_id, call.tool, text)
+        lease = self._lease(run_id, call_id, f"t|{run_id}|{call_id}", token)
+        timeout = spec.timeout if spec.timeout is not None else self.host.settings.tool_timeout
+        try:
+            value = run_leased(
+                lambda: _invoke(spec, call.args, context), lease, timeout, context._cancel
+            )
+        except CallTimedOut as error:
+            return ToolOutput.unknown(f"{error}; it was told to stop and may still finish")
+        except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
+            return ToolOutput.error(f"{type(error).__name__}: {error}".removesuffix(": "))
+        return _as_output(call.tool, value, self.host.settings.tool_output_chars)
+
+    def _progress(self, run_id: str, call_id: str, tool: str, text: str) -> None:
+        entry = TraceEntry(
+            at_ms=self.clock(),
+            run=run_id,
+            kind="progress",
+            text=cut(text, 500),
+            call_id=call_id,
+            tool=tool,
+        )
+        try:
+            self.store.add_trace(run_id, entry)
+        except StoreUnavailable as error:
+            log.warning("could not record progress: %s", error)
+
+    def tick(self) -> None:
+        self.on_tick(self.clock())
+
+    # --- the tick's part ----------------------------------------------------------------------
+
+    def heal(self, now: int) -> int:
+        """Re-send what was never dealt with, decline what expired; return how many were re-sent."""
+        for pending in self.store.expired_pending(now):
+            self._expire(pending, now)
+        members = self.store.due_messages(now)
+        self.store.postpone(members, now + self.timing.grace_ms)
+        messages = [m for m in (engine.message_of(member) for member in members) if m is not None]
+        self.send(messages)
+        return len(messages)
+
+    def _expire(self, pending: Pending, now: int) -> None:
+        event: InboxEvent
+        if pending.kind == "call":
+            assert pending.call_id is not None
+            event = CallDecision(call=pending.call_id, yes=False, reason="no decision came in time")
+            field_name = f"d:{pending.call_id}"
+        elif pending.kind == "plan":
+            event = PlanDecision(seq=pending.seq, yes=False)
+            field_name = f"d:plan:{pending.seq}"
+        else:
+            event = Answer(seq=pending.seq, text=NO_ANSWER)
+            field_name = f"d:question:{pending.seq}"
+        self.store.decide(
+            pending.run_id, pending_member(pending), field_name, event, now + self.timing.grace_ms
+        )
+
+
+def _batch_call(host: RuntimeHost, claim: Claim, call_id: str) -> ToolCall | None:
+    """Return the call of the run's current batch named `call_id`, or None if that is stale."""
+    record = claim.record
+    if record is None or record.state == "finished":
+        return None
+    try:
+        agent = host.restore_agent(record, claim.snapshot)
+    except AgentError:
+        return None
+    step = agent.resume()
+    batch = [step.call, *agent.queued()] if isinstance(step, Run) else []
+    return next((c for c in batch if c.id == call_id), None)
+
+
+def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:
+    """Return why an earlier attempt's death stops this one, or None if it may run."""
+    if attempts > 1 and not spec.idempotent:
+        return ToolOutput.unknown(
+            "the worker running this call stopped before it reported, so it may or may not"
+            " have taken effect; it was not run again"
+        )
+    if attempts > MAX_ATTEMPTS:
+        return ToolOutput.unknown(
+            f"it was tried {MAX_ATTEMPTS} times and each worker stopped mid-call"
+        )
+    return None
+
+
+def _over_budget(claim: Claim, request: ModelRequest) -> str:
+    """Return why the tree's token budget would be passed by this call, or ''."""
+    if claim.root_budget is None:
+        return ""
+    estimate = (len(request.system) + len(request.prompt)) // 4
+    if claim.root_tokens + estimate <= claim.root_budget:
+        return ""
+    return (
+        f"The token budget of {claim.root_budget} would be passed"
+        f" ({claim.root_tokens} used, about {estimate} more needed)."
+    )
+
+
+def _root_of(run_id: str) -> str:
+    """A child's id starts with its root's: `root.call-2.call-1`."""
+    return run_id.split(".", 1)[0]
+
+
+def _invoke(spec: ToolSpec, args: dict[str, object], context: ToolContext) -> object:
+    kwargs = dict(args)
+    if spec.context_param:
+        kwargs[spec.context_param] = context
+    return spec.fn(**kwargs)
+
+
+def _as_output(tool: str, value: object, limit: int) -> ToolOutput:
+    if isinstance(value, ToolOutput):
+        return ToolOutput(status=value.status, text=cut(value.text, limit))
+    if isinstance(value, str):
+        return ToolOutput.ok(cut(value, limit))
+    return ToolOutput.error(
+        f"the tool {tool} returned {type(value).__name__}, not text; a tool must return text"
+    )

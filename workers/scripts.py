@@ -1,0 +1,132 @@
+"""The Lua scripts that make each multi-key change to Redis atomic.
+
+Each script is one transition of the run store; `workers.store` is their only
+caller. Runs live in one hash each (`v` version, `meta` record, `snap` agent
+snapshot, plus small fields: `r:<x>` result recorded, `a:<x>` claim attempts,
+`d:<x>` decision made, `tp`/`tc`/`tt` token totals, `budget`, `cancel`).
+"""
+
+from __future__ import annotations
+
+__all__ = ["CLAIM", "CREATE", "DECIDE", "RECORD", "RENEW", "SAVE"]
+
+# Create a run unless one with that id exists.
+# KEYS: run hash, runs index, outbox.  ARGV: id, meta, snap, now, advance member, due, budget
+CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'snap', ARGV[3], 'tp', 0, 'tc', 0, 'tt', 0)
+if ARGV[7] ~= '' then redis.call('HSET', KEYS[1], 'budget', ARGV[7]) end
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
+return 1
+"""
+
+# Claim the right to make a call (model or tool) by taking its lease; hand back
+# what the call needs to know (the run's record and snapshot, the root's tokens).
+# KEYS: run hash, lease, outbox, root hash.
+# ARGV: result field, attempts field, token, lease ms, outbox member, deadline
+# Returns {status, attempts, root total tokens, root budget or -1, meta, snap}.
+CLAIM = """
+if redis.call('HEXISTS', KEYS[1], 'v') == 0 then return {'gone', 0, 0, -1, '', ''} end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {'done', 0, 0, -1, '', ''} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', 0, 0, -1, '', ''} end
+local attempts = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
+local total = tonumber(redis.call('HGET', KEYS[4], 'tt') or '0')
+local budget = tonumber(redis.call('HGET', KEYS[4], 'budget') or '-1')
+local run = redis.call('HMGET', KEYS[1], 'meta', 'snap')
+return {'claimed', attempts, total, budget, run[1], run[2]}
+"""
+
+# Keep a lease while its call runs. KEYS: lease, outbox. ARGV: token, lease ms, member, deadline
+RENEW = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], 'XX', ARGV[4], ARGV[3])
+return 1
+"""
+
+# Record the outcome of a call, once, as an inbox event; release its lease.
+# KEYS: run hash, inbox, outbox, lease.
+# ARGV: result field, event, done member, advance member, due, token
+RECORD = """
+if redis.call('HEXISTS', KEYS[1], 'v') == 0 then
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  return -1
+end
+if redis.call('GET', KEYS[4]) == ARGV[6] then redis.call('DEL', KEYS[4]) end
+if redis.call('HSETNX', KEYS[1], ARGV[1], 1) == 0 then
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  return 0
+end
+redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
+return 1
+"""
+
+# A person's decision (or an expiry) for something pending; used once.
+# KEYS: run hash, inbox, outbox, pending index, pending data.
+# ARGV: pending member, decision field, event, advance member, due
+# Returns 1 applied, 0 not pending, -1 decided already.
+DECIDE = """
+if redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then return 0 end
+if redis.call('HSETNX', KEYS[1], ARGV[2], 1) == 0 then return -1 end
+redis.call('XADD', KEYS[2], '*', 'e', ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('HDEL', KEYS[5], ARGV[1])
+return 1
+"""
+
+# Save a run if nobody saved it since it was loaded (compare-and-set on `v`),
+# with everything that goes with the save, all or nothing.
+# KEYS: run hash, inbox, trace, outbox, pending index, pending data, runs index.
+# ARGV: expected version, meta, snap, effects (JSON, see RunStore.save).
+SAVE = """
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
+local fx = cjson.decode(ARGV[4])
+redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'snap', ARGV[3])
+for _, id in ipairs(fx.applied) do redis.call('XDEL', KEYS[2], id) end
+for _, entry in ipairs(fx.trace) do
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', fx.trace_max, '*', 'e', entry)
+end
+for _, m in ipairs(fx.send) do redis.call('ZADD', KEYS[4], m[2], m[1]) end
+for _, m in ipairs(fx.unsend) do redis.call('ZREM', KEYS[4], m) end
+for _, p in ipairs(fx.pending_del) do
+  redis.call('ZREM', KEYS[5], p)
+  redis.call('HDEL', KEYS[6], p)
+end
+for _, p in ipairs(fx.pending_add) do
+  redis.call('ZADD', KEYS[5], p[2], p[1])
+  redis.call('HSET', KEYS[6], p[1], p[3])
+end
+for _, u in ipairs(fx.usage) do
+  redis.call('HINCRBY', u[1], 'tp', u[2])
+  redis.call('HINCRBY', u[1], 'tc', u[3])
+  redis.call('HINCRBY', u[1], 'tt', u[4])
+end
+for _, c in ipairs(fx.create) do
+  if redis.call('EXISTS', c[1]) == 0 then
+    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'snap', c[4], 'tp', 0, 'tc', 0, 'tt', 0)
+    redis.call('ZADD', KEYS[7], c[5], c[2])
+    redis.call('ZADD', KEYS[4], c[7], c[6])
+  end
+end
+for _, d in ipairs(fx.deliver) do
+  if redis.call('HEXISTS', d[1], 'v') == 1 then
+    redis.call('XADD', d[2], '*', 'e', d[3])
+    redis.call('ZADD', KEYS[4], d[5], d[4])
+    if d[6] == 1 then redis.call('HSET', d[1], 'cancel', 1) end
+  end
+end
+if redis.call('XLEN', KEYS[2]) == 0 then redis.call('ZREM', KEYS[4], fx.advance) end
+if fx.retention > 0 then
+  redis.call('EXPIRE', KEYS[1], fx.retention)
+  redis.call('EXPIRE', KEYS[3], fx.retention)
+  redis.call('DEL', KEYS[2])
+  redis.call('ZREM', KEYS[4], fx.advance)
+end
+return 1
+"""

@@ -1,0 +1,459 @@
+"""The run store: every read and write of run state in Redis, one method each.
+
+Writes that touch more than one key go through the Lua scripts of
+`workers.scripts`, so each is atomic. Redis errors are translated to
+`StoreUnavailable` in one place (`_redis_errors`), with the URL's password
+hidden. Nothing here knows about agents beyond opaque snapshot text.
+
+Messages to send (the outbox) live in one sorted set, scored by when they are
+due to be sent again if nobody dealt with them: a call's member is re-scored
+to its lease deadline while it runs and removed when its result is recorded;
+a run's advance member is removed when its inbox is empty after a save.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+
+from workers import scripts
+from workers.errors import StoreUnavailable
+from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, inbox_event
+from workers.settings import redact_url
+
+__all__ = ["Claim", "Keys", "Loaded", "RunStore", "SaveEffects"]
+
+TRACE_MAX = 10_000
+
+
+class Keys:
+    """Key names under one prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.runs = f"{prefix}runs"
+        self.outbox = f"{prefix}outbox"
+        self.pending = f"{prefix}pending"
+        self.pending_data = f"{prefix}pending:data"
+
+    def run(self, run_id: str) -> str:
+        return f"{self.prefix}run:{run_id}"
+
+    def inbox(self, run_id: str) -> str:
+        return f"{self.prefix}inbox:{run_id}"
+
+    def trace(self, run_id: str) -> str:
+        return f"{self.prefix}trace:{run_id}"
+
+    def lease(self, run_id: str, what: str) -> str:
+        return f"{self.prefix}lease:{run_id}:{what}"
+
+
+def advance_member(run_id: str) -> str:
+    return f"a|{run_id}"
+
+
+def model_member(run_id: str, seq: int) -> str:
+    return f"m|{run_id}|{seq}"
+
+
+def tool_member(run_id: str, call_id: str) -> str:
+    return f"t|{run_id}|{call_id}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to a claim: `claimed` (with attempts), `busy`, `done` or `gone`.
+
+    A claimed call also gets the run's record (None if unreadable) and snapshot.
+    """
+
+    status: str
+    attempts: int
+    root_tokens: int
+    root_budget: int | None
+    record: RunRecord | None = None
+    snapshot: str = ""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A run as read for advancing: record, snapshot, version and unapplied inbox."""
+
+    version: str
+    record: RunRecord | None
+    """None when the stored record could not be read (`problem` says why)."""
+    snapshot: str
+    inbox: list[tuple[str, InboxEvent | None]]
+    """Unapplied events in order; None where an entry could not be read."""
+    total_tokens: tuple[int, int, int]
+    problem: str = ""
+
+
+@dataclass
+class SaveEffects:
+    """What goes with one save, applied atomically with it."""
+
+    applied: list[str] = field(default_factory=list)
+    trace: list[TraceEntry] = field(default_factory=list)
+    send: list[tuple[str, int]] = field(default_factory=list)
+    unsend: list[str] = field(default_factory=list)
+    pending_add: list[Pending] = field(default_factory=list)
+    pending_del: list[str] = field(default_factory=list)
+    usage: list[tuple[str, int, int, int]] = field(default_factory=list)
+    """(run id, prompt, completion, total) to add to that run's totals."""
+    create: list[tuple[RunRecord, str, int]] = field(default_factory=list)
+    """(record, snapshot, due) of child runs to create if absent."""
+    deliver: list[tuple[str, InboxEvent, int, bool]] = field(default_factory=list)
+    """(run id, event, due, set cancel flag) for other runs' inboxes."""
+    retention: int = 0
+    """Seconds to keep the run: set once it finished."""
+
+
+def pending_member(pending: Pending) -> str:
+    what = pending.call_id if pending.kind == "call" else str(pending.seq)
+    return f"{pending.run_id}|{pending.kind}|{what}"
+
+
+@contextmanager
+def _redis_errors(url: str) -> Iterator[None]:
+    """Translate redis-py's errors into `StoreUnavailable` naming the URL without its password."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as error:
+        raise StoreUnavailable(f"Redis at {redact_url(url)} is unreachable: {error}") from None
+    except redis.RedisError as error:
+        raise StoreUnavailable(f"Redis at {redact_url(url)} failed: {error}") from None
+
+
+class RunStore:
+    """Run state in Redis. One per process; safe to share between threads."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url
+        self.keys = Keys(prefix)
+        # Typed Any: redis-py annotates every reply as a union over its sync and
+        # async clients, which says nothing useful here.
+        self.redis: Any = redis.Redis.from_url(
+            url, socket_connect_timeout=5, socket_timeout=30, health_check_interval=30
+        )
+        self._create: Any = self.redis.register_script(scripts.CREATE)
+        self._claim: Any = self.redis.register_script(scripts.CLAIM)
+        self._renew: Any = self.redis.register_script(scripts.RENEW)
+        self._record: Any = self.redis.register_script(scripts.RECORD)
+        self._decide: Any = self.redis.register_script(scripts.DECIDE)
+        self._save: Any = self.redis.register_script(scripts.SAVE)
+
+    def errors(self) -> Any:
+        """Return a context manager that translates Redis errors for this store."""
+        return _redis_errors(self.url)
+
+    def ping(self) -> None:
+        with self.errors():
+            self.redis.ping()
+
+    # --- creating and reading --------------------------------------------------------
+
+    def create(self, record: RunRecord, snapshot: str, due_ms: int, budget: int | None) -> bool:
+        """Create a run; False if one with that id exists."""
+        k = self.keys
+        args = [record.id, record.model_dump_json(), snapshot, record.created_ms]
+        args += [advance_member(record.id), due_ms, "" if budget is None else budget]
+        with self.errors():
+            created = self._create(keys=[k.run(record.id), k.runs, k.outbox], args=args)
+        return bool(created)
+
+    def load(self, run_id: str) -> Loaded | None:
+        """Return the run with its unapplied inbox, or None if there is no such run."""
+        with self.errors():
+            pipe = self.redis.pipeline(transaction=False)
+            self._queue_load(pipe, run_id)
+            fields, entries = pipe.execute()
+        return self._loaded(fields, entries)
+
+    def _queue_load(self, pipe: Any, run_id: str) -> None:
+        pipe.hmget(self.keys.run(run_id), ["v", "meta", "snap", "tp", "tc", "tt"])
+        pipe.xrange(self.keys.inbox(run_id), "-", "+", count=1_000)
+
+    def _loaded(self, fields: list[Any], entries: list[Any]) -> Loaded | None:
+        version, meta, snap, *totals = fields
+        if version is None:
+            return None
+        inbox = [(_text(entry_id), _event(data)) for entry_id, data in entries]
+        tokens = (_int(totals[0]), _int(totals[1]), _int(totals[2]))
+        try:
+            record = RunRecord.model_validate_json(meta or b"")
+        except ValidationError as error:
+            return Loaded(_text(version), None, _text(snap or b""), inbox, tokens, _first(error))
+        return Loaded(_text(version), record, _text(snap or b""), inbox, tokens)
+
+    def read(self, run_id: str) -> tuple[RunRecord, tuple[int, int, int]] | None:
+        """Return the run's record and token totals (no snapshot), or None."""
+        with self.errors():
+            meta, *totals = self.redis.hmget(self.keys.run(run_id), ["meta", "tp", "tc", "tt"])
+        if meta is None:
+            return None
+        try:
+            record = RunRecord.model_validate_json(meta)
+        except ValidationError:
+            return None
+        return record, (_int(totals[0]), _int(totals[1]), _int(totals[2]))
+
+    def snapshot(self, run_id: str) -> str | None:
+        with self.errors():
+            snap = self.redis.hget(self.keys.run(run_id), "snap")
+        return None if snap is None else _text(snap)
+
+    def cancelled(self, run_id: str) -> bool:
+        with self.errors():
+            return bool(self.redis.hexists(self.keys.run(run_id), "cancel"))
+
+    # --- calls: claim, renew, record ---------------------------------------------------
+
+    def claim(
+        self,
+        run_id: str,
+        what: str,
+        *,
+        member: str,
+        token: str,
+        lease_ms: int,
+        now_ms: int,
+        root: str,
+    ) -> Claim:
+        k = self.keys
+        keys = [k.run(run_id), k.lease(run_id, what), k.outbox, k.run(root)]
+        args = [f"r:{what}", f"a:{what}", token, lease_ms, member, now_ms + lease_ms]
+        with self.errors():
+            status, attempts, tokens, budget, meta, snap = self._claim(keys=keys, args=args)
+        budget = int(budget)
+        record: RunRecord | None = None
+        if meta:
+            try:
+                record = RunRecord.model_validate_json(meta)
+            except ValidationError:
+                record = None
+        return Claim(
+            _text(status),
+            int(attempts),
+            int(tokens),
+            None if budget < 0 else budget,
+            record,
+            _text(snap or b""),
+        )
+
+    def renew(
+        self, run_id: str, what: str, *, member: str, token: str, lease_ms: int, now_ms: int
+    ) -> bool:
+        k = self.keys
+        keys = [k.lease(run_id, what), k.outbox]
+        with self.errors():
+            return bool(self._renew(keys=keys, args=[token, lease_ms, member, now_ms + lease_ms]))
+
+    def record(
+        self, run_id: str, what: str, event: InboxEvent, *, member: str, token: str, due_ms: int
+    ) -> Loaded | None:
+        """Record a call's outcome once (as an inbox event), then load the run to advance it.
+
+        Returns the loaded run, or None if it no longer exists.
+        """
+        k = self.keys
+        keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.lease(run_id, what)]
+        args = [f"r:{what}", event.model_dump_json(), member, advance_member(run_id), due_ms, token]
+        with self.errors():
+            pipe = self.redis.pipeline(transaction=False)
+            self._record(keys=keys, args=args, client=pipe)
+            self._queue_load(pipe, run_id)
+            _, fields, entries = pipe.execute()
+        return self._loaded(fields, entries)
+
+    def forget_message(self, member: str) -> None:
+        with self.errors():
+            self.redis.zrem(self.keys.outbox, member)
+
+    # --- people ---------------------------------------------------------------------------
+
+    def decide(
+        self, run_id: str, member: str, field_name: str, event: InboxEvent, due_ms: int
+    ) -> int:
+        """Apply a decision for pending `member`: 1 applied, 0 not pending, -1 decided already."""
+        k = self.keys
+        keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.pending, k.pending_data]
+        args = [member, field_name, event.model_dump_json(), advance_member(run_id), due_ms]
+        with self.errors():
+            return int(self._decide(keys=keys, args=args))
+
+    def pending(self, limit: int = 1_000) -> list[Pending]:
+        """Return what waits on a person, oldest expiry first."""
+        with self.errors():
+            members = self.redis.zrange(self.keys.pending, 0, limit - 1)
+            values = self.redis.hmget(self.keys.pending_data, members) if members else []
+        found: list[Pending] = []
+        for value in values:
+            if value is None:
+                continue
+            try:
+                found.append(Pending.model_validate_json(value))
+            except ValidationError:
+                continue
+        return found
+
+    def pending_of(self, members: Sequence[str]) -> list[Pending]:
+        if not members:
+            return []
+        with self.errors():
+            values = self.redis.hmget(self.keys.pending_data, list(members))
+        return [Pending.model_validate_json(v) for v in values if v is not None]
+
+    def expired_pending(self, now_ms: int, limit: int = 500) -> list[Pending]:
+        with self.errors():
+            members = self.redis.zrangebyscore(self.keys.pending, 0, now_ms, start=0, num=limit)
+            values = self.redis.hmget(self.keys.pending_data, members) if members else []
+        return [Pending.model_validate_json(v) for v in values if v is not None]
+
+    def append(
+        self, run_id: str, event: InboxEvent, due_ms: int, *, cancel_flag: bool = False
+    ) -> bool:
+        """Append `event` to a live run's inbox and schedule its advance; False if no such run."""
+        k = self.keys
+        with self.errors():
+            if not self.redis.hexists(k.run(run_id), "v"):
+                return False
+            pipe = self.redis.pipeline(transaction=True)
+            if cancel_flag:
+                pipe.hset(k.run(run_id), "cancel", 1)
+            pipe.xadd(k.inbox(run_id), {"e": event.model_dump_json()})
+            pipe.zadd(k.outbox, {advance_member(run_id): due_ms})
+            pipe.execute()
+        return True
+
+    # --- saving ------------------------------------------------------------------------------
+
+    def save(self, record: RunRecord, version: str, snapshot: str, fx: SaveEffects) -> bool:
+        """Save if the run is still at `version`, with all of `fx`; False if someone was faster."""
+        k = self.keys
+        effects = {
+            "applied": fx.applied,
+            "trace": [t.model_dump_json() for t in fx.trace],
+            "trace_max": TRACE_MAX,
+            "send": [[m, due] for m, due in fx.send],
+            "unsend": fx.unsend,
+            "pending_add": [
+                [pending_member(p), p.expires_ms or 2**52, p.model_dump_json()]
+                for p in fx.pending_add
+            ],
+            "pending_del": fx.pending_del,
+            "usage": [[k.run(r), p, c, t] for r, p, c, t in fx.usage],
+            "create": [
+                [
+                    k.run(c.id),
+                    c.id,
+                    c.model_dump_json(),
+                    snap,
+                    c.created_ms,
+                    advance_member(c.id),
+                    due,
+                ]
+                for c, snap, due in fx.create
+            ],
+            "deliver": [
+                [
+                    k.run(r),
+                    k.inbox(r),
+                    e.model_dump_json(),
+                    advance_member(r),
+                    due,
+                    1 if flag else 0,
+                ]
+                for r, e, due, flag in fx.deliver
+            ],
+            "advance": advance_member(record.id),
+            "retention": fx.retention,
+        }
+        keys = [
+            k.run(record.id),
+            k.inbox(record.id),
+            k.trace(record.id),
+            k.outbox,
+            k.pending,
+            k.pending_data,
+            k.runs,
+        ]
+        args = [version, record.model_dump_json(), snapshot, json.dumps(effects)]
+        with self.errors():
+            return bool(self._save(keys=keys, args=args))
+
+    # --- traces, listings, the outbox ----------------------------------------------------------
+
+    def trace(
+        self, run_id: str, after: str = "-", count: int = 10_000
+    ) -> list[tuple[str, TraceEntry]]:
+        start = "-" if after == "-" else f"({after}"
+        with self.errors():
+            entries = self.redis.xrange(self.keys.trace(run_id), start, "+", count=count)
+        return [(_text(i), TraceEntry.model_validate_json(d[b"e"])) for i, d in entries]
+
+    def follow(self, streams: dict[str, str], block_ms: int) -> list[tuple[str, str, TraceEntry]]:
+        """Block up to `block_ms` for new trace entries of several runs: (run, entry id, entry)."""
+        keys = {self.keys.trace(run): after for run, after in streams.items()}
+        with self.errors():
+            answer = self.redis.xread(keys, block=block_ms, count=1_000)
+        found: list[tuple[str, str, TraceEntry]] = []
+        for key, entries in answer or []:
+            run = _text(key)[len(self.keys.trace("")) :]
+            for entry_id, data in entries:
+                found.append((run, _text(entry_id), TraceEntry.model_validate_json(data[b"e"])))
+        return found
+
+    def add_trace(self, run_id: str, entry: TraceEntry) -> None:
+        with self.errors():
+            self.redis.xadd(
+                self.keys.trace(run_id),
+                {"e": entry.model_dump_json()},
+                maxlen=TRACE_MAX,
+                approximate=True,
+            )
+
+    def runs(self, limit: int = 100) -> list[str]:
+        """Return the newest run ids first."""
+        with self.errors():
+            return [_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, limit - 1)]
+
+    def due_messages(self, now_ms: int, limit: int = 500) -> list[str]:
+        """Return outbox members whose time to be dealt with has passed."""
+        with self.errors():
+            members = self.redis.zrangebyscore(self.keys.outbox, 0, now_ms, start=0, num=limit)
+        return [_text(m) for m in members]
+
+    def postpone(self, members: Sequence[str], due_ms: int) -> None:
+        if not members:
+            return
+        with self.errors():
+            self.redis.zadd(self.keys.outbox, dict.fromkeys(members, due_ms), xx=True)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _int(value: bytes | None) -> int:
+    return int(value) if value else 0
+
+
+def _event(data: dict[bytes, bytes]) -> InboxEvent | None:
+    try:
+        return inbox_event(data[b"e"])
+    except (KeyError, ValidationError):
+        return None
+
+
+def _first(error: ValidationError) -> str:
+    details = error.errors()
+    where = ".".join(str(p) for p in details[0]["loc"]) if details else ""
+    return f"the run's record is corrupt ({where or 'not JSON'})"
