@@ -144,8 +144,10 @@ class _Run:
         self.note("usage", data={"tokens": usage.total_tokens})
 
     def deliver(self, run: str, event: InboxEvent, *, cancel_flag: bool = False) -> None:
+        """Put `event` in another run's inbox with this save, and wake that run after it."""
         due = self.around.now_ms + self.around.grace_ms
         self.fx.deliver.append((run, event, due, cancel_flag))
+        self.messages.append(Message("advance", run))
 
 
 def advance(
@@ -287,7 +289,7 @@ def _settle(run: _Run) -> None:
             wanted = [_pending(run, "question", text)]
             _set_state(run, "waiting", "question")
         case Done(outcome=outcome):
-            _finish(run, outcome)
+            _finish(run, outcome, run.agent.new_notes())
     _sync_pending(run, wanted)
 
 
@@ -420,7 +422,8 @@ def _sync_pending(run: _Run, wanted: list[Pending]) -> None:
     run.fields["pending"] = tuple(members)
 
 
-def _finish(run: _Run, outcome: Outcome) -> None:
+def _finish(run: _Run, outcome: Outcome, notes: list[str]) -> None:
+    """End the run: its outcome, its parent told, its children stopped, its notes kept."""
     forced = run.fields["forced_stop"]
     if forced is not None and outcome.stop is Stop.CANCELLED:
         outcome = outcome.model_copy(update={"stop": forced})
@@ -445,6 +448,9 @@ def _finish(run: _Run, outcome: Outcome) -> None:
         run.deliver(
             root, CancelRun(reason=outcome.summary, stop="budget_exceeded"), cancel_flag=True
         )
+    schedule = run.fields["schedule"]
+    if schedule and run.fields["parent"] is None and notes:
+        run.fx.notes = (schedule, notes)
     run.fx.retention = run.around.retention_s
     run.note("finished", outcome.summary, stop=outcome.stop.value)
 
@@ -481,7 +487,7 @@ def _stopped(record: RunRecord, snapshot: str, outcome: Outcome, around: Surroun
     run = _Run.__new__(_Run)
     run.fields, run.calls, run.around = dict(record), dict(record.calls), around
     run.fx, run.messages = SaveEffects(), []
-    _finish(run, outcome)
+    _finish(run, outcome, [])
     _sync_pending(run, [])
     run.fields["calls"] = run.calls
     run.fields["updated_ms"] = around.now_ms

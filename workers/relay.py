@@ -61,6 +61,7 @@ from workers.records import (
 )
 from workers.registry import ToolSpec, describe_function
 from workers.runtime import Model, Runtime, now_ms
+from workers.scheduling import Scheduling
 from workers.settings import Settings
 from workers.store import RunStore
 
@@ -83,7 +84,7 @@ class _NoModel:
         raise ModelCallError("no model is configured: set RELAY_MODEL_URL", retryable=False)
 
 
-class Relay:
+class Relay(Scheduling):
     """Tools, specialists and settings of one Relay app, and the client API to its runs."""
 
     def __init__(

@@ -121,6 +121,10 @@ for _, d in ipairs(fx.deliver) do
     if d[6] == 1 then redis.call('HSET', d[1], 'cancel', 1) end
   end
 end
+if fx.notes_key ~= '' and #fx.notes > 0 then
+  redis.call('RPUSH', fx.notes_key, unpack(fx.notes))
+  redis.call('LTRIM', fx.notes_key, -fx.notes_max, -1)
+end
 if redis.call('XLEN', KEYS[2]) == 0 then redis.call('ZREM', KEYS[4], fx.advance) end
 if fx.retention > 0 then
   redis.call('EXPIRE', KEYS[1], fx.retention)

@@ -30,6 +30,7 @@ from workers.settings import redact_url
 __all__ = ["Claim", "Keys", "Loaded", "RunStore", "SaveEffects"]
 
 TRACE_MAX = 10_000
+NOTES_MAX = 100
 
 
 class Keys:
@@ -53,6 +54,10 @@ class Keys:
 
     def lease(self, run_id: str, what: str) -> str:
         return f"{self.prefix}lease:{run_id}:{what}"
+
+    def schedule_notes(self, schedule: str) -> str:
+        """The notes a schedule's runs remembered, oldest first (a list)."""
+        return f"{self.prefix}schedule-notes:{schedule}"
 
 
 def advance_member(run_id: str) -> str:
@@ -114,6 +119,8 @@ class SaveEffects:
     """(run id, event, due, set cancel flag) for other runs' inboxes."""
     retention: int = 0
     """Seconds to keep the run: set once it finished."""
+    notes: tuple[str, list[str]] | None = None
+    """(schedule name, notes) a finished scheduled run remembered, for the schedule's next run."""
 
 
 def pending_member(pending: Pending) -> str:
@@ -375,6 +382,9 @@ class RunStore:
             ],
             "advance": advance_member(record.id),
             "retention": fx.retention,
+            "notes_key": k.schedule_notes(fx.notes[0]) if fx.notes else "",
+            "notes": fx.notes[1] if fx.notes else [],
+            "notes_max": NOTES_MAX,
         }
         keys = [
             k.run(record.id),
