@@ -119,3 +119,14 @@ def build(settings: Settings | None = None) -> Relay:
 
 
 relay = build()
+
+if os.environ.get("RELAY_TEST_DUPLICATES"):
+    # Every task message this process sends goes to the broker twice, so each is
+    # delivered twice: the runtime must apply no step, tool or model call twice.
+    _send_once = relay.celery.send_task
+
+    def _send_twice(*args: object, **kwargs: object) -> object:
+        _send_once(*args, **kwargs)  # type: ignore[arg-type]
+        return _send_once(*args, **kwargs)  # type: ignore[arg-type]
+
+    relay.celery.send_task = _send_twice  # type: ignore[method-assign]

@@ -1,0 +1,678 @@
+"""Snapshot at any step, restore into a fresh agent, continue ⇒ the same steps as never stopping.
+
+A "world" is a root agent plus the children its delegations started (a stack:
+the newest child works, then hands its outcome to its parent as the delegate
+call's result). Hypothesis writes a script of moves — model replies valid,
+invalid and garbage, tool results of every status in any order, plan
+decisions, answers, sent-back finals, cancels, wrong-time calls — and the
+same script is played twice: straight through, and with every agent in the
+world snapshotted and restored at random points. Both must give the same
+steps, byte for byte, and the same final snapshots.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent_core import (
+    Agent,
+    AgentError,
+    Ask,
+    Attachment,
+    Config,
+    DataError,
+    Done,
+    Kind,
+    Plan,
+    Question,
+    Risk,
+    Run,
+    Skill,
+    SnapshotError,
+    Specialist,
+    Step,
+    Stop,
+    Summarize,
+    Tool,
+    ToolOutput,
+    UsageError,
+)
+from tests.support.scripted import batch, call, final, finish_batch, plan
+
+TOOLS = [
+    Tool("read_file", "Read a text file").arg("path", Kind.TEXT).risk(Risk.READ),
+    Tool("write_file", "Write a text file")
+    .arg("path", Kind.TEXT)
+    .arg("text", Kind.TEXT)
+    .risk(Risk.WRITE),
+    Tool("pay", "Pay an invoice")
+    .arg("amount", Kind.NUMBER)
+    .opt("memo", Kind.TEXT)
+    .risk(Risk.MONEY),
+]
+SKILLS = [
+    Skill(name=f"skill-{n}", description=f"How to do {n}", body=f"Step one of {n}.\nStep two.")
+    for n in ("csv", "pdf", "mail", "math", "maps", "code", "chat")
+]
+SPECIALISTS = [
+    Specialist("reader", "Reads files and reports")
+    .tools(["read_file"])
+    .instructions("Quote exactly."),
+    Specialist("manager", "Reads and writes files")
+    .tools(["read_file", "write_file"])
+    .instructions("Delegate reading when you can."),
+]
+PHOTO = Attachment("photo.png", "image/png", bytes(range(256)))
+
+
+# --- the setups the property runs over -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    config: Config
+    build: Callable[[Config], Agent]
+    progress: tuple[int, ...]
+    """Indexes of `REPLIES` that move a run of this setup on."""
+    attachments: tuple[Attachment, ...] = ()
+
+
+def _plain(config: Config) -> Agent:
+    return Agent(config, TOOLS)
+
+
+def _everything(config: Config) -> Agent:
+    return (
+        Agent(config, TOOLS)
+        .with_questions()
+        .with_memory([f"note {n}: " + "m" * (n * 20) for n in range(25)])
+        .with_skills(SKILLS)
+        .with_specialists(SPECIALISTS)
+    )
+
+
+def _delegating(config: Config) -> Agent:
+    return Agent(config, TOOLS).with_specialists(SPECIALISTS)
+
+
+BASIC = (2, 2, 3, 4, 7, 9, 10, 18)
+SETUPS = {
+    "plain": Setup(Config(max_calls=10), _plain, BASIC),
+    "batches": Setup(Config(max_batch=3, max_calls=9), _plain, BASIC),
+    "summaries": Setup(
+        Config(require_plan=False, summarize=True, history_chars=1_000, max_batch=2, max_calls=30),
+        _plain,
+        (2, 3, 4, 7, 7, 18, 9),
+    ),
+    "extras": Setup(
+        Config(max_batch=2, max_calls=12),
+        _everything,
+        (*BASIC, 8, 11, 11, 12, 13, 14, 15, 16, 17),
+        (PHOTO,),
+    ),
+    "delegations": Setup(
+        Config(require_plan=False, max_batch=2, max_calls=8), _delegating, (2, 3, 7, 8, 15, 16, 9)
+    ),
+}
+
+
+# --- moves: each resolved against the step the working agent waits on ---------------------------
+
+REPLIES = [
+    plan("Read notes.txt", "Write backup.txt"),
+    plan(*[f"step {n}" for n in range(12)]),
+    call("read_file", path="notes.txt"),
+    call("write_file", path="backup.txt", text="hello"),
+    call("pay", amount="12.50"),
+    call("read_file"),
+    call("no_such_tool", x=1),
+    batch(
+        ("read_file", {"path": "a"}),
+        ("write_file", {"path": "b", "text": "c"}),
+        ("read_file", {"path": "d"}),
+    ),
+    batch(("delegate", {"specialist": "reader", "task": "Read a"}), ("read_file", {"path": "e"})),
+    final("Done."),
+    final("Done with data.", files=["backup.txt"], ok=True),
+    '{"ask_user": "Which folder?"}',
+    call("remember", note="The user likes backups in /bak"),
+    call("use_skill", name="skill-csv"),
+    call("use_skill", name="skill-nope"),
+    call("delegate", specialist="reader", task="Read notes.txt and quote it"),
+    call("delegate", specialist="manager", task="Copy notes.txt"),
+    call("delegate", specialist="ghost", task="Boo"),
+    '<think>{"final": "decoy"}</think>```json\n{"tool": "read_file", "args": {"path": "x"}}\n```',
+    batch(("remember", {"note": "n"}), ("read_file", {"path": "x"})),
+    '{"tools": [{"tool": "ask_user", "args": {}}]}',
+    "I will now read the file.",
+]
+OUTPUTS: list[Callable[[str], ToolOutput]] = [
+    ToolOutput.ok,
+    ToolOutput.error,
+    ToolOutput.declined,
+    ToolOutput.unknown,
+]
+
+
+@dataclass(frozen=True)
+class Next:
+    """The right kind of answer to whatever the working agent waits on, chosen by `choice`."""
+
+    choice: int
+
+    def play(self, world: World) -> Step:
+        agent, choice = world.agent, self.choice
+        step = agent.resume()
+        if isinstance(step, Ask):
+            return agent.reply(self._reply(world, step))
+        if isinstance(step, Summarize):
+            return Model(choice).play(world)
+        if isinstance(step, Run):
+            return Result(choice, 0 if choice % 3 else choice // 3, choice * 7 % 450).play(world)
+        return self._person(agent, step)
+
+    def _reply(self, world: World, step: Ask) -> str:
+        if "Reply now with your plan" in step.request.prompt and self.choice % 5:
+            return REPLIES[0]
+        progress = world.setup.progress
+        return REPLIES[progress[self.choice % len(progress)]]
+
+    def _person(self, agent: Agent, step: Step) -> Step:
+        match step:
+            case Plan():
+                return agent.approve_plan(self.choice % 20 != 0)
+            case Question():
+                return agent.answer(f"Answer {self.choice}")
+            case Done(outcome) if outcome.stop is Stop.DONE and self.choice % 4:
+                return agent.reject_final(f"Problem {self.choice}")
+        return step
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model answers the current request with any menu reply (or a summary)."""
+
+    choice: int
+
+    def play(self, world: World) -> Step:
+        agent = world.agent
+        if isinstance(agent.resume(), Summarize):
+            text = "" if self.choice % 7 == 0 else f"Summary {self.choice}: read and wrote files."
+            return agent.reply(text)
+        return agent.reply(REPLIES[self.choice % len(REPLIES)])
+
+
+@dataclass(frozen=True)
+class Garbage:
+    text: str
+
+    def play(self, world: World) -> Step:
+        return world.agent.reply(self.text)
+
+
+@dataclass(frozen=True)
+class Fail:
+    error: str
+
+    def play(self, world: World) -> Step:
+        return world.agent.fail(self.error)
+
+
+@dataclass(frozen=True)
+class Person:
+    """A person decides on a plan, answers a question or sends a final back."""
+
+    choice: int
+
+    def play(self, world: World) -> Step:
+        agent = world.agent
+        match agent.resume():
+            case Plan():
+                return agent.approve_plan(self.choice != 0)
+            case Question():
+                return agent.answer(f"Answer {self.choice}")
+            case Done(outcome) if outcome.stop is Stop.DONE and self.choice % 2 == 0:
+                return agent.reject_final(f"Problem {self.choice}")
+            case _:  # the wrong time: harmless
+                return agent.answer("nobody asked") if self.choice % 2 else agent.approve_plan(True)
+
+
+@dataclass(frozen=True)
+class Result:
+    """The `choice`-th call still waiting finishes; a delegate call starts a child instead."""
+
+    choice: int
+    status: int
+    length: int
+
+    def play(self, world: World) -> Step:
+        agent = world.agent
+        step = agent.resume()
+        if not isinstance(step, Run):
+            return agent.result(f"call-{self.choice % 4}", ToolOutput.ok("stray"))
+        waiting = [step.call, *agent.queued()]
+        picked = waiting[self.choice % len(waiting)]
+        if picked.tool == "delegate":
+            return world.push(agent.start_child(picked), picked.id)
+        text = f"{picked.tool} said {self.choice} " + "x" * self.length
+        return agent.result(picked.id, OUTPUTS[self.status % len(OUTPUTS)](text))
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A result nobody waits for: an unknown id, or a call already answered."""
+
+    call_id: str
+
+    def play(self, world: World) -> Step:
+        return world.agent.result(self.call_id, ToolOutput.ok("late"))
+
+
+@dataclass(frozen=True)
+class Cancel:
+    def play(self, world: World) -> Step:
+        return world.agent.cancel("enough")
+
+
+Move = Next | Model | Garbage | Fail | Person | Result | Stray | Cancel
+
+NEXT = st.builds(Next, st.integers(0, 1_000))
+MOVES = st.lists(
+    st.one_of(
+        *[NEXT] * 8,
+        st.builds(Model, st.integers(0, 200)),
+        st.builds(Result, st.integers(0, 10), st.integers(0, 7), st.integers(0, 450)),
+        st.builds(Person, st.integers(0, 20)),
+        st.builds(Garbage, st.text(max_size=30))
+        | st.builds(Fail, st.sampled_from(["timeout", "HTTP 503", ""])),
+        st.builds(Stray, st.sampled_from(["call-1", "call-2", "call-99", ""])),
+        st.integers(0, 9).map(lambda n: Cancel() if n == 0 else Next(n)),
+    ),
+    min_size=20,
+    max_size=100,
+)
+
+
+# --- the world: a root agent and the children working for it -------------------------------------
+
+
+@dataclass
+class Frame:
+    agent: Agent
+    serves: str | None
+    """The parent's delegate call this child works for (None for the root)."""
+
+
+@dataclass
+class World:
+    setup: Setup
+    frames: list[Frame] = field(default_factory=list)
+    log: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+    @classmethod
+    def begin(cls, setup: Setup) -> World:
+        root = setup.build(setup.config)
+        world = cls(setup, [Frame(root, None)])
+        step = root.start_with(
+            "Copy notes.txt to backup.txt", "Files: notes.txt", setup.attachments
+        )
+        world.record(step)
+        return world
+
+    @property
+    def agent(self) -> Agent:
+        return self.frames[-1].agent
+
+    def record(self, step: Step) -> None:
+        self.log.append((len(self.frames), step.model_dump()))
+
+    def push(self, child: Agent, serves: str) -> Step:
+        self.frames.append(Frame(child, serves))
+        return child.resume()
+
+    def play(self, move: Move) -> None:
+        step = move.play(self)
+        self.record(step)
+        while isinstance(step, Done) and len(self.frames) > 1:
+            child = self.frames.pop()
+            assert child.serves is not None
+            outcome = step.outcome
+            output = (
+                ToolOutput.ok(outcome.summary)
+                if outcome.stop is Stop.DONE
+                else ToolOutput.error(f"{outcome.stop.label()}: {outcome.summary}")
+            )
+            step = self.agent.result(child.serves, output)
+            self.record(step)
+
+    def reload(self) -> None:
+        """Snapshot every agent in the world and carry on with fresh restored ones."""
+        for frame in self.frames:
+            saved = frame.agent.snapshot()
+            restored = Agent.restore(self.setup.config, TOOLS, saved)
+            assert restored.snapshot() == saved
+            assert restored.resume() == frame.agent.resume()
+            assert restored.queued() == frame.agent.queued()
+            frame.agent = restored
+
+    def snapshots(self) -> list[str]:
+        return [frame.agent.snapshot() for frame in self.frames]
+
+
+PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("name", SETUPS)
+@PROPERTY
+@given(moves=MOVES, cuts=st.sets(st.integers(0, 100), max_size=3))
+def test_snapshot_restore_continue_gives_the_same_steps(
+    name: str, moves: list[Move], cuts: set[int]
+) -> None:
+    setup = SETUPS[name]
+    straight = World.begin(setup)
+    for move in moves:
+        straight.play(move)
+
+    stopped = World.begin(setup)
+    for index, move in enumerate(moves):
+        if index in cuts:
+            stopped.reload()
+        stopped.play(move)
+    if len(moves) in cuts:
+        stopped.reload()
+
+    assert stopped.log == straight.log
+    assert stopped.snapshots() == straight.snapshots()
+
+
+def _reach(setup: Setup, wanted: Callable[[World], bool], moves: list[Move]) -> World:
+    world = World.begin(setup)
+    for move in moves:
+        if wanted(world):
+            break
+        world.play(move)
+    assert wanted(world), f"the script never reached the wanted step: {world.agent.resume()!r}"
+    return world
+
+
+def _continue_both(world: World, moves: list[Move]) -> None:
+    """Play `moves` on `world` and on a copy restored from snapshots; both must agree."""
+    copy = World(world.setup, [Frame(f.agent, f.serves) for f in world.frames], [])
+    copy.reload()
+    for move in moves:
+        world.play(move)
+        copy.play(move)
+    assert copy.log == world.log[-len(copy.log) :]
+    assert copy.snapshots() == world.snapshots()
+
+
+# --- named places a snapshot must resume at ------------------------------------------------------
+
+CONTINUE = [Model(n) for n in range(40)] + [Result(0, 0, 10), Person(1), Model(9)] * 5
+
+
+def test_a_snapshot_mid_batch_resumes_there() -> None:
+    agent = Agent(SETUPS["batches"].config, TOOLS)
+    agent.start("t")
+    agent.reply(plan("a", "b"))
+    agent.approve_plan(True)
+    step = agent.reply(REPLIES[7])
+    agent.result("call-2", ToolOutput.declined("no"))
+    restored = Agent.restore(SETUPS["batches"].config, TOOLS, agent.snapshot())
+    assert isinstance(step, Run)
+    assert restored.resume() == agent.resume()
+    assert [c.id for c in restored.queued()] == ["call-3"]
+    assert finish_batch(restored, restored.resume()) == finish_batch(agent, agent.resume())
+    assert restored.snapshot() == agent.snapshot()
+
+
+def test_a_snapshot_at_a_question_resumes_there() -> None:
+    setup = SETUPS["extras"]
+    world = _reach(
+        setup, lambda w: isinstance(w.agent.resume(), Question), [Model(0), Person(1), Model(11)]
+    )
+    assert world.agent.resume() == Question(text="Which folder?")
+    _continue_both(world, [Person(3), Model(2), Result(0, 0, 5), Model(9)])
+
+
+def test_a_snapshot_at_a_summary_resumes_there() -> None:
+    setup = SETUPS["summaries"]
+    feed: list[Move] = [Model(7), Result(0, 0, 400), Result(0, 0, 400), Result(0, 0, 400)] * 3
+    world = _reach(setup, lambda w: isinstance(w.agent.resume(), Summarize), feed)
+    _continue_both(world, [Model(1), Model(2), Result(0, 0, 400), Model(9)])
+
+
+def test_a_snapshot_of_a_child_mid_run_resumes_there() -> None:
+    setup = SETUPS["delegations"]
+    world = _reach(setup, lambda w: len(w.frames) == 2, [Model(16), Result(0, 0, 0)])
+    world.play(Model(2))  # the child calls read_file
+    assert isinstance(world.agent.resume(), Run)
+    _continue_both(world, [Result(0, 0, 9), Model(9), Model(9)])
+
+
+def test_a_snapshot_of_a_grandchild_resumes_there() -> None:
+    setup = SETUPS["delegations"]
+    world = _reach(
+        setup,
+        lambda w: len(w.frames) == 3,
+        [Model(16), Result(0, 0, 0), Model(15), Result(0, 0, 0)],
+    )
+    assert "reader" in world.agent.resume().request.system  # type: ignore[union-attr]
+    _continue_both(world, [Model(2), Result(0, 0, 1), Model(9), Model(9), Model(9)])
+
+
+def test_attachments_and_setup_survive_a_snapshot() -> None:
+    setup = SETUPS["extras"]
+    world = World.begin(setup)
+    saved = world.agent.snapshot()
+    restored = Agent.restore(setup.config, TOOLS, saved)
+    step = restored.resume()
+    assert isinstance(step, Ask)
+    assert step.request.attachments == (PHOTO,)
+    assert step.request.attachments[0].data == bytes(range(256))
+    assert "- delegate:" in step.request.system
+    assert "skill-csv" in step.request.system
+    assert "ask_user" in step.request.system
+    assert "note 24:" in step.request.prompt
+
+
+# --- refusing what is not a snapshot -------------------------------------------------------------
+
+
+def _rich_snapshot() -> str:
+    setup = SETUPS["extras"]
+    world = World.begin(setup)
+    moves: list[Move] = [Model(0), Person(1), Model(12), Model(13), Model(11), Person(2), Model(7)]
+    for move in moves:
+        world.play(move)
+    world.play(Result(1, 1, 30))
+    assert isinstance(world.agent.resume(), Run)
+    return world.agent.snapshot()
+
+
+RICH = _rich_snapshot()
+RICH_CONFIG = SETUPS["extras"].config
+
+
+def _with(path: list[str | int], value: Any) -> str:
+    data = json.loads(RICH)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return json.dumps(data)
+
+
+def _without(path: list[str | int]) -> str:
+    data = json.loads(RICH)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    del node[path[-1]]
+    return json.dumps(data)
+
+
+NOT_SNAPSHOTS: dict[str, object] = {
+    "empty": "",
+    "blank": " \n\t ",
+    "none": None,
+    "number": 42,
+    "dict": {"format": "relay.agent"},
+    "list": ["x"],
+    "json null": "null",
+    "json list": "[1, 2]",
+    "json string": '"relay.agent"',
+    "empty object": "{}",
+    "other shape": '{"task": "x", "phase": {"kind": "asking"}}',
+    "celery message": json.dumps({"task": "relay.advance", "id": "x", "args": ["r"], "kwargs": {}}),
+    "no version": json.dumps({"format": "relay.agent", "state": {}}),
+    "no format": json.dumps({"version": 1, "state": {}}),
+    "wrong format": _with(["format"], "other.agent"),
+    "version 2": _with(["version"], 2),
+    "version 0": _with(["version"], 0),
+    "version as text": _with(["version"], "1"),
+    "extra top key": _with(["extra"], 1),
+    "state is a list": _with(["state"], []),
+    "unknown phase": _with(["state", "phase", "kind"], "dreaming"),
+    "results for unknown ids": _with(
+        ["state", "phase", "results"], {"call-99": {"status": "ok", "text": "x"}}
+    ),
+    "empty batch": _with(["state", "phase", "batch"], []),
+    "bad output status": _with(
+        ["state", "phase", "results", "call-x"], {"status": "maybe", "text": ""}
+    ),
+    "negative calls": _with(["state", "calls_used"], -1),
+    "bad attachment bytes": _with(["state", "attachments", 0, "data"], "%%% not base64 %%%"),
+    "unknown history entry": _with(["state", "history"], [{"kind": "dream"}]),
+    "fold beyond history": _with(["state", "phase"], {"kind": "summarizing", "fold": 5}),
+    "truncated": RICH[: len(RICH) // 2],
+    "truncated by one": RICH[:-1],
+    "not utf-8 bytes": b"\xff\xfe\x00",
+    "deep nesting": "[" * 100_000,
+    "lone surrogate": RICH.replace('"Copy', '"\ud800Copy', 1),
+    "no state": _without(["state"]),
+    "call without an id": _without(["state", "phase", "batch", 0, "id"]),
+    # BUG: Attachment and Specialist define their own positional __init__, which
+    # pydantic calls while loading JSON: a missing or extra field raises TypeError
+    # out of Agent.restore instead of SnapshotError (state.py `load` catches only
+    # ValidationError, ValueError and RecursionError).
+    "attachment without a name": _without(["state", "attachments", 0, "name"]),
+    "attachment with an extra key": _with(["state", "attachments", 0, "size"], 3),
+    "specialist without a description": _without(["state", "specialists", 0, "description"]),
+    "specialist with an extra key": _with(["state", "specialists", 0, "age"], 3),
+}
+
+
+@pytest.mark.parametrize("saved", NOT_SNAPSHOTS.values(), ids=NOT_SNAPSHOTS.keys())
+def test_what_is_not_a_snapshot_raises_snapshot_error(saved: Any) -> None:
+    with pytest.raises(SnapshotError) as raised:
+        Agent.restore(RICH_CONFIG, TOOLS, saved)
+    assert isinstance(raised.value, DataError)
+    assert isinstance(raised.value, AgentError)
+    assert str(raised.value)
+
+
+def test_the_rich_snapshot_itself_restores() -> None:
+    agent = Agent.restore(RICH_CONFIG, TOOLS, RICH)
+    assert isinstance(agent.resume(), Run)
+    assert agent.snapshot() == RICH
+
+
+def test_a_running_state_with_every_result_in_is_refused() -> None:
+    # BUG: Running's validator checks only that results name calls of the batch,
+    # not that one call still waits. A snapshot whose batch is fully answered
+    # restores, and then `resume()` raises StopIteration (agent.py, `next(...)`
+    # in `resume`), as do `result()` and every other method.
+    data = json.loads(RICH)
+    phase = data["state"]["phase"]
+    phase["results"] = {c["id"]: {"status": "ok", "text": "x"} for c in phase["batch"]}
+    saved = json.dumps(data)
+    try:
+        agent = Agent.restore(RICH_CONFIG, TOOLS, saved)
+    except SnapshotError:
+        return
+    assert isinstance(agent.resume(), Run | Ask)
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, (*prefix, index))
+    return found
+
+
+RICH_PATHS = _paths(json.loads(RICH))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 1_000) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _assert_usable_or_refused(saved: str) -> None:
+    """Restoring gives SnapshotError, or an agent whose every method behaves."""
+    try:
+        agent = Agent.restore(RICH_CONFIG, TOOLS, saved)
+    except SnapshotError:
+        return
+    try:
+        step = agent.resume()
+    except UsageError:  # a valid snapshot of an agent not yet started
+        return
+    assert isinstance(step, Ask | Plan | Run | Question | Summarize | Done)
+    agent.snapshot().encode("utf-8")
+    agent.queued()
+    for each in [*agent.queued(), *([step.call] if isinstance(step, Run) else [])]:
+        agent.result(each.id, ToolOutput.ok("x"))
+    agent.reply("garbage")
+    agent.cancel("stop")
+    assert isinstance(agent.resume(), Done)
+
+
+# These two find the Attachment/Specialist TypeError BUG above within a few hundred examples.
+MUTATE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@MUTATE
+@given(
+    start=st.integers(0, len(RICH)),
+    drop=st.integers(0, 40),
+    insert=st.text(max_size=10) | st.sampled_from(['"', "{", "}", "[", "]", ",", ":", "\\", "0"]),
+)
+def test_mutated_text_is_restored_or_refused(start: int, drop: int, insert: str) -> None:
+    _assert_usable_or_refused(RICH[:start] + insert + RICH[start + drop :])
+
+
+@MUTATE
+@given(data=st.data())
+def test_mutated_values_are_restored_or_refused(data: st.DataObject) -> None:
+    tree = json.loads(RICH)
+    path = data.draw(st.sampled_from(RICH_PATHS))
+    node = tree
+    for key in path[:-1]:
+        node = node[key]
+    if data.draw(st.booleans()) and isinstance(node, dict):
+        del node[path[-1]]
+    else:
+        node[path[-1]] = data.draw(JSON_VALUES)
+    _assert_usable_or_refused(json.dumps(tree))
+
+
+def test_a_snapshot_stays_valid_json_with_a_format_tag() -> None:
+    tree = json.loads(RICH)
+    assert tree["format"] == "relay.agent"
+    assert tree["version"] == 1
+    assert set(tree) == {"format", "version", "state"}

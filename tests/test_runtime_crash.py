@@ -1,0 +1,156 @@
+"""Crashes, duplicates and load: nothing lost, nothing that must not run twice runs twice.
+
+Real Redis, real `relay worker` processes killed with SIGKILL, a real beat
+(the tick re-sends what a dead worker left), a real HTTP model server.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from agent_core import Stop
+from tests.support.brain import batch, call, final
+from tests.support.fleet import fleet
+from tests.support.model_server import Reply
+from workers import StoreUnavailable
+
+
+def test_twenty_runs_at_once_all_finish(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        for n in range(20):
+            f.brain.script(f"MANY-{n:02d}:", {0: call("sleep", seconds=0.1), 1: final(f"done {n}")})
+        f.worker("--concurrency", "4", "--pool", "threads")
+        f.worker("--concurrency", "2", name="second")
+        runs = [f.relay.start(f"MANY-{n:02d}: sleep a little") for n in range(20)]
+        outcomes = [f.relay.wait(run_id, timeout=120) for run_id in runs]
+        assert [o.stop for o in outcomes] == [Stop.DONE] * 20, f.logs()
+        assert sorted(o.summary for o in outcomes) == sorted(f"done {n}" for n in range(20))
+        assert f.ledger().count("sleep start 0.1") == 20
+
+
+def test_a_batch_runs_side_by_side(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        four = batch(*[("sleep", {"seconds": 1}) for _ in range(4)])
+        f.brain.script("BATCH", {0: four, 4: final("slept four times")})
+        f.worker("--concurrency", "4", "--pool", "threads")
+        started = time.monotonic()
+        outcome = f.relay.wait(f.relay.start("BATCH: sleep four times"), timeout=60)
+        elapsed = time.monotonic() - started
+        assert outcome.stop is Stop.DONE, f.logs()
+        lines = f.ledger()
+        # All four began before any ended: they ran at the same time, not one by one.
+        assert lines[:4] == ["sleep start 1"] * 4, lines
+        assert lines[4:] == ["sleep end 1"] * 4, lines
+        print(f"a batch of four 1 s tools took {elapsed:.2f} s")
+
+
+def _wait_for_line(f: object, line: str, timeout: float = 30) -> None:
+    fleet_ = f  # a Fleet
+    fleet_.until(lambda: line in fleet_.ledger(), timeout, what=line)  # type: ignore[attr-defined]
+
+
+def test_a_worker_killed_during_a_non_idempotent_tool(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        f.brain.script("ONCE", {0: call("once", label="charge", seconds=3), 1: final("handled")})
+        first = f.worker("--concurrency", "2")
+        f.beat()
+        run_id = f.relay.start("ONCE: do it once")
+        _wait_for_line(f, "once start charge")
+        first.kill()
+        f.worker("--concurrency", "2", name="second")
+        outcome = f.relay.wait(run_id, timeout=90)
+        assert outcome.stop is Stop.DONE, f.logs()
+        # It started once and never again: its outcome is unknown, and the model was told so.
+        assert f.ledger().count("once start charge") == 1, f.ledger()
+        assert "once end charge" not in f.ledger()
+        assert any("outcome unknown" in c.prompt for c in f.model.calls), f.logs()
+        results = [e for e in f.relay.trace(run_id) if e.kind == "result"]
+        assert [r.status for r in results] == ["unknown"]
+
+
+def test_a_worker_killed_during_an_idempotent_tool(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        f.brain.script("SAFE", {0: call("sleep", seconds=3), 1: final("slept")})
+        first = f.worker("--concurrency", "2")
+        f.beat()
+        run_id = f.relay.start("SAFE: sleep")
+        _wait_for_line(f, "sleep start 3")
+        first.kill()
+        f.worker("--concurrency", "2", name="second")
+        outcome = f.relay.wait(run_id, timeout=90)
+        assert outcome.stop is Stop.DONE, f.logs()
+        # Safe to repeat, so it ran again, once, to the end.
+        assert f.ledger() == ["sleep start 3", "sleep start 3", "sleep end 3"], f.ledger()
+        results = [e for e in f.relay.trace(run_id) if e.kind == "result"]
+        assert [r.status for r in results] == ["ok"]
+
+
+def test_a_worker_killed_during_a_model_call(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        slow_final = Reply(text=final("answered"), delay=3)
+        f.brain.script("THINK", {0: call("read_note", name="a"), 1: slow_final})
+        first = f.worker("--concurrency", "2")
+        f.beat()
+        run_id = f.relay.start("THINK: read and answer")
+        f.until(lambda: len(f.model.calls) >= 2, 30, what="the slow model call")
+        first.kill()
+        f.worker("--concurrency", "2", name="second")
+        outcome = f.relay.wait(run_id, timeout=90)
+        assert outcome.stop is Stop.DONE, f.logs()
+        assert outcome.summary == "answered"
+
+
+def test_every_message_delivered_twice(tmp_path: Path) -> None:
+    with fleet(tmp_path, extra_env={"RELAY_TEST_DUPLICATES": "1"}) as f:
+        script = {
+            0: call("write_note", name="d.txt", text="once"),
+            1: batch(("once", {"label": "x"}), ("once", {"label": "y"}), ("sleep", {"seconds": 0.2})),
+            4: final("all done"),
+        }
+        for n in range(3):
+            f.brain.script(f"DUP-{n}:", script)
+        f.worker("--concurrency", "4", "--pool", "threads")
+        f.worker("--concurrency", "2", name="second")
+        runs = [f.relay.start(f"DUP-{n}: work") for n in range(3)]
+        # The client sends its wake-ups twice as well.
+        f.relay._send([m for run_id in runs for m in [_advance(run_id)] * 2])
+        outcomes = [f.relay.wait(r, timeout=90) for r in runs]
+        assert [o.stop for o in outcomes] == [Stop.DONE] * 3, f.logs()
+        ledger = f.ledger()
+        assert ledger.count("write_note d.txt") == 3, ledger
+        assert ledger.count("once start x") == 3 and ledger.count("once start y") == 3, ledger
+        # Three model calls per run (call, batch, final): none paid twice.
+        for n in range(3):
+            made = [c for c in f.model.calls if f"DUP-{n}:" in c.prompt]
+            assert len(made) == 3, [c.prompt[-200:] for c in made]
+        for run_id in runs:
+            kinds = [e.kind for e in f.relay.trace(run_id)]
+            assert kinds.count("call") == 4 and kinds.count("result") == 4, kinds
+            assert kinds.count("stop") == 1
+
+
+def _advance(run_id: str) -> object:
+    from workers.engine import Message
+
+    return Message("advance", run_id)
+
+
+def test_redis_killed_and_restarted_mid_run(tmp_path: Path) -> None:
+    with fleet(tmp_path, appendonly=True) as f:
+        f.brain.script("AOF", {0: call("sleep", seconds=2), 1: call("write_note", name="r.txt", text="x"), 2: final("survived")})
+        f.worker("--concurrency", "2")
+        f.beat()
+        run_id = f.relay.start("AOF: sleep then write")
+        _wait_for_line(f, "sleep start 2")
+        f.redis.kill()
+        with pytest.raises(StoreUnavailable) as failed:
+            f.relay.status(run_id)
+        assert "127.0.0.1" in str(failed.value)
+        time.sleep(1)
+        f.redis.start()
+        outcome = f.relay.wait(run_id, timeout=120)
+        assert outcome.stop is Stop.DONE, f.logs()
+        assert f.ledger().count("write_note r.txt") == 1
