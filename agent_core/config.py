@@ -15,7 +15,7 @@ __all__ = ["Config"]
 class Config(BaseModel):
     """Limits and policy for one agent. Every field has a sensible default."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_calls: int = Field(default=12, ge=1, le=10_000)
     """Tool calls (including delegations) a run may make; one more ends it with CALL_LIMIT."""

@@ -148,4 +148,4 @@ def summary_request(state: AgentState, setup: Setup, fold: int) -> ModelRequest:
         "You keep an agent's notes short. You summarise its earlier work so it can"
         " carry on without the details."
     )
-    return ModelRequest(system=system, prompt="\n\n".join(sections), attachments=())
+    return ModelRequest(system=system, prompt="\n\n".join(sections), attachments=state.attachments)

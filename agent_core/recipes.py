@@ -39,7 +39,7 @@ _SHOWN_NAMES = 5
 class RecipeParam(BaseModel):
     """One declared blank of a recipe, with help for whoever fills it."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     help: str = ""
@@ -51,7 +51,7 @@ class Recipe(BaseModel):
     `tool_names` is None until `only_tools` is called, meaning every tool.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     template: str

@@ -33,7 +33,10 @@ __all__ = [
 PROTOCOL_KEYS = ("plan", "tool", "tools", "final", "ask_user")
 MAX_NUMBER_DIGITS = 400
 MAX_NESTING = 500
+MAX_DEPTH = 64
+"""Deepest nesting an accepted object may have; deeper data could not be saved and restored."""
 MAX_ATTEMPTS = 64
+SHOWN_CHARS = 80
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
@@ -83,7 +86,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(result) != len(pairs):
         seen: set[str] = set()
         twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise _RefusedError(f"the key {twice!r} appears twice in one object")
+        raise _RefusedError(f"the key {_shown(twice)!r} appears twice in one object")
     return result
 
 
@@ -201,10 +204,29 @@ def first_object(text: str) -> dict[str, Any] | Unusable:
             resume = max(_past_deep_nesting(text, candidate), candidate + 1)
         else:
             if isinstance(value, dict):
+                if _depth_over(value, MAX_DEPTH):
+                    return Unusable(f"your JSON is nested more than {MAX_DEPTH} levels deep")
                 return _clean_strings(value) if "\\u" in text else value
             resume = candidate + 1  # pragma: no cover - a value starting with { is a dict
         candidate = text.find("{", resume)
     return Unusable("no complete JSON object was found in your reply")
+
+
+def _depth_over(found: dict[str, Any], limit: int) -> bool:
+    """Return whether `found` nests deeper than `limit` (iteratively: no recursion limit)."""
+    pending: list[tuple[Any, int]] = [(found, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        pending.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def _shown(text: str) -> str:
+    """Return `text` short enough to quote back to the model."""
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"
 
 
 def _clean_strings(found: dict[str, Any]) -> dict[str, Any]:
@@ -258,7 +280,7 @@ def _read_call(entry: Any) -> RawCall | Unusable:
     if args is None:
         args = {}
     if not isinstance(args, dict):
-        return Unusable(f'"args" of {name} must be a JSON object')
+        return Unusable(f'"args" of {_shown(name)} must be a JSON object')
     return RawCall(name, args)
 
 

@@ -50,7 +50,7 @@ _NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 class Skill(BaseModel):
     """A skill: the model sees `name` and `description`; `body` loads on `use_skill`."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     description: str

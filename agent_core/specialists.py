@@ -21,7 +21,7 @@ class Specialist(BaseModel):
     only to the child, which has only the listed tools.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     description: str

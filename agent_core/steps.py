@@ -30,13 +30,15 @@ __all__ = [
     "Summarize",
 ]
 
-_FROZEN = ConfigDict(frozen=True)
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
 class Attachment(BaseModel):
     """A file sent with the task on every model request (bytes are base64 in JSON)."""
 
-    model_config = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64")
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", ser_json_bytes="base64", val_json_bytes="base64"
+    )
 
     name: str
     mime: str

@@ -57,7 +57,7 @@ class Risk(StrEnum):
 class Policy(BaseModel):
     """Which risks need a person's yes before a call runs. MONEY always does."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     ask: frozenset[Risk]
 
@@ -92,7 +92,7 @@ def check_name(name: object, what: str) -> str:
 class Arg(BaseModel):
     """One declared argument of a tool."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     kind: Kind
@@ -103,7 +103,7 @@ class Arg(BaseModel):
 class Tool(BaseModel):
     """A tool the model may call: `Tool(name, description).arg(...).risk(...)`."""
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     name: str
     description: str
@@ -162,7 +162,7 @@ def tool_names(tools: Iterable[Tool]) -> list[str]:
 class ToolCall(BaseModel):
     """One call the model asked for, with checked arguments."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str
     tool: str
@@ -178,7 +178,7 @@ OutputStatus = Literal["ok", "error", "declined", "unknown"]
 class ToolOutput(BaseModel):
     """What came of a call: its text, and whether it worked, failed, was declined or is unknown."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     status: OutputStatus
     text: str

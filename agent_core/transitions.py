@@ -81,6 +81,8 @@ MAX_NEW_NOTES = 20
 QUESTION_CHARS = 2_000
 TRACE_TEXT_CHARS = 4_000
 SUMMARY_SHOWN_CHARS = 60
+PROBLEM_CHARS = 1_000
+ARG_KEPT_CHARS = 1_000
 
 
 # --- events: what can happen to an agent ----------------------------------------
@@ -175,6 +177,7 @@ def _usable(state: AgentState, **changes: Any) -> AgentState:
 
 def _retry(state: AgentState, reason: str, setup: Setup, *, failed: bool = False) -> AgentState:
     """Spend one retry on an unusable reply (or a failed call); past the budget, stop."""
+    reason = cut(reason, PROBLEM_CHARS)
     count = state.bad_replies + 1
     if count > setup.config.max_retries:
         if failed:
@@ -350,6 +353,18 @@ def _summary_line(
     return _default_summary(raw.tool, args)
 
 
+def _kept(call: ToolCall) -> ToolCall:
+    """Return `call` as history keeps it: each long argument cut, so history stays bounded."""
+    shown = {k: history.render_args(v) for k, v in call.args.items()}
+    if all(len(text) <= ARG_KEPT_CHARS for text in shown.values()):
+        return call
+    args = {
+        k: cut(shown[k], ARG_KEPT_CHARS) if len(shown[k]) > ARG_KEPT_CHARS else v
+        for k, v in call.args.items()
+    }
+    return call.model_copy(update={"args": args})
+
+
 def _on_own_tool(state: AgentState, raw: RawCall, setup: Setup) -> AgentState:
     tool = setup.own[raw.tool]
     try:
@@ -423,7 +438,7 @@ def _on_result(state: AgentState, event: ResultGiven, setup: Setup) -> AgentStat
     if len(results) < len(phase.batch):
         return recorded.model_copy(update={"phase": phase.model_copy(update={"results": results})})
     entry = CallsEntry(
-        results=tuple(CallResult(call=c, output=results[c.id]) for c in phase.batch),
+        results=tuple(CallResult(call=_kept(c), output=results[c.id]) for c in phase.batch),
         note=phase.note,
     )
     return _next_ask(_remembered(recorded, entry, setup), setup)

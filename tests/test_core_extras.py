@@ -592,8 +592,7 @@ def test_run_asks_the_model_for_summaries_by_default() -> None:
 
 
 def test_the_summary_request_carries_the_attachments() -> None:
-    # BUG (to confirm against DESIGN §2): "attachments go on every ModelRequest",
-    # but prompts.summary_request builds its ModelRequest with attachments=().
+    # DESIGN §2: attachments go on every ModelRequest, summaries included.
     agent = Agent(SUMMARIZING, TOOLS)
     agent.start_with(TASK, "", [SHEET])
     step = _grow(agent, 10)

@@ -578,10 +578,8 @@ def test_the_snapshot_stays_bounded_over_a_long_run() -> None:
 
 
 def test_the_snapshot_stays_bounded_when_the_model_writes_huge_arguments() -> None:
-    # BUG: history is trimmed by its rendered size, where each call's arguments are
-    # cut to 2,000 characters, but every CallsEntry keeps the ToolCall with its
-    # arguments in full. With 100 KB arguments and the default history_chars
-    # (24,000) the snapshot keeps ~11 such calls: over 1 MB, not near history_chars.
+    # History is trimmed by its rendered size, so what it stores must be cut the
+    # same way: 100 KB arguments must not keep the snapshot far above history_chars.
     agent = agent_with(require_plan=False, max_calls=10_000)
     agent.start(TASK)
     for number in range(40):

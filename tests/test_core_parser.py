@@ -227,12 +227,9 @@ def test_a_surrogate_in_a_reason_still_encodes() -> None:
 
 @pytest.mark.parametrize("depth", [50, 150, 200, 300, 600])
 def test_deeply_nested_data_in_a_final_survives_the_snapshot(depth: int) -> None:
-    # BUG: the parser accepts any nesting the json module can decode (up to ~990
-    # levels), but pydantic cannot hold it: from ~197 levels `Agent.restore` of the
-    # agent's own snapshot raises SnapshotError, and from ~253 levels `snapshot()`
-    # itself raises PydanticSerializationError (not an AgentError). The parser
-    # should refuse such nesting with a stated reason (MAX_NESTING is only used
-    # after a RecursionError), so whatever it accepts round-trips.
+    # pydantic cannot save and restore data nested a few hundred levels deep, so
+    # the parser refuses deep nesting with a stated reason: whatever it accepts
+    # must round-trip through the snapshot.
     agent = fresh()
     step = agent.reply('{"final": "x", "d": ' + "[" * depth + "]" * depth + "}")
     assert isinstance(step, Ask | Done)
@@ -241,7 +238,7 @@ def test_deeply_nested_data_in_a_final_survives_the_snapshot(depth: int) -> None
 
 @pytest.mark.parametrize("depth", [150, 200, 300])
 def test_deeply_nested_arguments_survive_the_snapshot(depth: int) -> None:
-    # BUG: same as above, through a LIST argument that enters the batch and history.
+    # The same, through a LIST argument that enters the batch and history.
     agent = fresh()
     step = agent.reply('{"tool": "store", "args": {"items": ' + "[" * depth + "]" * depth + "}}")
     assert isinstance(step, Ask | Run)
@@ -249,9 +246,8 @@ def test_deeply_nested_arguments_survive_the_snapshot(depth: int) -> None:
 
 
 def test_the_retry_reason_does_not_echo_a_huge_reply() -> None:
-    # BUG: reasons quote the model's text without a bound ('"args" of {name}',
-    # "the key {k!r} appears twice"), so one reply with a 1 MB tool name or key
-    # puts 1 MB into every later prompt and the snapshot, whatever history_chars is.
+    # A retry reason quotes the model's text; a 1 MB tool name or key must not
+    # put 1 MB into every later prompt and the snapshot.
     for reply in (
         '{"tool": "' + "n" * 1_000_000 + '", "args": 5}',
         '{"' + "k" * 1_000_000 + '": 1, "' + "k" * 1_000_000 + '": 2}',

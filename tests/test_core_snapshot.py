@@ -559,10 +559,9 @@ NOT_SNAPSHOTS: dict[str, object] = {
     "lone surrogate": RICH.replace('"Copy', '"\ud800Copy', 1),
     "no state": _without(["state"]),
     "call without an id": _without(["state", "phase", "batch", 0, "id"]),
-    # BUG: Attachment and Specialist define their own positional __init__, which
-    # pydantic calls while loading JSON: a missing or extra field raises TypeError
-    # out of Agent.restore instead of SnapshotError (state.py `load` catches only
-    # ValidationError, ValueError and RecursionError).
+    # Attachment and Specialist define their own positional __init__, which
+    # pydantic calls while loading JSON: a missing or extra field must still be
+    # a SnapshotError, not a TypeError.
     "attachment without a name": _without(["state", "attachments", 0, "name"]),
     "attachment with an extra key": _with(["state", "attachments", 0, "size"], 3),
     "specialist without a description": _without(["state", "specialists", 0, "description"]),
@@ -586,10 +585,8 @@ def test_the_rich_snapshot_itself_restores() -> None:
 
 
 def test_a_running_state_with_every_result_in_is_refused() -> None:
-    # BUG: Running's validator checks only that results name calls of the batch,
-    # not that one call still waits. A snapshot whose batch is fully answered
-    # restores, and then `resume()` raises StopIteration (agent.py, `next(...)`
-    # in `resume`), as do `result()` and every other method.
+    # A batch whose every call has its result is not a state the agent can be in:
+    # restoring one must be refused, not fail later in resume().
     data = json.loads(RICH)
     phase = data["state"]["phase"]
     phase["results"] = {c["id"]: {"status": "ok", "text": "x"} for c in phase["batch"]}
@@ -642,7 +639,7 @@ def _assert_usable_or_refused(saved: str) -> None:
     assert isinstance(agent.resume(), Done)
 
 
-# These two find the Attachment/Specialist TypeError BUG above within a few hundred examples.
+# These two found the Attachment/Specialist TypeError above within a few hundred examples.
 MUTATE = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
