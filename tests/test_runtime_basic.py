@@ -11,7 +11,9 @@ from tests.support.fleet import fleet
 
 def test_a_run_goes_end_to_end(tmp_path: Path) -> None:
     with fleet(tmp_path) as f:
-        f.brain.script("TASK-A", {0: call("write_note", name="a.txt", text="hello"), 1: final("wrote it")})
+        f.brain.script(
+            "TASK-A", {0: call("write_note", name="a.txt", text="hello"), 1: final("wrote it")}
+        )
         f.worker("--concurrency", "2")
         run_id = f.relay.start("TASK-A: write a note")
         outcome = f.relay.wait(run_id, timeout=30)

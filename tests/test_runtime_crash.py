@@ -107,7 +107,9 @@ def test_every_message_delivered_twice(tmp_path: Path) -> None:
     with fleet(tmp_path, extra_env={"RELAY_TEST_DUPLICATES": "1"}) as f:
         script = {
             0: call("write_note", name="d.txt", text="once"),
-            1: batch(("once", {"label": "x"}), ("once", {"label": "y"}), ("sleep", {"seconds": 0.2})),
+            1: batch(
+                ("once", {"label": "x"}), ("once", {"label": "y"}), ("sleep", {"seconds": 0.2})
+            ),
             4: final("all done"),
         }
         for n in range(3):
@@ -140,7 +142,14 @@ def _advance(run_id: str) -> object:
 
 def test_redis_killed_and_restarted_mid_run(tmp_path: Path) -> None:
     with fleet(tmp_path, appendonly=True) as f:
-        f.brain.script("AOF", {0: call("sleep", seconds=2), 1: call("write_note", name="r.txt", text="x"), 2: final("survived")})
+        f.brain.script(
+            "AOF",
+            {
+                0: call("sleep", seconds=2),
+                1: call("write_note", name="r.txt", text="x"),
+                2: final("survived"),
+            },
+        )
         f.worker("--concurrency", "2")
         f.beat()
         run_id = f.relay.start("AOF: sleep then write")

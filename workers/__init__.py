@@ -3,6 +3,7 @@
 from workers.errors import (
     DecisionRefused,
     RelayError,
+    RunCorrupt,
     RunNotFound,
     StoreUnavailable,
     ToolRegistrationError,
@@ -21,6 +22,7 @@ __all__ = [
     "Pending",
     "Relay",
     "RelayError",
+    "RunCorrupt",
     "RunNotFound",
     "RunStatus",
     "Settings",

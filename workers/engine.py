@@ -498,8 +498,14 @@ def unreadable_snapshot(
     record: RunRecord, snapshot: str, problem: str, around: Surroundings
 ) -> Advanced:
     """Fail a run whose saved agent cannot be read; the other runs carry on."""
-    summary = f"The run's saved agent state could not be read: {problem}"
-    outcome = Outcome(stop=Stop.FAILED, summary=summary)
+    return failed_run(
+        record, snapshot, f"its saved agent state could not be read: {problem}", around
+    )
+
+
+def failed_run(record: RunRecord, snapshot: str, problem: str, around: Surroundings) -> Advanced:
+    """Fail a run that cannot go on (its parent is told, its children stopped)."""
+    outcome = Outcome(stop=Stop.FAILED, summary=f"The run failed: {problem}")
     return _stopped(record, snapshot, outcome, around)
 
 

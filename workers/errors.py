@@ -2,6 +2,7 @@
 
     RelayError
     ├── RunNotFound         no run has that id (or it has expired)
+    ├── RunCorrupt          the run's stored record cannot be read
     ├── DecisionRefused     an approval or answer for something not pending (or decided already)
     ├── WaitTimeout         `wait` gave up before the run finished
     ├── StoreUnavailable    Redis cannot be reached or answered with an error
@@ -17,6 +18,7 @@ from __future__ import annotations
 __all__ = [
     "DecisionRefused",
     "RelayError",
+    "RunCorrupt",
     "RunNotFound",
     "StoreUnavailable",
     "ToolRegistrationError",
@@ -33,6 +35,10 @@ class RunNotFound(RelayError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "run not found"
+
+
+class RunCorrupt(RelayError):
+    """Raised when a run's stored record cannot be read; the run fails when it next wakes."""
 
 
 class DecisionRefused(RelayError):

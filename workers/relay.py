@@ -43,6 +43,7 @@ from workers.engine import Message, Verifier
 from workers.errors import (
     DecisionRefused,
     RelayError,
+    RunCorrupt,
     RunNotFound,
     ToolRegistrationError,
     WaitTimeout,
@@ -414,7 +415,8 @@ class Relay(Scheduling):
             DecisionRefused: the call is not waiting for a decision (or was decided already).
             RunNotFound: there is no such run.
         """
-        event = CallDecision(call=call_id, yes=bool(yes), reason=reason[:2_000])
+        _check_yes(yes)
+        event = CallDecision(call=call_id, yes=yes, reason=reason[:2_000])
         self._decide(run_id, f"{run_id}|call|{call_id}", f"d:{call_id}", event, f"call {call_id}")
 
     def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
@@ -423,12 +425,13 @@ class Relay(Scheduling):
 
     def approve_plan(self, run_id: str, yes: bool = True) -> None:
         """Decide the plan a run waits on."""
+        _check_yes(yes)
         seq = self._pending_seq(run_id, "plan")
         self._decide(
             run_id,
             f"{run_id}|plan|{seq}",
             f"d:plan:{seq}",
-            PlanDecision(seq=seq, yes=bool(yes)),
+            PlanDecision(seq=seq, yes=yes),
             "a plan",
         )
 
@@ -465,9 +468,15 @@ class Relay(Scheduling):
         raise DecisionRefused(f"{what} of run {run_id} is not waiting for a decision")
 
     def cancel(self, run_id: str, reason: str = "") -> bool:
-        """Stop a run (parked or running) and its children; False if it had finished already."""
-        record, _ = self._record(run_id)
-        if record.state == "finished":
+        """Stop a run (parked or running) and its children; False if it had finished already.
+
+        A run whose record cannot be read is woken too, so it fails and frees what it held.
+        """
+        try:
+            record, _ = self._record(run_id)
+        except RunCorrupt:
+            record = None
+        if record is not None and record.state == "finished":
             return False
         event = CancelRun(reason=reason[:2_000] or "Cancelled by a person.")
         due = now_ms() + self.runtime.timing.grace_ms
@@ -521,6 +530,12 @@ class Relay(Scheduling):
     def heal(self, now: int) -> int:
         """Re-send messages nobody dealt with and decline expired approvals (part of the tick)."""
         return self.runtime.heal(now)
+
+
+def _check_yes(yes: object) -> None:
+    # bool("no") is True: a decision must be a real bool, never a guess.
+    if not isinstance(yes, bool):
+        raise DecisionRefused(f"a decision is True or False, got {yes!r}")
 
 
 class _Host:

@@ -144,28 +144,36 @@ class Runtime:
         )
 
     def _advance_once(self, run_id: str, loaded: Loaded) -> bool:
-        record = loaded.record
-        around = self._around()
-        if record is None:
-            advanced = engine.unreadable_record(run_id, loaded.snapshot, loaded.problem, around)
-        elif record.state == "finished":
-            advanced = engine.Advanced(
-                record, loaded.snapshot, SaveEffects(retention=around.retention_s)
-            )
-            advanced.effects.applied = [entry_id for entry_id, _ in loaded.inbox]
-        else:
-            try:
-                agent = self.host.restore_agent(record, loaded.snapshot)
-            except AgentError as error:
-                advanced = engine.unreadable_snapshot(record, loaded.snapshot, str(error), around)
-            else:
-                advanced = engine.advance(record, agent, loaded.inbox, around)
+        advanced = self._decide_next(run_id, loaded)
         saved = self.store.save(
             advanced.record, loaded.version, advanced.snapshot, advanced.effects
         )
         if saved:
             self.send(advanced.messages)
         return saved
+
+    def _decide_next(self, run_id: str, loaded: Loaded) -> engine.Advanced:
+        """Return what to save for the run: the next step, or its end if it cannot go on."""
+        record = loaded.record
+        around = self._around()
+        if record is None:
+            advanced = engine.unreadable_record(run_id, loaded.snapshot, loaded.problem, around)
+            advanced.effects.pending_del.extend(self.store.pending_members_of(run_id))
+            return advanced
+        if record.state == "finished":
+            effects = SaveEffects(retention=around.retention_s)
+            effects.applied = [entry_id for entry_id, _ in loaded.inbox]
+            return engine.Advanced(record, loaded.snapshot, effects)
+        try:
+            agent = self.host.restore_agent(record, loaded.snapshot)
+        except AgentError as error:
+            return engine.unreadable_snapshot(record, loaded.snapshot, str(error), around)
+        try:
+            return engine.advance(record, agent, loaded.inbox, around)
+        except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
+            log.exception("run %s: advancing failed; the run is stopped", run_id)
+            problem = f"advancing it raised {type(error).__name__}: {error}"
+            return engine.failed_run(record, loaded.snapshot, problem, around)
 
     # --- model calls ----------------------------------------------------------------------
 
@@ -340,6 +348,7 @@ class Runtime:
         return len(messages)
 
     def _expire(self, pending: Pending, now: int) -> None:
+        """Decline (or answer for) what waited too long, and wake the run to hear it."""
         event: InboxEvent
         if pending.kind == "call":
             assert pending.call_id is not None
@@ -351,9 +360,9 @@ class Runtime:
         else:
             event = Answer(seq=pending.seq, text=NO_ANSWER)
             field_name = f"d:question:{pending.seq}"
-        self.store.decide(
-            pending.run_id, pending_member(pending), field_name, event, now + self.timing.grace_ms
-        )
+        due = now + self.timing.grace_ms
+        if self.store.decide(pending.run_id, pending_member(pending), field_name, event, due) == 1:
+            self.send([Message("advance", pending.run_id)])
 
 
 def _batch_call(host: RuntimeHost, claim: Claim, call_id: str) -> ToolCall | None:

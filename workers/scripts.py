@@ -71,8 +71,9 @@ return 1
 # ARGV: pending member, decision field, event, advance member, due
 # Returns 1 applied, 0 not pending, -1 decided already.
 DECIDE = """
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then return -1 end
 if redis.call('HEXISTS', KEYS[5], ARGV[1]) == 0 then return 0 end
-if redis.call('HSETNX', KEYS[1], ARGV[2], 1) == 0 then return -1 end
+redis.call('HSET', KEYS[1], ARGV[2], 1)
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[3])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
 redis.call('ZREM', KEYS[4], ARGV[1])

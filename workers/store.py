@@ -23,7 +23,7 @@ import redis
 from pydantic import ValidationError
 
 from workers import scripts
-from workers.errors import StoreUnavailable
+from workers.errors import RunCorrupt, StoreUnavailable
 from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, inbox_event
 from workers.settings import redact_url
 
@@ -201,15 +201,19 @@ class RunStore:
         return Loaded(_text(version), record, _text(snap or b""), inbox, tokens)
 
     def read(self, run_id: str) -> tuple[RunRecord, tuple[int, int, int]] | None:
-        """Return the run's record and token totals (no snapshot), or None."""
+        """Return the run's record and token totals (no snapshot), or None if there is no run.
+
+        Raises:
+            RunCorrupt: the stored record cannot be read.
+        """
         with self.errors():
             meta, *totals = self.redis.hmget(self.keys.run(run_id), ["meta", "tp", "tc", "tt"])
         if meta is None:
             return None
         try:
             record = RunRecord.model_validate_json(meta)
-        except ValidationError:
-            return None
+        except ValidationError as error:
+            raise RunCorrupt(f"run {run_id}: {_first(error)}") from None
         return record, (_int(totals[0]), _int(totals[1]), _int(totals[2]))
 
     def snapshot(self, run_id: str) -> str | None:
@@ -317,6 +321,12 @@ class RunStore:
         with self.errors():
             values = self.redis.hmget(self.keys.pending_data, list(members))
         return [Pending.model_validate_json(v) for v in values if v is not None]
+
+    def pending_members_of(self, run_id: str) -> list[str]:
+        """Return the pending entries a run holds, found by their names (for a lost record)."""
+        with self.errors():
+            found = self.redis.hscan_iter(self.keys.pending_data, match=f"{run_id}|*", count=1_000)
+            return [_text(member) for member, _ in found]
 
     def expired_pending(self, now_ms: int, limit: int = 500) -> list[Pending]:
         with self.errors():

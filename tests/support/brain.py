@@ -64,7 +64,9 @@ class Brain:
             return "Summary: the earlier work went fine."
         task = chat.prompt.split("\n\n", 1)[0]
         with self.lock:
-            script = next((s for m, s in self.scripts.items() if m in task), None)
+            # The longest marker wins, so RUN-1 does not answer for RUN-10.
+            markers = sorted((m for m in self.scripts if m in task), key=len, reverse=True)
+            script = self.scripts[markers[0]] if markers else None
             if script is None:
                 raise AssertionError(f"no script for the task in: {task[:200]!r}")
             if PLAN_ASK in chat.prompt:
@@ -72,5 +74,7 @@ class Brain:
             turn = chat.prompt.count("\n→ ")
             queue = script.replies.get(turn)
             if queue is None:
-                raise AssertionError(f"the script has no reply for turn {turn}:\n{chat.prompt[-1500:]}")
+                raise AssertionError(
+                    f"the script has no reply for turn {turn}:\n{chat.prompt[-1500:]}"
+                )
             return queue.pop(0) if len(queue) > 1 else queue[0]

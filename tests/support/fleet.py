@@ -31,12 +31,25 @@ class Fleet:
     relay: Relay
     processes: list[RelayProcess] = field(default_factory=list)
 
-    def worker(self, *extra: str, name: str = "", env: dict[str, str] | None = None) -> RelayProcess:
+    def worker(
+        self, *extra: str, name: str = "", env: dict[str, str] | None = None
+    ) -> RelayProcess:
         """Start one more `relay worker` (all queues, unless `extra` says otherwise)."""
         index = len(self.processes)
         hostname = name or f"w{index}"
-        args = ["--app", APP, "worker", "--loglevel", "INFO", "--hostname", f"{hostname}@test", *extra]
-        process = RelayProcess(args, {**self.env, **(env or {})}, self.directory / f"{hostname}.log")
+        args = [
+            "--app",
+            APP,
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--hostname",
+            f"{hostname}@test",
+            *extra,
+        ]
+        process = RelayProcess(
+            args, {**self.env, **(env or {})}, self.directory / f"{hostname}.log"
+        )
         self.processes.append(process)
         return process.start()
 
@@ -54,7 +67,9 @@ class Fleet:
     def logs(self) -> str:
         return "\n".join(f"--- {p.log_path.name}\n{p.output()[-3000:]}" for p in self.processes)
 
-    def until(self, check: Callable[[], object], timeout: float = 30, what: str = "a condition") -> None:
+    def until(
+        self, check: Callable[[], object], timeout: float = 30, what: str = "a condition"
+    ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if check():
@@ -64,7 +79,13 @@ class Fleet:
 
 
 @contextmanager
-def fleet(directory: Path, *, appendonly: bool = False, recovery: float = 4, extra_env: dict[str, str] | None = None) -> Iterator[Fleet]:
+def fleet(
+    directory: Path,
+    *,
+    appendonly: bool = False,
+    recovery: float = 4,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Fleet]:
     """Yield a Fleet with Redis and the model server up (start workers with `fleet.worker()`)."""
     brain = Brain()
     with RedisServer(directory, appendonly=appendonly) as redis_server, ModelServer(brain) as model:

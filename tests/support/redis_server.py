@@ -23,7 +23,9 @@ def free_port() -> int:
 class RedisServer:
     """`with RedisServer(tmp_path) as server: server.url` — stopped (by its pid) on exit."""
 
-    def __init__(self, directory: Path, *, appendonly: bool = False, password: str | None = None) -> None:
+    def __init__(
+        self, directory: Path, *, appendonly: bool = False, password: str | None = None
+    ) -> None:
         self.directory = directory
         self.appendonly = appendonly
         self.password = password
@@ -98,6 +100,9 @@ class RedisServer:
         return self.start()
 
     def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()

@@ -1,0 +1,500 @@
+"""The `relay` command against real workers: every verb, with and without a terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agent_core import Config, Stop
+from tests.support.brain import Brain, batch, call, final
+from tests.support.cli import (
+    Background,
+    Terminal,
+    clean_env,
+    left_running,
+    marked,
+    relay,
+    wait_until_gone,
+)
+from tests.support.fleet import Fleet, fleet
+from tests.support.model_server import ModelServer, refusing_url
+from tests.support.redis_server import RedisServer
+from workers.cli import cli
+
+APP = "tests.apps.notes:relay"
+VERBS = [
+    "worker",
+    "beat",
+    "run",
+    "demo",
+    "runs",
+    "show",
+    "watch",
+    "pending",
+    "approve",
+    "deny",
+    "answer",
+    "cancel",
+    "flower",
+]
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Fleet]:
+    """Redis, the scripted model server and one `relay worker` (threads) for the notes app."""
+    with fleet(tmp_path) as f:
+        f.worker("--concurrency", "4", "--pool", "threads")
+        yield f
+
+
+def env_of(f: Fleet) -> dict[str, str]:
+    return clean_env(**f.env)
+
+
+def invoke(f: Fleet, *args: str) -> tuple[int, str, str]:
+    """Run a verb in this process (no --app: a bare Relay on the fleet's settings)."""
+    result = CliRunner(env=f.env).invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+# --- help -------------------------------------------------------------------------------------
+
+
+def test_relay_help_lists_every_verb() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for verb in VERBS:
+        assert re.search(rf"^\s+{verb}\s", result.stdout, re.MULTILINE), verb
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_each_verb_has_help(verb: str) -> None:
+    result = CliRunner().invoke(cli, [verb, "--help"])
+    assert result.exit_code == 0, result.output
+    assert f"Usage: cli {verb}" in result.stdout or f"Usage: relay {verb}" in result.stdout
+    assert len(result.stdout.splitlines()) > 3
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+def test_run_shows_the_run_live_and_exits_zero(running: Fleet) -> None:
+    running.brain.script("LIVE-1", {0: call("read_note", name="a.txt"), 1: final("read it")})
+    done = relay("--app", APP, "run", "LIVE-1: read a note", env=env_of(running))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "→ read_note" in done.stdout
+    assert "■ Done: read it" in done.stdout
+    assert re.search(r"[\d,]+ tokens \([\d,]+ prompt, [\d,]+ completion\)", done.stdout)
+    assert "Traceback" not in done.stderr
+
+
+def test_run_without_a_terminal_says_how_to_approve_and_keeps_waiting(running: Fleet) -> None:
+    running.brain.script("HINT-1", {0: call("delete_note", name="old.txt"), 1: final("deleted")})
+    job = Background("run", "--app", APP, "HINT-1: delete a note", env=env_of(running))
+    try:
+        hint = job.expect(r"relay approve (\S+) (call-\d+)")
+        assert "relay deny" in job.text
+        assert running.ledger() == []  # it waits for the decision
+        approved = relay("approve", hint[1], hint[2], env=env_of(running))
+        assert approved.returncode == 0, approved.stderr
+        assert f"Approved {hint[2]} of run {hint[1]}" in approved.stdout
+        assert job.wait() == 0, job.text
+    finally:
+        job.close()
+    assert f"✓ {hint[2]} (delete_note) approved" in job.text
+    assert running.ledger() == ["delete_note old.txt"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "ledger", "line"),
+    [
+        ("--yes", ["delete_note x.txt"], "approving call-1 (delete_note) automatically (--yes)"),
+        ("--deny", [], "declining call-1 (delete_note) automatically (--deny)"),
+    ],
+)
+def test_run_yes_or_deny_decides_for_the_person(
+    running: Fleet, flag: str, ledger: list[str], line: str
+) -> None:
+    marker = f"DECIDE{flag}"
+    running.brain.script(marker, {0: call("delete_note", name="x.txt"), 1: final("over")})
+    done = relay("--app", APP, "run", f"{marker}: delete x.txt", flag, env=env_of(running))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert line in done.stdout
+    assert running.ledger() == ledger
+
+
+def test_run_json_prints_the_final_status(running: Fleet) -> None:
+    running.brain.script("JSON-1", {0: call("delete_note", name="j.txt"), 1: final("all done")})
+    done = relay("run", "JSON-1: delete", "--json", "--yes", "--app", APP, env=env_of(running))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    status = json.loads(lines[0])
+    assert status["state"] == "finished"
+    assert status["outcome"]["stop"] == "done"
+    assert status["outcome"]["summary"] == "all done"
+    assert status["total_usage"]["total_tokens"] > 0
+
+
+def test_run_needs_an_app_and_refuses_both_yes_and_deny(running: Fleet) -> None:
+    no_app = relay("run", "anything", env=env_of(running))
+    assert no_app.returncode == 1
+    assert (
+        no_app.stderr.strip() == "relay: `relay run` needs an app: --app module:attr or RELAY_APP"
+    )
+    both = relay("--app", APP, "run", "x", "--yes", "--deny", env=env_of(running))
+    assert both.returncode == 2
+    assert "--yes and --deny exclude each other" in both.stderr
+
+
+# --- listing and deciding ---------------------------------------------------------------------
+
+
+def test_pending_approve_deny_runs_and_show(running: Fleet) -> None:
+    running.brain.script(
+        "BOTH-1",
+        {0: batch(("delete_note", {"name": "d.txt"}), ("pay", {"amount": 5})), 2: final("done")},
+    )
+    run_id = running.relay.start("BOTH-1: delete and pay")
+    running.until(lambda: len(running.relay.pending()) == 2, what="two pending calls")
+
+    code, out, _ = invoke(running, "pending", "--json")
+    assert code == 0
+    found = {p["tool"]: p for p in json.loads(out)}
+    assert set(found) == {"delete_note", "pay"}
+    assert {p["run_id"] for p in found.values()} == {run_id}
+    assert found["pay"]["risk"] == "money"
+
+    code, out, _ = invoke(running, "pending")
+    assert code == 0
+    assert run_id in out
+    assert "delete_note" in out
+    assert "money" in out
+
+    delete, pay = found["delete_note"]["call_id"], found["pay"]["call_id"]
+    code, out, _ = invoke(running, "approve", run_id, delete)
+    assert (code, out.strip()) == (0, f"Approved {delete} of run {run_id}.")
+    code, out, _ = invoke(running, "deny", run_id, pay, "--reason", "too much")
+    assert (code, out.strip()) == (0, f"Declined {pay} of run {run_id}.")
+    assert running.relay.wait(run_id, timeout=30).stop is Stop.DONE
+
+    code, out, _ = invoke(running, "runs", "--json")
+    assert code == 0
+    listed = {r["id"]: r for r in json.loads(out)}
+    assert listed[run_id]["state"] == "finished"
+    code, out, _ = invoke(running, "runs")
+    assert code == 0
+    assert run_id in out
+    assert "finished: done" in out
+
+    code, out, _ = invoke(running, "show", run_id, "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["status"]["outcome"]["stop"] == "done"
+    kinds = [entry["kind"] for entry in shown["trace"]]
+    assert "approved" in kinds
+    assert "declined" in kinds
+    code, out, _ = invoke(running, "show", run_id)
+    assert code == 0
+    assert f"✓ {delete} (delete_note) approved" in out
+    assert f"✗ {pay} (pay) declined: too much" in out
+    assert running.ledger() == ["delete_note d.txt"]
+
+
+def test_a_plan_is_decided_without_a_call_id(running: Fleet) -> None:
+    # The notes app asks for no plan; a run with require_plan does.
+    running.brain.script(
+        "PLAN-1", {0: call("read_note", name="p"), 1: final("ok")}, plan=["Read p"]
+    )
+    run_id = running.relay.start("PLAN-1: read p", config=Config(max_batch=4))
+    running.until(lambda: running.relay.status(run_id).waiting_for == "plan", what="the plan")
+    code, out, _ = invoke(running, "pending", "--json")
+    assert [p["kind"] for p in json.loads(out)] == ["plan"]
+    wrong = relay("approve", run_id, "call-9", env=env_of(running))
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith("relay: ")
+    code, out, _ = invoke(running, "approve", run_id)
+    assert (code, out.strip()) == (0, f"Approved the plan of run {run_id}.")
+    assert running.relay.wait(run_id, timeout=30).stop is Stop.DONE
+
+
+def test_answer_and_cancel(running: Fleet) -> None:
+    running.brain.script("ASK-1", {0: '{"ask_user": "Which month?"}', 1: final("noted May")})
+    asked = running.relay.start("ASK-1: ask me")
+    running.until(lambda: running.relay.status(asked).waiting_for == "question", what="a question")
+    code, out, _ = invoke(running, "pending", "--json")
+    assert [(p["kind"], p["summary"]) for p in json.loads(out)] == [("question", "Which month?")]
+    code, out, _ = invoke(running, "answer", asked, "May")
+    assert (code, out.strip()) == (0, f"Answered run {asked}.")
+    assert running.relay.wait(asked, timeout=30).summary == "noted May"
+
+    running.brain.script("PARK-1", {0: call("delete_note", name="y.txt")})
+    parked = running.relay.start("PARK-1: wait on me")
+    running.until(lambda: running.relay.status(parked).waiting_for == "call", what="a parked call")
+    code, out, _ = invoke(running, "cancel", parked, "--reason", "not today")
+    assert (code, out.strip()) == (0, f"Cancelling run {parked} (its specialists stop too).")
+    assert running.relay.wait(parked, timeout=30).stop is Stop.CANCELLED
+    code, out, _ = invoke(running, "cancel", parked)
+    assert (code, out.strip()) == (0, f"Run {parked} had finished already.")
+    assert running.ledger() == []
+
+
+def test_watch_follows_a_run_and_its_specialists(running: Fleet) -> None:
+    running.brain.script(
+        "DELEG-W",
+        {0: call("delegate", specialist="reader", task="CHILD-W read a"), 1: final("child done")},
+    )
+    running.brain.script("CHILD-W", {0: call("read_note", name="a"), 1: final("read a")})
+    run_id = running.relay.start("DELEG-W: hand it over")
+    code, out, _ = invoke(running, "watch", run_id, "--json")
+    assert code == 0
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert entries[0]["kind"] == "started"
+    assert entries[-1]["kind"] == "finished"
+    assert entries[-1]["run"] == run_id
+    children = {e["run"] for e in entries} - {run_id}
+    assert children
+    assert all(child.startswith(run_id + ".") for child in children)
+    assert any(e["kind"] == "call" and e["tool"] == "read_note" for e in entries)
+
+    code, out, _ = invoke(running, "watch", run_id)  # finished: the whole trace, then it ends
+    assert code == 0
+    assert "⇉ handed to the specialist reader" in out
+    assert "  → read_note" in out  # a specialist's lines are indented
+    assert "■ Done: child done" in out
+
+
+# --- bad input: one line, no traceback --------------------------------------------------------
+
+
+@pytest.fixture
+def redis_only(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path) as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["show", "nope"], "no run 'nope'"),
+        (["approve", "nope", "call-1"], "no run 'nope'"),
+        (["watch", "nope"], "no run 'nope'"),
+        (["--app", "no_such_module:relay", "runs"], "cannot import 'no_such_module'"),
+        (["runs", "--app", "tests.apps.notes:nothing"], "has no attribute 'nothing'"),
+        (["--app", "tests.apps.notes:SPECIALISTS", "worker"], "not a workers.Relay"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr(
+    redis_only: RedisServer, args: list[str], says: str
+) -> None:
+    done = relay(*args, env=clean_env(RELAY_REDIS_URL=redis_only.url))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("relay: "), done.stderr
+    assert says in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_unreachable_redis_is_named_without_its_password() -> None:
+    with refusing_url() as url:
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        env = clean_env(RELAY_REDIS_URL=f"redis://:s3cret-pw@127.0.0.1:{port}/0")
+        done = relay("runs", env=env, timeout=60)
+    assert done.returncode == 1
+    line = done.stderr.strip()
+    assert len(line.splitlines()) == 1, done.stderr
+    assert f"redis://:***@127.0.0.1:{port}/0" in line
+    assert "unreachable" in line
+    assert "s3cret-pw" not in done.stdout + done.stderr
+
+
+def test_a_bad_setting_is_one_line() -> None:
+    done = relay("pending", env=clean_env(RELAY_TOOL_TIMEOUT="soon"))
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("relay: RELAY_TOOL_TIMEOUT: ")
+    assert "Traceback" not in done.stderr
+
+
+# --- the embedded default ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Iterator[tuple[Brain, dict[str, str]]]:
+    """The scripted model server, and an environment with no Redis URL (the embedded default)."""
+    brain = Brain()
+    with ModelServer(brain) as server:
+        env = clean_env(RELAY_MODEL_URL=server.url, RELAY_TEST_DIR=str(tmp_path))
+        yield brain, env
+
+
+def test_embedded_run_starts_and_stops_its_own_redis_and_worker(
+    model: tuple[Brain, dict[str, str]], tmp_path: Path
+) -> None:
+    brain, env = model
+    brain.script("EMB-1", {0: call("delete_note", name="e.txt"), 1: final("gone")})
+    env, marker = marked(env)
+    done = relay("--app", APP, "run", "EMB-1: delete e.txt", "--yes", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Started a private Redis (127.0.0.1:" in done.stdout
+    assert "■ Done: gone" in done.stdout
+    assert (tmp_path / "ledger.txt").read_text() == "delete_note e.txt\n"
+    assert wait_until_gone(marker) == []
+
+
+@pytest.mark.parametrize(("sent", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_embedded_run_stopped_midway_leaves_nothing_running(
+    model: tuple[Brain, dict[str, str]], sent: signal.Signals, code: int
+) -> None:
+    brain, env = model
+    brain.script("EMB-2", {0: call("until_cancelled", seconds=60), 1: final("never")})
+    env, marker = marked(env)
+    job = Background("--app", APP, "run", "EMB-2: work long", env=env)
+    try:
+        job.expect(r"→ until_cancelled")
+        assert any("worker" in p for p in left_running(marker))
+        job.process.send_signal(sent)
+        assert job.wait() == code, job.text
+    finally:
+        job.close()
+    if sent is signal.SIGINT:
+        assert "Stopped. The private Redis and worker end with this command" in job.text
+    assert "Traceback" not in job.text
+    assert wait_until_gone(marker) == []
+
+
+def test_embedded_run_with_a_bad_task_stops_everything(
+    model: tuple[Brain, dict[str, str]],
+) -> None:
+    _, env = model
+    env, marker = marked(env)
+    done = relay("--app", APP, "run", "   ", env=env)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "relay: the task must be non-empty text"
+    assert wait_until_gone(marker) == []
+
+
+def test_embedded_worker_that_dies_is_reported_in_one_line(
+    model: tuple[Brain, dict[str, str]],
+) -> None:
+    brain, env = model
+    brain.script("EMB-3", {0: call("until_cancelled", seconds=60), 1: final("never")})
+    env, marker = marked(env)
+    job = Background("--app", APP, "run", "EMB-3: work long", env=env)
+    try:
+        job.expect(r"→ until_cancelled")
+        workers = [int(p.split(":")[0]) for p in left_running(marker) if " worker " in p]
+        assert workers, left_running(marker)
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        assert job.wait() == 1, job.text
+    finally:
+        job.close()
+    assert "relay: the embedded worker stopped (exit code -9)" in job.text
+    assert "Traceback" not in job.text
+    assert wait_until_gone(marker) == []
+
+
+# --- demo -------------------------------------------------------------------------------------
+
+
+def test_demo_runs_offline_and_says_it_is_the_demo_model(tmp_path: Path) -> None:
+    env, marker = marked(clean_env())
+    done = relay("demo", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "demo model" in done.stdout
+    assert "approving the plan automatically" in done.stdout
+    assert "→ list_notes()" in done.stdout
+    assert "→ read_note" in done.stdout
+    assert "■ Done: I listed 3 notes, read meeting.md" in done.stdout
+    assert "summary.md" in done.stdout
+    assert "Ana takes over the billing bug." in done.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing left in the working directory
+    assert wait_until_gone(marker) == []
+
+
+def test_demo_ask_without_a_terminal_can_be_approved_from_another_shell(tmp_path: Path) -> None:
+    env, marker = marked(clean_env())
+    shell_env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"}
+    hint = re.compile(r"\n  (RELAY_REDIS_URL=\$\(cat \S+\) relay approve [^\n]+)\n")
+    job = Background("demo", "--ask", env=env, cwd=tmp_path)
+    decided: list[str] = []
+    try:
+        deadline = time.monotonic() + 90
+        while len(decided) < 2:  # the plan, then the write
+            assert time.monotonic() < deadline, job.text
+            assert job.process.poll() is None, job.text
+            for found in hint.finditer(job.text):
+                if found[1] not in decided:
+                    decided.append(found[1])
+                    approved = subprocess.run(
+                        ["bash", "-c", found[1]],
+                        env=shell_env,
+                        capture_output=True,
+                        text=True,
+                        timeout=60,
+                        check=False,
+                    )
+                    assert approved.returncode == 0, approved.stderr
+                    assert approved.stdout.startswith("Approved "), approved.stdout
+            time.sleep(0.1)
+        assert job.wait() == 0, job.text
+    finally:
+        job.close()
+    assert re.search(r"relay approve \w+$", decided[0])  # the plan: no call id
+    assert re.search(r"relay approve \w+ call-\d+$", decided[1])
+    assert "✓ plan approved" in job.text
+    assert "(write_note) approved" in job.text
+    assert "■ Done:" in job.text
+    assert wait_until_gone(marker) == []
+
+
+# --- in a terminal ----------------------------------------------------------------------------
+
+
+def test_demo_in_a_terminal_asks_at_the_prompt(tmp_path: Path) -> None:
+    env, marker = marked(clean_env())
+    terminal = Terminal("demo", "--ask", env=env, cwd=tmp_path)
+    try:
+        terminal.expect("Approve this plan?")
+        terminal.type("y\n")
+        terminal.expect("Allow write_note?")
+        terminal.type("y\n")
+        terminal.expect("■ Done:")
+        assert terminal.wait() == 0, terminal.text
+    finally:
+        terminal.close()
+    assert "write_note (risk: write)" in terminal.text
+    assert wait_until_gone(marker) == []
+
+
+def test_run_in_a_terminal_asks_questions_and_ctrl_c_offers_to_cancel(running: Fleet) -> None:
+    running.brain.script(
+        "TTY-1", {0: '{"ask_user": "Which month?"}', 1: call("until_cancelled", seconds=60)}
+    )
+    terminal = Terminal("--app", APP, "run", "TTY-1: ask, then work", env=env_of(running))
+    try:
+        terminal.expect("Which month?")
+        terminal.expect("Your answer")
+        terminal.type("May\n")
+        terminal.expect("→ until_cancelled")
+        run_id = re.search(r"Run (\w+) started", terminal.text)
+        assert run_id is not None
+        terminal.type("\x03")  # Ctrl-C
+        terminal.expect("(no: leave it running)")
+        terminal.type("y\n")
+        assert terminal.wait() == 130, terminal.text
+    finally:
+        terminal.close()
+    assert "answered: May" in terminal.text
+    assert f"Cancelled run {run_id[1]}." in terminal.text
+    assert running.relay.wait(run_id[1], timeout=30).stop is Stop.CANCELLED

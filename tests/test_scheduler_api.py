@@ -1,0 +1,151 @@
+"""The schedule API of a real Relay (`tests.apps.notes`) on a private Redis; runs are started
+by `relay.tick(now)` with an injected clock (no worker is needed to see them recorded)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_core import Daily, Every, Recipe, Weekly
+from agent_core.errors import DefinitionError, RecipeError
+from tests.apps.notes import build
+from tests.support.redis_server import RedisServer
+from workers import Relay, Settings, StoreUnavailable
+from workers.runtime import now_ms
+
+MINUTE = 60_000
+DAY = 24 * 60 * MINUTE
+
+RECIPE = (
+    Recipe("look", "Read {note} and say what it holds.")
+    .param("note", "the note's file name")
+    .only_tools(["read_note"])
+)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+def relay(server: RedisServer) -> Relay:
+    return build(Settings.from_env({"RELAY_REDIS_URL": server.url, "RELAY_PREFIX": "api"}))
+
+
+def test_schedule_stores_a_schedule_listed_with_its_next_due_time(relay: Relay) -> None:
+    made_at = now_ms()
+    made = relay.schedule("look-daily", RECIPE, {"note": "a.txt"}, Daily(9, 0), 345)
+    assert made.tools == ("read_note",)
+    assert made_at <= made.created_ms == made.last_run_ms <= now_ms()
+    [listed] = relay.schedules()
+    assert listed == made
+    assert listed.next_due_ms == Daily(9, 0).next_after(made.created_ms, 345)
+    assert listed.next_due_ms > made.created_ms
+
+
+def test_the_same_name_replaces_the_schedule_and_keeps_its_notes(relay: Relay) -> None:
+    relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5), now_ms=1_000)
+    relay.store.redis.rpush(relay.store.keys.schedule_notes("look"), "an earlier note")
+    replaced = relay.schedule("look", RECIPE, {"note": "b.txt"}, Weekly(4, 8, 30), now_ms=2_000)
+    assert relay.schedules() == [replaced]
+    assert replaced.task() == "Read b.txt and say what it holds."
+    assert replaced.created_ms == 2_000
+    assert relay.schedule_notes("look") == ["an earlier note"]
+
+
+def test_unschedule_removes_it_and_its_notes(relay: Relay) -> None:
+    relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5))
+    relay.store.redis.rpush(relay.store.keys.schedule_notes("look"), "a note")
+    assert relay.unschedule("look") is True
+    assert relay.schedules() == []
+    assert relay.schedule_notes("look") == []
+    assert relay.unschedule("look") is False
+
+
+@pytest.mark.parametrize(
+    ("values", "error", "message"),
+    [
+        ({"note": "a.txt", "folder": "x"}, RecipeError, "no blank named 'folder'"),
+        ({}, RecipeError, "needs a value for 'note'"),
+    ],
+)
+def test_bad_values_are_refused_and_nothing_is_stored(
+    relay: Relay, values: dict[str, str], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        relay.schedule("look", RECIPE, values, Every(5))
+    assert relay.schedules() == []
+
+
+def test_a_trigger_with_hour_25_is_refused_before_anything_is_scheduled(relay: Relay) -> None:
+    with pytest.raises(DefinitionError, match="Daily hour must be from 0 to 23, got 25"):
+        relay.schedule("look", RECIPE, {"note": "a.txt"}, Daily(hour=25, minute=0))
+    assert relay.schedules() == []
+
+
+@pytest.mark.parametrize("offset", [841, -841, 24 * 60])
+def test_an_impossible_offset_is_refused(relay: Relay, offset: int) -> None:
+    with pytest.raises(DefinitionError, match="utc_offset_minutes must be from -840 to 840"):
+        relay.schedule("look", RECIPE, {"note": "a.txt"}, Daily(9), offset)
+    assert relay.schedules() == []
+
+
+def test_a_recipe_with_a_tool_that_is_not_registered_is_refused(relay: Relay) -> None:
+    recipe = RECIPE.only_tools(["read_note", "launch_rockets"])
+    with pytest.raises(DefinitionError, match="launch_rockets"):
+        relay.schedule("look", recipe, {"note": "a.txt"}, Every(5))
+    assert relay.schedules() == []
+
+
+def test_a_tick_starts_the_run_with_the_filled_task_and_the_schedule_names(relay: Relay) -> None:
+    relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5), now_ms=1_000_000)
+    assert relay.tick(1_000_000 + 5 * MINUTE - 1) == []
+    [run_id] = relay.tick(1_000_000 + 5 * MINUTE)
+    status = relay.status(run_id)
+    assert status.task == "Read a.txt and say what it holds."
+    assert (status.schedule, status.recipe) == ("look", "look")
+    record = relay.store.read(run_id)
+    assert record is not None
+    assert record[0].tools == ("read_note",)
+    assert relay.tick(1_000_000 + 5 * MINUTE + 10) == []
+
+
+def test_a_schedule_removed_while_due_starts_nothing(relay: Relay) -> None:
+    relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5), now_ms=1_000_000)
+    relay.unschedule("look")
+    assert relay.tick(1_000_000 + DAY) == []
+    assert relay.runs() == []
+
+
+def test_a_notify_only_schedule_records_a_notification_and_starts_no_run(relay: Relay) -> None:
+    relay.schedule("remind", RECIPE, {"note": "a.txt"}, Every(5), mode="notify", now_ms=0)
+    assert relay.tick(5 * MINUTE) == []
+    assert relay.tick(5 * MINUTE + 1) == []
+    assert relay.runs() == []
+    [notice] = relay.notifications()
+    assert notice.schedule == "remind"
+    assert notice.task == "Read a.txt and say what it holds."
+    assert notice.slot_ms == 5 * MINUTE
+
+
+def test_the_tick_still_heals(relay: Relay) -> None:
+    # A run whose wake-up message was never dealt with is re-sent by the tick.
+    run_id = relay.start("Just a task")
+    due = relay.store.redis.zscore(relay.store.keys.outbox, f"a|{run_id}")
+    assert due is not None
+    relay.tick(int(due) + 1)
+    assert relay.store.redis.zscore(relay.store.keys.outbox, f"a|{run_id}") > due
+
+
+def test_an_unreachable_redis_is_reported_as_store_unavailable(
+    relay: Relay, server: RedisServer
+) -> None:
+    server.stop()
+    with pytest.raises(StoreUnavailable, match="unreachable"):
+        relay.schedules()
+    with pytest.raises(StoreUnavailable):
+        relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5))

@@ -1,0 +1,156 @@
+"""`relay schedule add|list|rm|preview|notifications` through click's runner, on a real Relay
+and a private Redis."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from itertools import pairwise
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner, Result
+
+from agent_core import Recipe
+from tests.apps.notes import build
+from tests.support.redis_server import RedisServer
+from workers import Relay, Settings
+from workers.cli_schedule import parse_offset, schedule
+
+
+@pytest.fixture
+def relay(tmp_path: Path) -> Iterator[Relay]:
+    with RedisServer(tmp_path) as server:
+        yield build(Settings.from_env({"RELAY_REDIS_URL": server.url}))
+
+
+def run(relay: Relay, *args: str) -> Result:
+    # The `relay` group hands its subcommands an object with a `.relay`; so does this.
+    return CliRunner().invoke(schedule, list(args), obj=SimpleNamespace(relay=relay))
+
+
+def fails(result: Result, message: str) -> None:
+    assert result.exit_code != 0, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_add_list_preview_and_rm(relay: Relay) -> None:
+    added = run(
+        relay, "add", "standup", "--template", "Summarise {team}'s notes", "-v", "team=core",
+        "--daily", "09:00", "--utc-offset", "+05:45",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert added.stdout.startswith("scheduled standup: daily at 09:00 (UTC+05:45), next at ")
+    [made] = relay.schedules()
+    assert made.task() == "Summarise core's notes"
+    assert made.utc_offset_minutes == 345
+
+    listed = run(relay, "list")
+    assert listed.exit_code == 0
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["NAME", "WHEN", "MODE", "NEXT", "TASK"]
+    assert row.startswith("standup")
+    assert "Summarise core's notes" in row
+
+    as_json = json.loads(run(relay, "list", "--json").stdout)
+    assert as_json[0]["name"] == "standup"
+    assert as_json[0]["next_due_ms"] == made.next_due_ms
+
+    shown = run(relay, "preview", "standup", "-n", "3").stdout.splitlines()
+    assert len(shown) == 3
+    times = [datetime.fromisoformat(line) for line in shown]
+    assert all(t.strftime("%H:%M %z") == "09:00 +0545" for t in times)
+    assert [(b - a).days for a, b in pairwise(times)] == [1, 1]
+    assert int(times[0].timestamp() * 1000) == made.next_due_ms
+
+    removed = run(relay, "rm", "standup")
+    assert (removed.exit_code, removed.stdout) == (0, "removed standup\n")
+    assert relay.schedules() == []
+    fails(run(relay, "rm", "standup"), "no schedule named 'standup'")
+    fails(run(relay, "preview", "standup"), "no schedule named 'standup'")
+
+
+def test_add_from_a_recipe_file_with_a_weekly_trigger(relay: Relay, tmp_path: Path) -> None:
+    recipe = Recipe("look", "Read {note}.").param("note").only_tools(["read_note"])
+    path = tmp_path / "look.json"
+    path.write_text(recipe.model_dump_json())
+    added = run(
+        relay, "add", "weekly-look", "--recipe-file", str(path), "--value", "note=a.txt",
+        "--weekly", "fri", "08:30", "--utc-offset", "-07:00",
+    )  # fmt: skip
+    assert added.exit_code == 0, added.output
+    [made] = relay.schedules()
+    assert made.recipe == recipe
+    assert made.tools == ("read_note",)
+    shown = run(relay, "preview", "weekly-look", "-n", "2").stdout.splitlines()
+    days = [datetime.fromisoformat(line) for line in shown]
+    assert [d.strftime("%A %H:%M %z") for d in days] == ["Friday 08:30 -0700"] * 2
+
+
+def test_adding_a_name_again_replaces_it(relay: Relay) -> None:
+    run(relay, "add", "tick", "--template", "Note {x}", "-v", "x=1", "--every", "5")
+    again = run(relay, "add", "tick", "--template", "Note {x}", "-v", "x=2", "--every", "10")
+    assert again.stdout.startswith("replaced tick: every 10 minutes")
+    [only] = relay.schedules()
+    assert only.task() == "Note 2"
+
+
+def test_notify_only_schedules_and_their_notifications(relay: Relay) -> None:
+    added = run(relay, "add", "remind", "--template", "Water the {plant}", "-v", "plant=fern",
+                "--every", "60", "--notify")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert run(relay, "notifications").stdout == "no notifications\n"
+    [made] = relay.schedules()
+    assert relay.tick(made.next_due_ms) == []
+    shown = run(relay, "notifications").stdout
+    assert "remind" in shown
+    assert "Water the fern" in shown
+    [line] = run(relay, "notifications", "--json").stdout.splitlines()
+    assert json.loads(line)["slot_ms"] == made.next_due_ms
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--daily", "25:00"], "Daily hour must be from 0 to 23, got 25"),
+        (["--daily", "9am"], "--daily takes a time as HH:MM"),
+        (["--weekly", "someday", "09:00"], "--weekly takes a day"),
+        (["--every", "5", "--daily", "09:00"], "give exactly one of --every"),
+        ([], "give exactly one of --every"),
+        (["--every", "5", "-v", "colour=red"], "no blank named 'colour'"),
+        (["--every", "5", "-v", "team"], "--value takes NAME=TEXT"),
+        (["--daily", "09:00", "--utc-offset", "+15:00"], "offsets run from -14:00 to +14:00"),
+        (["--daily", "09:00", "--utc-offset", "noon"], "expected an offset like +05:45"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr(relay: Relay, args: list[str], message: str) -> None:
+    fails(run(relay, "add", "standup", "--template", "Summarise {team}", *args), message)
+    assert relay.schedules() == []
+
+
+def test_a_missing_value_and_a_bad_recipe_file_are_one_line(relay: Relay, tmp_path: Path) -> None:
+    fails(
+        run(relay, "add", "s", "--template", "Do {a} and {b}", "-v", "a=1", "--every", "5"),
+        "needs a value for 'b'",
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "x", "template": "Do {a"}')
+    fails(run(relay, "add", "s", "--recipe-file", str(bad), "--every", "5"), "template")
+    fails(
+        run(relay, "add", "s", "--recipe-file", str(tmp_path / "none.json"), "--every", "5"),
+        "No such file",
+    )
+    fails(run(relay, "add", "s", "--every", "5"), "give exactly one of --recipe-file")
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [("+05:45", 345), ("-07:00", -420), ("+0530", 330), ("+9", 540), ("Z", 0), ("0", 0)],
+)
+def test_offsets_as_people_type_them(text: str, minutes: int) -> None:
+    assert parse_offset(text) == minutes

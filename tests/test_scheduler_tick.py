@@ -1,0 +1,353 @@
+"""The tick with an injected clock, against a real private Redis and a small host that records
+what it was asked to start."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from agent_core import Daily, Every, Recipe, Trigger, Weekly
+from scheduler import Schedule, ScheduleStore, tick
+from tests.support.redis_server import RedisServer
+
+MINUTE = 60_000
+HOUR = 60 * MINUTE
+DAY = 24 * HOUR
+T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC, a Tuesday
+PREFIX = "t:"
+
+RECIPE = (
+    Recipe("check", "Check {thing} and report.")
+    .param("thing", "what to check")
+    .only_tools(["read_note"])
+)
+
+
+@dataclass
+class Started:
+    task: str
+    tools: tuple[str, ...] | None
+    notes: tuple[str, ...] | None
+    recipe: str | None
+    schedule: str | None
+
+
+@dataclass
+class RecordingHost:
+    """Implements `scheduler.TickHost`: records starts and heals instead of running anything."""
+
+    schedule_store: ScheduleStore
+    notes: dict[str, list[str]] = field(default_factory=dict)
+    starts: list[Started] = field(default_factory=list)
+    heals: list[int] = field(default_factory=list)
+    refuse: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def schedule_notes(self, name: str) -> list[str]:
+        return list(self.notes.get(name, []))
+
+    def start(
+        self,
+        task: str,
+        context: str = "",
+        *,
+        tools: Sequence[str] | None = None,
+        notes: Sequence[str] | None = None,
+        recipe: str | None = None,
+        schedule: str | None = None,
+    ) -> str:
+        del context  # the tick gives none
+        if schedule in self.refuse:
+            raise RuntimeError("unknown tools: read_note")
+        with self.lock:
+            self.starts.append(
+                Started(
+                    task,
+                    None if tools is None else tuple(tools),
+                    None if notes is None else tuple(notes),
+                    recipe,
+                    schedule,
+                )
+            )
+            return f"run-{len(self.starts)}"
+
+    def heal(self, now: int) -> int:
+        with self.lock:
+            self.heals.append(now)
+        return 0
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[Any]:
+    with RedisServer(tmp_path) as server:
+        connection = server.client()
+        yield connection
+        connection.close()
+
+
+@pytest.fixture
+def host(client: Any) -> RecordingHost:
+    return RecordingHost(ScheduleStore(client, PREFIX))
+
+
+def make(
+    name: str = "daily-check",
+    trigger: Trigger | None = None,
+    *,
+    at: int = T0,
+    offset: int = 0,
+    thing: str = "the ledger",
+    mode: str = "run",
+) -> Schedule:
+    return Schedule.create(
+        name,
+        RECIPE,
+        {"thing": thing},
+        trigger or Every(5),
+        offset,
+        mode=mode,  # type: ignore[arg-type]
+        now_ms=at,
+    )
+
+
+def fired_slots(host: RecordingHost) -> list[str | None]:
+    return [s.schedule for s in host.starts]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "made", "offset", "first_slot"),
+    [
+        (Every(5), T0, 0, T0 + 5 * MINUTE),
+        # 2023-11-14 22:13:20 UTC; 09:00 UTC next is 2023-11-15 09:00.
+        (Daily(9, 0), T0, 0, 1_700_038_800_000),
+        # At +05:45 it is 2023-11-15 03:58:20 local; 09:00 local is 03:15 UTC that day.
+        (Daily(9, 0), T0, 345, 1_700_018_100_000),
+        # Weekly on Wednesday 00:00 at -07:00: 2023-11-15 07:00 UTC.
+        (Weekly(2, 0, 0), T0, -420, 1_700_031_600_000),
+    ],
+)
+def test_a_schedule_does_not_fire_early_and_fires_at_its_slot(
+    host: RecordingHost, trigger: Trigger, made: int, offset: int, first_slot: int
+) -> None:
+    schedule = make(trigger=trigger, at=made, offset=offset)
+    host.schedule_store.put(schedule)
+    assert schedule.next_due_ms == first_slot
+
+    assert tick(host, made) == []
+    assert tick(host, first_slot - 1) == []
+    assert host.starts == []
+
+    assert tick(host, first_slot) == ["run-1"]
+    assert host.heals == [made, first_slot - 1, first_slot]
+
+
+def test_each_slot_fires_once_however_often_the_tick_comes(host: RecordingHost) -> None:
+    host.schedule_store.put(make(trigger=Every(5)))
+    slot = T0 + 5 * MINUTE
+    started = []
+    for now in (slot, slot, slot + 1, slot + 4_000, slot + 2 * MINUTE, slot + 5 * MINUTE - 1):
+        started += tick(host, now)  # a retried tick, a late tick, many ticks
+    assert started == ["run-1"]
+    stored = host.schedule_store.get("daily-check")
+    assert stored is not None
+    # Fired late, it keeps its rhythm: the next slot is five minutes after the slot.
+    assert stored.last_run_ms == slot
+    assert stored.next_due_ms == slot + 5 * MINUTE
+
+    assert tick(host, slot + 5 * MINUTE) == ["run-2"]
+    assert tick(host, slot + 5 * MINUTE + 3_000) == []
+    assert len(host.starts) == 2
+
+
+@pytest.mark.parametrize(
+    ("trigger", "down_for"),
+    [(Every(1), 10 * HOUR), (Daily(9, 30), 5 * DAY), (Weekly(0, 8, 0), 30 * DAY)],
+)
+def test_slots_missed_while_down_fire_once(
+    host: RecordingHost, trigger: Trigger, down_for: int
+) -> None:
+    host.schedule_store.put(make(trigger=trigger))
+    back = T0 + down_for
+    assert tick(host, back) == ["run-1"]
+    assert tick(host, back + 1) == []
+    assert tick(host, back + 30_000) == []
+    stored = host.schedule_store.get("daily-check")
+    assert stored is not None
+    assert stored.last_run_ms == back
+    assert stored.next_due_ms == trigger.next_after(back, 0) > back
+    assert len(host.starts) == 1
+
+
+def test_six_concurrent_ticks_at_one_moment_fire_each_slot_once(
+    tmp_path: Path, client: Any
+) -> None:
+    """Six threads, each with its own Redis connection (as six worker processes would
+    have), tick at the same instant, slot after slot, over several schedules."""
+    names = [f"s{i}" for i in range(5)]
+    seed = ScheduleStore(client, PREFIX)
+    for name in names:
+        seed.put(make(name, Every(1), thing=name))
+    port = client.connection_pool.connection_kwargs["port"]
+    hosts = [RecordingHost(ScheduleStore(redis.Redis(port=port), PREFIX)) for _ in range(6)]
+    rounds = 25
+    barrier = threading.Barrier(len(hosts))
+    errors: list[BaseException] = []
+
+    def ticker(host: RecordingHost) -> None:
+        try:
+            for index in range(1, rounds + 1):
+                barrier.wait(timeout=30)
+                tick(host, T0 + index * MINUTE)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+            barrier.abort()
+
+    threads = [threading.Thread(target=ticker, args=(h,)) for h in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    fired = [start.schedule for h in hosts for start in h.starts]
+    assert sorted(fired) == sorted(names * rounds)
+    for name in names:
+        stored = seed.get(name)
+        assert stored is not None
+        assert stored.last_run_ms == T0 + rounds * MINUTE
+
+
+def test_a_schedule_removed_while_due_does_not_fire(host: RecordingHost) -> None:
+    store = host.schedule_store
+    store.put(make())
+    slot = T0 + 5 * MINUTE
+    [seen] = store.due(slot)  # a tick has read it ...
+    assert store.remove("daily-check") is True  # ... when it is removed
+    assert store.claim(seen, slot) is False
+    assert tick(host, slot) == []
+    assert tick(host, slot + DAY) == []
+    assert host.starts == []
+    assert store.remove("daily-check") is False
+
+
+def test_a_schedule_replaced_while_due_fires_the_replacement_on_its_own_times(
+    host: RecordingHost,
+) -> None:
+    store = host.schedule_store
+    store.put(make(thing="the old ledger"))
+    slot = T0 + 5 * MINUTE
+    [seen] = store.due(slot)  # a tick has read the old one ...
+    replaced = store.put(make(thing="the new ledger", at=slot + 1_000))  # ... when it is replaced
+    assert replaced is True
+    assert store.claim(seen, slot + 2_000) is False  # the old one's slot does not fire
+    assert tick(host, slot + 2_000) == []  # the new one was made a moment ago: not due
+    assert [s.name for s in store.all()] == ["daily-check"]
+
+    assert tick(host, slot + 1_000 + 5 * MINUTE) == ["run-1"]
+    assert host.starts[0].task == "Check the new ledger and report."
+
+
+def test_a_slow_tick_that_read_a_schedule_long_ago_fires_nothing(host: RecordingHost) -> None:
+    store = host.schedule_store
+    store.put(make(trigger=Every(1)))
+    slot = T0 + MINUTE
+    [slow] = store.due(slot)
+    assert tick(host, slot) == ["run-1"]  # a quick tick fires the slot
+    assert tick(host, slot + MINUTE) == ["run-2"]  # and the next
+    assert store.claim(slow, slot + 3 * MINUTE) is False  # the slow one wakes up
+    assert len(host.starts) == 2
+
+
+def test_a_fired_run_has_the_filled_task_the_recipe_tools_and_the_schedule_notes(
+    host: RecordingHost,
+) -> None:
+    host.schedule_store.put(make(thing="notes/today.txt"))
+    host.notes["daily-check"] = ["first note", "second note"]
+    tick(host, T0 + 5 * MINUTE)
+    assert host.starts == [
+        Started(
+            task="Check notes/today.txt and report.",
+            tools=("read_note",),
+            notes=("first note", "second note"),
+            recipe="check",
+            schedule="daily-check",
+        )
+    ]
+
+
+def test_a_schedule_without_notes_still_gets_memory(host: RecordingHost) -> None:
+    # An empty list, not None: the run may `remember` even before any note exists.
+    host.schedule_store.put(make())
+    tick(host, T0 + 5 * MINUTE)
+    assert host.starts[0].notes == ()
+
+
+def test_a_notify_only_schedule_records_a_notification_once_instead_of_a_run(
+    host: RecordingHost,
+) -> None:
+    store = host.schedule_store
+    store.put(make("remind", Every(5), mode="notify", thing="the backups"))
+    slot = T0 + 5 * MINUTE
+    for now in (slot, slot, slot + 1_000):
+        assert tick(host, now) == []
+    assert host.starts == []
+    [notice] = store.notifications()
+    assert (notice.schedule, notice.task, notice.slot_ms, notice.at_ms, notice.problem) == (
+        "remind",
+        "Check the backups and report.",
+        slot,
+        slot,
+        "",
+    )
+    tick(host, slot + 5 * MINUTE)
+    assert [n.slot_ms for n in store.notifications()] == [slot + 5 * MINUTE, slot]
+
+
+def test_a_run_that_cannot_start_leaves_a_notification_and_others_still_fire(
+    host: RecordingHost,
+) -> None:
+    store = host.schedule_store
+    store.put(make("broken"))
+    store.put(make("fine"))
+    host.refuse.add("broken")
+    slot = T0 + 5 * MINUTE
+    assert tick(host, slot) == ["run-1"]
+    assert fired_slots(host) == ["fine"]
+    [notice] = store.notifications()
+    assert notice.schedule == "broken"
+    assert "unknown tools: read_note" in notice.problem
+    assert tick(host, slot + 1) == []  # the slot is spent, not retried every tick
+
+
+def test_an_unreadable_stored_schedule_is_skipped_and_the_others_fire(
+    host: RecordingHost, client: Any
+) -> None:
+    store = host.schedule_store
+    store.put(make("good"))
+    store.put(make("bad"))
+    client.hset(store.schedules_key, "bad", '{"name": "bad", "recipe": 1}')
+    assert tick(host, T0 + 5 * MINUTE) == ["run-1"]
+    assert fired_slots(host) == ["good"]
+    assert [s.name for s in store.all()] == ["good"]
+    assert store.get("bad") is None
+
+
+def test_a_stale_due_index_never_fires_early(host: RecordingHost, client: Any) -> None:
+    # The stored schedule decides, not the index: a wrong score cannot fire a slot early.
+    store = host.schedule_store
+    store.put(make())
+    client.zadd(store.due_key, {"daily-check": 0})
+    assert tick(host, T0 + MINUTE) == []
+    assert tick(host, T0 + 5 * MINUTE) == ["run-1"]
+
+
+def test_two_schedules_due_together_both_fire(host: RecordingHost) -> None:
+    host.schedule_store.put(make("a", Every(2)))
+    host.schedule_store.put(make("b", Every(3)))
+    assert tick(host, T0 + 3 * MINUTE) == ["run-1", "run-2"]
+    assert sorted(fired_slots(host)) == ["a", "b"]  # type: ignore[type-var]

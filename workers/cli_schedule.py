@@ -1,0 +1,295 @@
+"""`relay schedule ...`: add, list, rm, preview and notifications of recurring recipes.
+
+    relay schedule add standup --template "Summarise {team}'s notes" -v team=core \\
+        --daily 09:00 --utc-offset +05:45
+    relay schedule add spend --recipe-file spend.json -v month="last month" --weekly mon 08:30
+    relay schedule list [--json]
+    relay schedule preview standup -n 3
+    relay schedule rm standup
+    relay schedule notifications
+
+The Relay comes from the `relay` group's context (`--app` / RELAY_APP). Every
+error is one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from pydantic import ValidationError
+
+from agent_core import Daily, Every, Recipe, Trigger, Weekly
+from agent_core.errors import AgentError
+from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
+from scheduler import Schedule
+from scheduler.schedules import local_iso
+from workers.errors import RelayError
+from workers.relay import Relay
+
+__all__ = ["parse_offset", "schedule"]
+
+_CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})")
+_OFFSET = re.compile(r"([+-])([0-9]{1,2})(?::?([0-9]{2}))?")
+_TASK_SHOWN = 60
+
+
+def _one_line(error: BaseException) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        text = f"{where}: {first['msg']}" if where else first["msg"]
+    else:
+        text = str(error)
+    return " ".join(text.split())
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn what a user can get wrong (and an unreachable Redis) into one line and exit 1."""
+    try:
+        yield
+    except (AgentError, RelayError, ValidationError, OSError) as error:
+        raise click.ClickException(_one_line(error)) from None
+
+
+def _relay() -> Relay:
+    relay: Relay = click.get_current_context().obj.relay
+    return relay
+
+
+# --- parsing what was typed ------------------------------------------------------------------
+
+
+def parse_offset(text: str) -> int:
+    """Return a UTC offset such as `+05:45`, `-0700`, `+9`, `Z` or `0` in minutes.
+
+    Raises:
+        click.ClickException: not an offset, or beyond ±14:00.
+    """
+    cleaned = text.strip()
+    if cleaned.upper() in ("Z", "UTC", "0"):
+        return 0
+    found = _OFFSET.fullmatch(cleaned)
+    if found is None:
+        raise click.ClickException(
+            f"--utc-offset: expected an offset like +05:45 or -07:00, got {text!r}"
+        )
+    sign, hours, minutes = found.group(1), int(found.group(2)), int(found.group(3) or 0)
+    if minutes > 59:
+        raise click.ClickException(f"--utc-offset: minutes must be below 60, got {text!r}")
+    total = (hours * 60 + minutes) * (-1 if sign == "-" else 1)
+    if abs(total) > MAX_UTC_OFFSET_MINUTES:
+        raise click.ClickException(f"--utc-offset: offsets run from -14:00 to +14:00, got {text!r}")
+    return total
+
+
+def _clock(text: str, option: str) -> tuple[int, int]:
+    found = _CLOCK.fullmatch(text.strip())
+    if found is None:
+        raise click.ClickException(f"{option} takes a time as HH:MM, got {text!r}")
+    return int(found.group(1)), int(found.group(2))
+
+
+def _day(text: str) -> int:
+    word = text.strip().lower()
+    if word.isdigit() and int(word) < len(DAY_NAMES):
+        return int(word)
+    for index, name in enumerate(DAY_NAMES):
+        if len(word) >= 3 and name.lower().startswith(word):
+            return index
+    raise click.ClickException(f"--weekly takes a day such as mon or Monday (or 0-6), got {text!r}")
+
+
+def _trigger(every: int | None, daily: str | None, weekly: tuple[str, str] | None) -> Trigger:
+    given = [o for o, v in (("--every", every), ("--daily", daily), ("--weekly", weekly)) if v]
+    if len(given) != 1:
+        raise click.ClickException(
+            "give exactly one of --every MINUTES, --daily HH:MM, --weekly DAY HH:MM"
+        )
+    if every is not None:
+        return Every(every)
+    if daily is not None:
+        return Daily(*_clock(daily, "--daily"))
+    assert weekly is not None
+    return Weekly(_day(weekly[0]), *_clock(weekly[1], "--weekly"))
+
+
+def _pairs(items: tuple[str, ...], option: str, *, need_value: bool) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for item in items:
+        key, equals, value = item.partition("=")
+        if (need_value and not equals) or not key.strip():
+            raise click.ClickException(f"{option} takes NAME=TEXT, got {item!r}")
+        if key.strip() in found:
+            raise click.ClickException(f"{option} names {key.strip()!r} twice")
+        found[key.strip()] = value
+    return found
+
+
+def _recipe(
+    name: str,
+    recipe_file: Path | None,
+    template: str | None,
+    params: tuple[str, ...],
+    tools: tuple[str, ...],
+) -> Recipe:
+    if (recipe_file is None) == (template is None):
+        raise click.ClickException("give exactly one of --recipe-file or --template")
+    if recipe_file is not None:
+        if params or tools:
+            raise click.ClickException("--param and --tool go with --template; the file has them")
+        return Recipe.model_validate_json(recipe_file.read_bytes())
+    assert template is not None
+    recipe = Recipe(name, template)
+    declared = _pairs(params, "--param", need_value=False)
+    # Without --param, every blank of the template is a param.
+    for param in declared or dict.fromkeys(recipe.blanks(), ""):
+        recipe = recipe.param(param, declared.get(param, ""))
+    return recipe.only_tools(tools) if tools else recipe
+
+
+# --- the commands ----------------------------------------------------------------------------
+
+
+@click.group()
+def schedule() -> None:
+    """Recurring recipes: a task with blanks, filled and fired on a trigger by the beat."""
+
+
+@schedule.command("add")
+@click.argument("name")
+@click.option(
+    "--recipe-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A recipe as JSON (as Recipe.model_dump_json writes it).",
+)
+@click.option("--template", help="The task with {blanks}; the recipe is named after the schedule.")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME[=HELP]",
+    help="Declare a blank (with --template; default: every blank the template uses).",
+)
+@click.option("--value", "-v", "values", multiple=True, metavar="NAME=TEXT", help="Fill a blank.")
+@click.option("--tool", "tools", multiple=True, help="Only this tool (repeat; with --template).")
+@click.option("--every", type=click.IntRange(min=1), metavar="MINUTES", help="Every N minutes.")
+@click.option("--daily", metavar="HH:MM", help="Every day at this local time.")
+@click.option("--weekly", nargs=2, metavar="DAY HH:MM", help="Every week, e.g. mon 09:00.")
+@click.option(
+    "--utc-offset",
+    default="+00:00",
+    show_default=True,
+    help="The offset of the schedule's local time, e.g. +05:45.",
+)
+@click.option("--notify", is_flag=True, help="Only record a notification; start no run.")
+def add(
+    name: str,
+    *,
+    recipe_file: Path | None,
+    template: str | None,
+    params: tuple[str, ...],
+    values: tuple[str, ...],
+    tools: tuple[str, ...],
+    every: int | None,
+    daily: str | None,
+    weekly: tuple[str, str] | None,
+    utc_offset: str,
+    notify: bool,
+) -> None:
+    """Add a schedule, or replace the one named NAME."""
+    offset = parse_offset(utc_offset)
+    with _errors():
+        trigger = _trigger(every, daily, weekly)
+        recipe = _recipe(name, recipe_file, template, params, tools)
+        filled = _pairs(values, "--value", need_value=True)
+        relay = _relay()
+        existed = any(s.name == name for s in relay.schedules())
+        made = relay.schedule(
+            name, recipe, filled, trigger, offset, mode="notify" if notify else "run"
+        )
+    verb = "replaced" if existed else "scheduled"
+    click.echo(f"{verb} {made.name}: {made.describe()}, next at {_next(made)}")
+
+
+@schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def list_(*, as_json: bool) -> None:
+    """List the schedules with their next due times."""
+    with _errors():
+        found = _relay().schedules()
+    if as_json:
+        click.echo(json.dumps([s.model_dump(mode="json") for s in found], indent=2))
+        return
+    if not found:
+        click.echo("no schedules")
+        return
+    rows: list[tuple[str, ...]] = [("NAME", "WHEN", "MODE", "NEXT", "TASK")]
+    rows += [(s.name, s.describe(), s.mode, _next(s), _cut(s.task())) for s in found]
+    click.echo(_table(rows))
+
+
+@schedule.command("rm")
+@click.argument("name")
+def rm(name: str) -> None:
+    """Remove a schedule (and the notes its runs kept)."""
+    with _errors():
+        removed = _relay().unschedule(name)
+    if not removed:
+        raise click.ClickException(f"no schedule named {name!r}")
+    click.echo(f"removed {name}")
+
+
+@schedule.command("preview")
+@click.argument("name")
+@click.option("-n", "count", type=click.IntRange(1, 1000), default=5, show_default=True)
+def preview(name: str, count: int) -> None:
+    """Print the next N firing times in the schedule's own offset."""
+    with _errors():
+        found = next((s for s in _relay().schedules() if s.name == name), None)
+    if found is None:
+        raise click.ClickException(f"no schedule named {name!r}")
+    for slot in found.upcoming(count):
+        click.echo(local_iso(slot, found.utc_offset_minutes))
+
+
+@schedule.command("notifications")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of text.")
+def notifications(*, limit: int, as_json: bool) -> None:
+    """Show what notify-only schedules recorded (and runs that could not start), newest first."""
+    with _errors():
+        found = _relay().notifications(limit)
+    for notice in found:
+        if as_json:
+            click.echo(notice.model_dump_json())
+            continue
+        what = f"could not start: {notice.problem}" if notice.problem else notice.task
+        click.echo(f"{local_iso(notice.slot_ms, 0)}  {notice.schedule}  {_cut(what)}")
+    if not found and not as_json:
+        click.echo("no notifications")
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def _next(found: Schedule) -> str:
+    return local_iso(found.next_due_ms, found.utc_offset_minutes)
+
+
+def _cut(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _TASK_SHOWN else line[: _TASK_SHOWN - 1] + "…"
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )

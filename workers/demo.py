@@ -1,0 +1,244 @@
+"""The app `relay demo` runs: a folder of notes, three tools, and an offline demo model.
+
+    relay demo                                   # private Redis, one worker, the demo model
+    relay --app workers.demo:relay worker        # or serve it from a fleet of your own
+
+The notes live in RELAY_DEMO_DIR (default: `relay-demo-notes` in the system's
+temp dir); an empty or missing folder is filled with a few sample notes the
+first time a tool looks at it, on whichever worker runs the tool.
+
+With no RELAY_MODEL_URL the app's model is `DemoModel`: deterministic, no
+network. It reads the prompt and plays the session a sensible model would
+(plan, list the notes, read one, write a summary note, report), and says in
+its final answer that it is the demo model. With RELAY_MODEL_URL set the
+real model gets the same tools and the same task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from agent_core import ModelRequest, Risk
+from workers.model_client import ModelReply, Usage
+from workers.relay import Relay
+from workers.settings import Settings
+
+__all__ = [
+    "SAMPLE_NOTES",
+    "DemoModel",
+    "build",
+    "demo_reply",
+    "notes_folder",
+    "relay",
+]
+
+SUMMARY_NOTE = "summary.md"
+SAMPLE_NOTES = {
+    "groceries.md": "Oat milk\nCoffee beans\nTwo lemons\nBread for Sunday\n",
+    "ideas.md": (
+        "Ideas for the garden\n\n"
+        "Plant tomatoes along the south wall.\n"
+        "Build a small bench from the old fence boards.\n"
+        "Ask the neighbours for cuttings of their lavender.\n"
+    ),
+    "meeting.md": (
+        "Team meeting, Tuesday\n\n"
+        "The release moves to next Friday.\n"
+        "Ana takes over the billing bug.\n"
+        "Everyone reviews the onboarding guide by Thursday.\n"
+    ),
+}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._ -]{0,99}")
+# Where a result ends in the prompt: the next history entry, or the closing instruction.
+_ENTRY_END = re.compile(r"\n\n(?=\[|You |Reply |Your last reply|No tool calls)")
+_SUMMARY_SYSTEM = "You keep an agent's notes short"
+_PLAN_ASK = "Reply now with your plan"
+_SIGNATURE = "(This was the demo model: scripted and offline. Set RELAY_MODEL_URL for a real one.)"
+
+
+def notes_folder() -> Path:
+    """Return the notes folder, filled with the sample notes if it is missing or empty."""
+    configured = os.environ.get("RELAY_DEMO_DIR", "").strip()
+    folder = Path(configured) if configured else Path(tempfile.gettempdir()) / "relay-demo-notes"
+    folder.mkdir(parents=True, exist_ok=True)
+    if not any(folder.iterdir()):
+        for name, text in SAMPLE_NOTES.items():
+            (folder / name).write_text(text)
+    return folder
+
+
+def _note_path(name: str) -> Path:
+    if not _NAME.fullmatch(name) or ".." in name:
+        raise ValueError(f"{name!r} is not a note name; use a plain file name such as ideas.md")
+    return notes_folder() / name
+
+
+def build(settings: Settings | None = None) -> Relay:
+    """Return the demo Relay; it uses `DemoModel` unless the settings name a model server."""
+    settings = settings if settings is not None else Settings.from_env()
+    model = DemoModel() if settings.model_url is None else None
+    relay = Relay("demo", settings=settings, model=model)
+
+    @relay.tool(risk=Risk.READ)
+    def list_notes() -> str:
+        """List the notes in the folder."""
+        names = sorted(p.name for p in notes_folder().iterdir() if p.is_file())
+        return f"{len(names)} notes: {', '.join(names)}" if names else "0 notes"
+
+    @relay.tool(risk=Risk.READ)
+    def read_note(name: str) -> str:
+        """Read one note.
+
+        Args:
+            name: The note's file name, as list_notes shows it.
+        """
+        path = _note_path(name)
+        if not path.is_file():
+            raise FileNotFoundError(f"there is no note named {name}")
+        return path.read_text(errors="replace")
+
+    @relay.tool(risk=Risk.WRITE)
+    def write_note(name: str, text: str) -> str:
+        """Write a note, replacing one of that name.
+
+        Args:
+            name: A plain file name, such as summary.md.
+            text: The whole text of the note.
+        """
+        _note_path(name).write_text(text)
+        return f"wrote {len(text)} characters to {name}"
+
+    return relay
+
+
+class DemoModel:
+    """A stand-in for a model that needs no network: `demo_reply` after a short pause."""
+
+    def __init__(self, think_seconds: float = 0.3) -> None:
+        self.think_seconds = think_seconds
+
+    def complete(
+        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+    ) -> ModelReply:
+        deadline = time.monotonic() + self.think_seconds
+        while time.monotonic() < deadline and not (should_stop and should_stop()):
+            time.sleep(0.05)  # long enough for a spinner to show; stops when told
+        text = demo_reply(request.system, request.prompt)
+        prompt_tokens = (len(request.system) + len(request.prompt)) // 4
+        completion_tokens = max(1, len(text) // 4)
+        usage = Usage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+        )
+        return ModelReply(text=text, usage=usage)
+
+
+# --- the demo model's part: a pure function of the request ----------------------------
+
+
+def demo_reply(system: str, prompt: str) -> str:
+    """Return what the demo model says to a request; the same request, the same reply."""
+    if system.startswith(_SUMMARY_SYSTEM):
+        return "Listed the notes and read one of them (summary written by the demo model)."
+    if _PLAN_ASK in prompt:
+        return json.dumps(
+            {
+                "plan": [
+                    "List the notes in the folder",
+                    "Read the note that fits the task best",
+                    f"Write a short summary of it to {SUMMARY_NOTE}",
+                    "Report what was done",
+                ]
+            }
+        )
+    return _next_move(prompt)
+
+
+def _next_move(prompt: str) -> str:
+    listed = _output_of(prompt, "list_notes")
+    if listed is None:
+        return _call("list_notes")
+    names = _names(listed)
+    if not names:
+        return _final(f"The folder has no notes to summarise. {_SIGNATURE}")
+    chosen = _choose(names, _task_of(prompt))
+    read = _output_of(prompt, "read_note")
+    if read is None:
+        return _call("read_note", name=chosen)
+    return _after_reading(prompt, len(names), chosen, read)
+
+
+def _after_reading(prompt: str, count: int, chosen: str, read: str) -> str:
+    if read.startswith("error:"):
+        return _final(f"I could not read {chosen}: {read[6:].strip()} {_SIGNATURE}")
+    summary = _summary_of(chosen, read.removeprefix("ok:").strip())
+    written = _output_of(prompt, "write_note")
+    if written is None:
+        return _call("write_note", name=SUMMARY_NOTE, text=summary)
+    if written.startswith("ok:"):
+        return _final(
+            f"I listed {count} notes, read {chosen} and wrote a summary of it to"
+            f" {SUMMARY_NOTE}. {_SIGNATURE}"
+        )
+    return _final(
+        f"I listed {count} notes and read {chosen}, but {SUMMARY_NOTE} was not written"
+        f" ({written.split('.')[0]}). The summary would have been:\n{summary}\n{_SIGNATURE}"
+    )
+
+
+def _call(tool: str, **args: str) -> str:
+    return json.dumps({"tool": tool, "args": args})
+
+
+def _final(text: str) -> str:
+    return json.dumps({"final": text, "model": "demo"})
+
+
+def _task_of(prompt: str) -> str:
+    return prompt.split("\n\n", 1)[0].removeprefix("Task:\n")
+
+
+def _output_of(prompt: str, tool: str) -> str | None:
+    """Return what the newest call of `tool` gave (`ok: ...`, `error: ...`), or None."""
+    marker = f"] {tool} "
+    at = prompt.rfind(marker)
+    if at < 0:
+        return None
+    arrow = prompt.find("\n→ ", at)
+    if arrow < 0:
+        return None
+    return _ENTRY_END.split(prompt[arrow + 3 :], maxsplit=1)[0]
+
+
+def _names(listed: str) -> list[str]:
+    """Return the note names in list_notes' output (`3 notes: a.md, b.md, c.md`)."""
+    if not listed.startswith("ok:"):
+        return []
+    _, colon, names = listed.removeprefix("ok:").partition(": ")
+    if not colon:
+        return []
+    return [n.strip() for n in names.split("\n", 1)[0].split(",") if n.strip()]
+
+
+def _choose(names: list[str], task: str) -> str:
+    """Return the note the task names, else the first one that is not a summary."""
+    lowered = task.lower()
+    named = [n for n in names if n.lower() in lowered or n.rsplit(".", 1)[0].lower() in lowered]
+    others = [n for n in names if n != SUMMARY_NOTE]
+    return (named or others or names)[0]
+
+
+def _summary_of(name: str, text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    points = "\n".join(f"- {line[:120]}" for line in lines[:5]) or "- (the note is empty)"
+    return f"# Summary of {name}\n\n{points}\n\nWritten by the Relay demo model.\n"
+
+
+relay = build()
