@@ -13,9 +13,10 @@ import pytest
 
 from agent_core import Stop
 from tests.support.brain import batch, call, final
-from tests.support.fleet import fleet
+from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from workers import StoreUnavailable
+from workers.engine import Message
 
 
 def test_twenty_runs_at_once_all_finish(tmp_path: Path) -> None:
@@ -47,9 +48,8 @@ def test_a_batch_runs_side_by_side(tmp_path: Path) -> None:
         print(f"a batch of four 1 s tools took {elapsed:.2f} s")
 
 
-def _wait_for_line(f: object, line: str, timeout: float = 30) -> None:
-    fleet_ = f  # a Fleet
-    fleet_.until(lambda: line in fleet_.ledger(), timeout, what=line)  # type: ignore[attr-defined]
+def _wait_for_line(f: Fleet, line: str, timeout: float = 30) -> None:
+    f.until(lambda: line in f.ledger(), timeout, what=line)
 
 
 def test_a_worker_killed_during_a_non_idempotent_tool(tmp_path: Path) -> None:
@@ -123,20 +123,20 @@ def test_every_message_delivered_twice(tmp_path: Path) -> None:
         assert [o.stop for o in outcomes] == [Stop.DONE] * 3, f.logs()
         ledger = f.ledger()
         assert ledger.count("write_note d.txt") == 3, ledger
-        assert ledger.count("once start x") == 3 and ledger.count("once start y") == 3, ledger
+        assert ledger.count("once start x") == 3, ledger
+        assert ledger.count("once start y") == 3, ledger
         # Three model calls per run (call, batch, final): none paid twice.
         for n in range(3):
             made = [c for c in f.model.calls if f"DUP-{n}:" in c.prompt]
             assert len(made) == 3, [c.prompt[-200:] for c in made]
         for run_id in runs:
             kinds = [e.kind for e in f.relay.trace(run_id)]
-            assert kinds.count("call") == 4 and kinds.count("result") == 4, kinds
+            assert kinds.count("call") == 4, kinds
+            assert kinds.count("result") == 4, kinds
             assert kinds.count("stop") == 1
 
 
-def _advance(run_id: str) -> object:
-    from workers.engine import Message
-
+def _advance(run_id: str) -> Message:
     return Message("advance", run_id)
 
 

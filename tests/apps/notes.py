@@ -31,6 +31,95 @@ def ledger(line: str) -> None:
         os.fsync(out.fileno())
 
 
+def read_note(name: str) -> str:
+    """Read a note.
+
+    Args:
+        name: The note's file name.
+    """
+    path = folder() / "notes" / name
+    return path.read_text() if path.exists() else f"(no note named {name})"
+
+
+def write_note(name: str, text: str) -> str:
+    """Write a new note."""
+    ledger(f"write_note {name}")
+    notes = folder() / "notes"
+    notes.mkdir(exist_ok=True)
+    (notes / name).write_text(text)
+    return f"wrote {len(text)} characters to {name}"
+
+
+def delete_note(name: str) -> str:
+    """Delete a note."""
+    ledger(f"delete_note {name}")
+    return f"deleted {name}"
+
+
+def pay(amount: float) -> str:
+    """Pay an amount."""
+    ledger(f"pay {amount}")
+    return f"paid {amount}"
+
+
+def sleep(seconds: float) -> str:
+    """Wait, then say so (safe to run again)."""
+    ledger(f"sleep start {seconds}")
+    time.sleep(seconds)
+    ledger(f"sleep end {seconds}")
+    return f"slept {seconds}"
+
+
+def once(label: str, seconds: float = 0.0) -> str:
+    """Do something that must never happen twice, slowly."""
+    ledger(f"once start {label}")
+    time.sleep(seconds)
+    ledger(f"once end {label}")
+    return f"did {label}"
+
+
+def big(size: int) -> str:
+    """Return a long text."""
+    return "x" * size
+
+
+def number() -> str:
+    """Return something that is not text (a bug in the tool)."""
+    return 42  # type: ignore[return-value]
+
+
+def boom() -> str:
+    """Fail."""
+    raise RuntimeError("kaboom")
+
+
+def until_cancelled(context: ToolContext, seconds: float) -> str:
+    """Work until told to stop."""
+    ledger(f"until_cancelled start {context.idempotency_key}")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if context.cancelled():
+            ledger("until_cancelled saw cancel")
+            return "stopped"
+        context.progress("still working")
+        time.sleep(0.1)
+    return "finished"
+
+
+TOOLS = [
+    (read_note, Risk.READ),
+    (write_note, Risk.CREATE),
+    (delete_note, Risk.WRITE),
+    (pay, Risk.MONEY),
+    (sleep, Risk.READ),
+    (once, Risk.CREATE),
+    (big, Risk.READ),
+    (number, Risk.READ),
+    (boom, Risk.READ),
+    (until_cancelled, Risk.READ),
+]
+
+
 def build(settings: Settings | None = None) -> Relay:
     relay = Relay(
         "notes",
@@ -39,82 +128,8 @@ def build(settings: Settings | None = None) -> Relay:
         questions=True,
         settings=settings,
     )
-
-    @relay.tool(risk=Risk.READ)
-    def read_note(name: str) -> str:
-        """Read a note.
-
-        Args:
-            name: The note's file name.
-        """
-        path = folder() / "notes" / name
-        return path.read_text() if path.exists() else f"(no note named {name})"
-
-    @relay.tool(risk=Risk.CREATE)
-    def write_note(name: str, text: str) -> str:
-        """Write a new note."""
-        ledger(f"write_note {name}")
-        notes = folder() / "notes"
-        notes.mkdir(exist_ok=True)
-        (notes / name).write_text(text)
-        return f"wrote {len(text)} characters to {name}"
-
-    @relay.tool(risk=Risk.WRITE)
-    def delete_note(name: str) -> str:
-        """Delete a note."""
-        ledger(f"delete_note {name}")
-        return f"deleted {name}"
-
-    @relay.tool(risk=Risk.MONEY)
-    def pay(amount: float) -> str:
-        """Pay an amount."""
-        ledger(f"pay {amount}")
-        return f"paid {amount}"
-
-    @relay.tool(risk=Risk.READ)
-    def sleep(seconds: float) -> str:
-        """Wait, then say so (safe to run again)."""
-        ledger(f"sleep start {seconds}")
-        time.sleep(seconds)
-        ledger(f"sleep end {seconds}")
-        return f"slept {seconds}"
-
-    @relay.tool(risk=Risk.CREATE)
-    def once(label: str, seconds: float = 0.0) -> str:
-        """Do something that must never happen twice, slowly."""
-        ledger(f"once start {label}")
-        time.sleep(seconds)
-        ledger(f"once end {label}")
-        return f"did {label}"
-
-    @relay.tool(risk=Risk.READ)
-    def big(size: int) -> str:
-        """Return a long text."""
-        return "x" * size
-
-    @relay.tool(risk=Risk.READ)
-    def number() -> str:
-        """Return something that is not text (a bug in the tool)."""
-        return 42  # type: ignore[return-value]
-
-    @relay.tool(risk=Risk.READ)
-    def boom() -> str:
-        """Fail."""
-        raise RuntimeError("kaboom")
-
-    @relay.tool(risk=Risk.READ)
-    def until_cancelled(context: ToolContext, seconds: float) -> str:
-        """Work until told to stop."""
-        ledger(f"until_cancelled start {context.idempotency_key}")
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if context.cancelled():
-                ledger("until_cancelled saw cancel")
-                return "stopped"
-            context.progress("still working")
-            time.sleep(0.1)
-        return "finished"
-
+    for function, risk in TOOLS:
+        relay.tool(risk=risk)(function)
     return relay
 
 

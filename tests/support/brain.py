@@ -54,8 +54,9 @@ class Brain:
         *,
         plan: list[str] | None = None,
     ) -> None:
-        """Play `replies[n]` when the prompt shows n results; a list is played in order
-        (its last entry repeats)."""
+        """Play `replies[n]` when the prompt shows n results.
+
+        A list is played in order, its last entry repeating."""
         steps = {n: (list(r) if isinstance(r, list) else [r]) for n, r in replies.items()}
         self.scripts[marker] = _Script(steps, json.dumps({"plan": plan or ["Do the task."]}))
 

@@ -145,6 +145,8 @@ class Background:
             self.process.kill()
         self.process.wait(10)
         self._reader.join(10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 class Terminal:
