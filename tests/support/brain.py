@@ -42,7 +42,7 @@ class _Script:
 
 @dataclass
 class Brain:
-    """The responder for a `ModelServer`: `brain.script("TASK-1", {0: call(...), 1: final(...)})`."""
+    """The responder for a `ModelServer`: `brain.script("T-1", {0: call(...), 1: final(...)})`."""
 
     scripts: dict[str, _Script] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
