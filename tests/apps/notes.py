@@ -15,8 +15,9 @@ from workers import Relay, Settings, ToolContext
 
 SPECIALISTS = [
     Specialist("reader", "Reads notes").tools(["read_note", "sleep"]).instructions("Only read."),
-    Specialist("writer", "Writes notes").tools(["write_note", "delete_note"]),
+    Specialist("writer", "Writes notes").tools(["write_note", "delete_note", "sleep"]),
     Specialist("sleeper", "Waits a while").tools(["sleep", "once"]),
+    Specialist("worker", "Works until told to stop").tools(["until_cancelled"]),
 ]
 
 
