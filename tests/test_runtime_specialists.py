@@ -45,7 +45,7 @@ def test_three_specialists_run_side_by_side(tmp_path: Path) -> None:
         assert sorted(linked) == sorted(status.children)
         results = sorted(e.text for e in f.relay.trace(root) if e.kind == "result")
         assert results == ["KID-R: slept", "KID-S: slept", "KID-W: slept"]
-        # Usage: each run's own, and the root's total is the whole tree, exactly what the server billed.
+        # Usage: the root total is the whole tree, exactly what the server billed.
         prompt, completion = f.model.usage_total()
         assert status.total_usage.prompt_tokens == prompt
         assert status.total_usage.completion_tokens == completion
