@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from celery import Celery
+from kombu import Queue
 
 from workers.engine import Message
 from workers.settings import Settings
@@ -90,6 +91,8 @@ def build_celery(
         task_send_sent_event=True,
         worker_send_task_events=True,
         task_default_queue=queues.advance,
+        # Declared, so a plain `celery -A mymodule:app worker` consumes all three.
+        task_queues=[Queue(name) for name in queues.all()],
         task_routes={
             "relay.advance": {"queue": queues.advance},
             "relay.tick": {"queue": queues.advance},

@@ -135,6 +135,7 @@ def build(settings: Settings | None = None) -> Relay:
 
 
 relay = build()
+app = relay.celery  # for `celery -A tests.apps.notes:app worker`
 
 if os.environ.get("RELAY_TEST_DUPLICATES"):
     # Every task message this process sends goes to the broker twice, so each is

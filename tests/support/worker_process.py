@@ -30,8 +30,11 @@ class RelayProcess:
         log_path: Path,
         *,
         ready_text: str = "ready.",
+        python_args: bool = False,
     ) -> None:
         self.args = args
+        self.python_args = python_args
+        """`args` are the Python interpreter's (e.g. `-m celery ...`), not `relay`'s."""
         self.env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
         self.log_path = log_path
         self.ready_text = ready_text
@@ -39,7 +42,8 @@ class RelayProcess:
         self._log = None
 
     def start(self, timeout: float = 60) -> RelayProcess:
-        command = [sys.executable, "-c", "from workers.cli import main; main()", *self.args]
+        relay = ["-c", "from workers.cli import main; main()"]
+        command = [sys.executable, *([] if self.python_args else relay), *self.args]
         self._log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             command,
