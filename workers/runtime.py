@@ -341,6 +341,7 @@ class Runtime:
         """Re-send what was never dealt with, decline what expired; return how many were re-sent."""
         for pending in self.store.expired_pending(now):
             self._expire(pending, now)
+        self.store.prune_runs(now - self.timing.retention_s * 1000)
         members = self.store.due_messages(now)
         self.store.postpone(members, now + self.timing.grace_ms)
         messages = [m for m in (engine.message_of(member) for member in members) if m is not None]

@@ -445,6 +445,23 @@ class RunStore:
         with self.errors():
             return [_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, limit - 1)]
 
+    def prune_runs(self, older_than_ms: int, limit: int = 500) -> int:
+        """Drop expired runs from the runs index (their keys expired on their own)."""
+        k = self.keys
+        with self.errors():
+            old = self.redis.zrangebyscore(k.runs, 0, older_than_ms, start=0, num=limit)
+            if not old:
+                return 0
+            pipe = self.redis.pipeline(transaction=False)
+            for run_id in old:
+                pipe.exists(k.run(_text(run_id)))
+            gone = [
+                run_id for run_id, exists in zip(old, pipe.execute(), strict=True) if not exists
+            ]
+            if gone:
+                self.redis.zrem(k.runs, *gone)
+        return len(gone)
+
     def due_messages(self, now_ms: int, limit: int = 500) -> list[str]:
         """Return outbox members whose time to be dealt with has passed."""
         with self.errors():
