@@ -2,8 +2,12 @@
 
 `tick(relay, now_ms)` is what the beat's `relay.tick` task calls with the real
 clock. It never imports `workers`: it takes what it needs through `TickHost`.
+A `Schedule` is plain data; `ScheduleStore` keeps schedules and notifications
+in Redis and claims each (schedule, slot) exactly once.
 """
 
+from scheduler.schedules import Schedule
+from scheduler.store import Notification, ScheduleStore
 from scheduler.tick import TickHost, tick
 
-__all__ = ["TickHost", "tick"]
+__all__ = ["Notification", "Schedule", "ScheduleStore", "TickHost", "tick"]

@@ -1,14 +1,50 @@
-"""The tick: everything the beat does every few seconds, with the clock passed in."""
+"""The tick: everything the beat does every few seconds, with the clock passed in.
+
+For each due schedule the tick claims its slot (`ScheduleStore.claim`: exactly
+one claimer per schedule and slot, however many ticks run at once), then the
+winner starts the run — the filled recipe, only the recipe's tools, and the
+notes the schedule's earlier runs remembered — or, for a notify-only schedule,
+its claim has already recorded the notification. Then it heals the runtime
+(re-sends what was never sent, declines expired approvals).
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Protocol
 
+from scheduler.store import Due, Notification, ScheduleStore
+
 __all__ = ["TickHost", "tick"]
+
+log = logging.getLogger(__name__)
 
 
 class TickHost(Protocol):
     """What the tick needs from a Relay."""
+
+    @property
+    def schedule_store(self) -> ScheduleStore:
+        """Where the schedules live."""
+        ...
+
+    def schedule_notes(self, name: str) -> list[str]:
+        """Return the notes the schedule's earlier runs remembered, oldest first."""
+        ...
+
+    def start(
+        self,
+        task: str,
+        context: str = "",
+        *,
+        tools: Sequence[str] | None = None,
+        notes: Sequence[str] | None = None,
+        recipe: str | None = None,
+        schedule: str | None = None,
+    ) -> str:
+        """Start a run and return its id."""
+        ...
 
     def heal(self, now: int) -> int:
         """Re-send messages nobody dealt with and decline expired approvals."""
@@ -16,6 +52,44 @@ class TickHost(Protocol):
 
 
 def tick(relay: TickHost, now_ms: int) -> list[str]:
-    """Do the tick's duties at `now_ms`; return the ids of runs it started."""
+    """Fire every schedule due at `now_ms`, then heal; return the ids of runs it started.
+
+    A run that cannot be started (say a tool was unregistered since) loses its
+    slot and leaves a notification saying why; the other schedules still fire.
+
+    Raises:
+        whatever the Redis client raises when Redis cannot be reached.
+    """
+    store = relay.schedule_store
+    started = []
+    for due in store.due(now_ms):
+        run_id = _fire(relay, store, due, now_ms)
+        if run_id is not None:
+            started.append(run_id)
     relay.heal(now_ms)
-    return []
+    return started
+
+
+def _fire(relay: TickHost, store: ScheduleStore, due: Due, now_ms: int) -> str | None:
+    """Claim the slot and, if this tick won it, start the run; return its id."""
+    schedule = due.schedule
+    task = schedule.task()
+    notice = Notification(schedule=schedule.name, task=task, slot_ms=due.slot_ms, at_ms=now_ms)
+    if not store.claim(due, now_ms, notice if schedule.mode == "notify" else None):
+        return None
+    if schedule.mode == "notify":
+        return None
+    try:
+        # Notes are read after the claim: only the run that fires needs them.
+        return relay.start(
+            task,
+            tools=schedule.tools,
+            notes=relay.schedule_notes(schedule.name),
+            recipe=schedule.recipe.name,
+            schedule=schedule.name,
+        )
+    except Exception as error:  # noqa: BLE001 - one schedule's failure must not stop the others
+        log.warning("schedule %r: could not start its run: %s", schedule.name, error)
+        problem = f"the run could not start: {error}"
+        store.notify(notice.model_copy(update={"problem": problem[:2_000]}))
+        return None

@@ -99,7 +99,14 @@ def build_celery(
             "relay.call_model": {"queue": queues.model},
             "relay.run_tool": {"queue": queues.tools},
         },
-        beat_schedule={"relay-tick": {"task": "relay.tick", "schedule": 5.0}},
+        beat_schedule={
+            "relay-tick": {
+                "task": "relay.tick",
+                "schedule": settings.tick_seconds,
+                # Ticks queued while every worker was down are dropped, not run in a burst.
+                "options": {"expires": max(2 * settings.tick_seconds, 10.0)},
+            }
+        },
         worker_hijack_root_logger=False,
     )
 

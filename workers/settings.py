@@ -20,6 +20,7 @@
     RELAY_APPROVAL_TTL           seconds an approval waits before it is declined;
                                  0 = never (7 days)
     RELAY_RETENTION              seconds a finished run is kept (7 days)
+    RELAY_TICK_SECONDS           how often the beat sends the tick (5)
 
 A variable that is unset or blank takes its default; surrounding spaces are
 ignored. A bad value raises `SettingsError` with one line naming the variable.
@@ -225,6 +226,8 @@ class Settings(BaseModel):
     approval_ttl: Annotated[float | None, BeforeValidator(_seconds_or_never)] = 7 * _DAY
     """None: approvals never expire."""
     retention: _Seconds = 7 * _DAY
+    tick_seconds: _Seconds = 5.0
+    """How often the beat sends `relay.tick` (schedules, expiries, healing)."""
 
     @model_validator(mode="before")
     @classmethod
