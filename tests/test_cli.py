@@ -249,13 +249,15 @@ def test_answer_and_cancel(running: Fleet) -> None:
     assert running.ledger() == []
 
 
-def test_watch_follows_a_run_and_its_specialists(running: Fleet) -> None:
-    running.brain.script(
-        "DELEG-W",
-        {0: call("delegate", specialist="reader", task="CHILD-W read a"), 1: final("child done")},
-    )
-    running.brain.script("CHILD-W", {0: call("read_note", name="a"), 1: final("read a")})
-    run_id = running.relay.start("DELEG-W: hand it over")
+def _delegating_run(f: Fleet, marker: str) -> str:
+    reply = call("delegate", specialist="reader", task=f"CHILD-{marker} read a")
+    f.brain.script(marker, {0: reply, 1: final("child done")})
+    f.brain.script(f"CHILD-{marker}", {0: call("read_note", name="a"), 1: final("read a")})
+    return f.relay.start(f"{marker}: hand it over")
+
+
+def test_watch_json_follows_a_run_and_its_specialists(running: Fleet) -> None:
+    run_id = _delegating_run(running, "WATCH-J")
     code, out, _ = invoke(running, "watch", run_id, "--json")
     assert code == 0
     entries = [json.loads(line) for line in out.splitlines()]
@@ -267,11 +269,14 @@ def test_watch_follows_a_run_and_its_specialists(running: Fleet) -> None:
     assert all(child.startswith(run_id + ".") for child in children)
     assert any(e["kind"] == "call" and e["tool"] == "read_note" for e in entries)
 
-    code, out, _ = invoke(running, "watch", run_id)  # finished: the whole trace, then it ends
+
+def test_watch_shows_specialists_indented(running: Fleet) -> None:
+    run_id = _delegating_run(running, "WATCH-H")
+    code, out, _ = invoke(running, "watch", run_id)
     assert code == 0
     assert "⇉ handed to the specialist reader" in out
-    assert "  → read_note" in out  # a specialist's lines are indented
-    assert "■ Done: child done" in out
+    assert "\n  → read_note" in out  # a specialist's lines sit under its parent's
+    assert "\n■ Done: child done" in out
 
 
 # --- bad input: one line, no traceback --------------------------------------------------------

@@ -59,6 +59,7 @@ EXIT_STOPPED = 1
 EXIT_INTERRUPTED = 130
 QUIET_SECONDS = 15.0
 """After this long without a trace line, `run` and `watch` ask whether a worker is up."""
+FINAL_CHARS = 4_000
 ASKS = frozenset({"plan", "waiting", "question"})
 """Trace kinds written in the same save that parks a run on a person."""
 
@@ -329,22 +330,27 @@ def _describe(entry: TraceEntry, root: str) -> Text | None:
         return Text(f"{indent}Plan:\n{lines}", style="bold")
     if entry.kind == "result":
         status = entry.status or "ok"
-        shown = text if status == "ok" else f"{status}: {text}"
+        shown = text if status == "ok" else f"{status}: {text}".rstrip(": ")
         return Text(f"{indent}  ← {shown}", style=_RESULT_STYLES.get(status, ""))
     if entry.kind == "finished":
+        # The final answer is what the run was for: shown whole, line breaks kept.
         style = "bold green" if entry.stop == Stop.DONE.value else "bold red"
-        return Text(f"{indent}■ {_stop_label(entry.stop).capitalize()}: {text}", style=style)
+        head = f"{indent}■ {_stop_label(entry.stop).capitalize()}:"
+        body = entry.text.strip()[:FINAL_CHARS]
+        if "\n" in body:
+            return Text(head, style=style) + Text("\n" + body)
+        return Text(f"{head} {body}", style=style)
     template, style = _LINES.get(entry.kind, (f"{entry.kind}: {{text}}", "dim"))
     line = template.format(text=text, tool=entry.tool or "", call=entry.call_id or "")
     return Text(indent + line.rstrip(": "), style=style)
 
 
-def _activity(entry: TraceEntry) -> str:
-    """Return what the spinner says after `entry`."""
+def _activity(entry: TraceEntry, waiting: bool) -> str:
+    """Return what the spinner says after `entry` (`waiting`: on someone elsewhere)."""
+    if waiting:
+        return "waiting for a decision…"
     if entry.kind == "call":
         return f"running {entry.tool}…"
-    if entry.kind in ASKS:
-        return "waiting for a decision…"
     if entry.kind == "child":
         return "specialists at work…"
     return "the model is thinking…"
@@ -388,6 +394,8 @@ class _Follow:
         self._spinner: Status | None = None
         self._last = time.monotonic()
         self._hinted_quiet = False
+        self._waiting = False
+        """A hint was printed: the run waits on someone in another shell."""
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -447,13 +455,14 @@ class _Follow:
         line = _describe(entry, self.run_id)
         if line is not None and not self.quiet:
             self.out.print(line)
+        self._waiting = False
         if entry.kind in ASKS:
             for pending in self.relay.status(entry.run).pending:
                 key = f"{pending.run_id}|{pending.kind}|{pending.call_id or pending.seq}"
                 if key not in self._settled:
                     self._settled.add(key)
                     self._settle(pending)
-        self._spin(_activity(entry))
+        self._spin(_activity(entry, self._waiting))
 
     def _spin(self, text: str | None) -> None:
         if self.quiet or not self.out.is_terminal:
@@ -525,6 +534,7 @@ class _Follow:
 
     def _hint(self, pending: Pending) -> None:
         """Say how to decide from another shell; the run keeps waiting meanwhile."""
+        self._waiting = True
         env = ""
         if self.embedded is not None:
             env = f"RELAY_REDIS_URL=$(cat {self.embedded.url_file}) "

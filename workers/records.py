@@ -76,8 +76,6 @@ class RunRecord(BaseModel):
     """The seq a model call was sent for (none sent again for the same seq)."""
     pending: tuple[str, ...] = ()
     """Members of the pending index this run holds."""
-    cursor: str = "0-0"
-    """The last inbox entry applied."""
     calls: dict[str, CallTrack] = Field(default_factory=dict)
     children: tuple[str, ...] = ()
     usage: Usage = Usage()
