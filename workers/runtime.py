@@ -41,7 +41,16 @@ from workers.records import (
 )
 from workers.registry import ToolContext, ToolSpec
 from workers.settings import Settings
-from workers.store import Claim, Loaded, RunStore, SaveEffects, pending_member
+from workers.store import (
+    Claim,
+    Loaded,
+    RunStore,
+    SaveEffects,
+    advance_member,
+    model_member,
+    pending_member,
+    tool_member,
+)
 
 __all__ = ["Model", "Runtime", "RuntimeHost", "now_ms"]
 
@@ -134,7 +143,7 @@ class Runtime:
             if loaded is None:
                 loaded = self.store.load(run_id)
             if loaded is None:
-                self.store.forget_message(f"a|{run_id}")
+                self.store.forget_message(advance_member(run_id))
                 return
             if self._advance_once(run_id, loaded):
                 return
@@ -179,7 +188,26 @@ class Runtime:
 
     def call_model(self, run_id: str, seq: int) -> None:
         """Make the model call for the run's step `seq`, once, and advance the run."""
-        what, member, token = f"m{seq}", f"m|{run_id}|{seq}", self._token()
+        what = f"m{seq}"
+        self._once(
+            run_id,
+            what,
+            model_member(run_id, seq),
+            lambda claim, token: self._model_event(run_id, seq, claim, token),
+        )
+
+    def _once(
+        self,
+        run_id: str,
+        what: str,
+        member: str,
+        produce: Callable[[Claim, str], InboxEvent | None],
+    ) -> None:
+        """Claim a call, let `produce` do it, record its event once, and advance the run.
+
+        `produce` returns None when the call is stale (the run moved on or ended).
+        """
+        token = self._token()
         claim = self.store.claim(
             run_id,
             what,
@@ -192,18 +220,12 @@ class Runtime:
         if claim.status != "claimed":
             self._unclaimed(run_id, member, claim.status)
             return
-        event = self._model_event(run_id, seq, claim, token)
+        event = produce(claim, token)
         if event is None:
             self.store.forget_message(member)
             return
-        loaded = self.store.record(
-            run_id,
-            what,
-            event,
-            member=member,
-            token=token,
-            due_ms=self.clock() + self.timing.grace_ms,
-        )
+        due = self.clock() + self.timing.grace_ms
+        loaded = self.store.record(run_id, what, event, member=member, token=token, due_ms=due)
         self.advance(run_id, loaded)
 
     def _unclaimed(self, run_id: str, member: str, status: str) -> None:
@@ -224,7 +246,7 @@ class Runtime:
         if over:
             return ModelFailed(seq=seq, error=over, budget=True)
         cancel = threading.Event()
-        lease = self._lease(run_id, f"m{seq}", f"m|{run_id}|{seq}", token)
+        lease = self._lease(run_id, f"m{seq}", model_member(run_id, seq), token)
         model = self.host.model()
         try:
             reply = run_leased(
@@ -264,33 +286,12 @@ class Runtime:
 
     def run_tool(self, run_id: str, call_id: str) -> None:
         """Run one call of the run's batch, at most once unless its tool is idempotent."""
-        member, token = f"t|{run_id}|{call_id}", self._token()
-        claim = self.store.claim(
-            run_id,
-            call_id,
-            member=member,
-            token=token,
-            lease_ms=self.timing.lease_ms,
-            now_ms=self.clock(),
-            root=_root_of(run_id),
-        )
-        if claim.status != "claimed":
-            self._unclaimed(run_id, member, claim.status)
-            return
-        output = self._tool_output(run_id, call_id, claim, token)
-        if output is None:
-            self.store.forget_message(member)
-            return
-        event = ToolDone(call=call_id, output=output)
-        loaded = self.store.record(
-            run_id,
-            call_id,
-            event,
-            member=member,
-            token=token,
-            due_ms=self.clock() + self.timing.grace_ms,
-        )
-        self.advance(run_id, loaded)
+
+        def produce(claim: Claim, token: str) -> InboxEvent | None:
+            output = self._tool_output(run_id, call_id, claim, token)
+            return None if output is None else ToolDone(call=call_id, output=output)
+
+        self._once(run_id, call_id, tool_member(run_id, call_id), produce)
 
     def _tool_output(
         self, run_id: str, call_id: str, claim: Claim, token: str
@@ -306,7 +307,7 @@ class Runtime:
             return refused
         context = ToolContext(run_id=run_id, call_id=call_id, attempt=claim.attempts)
         context._report = lambda text: self._progress(run_id, call_id, call.tool, text)
-        lease = self._lease(run_id, call_id, f"t|{run_id}|{call_id}", token)
+        lease = self._lease(run_id, call_id, tool_member(run_id, call_id), token)
         timeout = spec.timeout if spec.timeout is not None else self.host.settings.tool_timeout
         try:
             value = run_leased(
