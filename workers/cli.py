@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import socket
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -32,21 +30,25 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypeVar
 
 import click
-from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
-from rich.prompt import Confirm, Prompt
-from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from agent_core import Stop
 from agent_core.errors import AgentError
 from workers.appload import load_relay
+from workers.cli_schedule import schedule
 from workers.embedded import Embedded
 from workers.errors import DecisionRefused, RelayError
-from workers.model_client import Usage
-from workers.records import Pending, RunStatus, TraceEntry
+from workers.live import (
+    EXIT_INTERRUPTED,
+    Deciding,
+    Follower,
+    console,
+    describe,
+    one_line,
+    usage_line,
+)
+from workers.records import Pending, RunStatus
 from workers.relay import Relay
 from workers.settings import Settings, SettingsError, redact_url
 
@@ -54,14 +56,6 @@ __all__ = ["cli", "main"]
 
 DEMO_APP = "workers.demo:relay"
 DEMO_TASK = "Look through my notes and write a short summary of the meeting notes to summary.md."
-EXIT_STOPPED = 1
-"""`run` and `demo`: the run ended without doing its task (declined, cancelled, failed)."""
-EXIT_INTERRUPTED = 130
-QUIET_SECONDS = 15.0
-"""After this long without a trace line, `run` and `watch` ask whether a worker is up."""
-FINAL_CHARS = 4_000
-ASKS = frozenset({"plan", "waiting", "question"})
-"""Trace kinds written in the same save that parks a run on a person."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,11 +65,6 @@ class _Failure(click.ClickException):
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"relay: {self.format_message()}", err=True, file=file)
-
-
-def _one_line(text: str, limit: int = 0) -> str:
-    line = " ".join(str(text).split())
-    return line if not limit or len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _load(spec: str) -> Relay:
@@ -119,7 +108,11 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except (RelayError, SettingsError, AgentError) as error:
-            raise _Failure(_one_line(str(error))) from None
+            raise _Failure(one_line(str(error))) from None
+        except click.ClickException as error:
+            if type(error) is not click.ClickException:
+                raise  # usage errors keep click's own format and exit code
+            raise _Failure(error.format_message()) from None
 
 
 def _app_option(fn: F) -> F:
@@ -142,8 +135,9 @@ def _json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead.")(fn)
 
 
-def _console(*, stderr: bool = False) -> Console:
-    return Console(stderr=stderr, soft_wrap=True, highlight=False)
+def _row(*cells: str) -> list[Text]:
+    """Table cells as plain text: a task or a summary is never read as rich markup."""
+    return [Text(cell) for cell in cells]
 
 
 def _print_json(value: object) -> None:
@@ -281,324 +275,6 @@ def flower(obj: _Context, address: str, port: int, flower_args: tuple[str, ...])
     relay.celery.start(argv)
 
 
-# --- following a run live ---------------------------------------------------------------------
-
-_LINES: dict[str, tuple[str, str]] = {
-    "started": ("▶ {text}", "bold"),
-    "plan_approved": ("✓ plan approved", "green"),
-    "plan_declined": ("✗ plan declined", "red"),
-    "call": ("→ {text}", "cyan"),
-    "waiting": ("⏸ {call} ({tool}) needs approval", "yellow"),
-    "approved": ("✓ {call} ({tool}) approved", "green"),
-    "declined": ("✗ {call} ({tool}) declined: {text}", "yellow"),
-    "question": ("? {text}", "yellow"),
-    "answer": ("  answered: {text}", ""),
-    "retry": ("↻ unusable reply, asked again: {text}", "dim"),
-    "sent_back": ("↩ final answer sent back: {text}", "yellow"),
-    "note": ("✎ remembered: {text}", "dim"),
-    "skill": ("◆ loaded the skill {text}", "dim"),
-    "summary": ("… earlier work summarised", "dim"),
-    "child": ("⇉ handed to the specialist {text}", "magenta"),
-    "progress": ("  … {tool}: {text}", "dim"),
-    "rejected": ("↩ the final answer was sent back: {text}", "yellow"),
-    "verifier_failed": ("✗ the final answer could not be checked: {text}", "red"),
-    "ignored": ("  ignored: {text}", "dim"),
-}
-_HIDDEN = frozenset({"usage", "stop"})
-_RESULT_STYLES = {"ok": "green", "error": "red", "declined": "yellow", "unknown": "magenta"}
-
-
-def _stop_label(stop: str | None) -> str:
-    try:
-        return Stop(stop or "").label()
-    except ValueError:
-        return str(stop)
-
-
-def _describe(entry: TraceEntry, root: str) -> Text | None:
-    """Return how one trace entry reads in a terminal (None: bookkeeping, not shown).
-
-    Lines of a specialist's run are indented under the run that started it.
-    """
-    indent = "  " * max(0, entry.run.count(".") - root.count("."))
-    text = _one_line(entry.text, 200)
-    if entry.kind in _HIDDEN:
-        return None
-    if entry.kind == "plan":
-        steps = [s for s in entry.text.splitlines() if s.strip()]
-        lines = "\n".join(f"{indent}  {n}. {_one_line(s, 160)}" for n, s in enumerate(steps, 1))
-        return Text(f"{indent}Plan:\n{lines}", style="bold")
-    if entry.kind == "result":
-        status = entry.status or "ok"
-        shown = text if status == "ok" else f"{status}: {text}".rstrip(": ")
-        return Text(f"{indent}  ← {shown}", style=_RESULT_STYLES.get(status, ""))
-    if entry.kind == "finished":
-        # The final answer is what the run was for: shown whole, line breaks kept.
-        style = "bold green" if entry.stop == Stop.DONE.value else "bold red"
-        head = f"{indent}■ {_stop_label(entry.stop).capitalize()}:"
-        body = entry.text.strip()[:FINAL_CHARS]
-        if "\n" in body:
-            return Text(head, style=style) + Text("\n" + body)
-        return Text(f"{head} {body}", style=style)
-    template, style = _LINES.get(entry.kind, (f"{entry.kind}: {{text}}", "dim"))
-    line = template.format(text=text, tool=entry.tool or "", call=entry.call_id or "")
-    return Text(indent + line.rstrip(": "), style=style)
-
-
-def _activity(entry: TraceEntry, waiting: bool) -> str:
-    """Return what the spinner says after `entry` (`waiting`: on someone elsewhere)."""
-    if waiting:
-        return "waiting for a decision…"
-    if entry.kind == "call":
-        return f"running {entry.tool}…"
-    if entry.kind == "child":
-        return "specialists at work…"
-    return "the model is thinking…"
-
-
-@dataclass(frozen=True)
-class _Policy:
-    """How a followed run's plans and calls are decided: asked, approved, declined or shown."""
-
-    mode: Literal["ask", "yes", "no", "watch"]
-    why: str = ""
-    """Shown beside each automatic decision."""
-
-
-_END = object()
-
-
-class _Follow:
-    """Shows a run and its specialists as they work, and settles what waits on a person."""
-
-    def __init__(
-        self,
-        relay: Relay,
-        run_id: str,
-        policy: _Policy,
-        *,
-        embedded: Embedded | None = None,
-        app: str | None = None,
-        quiet: bool = False,
-    ) -> None:
-        self.relay = relay
-        self.run_id = run_id
-        self.policy = policy
-        self.embedded = embedded
-        self.app = app
-        self.out = _console(stderr=quiet)
-        self.quiet = quiet
-        self.tty = sys.stdin.isatty()
-        self._entries: queue.Queue[object] = queue.Queue()
-        self._settled: set[str] = set()
-        self._spinner: Status | None = None
-        self._last = time.monotonic()
-        self._hinted_quiet = False
-        self._waiting = False
-        """A hint was printed: the run waits on someone in another shell."""
-
-    # --- the loop -------------------------------------------------------------------------
-
-    def follow(self) -> RunStatus:
-        """Show the run until it finishes; return its status then."""
-        pump = threading.Thread(target=self._pump, name="relay-watch", daemon=True)
-        pump.start()
-        self._spin("the model is thinking…")
-        try:
-            while (item := self._next()) is not _END:
-                if isinstance(item, BaseException):
-                    if self.embedded is not None:
-                        self.embedded.check()  # a dead Redis or worker explains it best
-                    raise item
-                if isinstance(item, TraceEntry):
-                    self._show(item)
-        finally:
-            self._spin(None)
-        return self.relay.status(self.run_id)
-
-    def _pump(self) -> None:
-        # relay.watch blocks on Redis; in its own thread the loop above stays free
-        # to notice Ctrl-C, a dead worker, or a run nobody works on.
-        try:
-            for entry in self.relay.watch(self.run_id):
-                self._entries.put(entry)
-        except BaseException as error:  # noqa: BLE001 - handed to the main thread, raised there
-            self._entries.put(error)
-        else:
-            self._entries.put(_END)
-
-    def _next(self) -> object:
-        while True:
-            try:
-                return self._entries.get(timeout=0.5)
-            except queue.Empty:
-                self._idle()
-
-    def _idle(self) -> None:
-        if self.embedded is not None:
-            self.embedded.check()
-            return
-        if self._hinted_quiet or time.monotonic() - self._last < QUIET_SECONDS:
-            return
-        self._hinted_quiet = True
-        status = self.relay.status(self.run_id)
-        if status.state == "running":
-            app = f"--app {self.app} " if self.app else ""
-            self._say(
-                f"Nothing has happened for {QUIET_SECONDS:.0f} s (the run waits for"
-                f" {status.waiting_for}). Is a worker running? Start one: relay {app}worker",
-                "yellow",
-            )
-
-    def _show(self, entry: TraceEntry) -> None:
-        self._last = time.monotonic()
-        line = _describe(entry, self.run_id)
-        if line is not None and not self.quiet:
-            self.out.print(line)
-        self._waiting = False
-        if entry.kind in ASKS:
-            for pending in self.relay.status(entry.run).pending:
-                key = f"{pending.run_id}|{pending.kind}|{pending.call_id or pending.seq}"
-                if key not in self._settled:
-                    self._settled.add(key)
-                    self._settle(pending)
-        self._spin(_activity(entry, self._waiting))
-
-    def _spin(self, text: str | None) -> None:
-        if self.quiet or not self.out.is_terminal:
-            return
-        if text is None:
-            if self._spinner is not None:
-                self._spinner.stop()
-                self._spinner = None
-        elif self._spinner is None:
-            self._spinner = self.out.status(text)
-            self._spinner.start()
-        else:
-            self._spinner.update(text)
-
-    def _say(self, message: str, style: str = "") -> None:
-        self.out.print(Text(message, style=style))
-
-    # --- what waits on a person --------------------------------------------------------------
-
-    def _settle(self, pending: Pending) -> None:
-        mode = self.policy.mode
-        if pending.kind == "question":
-            if mode != "watch" and self.tty:
-                self._ask_question(pending)
-            else:
-                self._hint(pending)
-        elif mode in ("yes", "no"):
-            self._decide(pending, mode == "yes", auto=True)
-        elif mode == "ask" and self.tty:
-            self._ask(pending)
-        else:
-            self._hint(pending)
-
-    def _what(self, pending: Pending) -> str:
-        return "the plan" if pending.kind == "plan" else f"{pending.call_id} ({pending.tool})"
-
-    def _decide(self, pending: Pending, yes: bool, *, auto: bool = False) -> None:
-        if auto:
-            verdict = "approving" if yes else "declining"
-            why = f" ({self.policy.why})" if self.policy.why else ""
-            self._say(f"  {verdict} {self._what(pending)} automatically{why}", "dim")
-        try:
-            if pending.kind == "plan":
-                self.relay.approve_plan(pending.run_id, yes)
-            else:
-                assert pending.call_id is not None
-                self.relay.approve(pending.run_id, pending.call_id, yes, reason="")
-        except DecisionRefused as error:
-            self._say(f"  ({error}: it was decided elsewhere)", "dim")
-
-    def _ask(self, pending: Pending) -> None:
-        self._spin(None)
-        if pending.kind == "plan":
-            yes = Confirm.ask("Approve this plan?", default=True, console=self.out)
-        else:
-            args = _one_line(json.dumps(pending.args, ensure_ascii=False), 600)
-            risk = pending.risk.value if pending.risk is not None else "?"
-            self.out.print(Text(f"  {pending.tool} (risk: {risk}) with {args}", style="yellow"))
-            yes = Confirm.ask(f"Allow {escape(pending.tool or 'this call')}?", console=self.out)
-        self._decide(pending, bool(yes))
-
-    def _ask_question(self, pending: Pending) -> None:
-        self._spin(None)
-        answer = Prompt.ask(f"[bold]{escape(pending.summary)}[/]\nYour answer", console=self.out)
-        try:
-            self.relay.answer(pending.run_id, str(answer))
-        except DecisionRefused as error:
-            self._say(f"  ({error}: it was answered elsewhere)", "dim")
-
-    def _hint(self, pending: Pending) -> None:
-        """Say how to decide from another shell; the run keeps waiting meanwhile."""
-        self._waiting = True
-        env = ""
-        if self.embedded is not None:
-            env = f"RELAY_REDIS_URL=$(cat {self.embedded.url_file}) "
-        run = pending.run_id
-        if pending.kind == "question":
-            self._say(f'Waiting for an answer. From another shell: {env}relay answer {run} "…"')
-            return
-        target = run if pending.kind == "plan" else f"{run} {pending.call_id}"
-        self.out.print(
-            Text(
-                f"Waiting for a decision on {self._what(pending)}. From another shell:\n"
-                f"  {env}relay approve {target}\n  {env}relay deny {target}",
-                style="yellow",
-            )
-        )
-
-    # --- the end ------------------------------------------------------------------------------
-
-    def conclude(self, status: RunStatus, started: float) -> int:
-        """Print the usage line; return the exit code for how the run ended."""
-        if not self.quiet:
-            took = time.monotonic() - started
-            self._say(f"{_usage(status.total_usage)} · run {status.id} · {took:.1f} s", "dim")
-        done = status.outcome is not None and status.outcome.stop is Stop.DONE
-        return 0 if done else EXIT_STOPPED
-
-    def interrupted(self) -> int:
-        """Handle Ctrl-C: stop with the embedded services, or cancel or leave the run."""
-        self._spin(None)
-        run = self.run_id
-        if self.embedded is not None:
-            self._say(
-                "Stopped. The private Redis and worker end with this command,"
-                " and the run with them.",
-                "yellow",
-            )
-            return EXIT_INTERRUPTED
-        cancel = False
-        if self.tty:
-            try:
-                cancel = Confirm.ask(
-                    f"Cancel run {run}? (no: leave it running)", default=False, console=self.out
-                )
-            except (KeyboardInterrupt, EOFError):
-                cancel = False
-        if cancel:
-            self.relay.cancel(run, "Cancelled from the terminal (Ctrl-C).")
-            self._say(f"Cancelled run {run}.", "yellow")
-        else:
-            self._say(
-                f"Left run {run} running. Follow it: relay watch {run}"
-                f" · stop it: relay cancel {run}",
-                "yellow",
-            )
-        return EXIT_INTERRUPTED
-
-
-def _usage(usage: Usage) -> str:
-    return (
-        f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt,"
-        f" {usage.completion_tokens:,} completion)"
-    )
-
-
 # --- run and demo ---------------------------------------------------------------------------------
 
 
@@ -609,14 +285,14 @@ class _Job:
     app: str
     task: str
     context: str
-    policy: _Policy
+    policy: Deciding
     as_json: bool = False
     worker_env: dict[str, str] | None = None
 
 
 def _start_and_follow(obj: _Context, job: _Job, stack: ExitStack) -> int:
     """Start the run (with the embedded default if no Redis is set); return the exit code."""
-    out = _console(stderr=job.as_json)
+    out = console(stderr=job.as_json)
     embedded = None
     if not os.environ.get("RELAY_REDIS_URL", "").strip():
         Settings.from_env()  # a bad variable fails before anything starts
@@ -639,7 +315,7 @@ def _start_and_follow(obj: _Context, job: _Job, stack: ExitStack) -> int:
     started = time.monotonic()
     run_id = relay.start(job.task, job.context)
     out.print(Text(f"Run {run_id} started.", style="dim"))
-    follow = _Follow(relay, run_id, job.policy, embedded=embedded, app=job.app, quiet=job.as_json)
+    follow = Follower(relay, run_id, job.policy, embedded=embedded, app=job.app, quiet=job.as_json)
     try:
         status = follow.follow()
     except KeyboardInterrupt:
@@ -676,7 +352,7 @@ def run(
         raise click.UsageError("--yes and --deny exclude each other")
     mode: Literal["ask", "yes", "no"] = "yes" if approve_all else "no" if deny_all else "ask"
     why = "--yes" if approve_all else "--deny" if deny_all else ""
-    job = _Job(obj.spec("run"), task, context, _Policy(mode, why), as_json)
+    job = _Job(obj.spec("run"), task, context, Deciding(mode, why), as_json)
     with ExitStack() as stack:
         code = _start_and_follow(obj, job, stack)
     sys.exit(code)
@@ -692,9 +368,11 @@ def demo(obj: _Context, ask: bool, task: str | None) -> None:
     With no RELAY_REDIS_URL, a private Redis and a worker start and stop with
     the command. With no RELAY_MODEL_URL, the built-in demo model plays the
     model's part, offline. The plan and the note it writes need approval;
-    the demo gives it, saying so, unless you pass --ask.
+    the demo gives it, saying so, unless you pass --ask. With RELAY_REDIS_URL
+    set, the run goes to that Redis, whose workers must serve workers.demo:relay
+    (as docker-compose.yml's do).
     """
-    out = _console()
+    out = console()
     settings = Settings.from_env()
     out.print(Text("Relay demo: an agent reads a folder of notes and writes a summary.", "bold"))
     if settings.model_url is None:
@@ -705,7 +383,7 @@ def demo(obj: _Context, ask: bool, task: str | None) -> None:
     else:
         out.print(f"Model: {settings.model} at {redact_url(settings.model_url)}")
     why = "the demo approves by itself; pass --ask to decide"
-    policy = _Policy("ask", "") if ask else _Policy("yes", why)
+    policy = Deciding("ask", "") if ask else Deciding("yes", why)
     with ExitStack() as stack:
         env: dict[str, str] = {}
         notes: Path | None = None
@@ -753,18 +431,20 @@ def runs(obj: _Context, limit: int, as_json: bool) -> None:
     if as_json:
         _print_json([status.model_dump(mode="json") for status in found])
         return
-    out = _console()
+    out = console()
     if not found:
         out.print("No runs.")
         return
     table = Table("run", "state", "tokens", "started", "task", box=None, header_style="bold")
     for status in found:
         table.add_row(
-            status.id,
-            _state(status),
-            f"{status.total_usage.total_tokens:,}",
-            _age(status.created_ms),
-            _one_line(status.task, 60),
+            *_row(
+                status.id,
+                _state(status),
+                f"{status.total_usage.total_tokens:,}",
+                _age(status.created_ms),
+                one_line(status.task, 60),
+            )
         )
     out.print(table)
 
@@ -787,31 +467,31 @@ def show(obj: _Context, run_id: str, as_json: bool) -> None:
             }
         )
         return
-    out = _console()
+    out = console()
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
     rows = [
         ("run", status.id),
-        ("task", _one_line(status.task, 300)),
+        ("task", one_line(status.task, 300)),
         ("state", _state(status)),
         ("parent", status.parent or ""),
         ("children", ", ".join(status.children)),
         ("schedule", status.schedule or ""),
-        ("tokens", _usage(status.total_usage)),
+        ("tokens", usage_line(status.total_usage)),
         ("started", _age(status.created_ms)),
         ("finished", _age(status.finished_ms)),
-        ("outcome", _one_line(status.outcome.summary, 300) if status.outcome else ""),
+        ("outcome", one_line(status.outcome.summary, 300) if status.outcome else ""),
     ]
     for name, value in rows:
         if value:
-            grid.add_row(name, value)
+            grid.add_row(*_row(name, value))
     for pending in status.pending:
-        grid.add_row("waits on", _pending_line(pending))
+        grid.add_row(*_row("waits on", _pending_line(pending)))
     out.print(grid)
     out.print(Text("trace:", style="bold"))
     for entry in trace:
-        line = _describe(entry, run_id)
+        line = describe(entry, run_id)
         if line is not None:
             out.print(Text("  ") + line)
 
@@ -832,9 +512,9 @@ def watch(obj: _Context, run_id: str, as_json: bool) -> None:
             for entry in relay.watch(run_id):
                 click.echo(entry.model_dump_json())
             return
-        follow = _Follow(relay, run_id, _Policy("watch"), app=obj.app)
+        follow = Follower(relay, run_id, Deciding("watch"), app=obj.app)
         status = follow.follow()
-        _console().print(Text(_usage(status.total_usage), style="dim"))
+        console().print(Text(usage_line(status.total_usage), style="dim"))
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
 
@@ -845,10 +525,10 @@ def watch(obj: _Context, run_id: str, as_json: bool) -> None:
 def _pending_line(pending: Pending) -> str:
     if pending.kind == "plan":
         steps = [s for s in pending.summary.splitlines() if s.strip()]
-        return "plan: " + _one_line(" ".join(f"{n}. {s}" for n, s in enumerate(steps, 1)), 200)
+        return "plan: " + one_line(" ".join(f"{n}. {s}" for n, s in enumerate(steps, 1)), 200)
     if pending.kind == "question":
-        return "question: " + _one_line(pending.summary, 200)
-    return f"{pending.call_id}: {_one_line(pending.summary, 200)}"
+        return "question: " + one_line(pending.summary, 200)
+    return f"{pending.call_id}: {one_line(pending.summary, 200)}"
 
 
 @cli.command()
@@ -862,14 +542,16 @@ def pending(obj: _Context, run_id: str | None, as_json: bool) -> None:
     if as_json:
         _print_json([p.model_dump(mode="json") for p in found])
         return
-    out = _console()
+    out = console()
     if not found:
         out.print("Nothing waits on a person.")
         return
     table = Table("run", "kind", "call", "risk", "waiting", "what", box=None, header_style="bold")
     for p in found:
         risk = p.risk.value if p.risk is not None else ""
-        table.add_row(p.run_id, p.kind, p.call_id or "", risk, _age(p.created_ms), _pending_line(p))
+        table.add_row(
+            *_row(p.run_id, p.kind, p.call_id or "", risk, _age(p.created_ms), _pending_line(p))
+        )
     out.print(table)
     out.print(Text("Decide with: relay approve RUN [CALL] · relay deny RUN [CALL]", style="dim"))
 
@@ -940,8 +622,9 @@ def cancel(obj: _Context, run_id: str, reason: str) -> None:
         click.echo(f"Run {run_id} had finished already.")
 
 
-# The lead attaches the `relay schedule add|list|rm|preview` group here, from
-# workers/cli_schedule.py (one line: cli.add_command(schedule)).
+# `relay schedule add|list|rm|preview|notifications`: it reaches the Relay through
+# click's context, `ctx.obj.relay` (a _Context).
+cli.add_command(schedule)
 
 
 def main() -> None:

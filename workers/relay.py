@@ -491,24 +491,30 @@ class Relay(Scheduling):
         return [entry for _, entry in self.store.trace(run_id)]
 
     def watch(self, run_id: str, *, timeout: float | None = None) -> Iterator[TraceEntry]:
-        """Yield the trace of a run and its descendants as it happens, until the run finishes."""
+        """Yield the trace of a run and its descendants as it happens, until the run finishes.
+
+        A run that finished already yields its whole trace, its specialists' included.
+        """
         self._record(run_id)
         streams = {run_id: "0-0"}
         deadline = None if timeout is None else time.monotonic() + timeout
+        finished = False
         while True:
-            for run, _entry_id, entry in self.store.follow(streams, block_ms=500):
-                streams[run] = _entry_id
+            # Once the run has finished, read on without waiting until every stream is drained.
+            found = self.store.follow(streams, block_ms=1 if finished else 500)
+            for run, entry_id, entry in found:
+                streams[run] = entry_id
                 child = entry.data.get("child") if entry.kind == "child" else None
                 if isinstance(child, str):
                     streams.setdefault(child, "0-0")
+                finished = finished or (run == run_id and entry.kind == "finished")
                 yield entry
-                if run == run_id and entry.kind == "finished":
-                    return
+            if finished and not found:
+                return
             if deadline is not None and time.monotonic() > deadline:
                 return
-            record, _ = self._record(run_id)
-            if record.state == "finished" and not self.store.follow(streams, block_ms=1):
-                return
+            if not finished:
+                finished = self._record(run_id)[0].state == "finished"
 
     def runs(self, limit: int = 100) -> list[RunStatus]:
         """Return the newest runs first (those not yet expired)."""
