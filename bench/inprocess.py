@@ -1,0 +1,130 @@
+"""Relay's runtime without Celery: the task bodies called in a loop in this process.
+
+`LocalRuntime` builds `workers.runtime.Runtime` on the bench app with a list in
+place of the broker: each message a step sends is appended, and `drain` calls
+the task body it names (`advance`, `call_model`, `run_tool`) until none are
+left. What it costs per turn is Relay's own work (Redis, serialisation, the
+agent core, the model call) with no Celery at all, so the difference from a
+worker-driven turn is what Celery adds. The model is either the loopback HTTP
+server or an in-process function.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+
+from agent_core import Agent, ModelRequest
+from bench.app import CONFIG, build
+from bench.model import Task, reply_for
+from workers import Relay, Settings
+from workers.engine import Message, Verifier
+from workers.model_client import ModelReply, Usage
+from workers.records import RunRecord
+from workers.registry import ToolSpec
+from workers.runtime import Model, Runtime, now_ms
+
+__all__ = ["LocalModel", "LocalRuntime", "local_turn_ms"]
+
+
+class LocalModel:
+    """The bench's fake model as a function call (no HTTP)."""
+
+    def complete(
+        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+    ) -> ModelReply:
+        del should_stop
+        task = Task.parse(request.prompt)
+        assert task is not None, "not a bench task"
+        text, _ = reply_for(task, request.prompt)
+        return ModelReply(
+            text=text, usage=Usage(prompt_tokens=1, completion_tokens=1, total_tokens=2)
+        )
+
+
+class _Host:
+    """What the runtime needs, taken from a Relay (workers.runtime.RuntimeHost)."""
+
+    def __init__(self, relay: Relay, model: Model) -> None:
+        self._relay = relay
+        self._model = model
+        self.settings = relay.settings
+
+    def restore_agent(self, record: RunRecord, snapshot: str) -> Agent:
+        return self._relay.restore_agent(record, snapshot)
+
+    def tool_spec(self, name: str) -> ToolSpec | None:
+        return self._relay.tool_spec(name)
+
+    def verifier(self) -> Verifier | None:
+        return None
+
+    def model(self) -> Model:
+        return self._model
+
+
+class LocalRuntime:
+    """The runtime's task bodies driven in a loop; `messages` counts what was sent, by kind."""
+
+    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+        self.relay = build(settings)
+        self.queue: deque[Message] = deque()
+        self.messages: dict[str, int] = {}
+        model = model if model is not None else self.relay.model()
+        self.runtime = Runtime(_Host(self.relay, model), self.relay.store, self._send)
+
+    def _send(self, messages: list[Message]) -> None:
+        for message in messages:
+            self.messages[message.kind] = self.messages.get(message.kind, 0) + 1
+        self.queue.extend(messages)
+
+    def start(self, task: Task) -> str:
+        """Create a run as `Relay.start` does, with its first advance queued here."""
+        agent = self.relay.new_agent(CONFIG)
+        agent.start_with(task.text(), "", ())
+        run_id = secrets.token_hex(8)
+        now = now_ms()
+        record = RunRecord(
+            id=run_id,
+            root=run_id,
+            task=task.text(),
+            created_ms=now,
+            updated_ms=now,
+            config=CONFIG,
+        )
+        self.relay.store.create(record, agent.snapshot(), now + 120_000, None)
+        self._send([Message("advance", run_id)])
+        return run_id
+
+    def drain(self) -> int:
+        """Run queued messages (and those they send) until none are left; return how many."""
+        done = 0
+        while self.queue:
+            self.drain_one()
+            done += 1
+        return done
+
+    def drain_one(self) -> Message:
+        """Run the first queued message; return it."""
+        message = self.queue.popleft()
+        if message.kind == "call_model":
+            self.runtime.call_model(message.run, message.seq)
+        elif message.kind == "run_tool":
+            self.runtime.run_tool(message.run, message.call)
+        else:
+            self.runtime.advance(message.run)
+        return message
+
+
+def local_turn_ms(local: LocalRuntime, task: Task) -> list[float]:
+    """Run `task` in process; return each turn's ms (from one model call to the next)."""
+    local.start(task)
+    marks = []
+    while local.queue:
+        if local.queue[0].kind == "call_model":
+            marks.append(time.perf_counter())
+        local.drain_one()
+    return [(later - earlier) * 1000 for earlier, later in itertools.pairwise(marks)]

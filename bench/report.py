@@ -1,0 +1,330 @@
+"""The machine a run was made on, and the table of figures and ratios it prints."""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Row", "machine", "table"]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "packages": {
+            p: _version(p) for p in ("celery", "kombu", "redis", "pydantic", "httpx", "langgraph")
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Row:
+    item: str
+    what: str
+    value: str
+    goal: str = ""
+    verdict: str = ""
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def _check(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def _turns(r: dict[str, Any]) -> list[Row]:
+    s, t = r["summary"], r["timing"]
+    item = "1 turns"
+    return [
+        Row(
+            item,
+            "Celery messages per turn",
+            _fmt(s["messages_per_turn"]),
+            "<= 2",
+            _check(s["messages_per_turn"] <= 2),
+        ),
+        Row(
+            item,
+            "Redis commands per turn (+ run inside Lua)",
+            f"{_fmt(s['commands_per_turn'], 1)} (+{_fmt(s['commands_in_lua_per_turn'], 1)})",
+            f"bare hop {_fmt(s['bare_commands_per_hop'], 1)}",
+        ),
+        Row(
+            item,
+            "Redis round trips per turn",
+            _fmt(s["round_trips_per_turn"], 1),
+            f"bare hop {_fmt(s['bare_round_trips_per_hop'], 1)}",
+        ),
+        Row(
+            item,
+            "bytes written to Redis per turn",
+            _fmt(s["bytes_in_per_turn"], 0),
+            f"bare hop {_fmt(s['bare_bytes_in_per_hop'], 0)}",
+        ),
+        Row(
+            item,
+            f"turn ms, {t['agents']} agents (prefork -c 2)",
+            _fmt(s["turn_ms"]),
+            f"bare hop {_fmt(s['hop_ms'])} ms",
+        ),
+        Row(
+            item,
+            "  turn / bare hop, 2 agents",
+            _fmt(s["turn_over_hop"]),
+            "<= 2.6 (1.3 x 2)",
+            _check(s["turn_over_hop"] <= 2.6),
+        ),
+        Row(
+            item,
+            "  turn / bare hop, 1 agent",
+            _fmt(s["turn_over_hop_one_agent"]),
+            "<= 2.6",
+            _check(s["turn_over_hop_one_agent"] <= 2.6),
+        ),
+        Row(
+            item,
+            "  turn / bare hop, --pool solo",
+            _fmt(s["turn_over_hop_solo"]),
+            "<= 2.6",
+            _check(s["turn_over_hop_solo"] <= 2.6),
+        ),
+        Row(
+            item,
+            "  solo turn = 2 bare hops + Relay's own work + rest",
+            " + ".join(f"{v:.1f}" for v in s["solo_turn_split_ms"].values()),
+            "ms",
+        ),
+        Row(
+            item,
+            "Relay's own ms per turn (no Celery)",
+            _fmt(s["relay_own_ms_per_turn"]),
+            "in process, HTTP model",
+        ),
+    ]
+
+
+def _batch(r: dict[str, Any]) -> list[Row]:
+    item, parts = "2 batch", r["parts_ms_median"]
+    goal = r["goal_with_one_hop"] or r["goal"]
+    per = r["per_batch"]
+    return [
+        Row(
+            item,
+            f"{r['calls']} x {r['tool_ms']} ms: batch ms",
+            _fmt(r["batch_ms_median"], 1),
+            f"dispatch {parts['dispatch']:.0f} + stagger {parts['stagger']:.0f} + tools "
+            f"{parts['tools']:.0f} + fan-in {parts['fan_in']:.0f}",
+        ),
+        Row(
+            item,
+            "  batch / 200 ms",
+            _fmt(r["ratio"]),
+            f"<= {goal:.3f} (1.15 + a hop)",
+            _check(r["ratio"] <= goal),
+        ),
+        Row(
+            item,
+            "  saves (lost CAS races) per batch",
+            f"{per['saves']:.1f} ({per['lost_saves']:.1f})",
+            "9 events in",
+        ),
+    ]
+
+
+def _many(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    for name, pool in r["pools"].items():
+        relay, bare = pool["relay"], {"tasks_per_s": pool["bare_tasks_per_s"]}
+        rows.append(
+            Row(
+                "3 many",
+                f"{relay['runs']} runs x 5 steps, 2 workers {name}: steps/s",
+                _fmt(relay["steps_per_s"], 1),
+                f"bare no-op {_fmt(bare['tasks_per_s'], 1)}/s; lone hop "
+                f"{pool.get('bare_hop_ms_one_chain_alone', float('nan')):.1f} ms",
+            )
+        )
+        rows.append(
+            Row(
+                "3 many",
+                "  steps/s / bare tasks/s",
+                _fmt(pool["ratio"]),
+                f">= {r['goal']}",
+                _check(pool["ratio"] >= r["goal"]),
+            )
+        )
+    return rows
+
+
+def _waiting(r: dict[str, Any]) -> list[Row]:
+    item, one, lat = "4 waiting", r["one_run"], r["approve_to_model_ms"]
+    slots, small = r["slots_held"], r["small_stream_nodes"]
+    long = r["long_run"]
+    return [
+        Row(
+            item,
+            f"{r['runs']:,} parked: Redis bytes per run",
+            _fmt(r["bytes_per_run"], 0),
+            f"<= {r['goal_bytes']}",
+            _check(r["bytes_per_run"] <= r["goal_bytes"]),
+        ),
+        Row(
+            item,
+            "  MEMORY USAGE of one run's keys",
+            _fmt(one["memory_usage_total"], 0),
+            ", ".join(f"{k} {v}" for k, v in one["memory_usage"].items()),
+        ),
+        Row(
+            item,
+            "  worker slots held",
+            str(slots["tasks_running"] + slots["messages_in_flight"]),
+            "0",
+            _check(slots["tasks_running"] + slots["messages_in_flight"] == 0),
+        ),
+        Row(
+            item,
+            "  approve -> next model call ms, median / p99",
+            f"{lat['median']:.1f} / {lat['p99']:.1f}",
+            f"{lat['samples']} approvals, 3 hops",
+        ),
+        Row(
+            item,
+            "  parked after 4 turns: bytes",
+            _fmt(r["after_four_turns"]["memory_usage_total"], 0),
+            "MEMORY USAGE of its keys",
+        ),
+        Row(
+            item,
+            f"  bytes per run, stream-node-max-bytes {small['stream_node_max_bytes']}",
+            _fmt(small["bytes_per_run"], 0),
+            f"<= {r['goal_bytes']}",
+            _check(small["bytes_per_run"] <= r["goal_bytes"]),
+        ),
+        Row(
+            item,
+            f"  parked after {long['turns']} turns: bytes",
+            _fmt(long["memory_usage_total"], 0),
+            f"snapshot {long['snapshot_chars']:,} chars; trace {long['trace_entries']} entries",
+        ),
+    ]
+
+
+def _growth(r: dict[str, Any]) -> list[Row]:
+    item, w = "5 growth", r["workers"]
+    turns = [k for k in w if k.isdigit()]
+    first, last = turns[0], turns[-1]
+    return [
+        Row(
+            item,
+            f"turn ms at turn {first} / {last}",
+            f"{w[first]['turn_ms']:.1f} / {w[last]['turn_ms']:.1f}",
+            "flat",
+            _check(r["turn_ratio_last_over_first"] <= 1.2),
+        ),
+        Row(
+            item,
+            f"snapshot chars at turn {first} / {last}",
+            f"{w[first]['snapshot_chars']:,} / {w[last]['snapshot_chars']:,}",
+            "bounded by history_chars",
+        ),
+        Row(
+            item,
+            f"  in process (no Celery) turn ms {first} / {last}",
+            f"{r['in_process_turn_ms'][first]:.1f} / {r['in_process_turn_ms'][last]:.1f}",
+        ),
+        Row(
+            item,
+            f"  trace stream at turn {last}",
+            f"{w[last]['trace_entries']:,} entries, {w[last]['trace_bytes']:,} bytes",
+            "capped at 10,000 entries",
+        ),
+    ]
+
+
+def _peers(r: dict[str, Any]) -> list[Row]:
+    item = "6 peers"
+    rows = [
+        Row(item, "pure core turn ms (agent_core.run, no I/O)", _fmt(r["core_turn_ms"], 3)),
+        Row(item, "core + HTTP model turn ms", _fmt(r["core_http_turn_ms"], 3)),
+    ]
+    lg = r["langgraph"]
+    if "turn_ms" in lg:
+        rows.append(Row(item, "LangGraph + SqliteSaver turn ms", _fmt(lg["turn_ms"], 3)))
+        rows.append(
+            Row(
+                item,
+                "  LangGraph bytes at 1st approval / after 4 turns",
+                f"{lg['bytes_first_approval']['all_checkpoint_bytes']:,} / "
+                f"{lg['bytes_after_four_turns']['all_checkpoint_bytes']:,}",
+                "all checkpoints of the thread",
+            )
+        )
+    else:
+        rows.append(Row(item, "LangGraph", lg.get("skipped", "?")))
+    if "relay_over_langgraph" in r:
+        rows.append(
+            Row(
+                item,
+                "Relay / LangGraph per step (1 agent)",
+                _fmt(r["relay_over_langgraph"]),
+                "distributed vs in-process",
+            )
+        )
+    return rows
+
+
+_ROWS = {
+    "turns": _turns,
+    "batch": _batch,
+    "many": _many,
+    "waiting": _waiting,
+    "growth": _growth,
+    "peers": _peers,
+}
+
+
+def table(results: dict[str, Any]) -> str:
+    rows: list[Row] = []
+    for name, figures in results["benchmarks"].items():
+        maker = _ROWS.get(name)
+        if "error" in figures:
+            rows.append(Row(name, "FAILED", figures["error"][:60]))
+        elif maker is not None:
+            rows += maker(figures)
+    headers = ("item", "what", "value", "goal / beside", "verdict")
+    cells = [headers, *[(r.item, r.what, r.value, r.goal, r.verdict) for r in rows]]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(headers))) for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    m = results["machine"]
+    head = (
+        f"Relay bench ({'quick' if results['quick'] else 'full'}) on {m['cpu']}, "
+        f"{m['cores']} cores, Python {m['python']}, Redis {m.get('redis', '?')}"
+    )
+    return "\n".join([head, "", *lines])

@@ -1,0 +1,83 @@
+"""`python -m bench.run [--quick] [--only turns,batch,...]`: every benchmark, side by side.
+
+Starts a private Redis, a loopback model server and worker processes (each
+stopped by its own process group when its benchmark ends), runs the chosen
+benchmarks in one go, prints a table of figures and ratios against the goals,
+and writes everything to bench/out/results.json. Not a test; not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import batch, growth, many, peers, turns, waiting
+from bench.context import Bench, bench
+from bench.report import machine, table
+
+__all__ = ["main"]
+
+OUT = Path(__file__).resolve().parent / "out"
+
+BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
+    "turns": turns.run,
+    "batch": batch.run,
+    "many": many.run,
+    "waiting": waiting.run,
+    "growth": growth.run,
+    "peers": peers.run,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
+    parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
+    parser.add_argument("--out", type=Path, default=OUT / "results.json")
+    args = parser.parse_args(argv)
+    chosen = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHMARKS)
+    unknown = sorted(set(chosen) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmarks: {', '.join(unknown)}")
+    work = OUT / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    started = time.monotonic()
+    results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "benchmarks": {}}
+    with bench(work, quick=args.quick) as b:
+        results["machine"]["redis"] = b.redis.info("server")["redis_version"]
+        for name in chosen:
+            results["benchmarks"][name] = _one(b, name)
+            results["seconds"] = round(time.monotonic() - started, 1)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(table(results))
+    print(f"\nfull figures: {args.out}  (logs and samples: {work})")
+    return 0
+
+
+def _one(b: Bench, name: str) -> dict[str, Any]:
+    """Run one benchmark; a failure is recorded (with its traceback) and the rest go on."""
+    began = time.monotonic()
+    print(f"-- {name} ...", file=sys.stderr, flush=True)
+    b.clear()
+    try:
+        found = BENCHMARKS[name](b)
+    except Exception as error:  # noqa: BLE001 - one broken benchmark must not lose the others
+        traceback.print_exc()
+        found = {"error": f"{type(error).__name__}: {error}"}
+    found["seconds"] = round(time.monotonic() - began, 1)
+    b.results[name] = found
+    print(f"   {name}: {found['seconds']} s", file=sys.stderr, flush=True)
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit(main())
