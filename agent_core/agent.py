@@ -46,7 +46,7 @@ def _text(value: object, what: str) -> str:
 class Agent:
     """The agent: `Agent(config, tools)`, configured with the `with_*` calls, then started."""
 
-    __slots__ = ("_config", "_setup", "_state", "_tools")
+    __slots__ = ("_config", "_setup", "_state", "_step", "_tools")
 
     def __init__(self, config: Config, tools: Sequence[Tool]) -> None:
         if not isinstance(config, Config):
@@ -55,12 +55,14 @@ class Agent:
         self._tools = index_tools(tools)
         self._state = AgentState()
         self._setup = Setup.build(config, self._tools, self._state)
+        self._step: tuple[AgentState, Step] | None = None
 
     @classmethod
     def _with_state(cls, config: Config, tools: dict[str, Tool], state: AgentState) -> Agent:
         agent = cls.__new__(cls)
         agent._config, agent._tools, agent._state = config, tools, state
         agent._setup = Setup.build(config, tools, state)
+        agent._step = None
         return agent
 
     # --- setting up -----------------------------------------------------------------
@@ -163,6 +165,15 @@ class Agent:
             UsageError: the agent was never started.
         """
         state = self._state
+        # Building a request renders the whole prompt; the state is immutable, so the
+        # step is computed once per state however often a host asks for it.
+        if self._step is not None and self._step[0] is state:
+            return self._step[1]
+        step = self._step_of(state)
+        self._step = (state, step)
+        return step
+
+    def _step_of(self, state: AgentState) -> Step:
         match state.phase:
             case Asking():
                 return Ask(request=ask_request(state, self._setup))
@@ -193,7 +204,10 @@ class Agent:
     def take_trace(self) -> list[TraceEvent]:
         """Return the trace events not yet taken, and forget them (keeps snapshots small)."""
         taken = list(self._state.trace)
+        kept = self._step if self._step is not None and self._step[0] is self._state else None
         self._state = self._state.model_copy(update={"trace": ()})
+        if kept is not None:  # the trace is not part of the step: it stays valid
+            self._step = (self._state, kept[1])
         return taken
 
     def new_notes(self) -> list[str]:
