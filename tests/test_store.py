@@ -11,7 +11,7 @@ from agent_core import Config, Outcome, Stop, ToolOutput
 from tests.support.redis_server import RedisServer
 from workers.engine import Message, message_of
 from workers.records import CallDecision, Pending, RunRecord, ToolDone
-from workers.store import RunStore, SaveEffects, pending_member
+from workers.store import OwnOutcome, RunStore, SaveEffects, pending_member
 
 
 @pytest.fixture
@@ -38,9 +38,9 @@ def test_a_save_from_a_stale_version_is_refused(store: RunStore) -> None:
     loaded = store.load("r1")
     assert loaded is not None
     assert loaded.version == "1"
-    assert store.save(_record(seq=1), loaded.version, "snap-1", SaveEffects())
+    assert store.save(_record(seq=1), loaded.version, "snap-1", SaveEffects()) == 1
     # A second writer that loaded version 1 too loses the race and must reload.
-    assert not store.save(_record(seq=9), loaded.version, "snap-9", SaveEffects())
+    assert store.save(_record(seq=9), loaded.version, "snap-9", SaveEffects()) == 0
     again = store.load("r1")
     assert again is not None
     assert again.version == "2"
@@ -55,7 +55,9 @@ def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
         "r1", "call-1", member="t|r1|call-1", token="a", lease_ms=200, now_ms=0, root="r1"
     )
     assert (first.status, first.attempts) == ("claimed", 1)
-    assert first.snapshot == "snap"
+    assert first.loaded is not None
+    assert first.loaded.snapshot == "snap"
+    assert first.loaded.version == "1"
     busy = store.claim(
         "r1", "call-1", member="t|r1|call-1", token="b", lease_ms=200, now_ms=0, root="r1"
     )
@@ -67,7 +69,10 @@ def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
     )
     assert (second.status, second.attempts) == ("claimed", 2)
     event = ToolDone(call="call-1", output=ToolOutput.ok("fine"))
-    loaded = store.record("r1", "call-1", event, member="t|r1|call-1", token="c", due_ms=9)
+    code, loaded = store.record(
+        "r1", "call-1", event, member="t|r1|call-1", token="c", due_ms=9, counted=False
+    )
+    assert code == 1
     assert loaded is not None
     assert [e for _, e in loaded.inbox] == [event]
     # Recorded: later claims see it done, and a second record adds nothing.
@@ -75,9 +80,13 @@ def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
         "r1", "call-1", member="t|r1|call-1", token="d", lease_ms=200, now_ms=0, root="r1"
     )
     assert done.status == "done"
-    again = store.record("r1", "call-1", event, member="t|r1|call-1", token="c", due_ms=9)
-    assert again is not None
-    assert len(again.inbox) == 1
+    again = store.record(
+        "r1", "call-1", event, member="t|r1|call-1", token="c", due_ms=9, counted=False
+    )
+    assert again == (0, None)
+    reloaded = store.load("r1")
+    assert reloaded is not None
+    assert len(reloaded.inbox) == 1
     gone = store.claim(
         "nope", "call-1", member="t|nope|call-1", token="e", lease_ms=200, now_ms=0, root="nope"
     )
@@ -167,3 +176,59 @@ def test_an_outbox_member_reads_back_as_its_message(message: Message) -> None:
 @pytest.mark.parametrize("member", ["", "x|r1", "m|r1|seven", "a", "t|r1"])
 def test_an_unreadable_outbox_member_is_skipped(member: str) -> None:
     assert message_of(member) is None
+
+
+def _claimed(store: RunStore, call: str, token: str) -> None:
+    claim = store.claim(
+        "r1", call, member=f"t|r1|{call}", token=token, lease_ms=5_000, now_ms=0, root="r1"
+    )
+    assert claim.status == "claimed"
+
+
+def test_only_the_last_result_of_a_batch_asks_for_an_advance(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    loaded = store.load("r1")
+    assert loaded is not None
+    batch = ["call-1", "call-2", "call-3"]
+    assert store.save(_record(seq=1), loaded.version, "snap", SaveEffects(running=batch)) == 1
+    codes = []
+    for call in batch:
+        _claimed(store, call, "x")
+        event = ToolDone(call=call, output=ToolOutput.ok(call))
+        code, _ = store.record(
+            "r1", call, event, member=f"t|r1|{call}", token="x", due_ms=9, counted=True
+        )
+        codes.append(code)
+    assert codes == [2, 2, 1]
+    # The others left a late advance in the outbox, in case the last one never comes.
+    assert store.due_messages(10) == ["a|r1"]
+
+
+def test_a_save_counts_what_is_still_out(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    _claimed(store, "call-1", "x")
+    done = ToolDone(call="call-1", output=ToolOutput.ok("one"))
+    store.record("r1", "call-1", done, member="t|r1|call-1", token="x", due_ms=9, counted=True)
+    loaded = store.load("r1")
+    assert loaded is not None
+    # call-1 is recorded but not applied yet: only call-2 is still out.
+    effects = SaveEffects(running=["call-1", "call-2"])
+    assert store.save(_record(seq=1), loaded.version, "snap", effects) == 1
+    assert store.redis.hget(store.keys.run("r1"), "out") == b"1"
+
+
+def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    _claimed(store, "call-1", "x")
+    loaded = store.load("r1")
+    assert loaded is not None
+    done = ToolDone(call="call-1", output=ToolOutput.ok("one"))
+    store.record("r1", "call-1", done, member="t|r1|call-1", token="x", due_ms=9, counted=False)
+    lease = store.keys.lease("r1", "call-1")
+    own = SaveEffects(own=OwnOutcome("r:call-1", lease, "y", "t|r1|call-1"))
+    assert store.save(_record(seq=1), loaded.version, "snap", own) == -1
+    # Applied, the markers go: a late duplicate finds the call stale, not pending.
+    forget = SaveEffects(forget=["r:call-1", "a:call-1"])
+    assert store.save(_record(seq=1), loaded.version, "snap", forget) == 1
+    assert not store.redis.hexists(store.keys.run("r1"), "r:call-1")
+    assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")

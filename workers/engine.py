@@ -155,8 +155,10 @@ def advance(
     agent: Agent,
     inbox: list[tuple[str, InboxEvent | None]],
     around: Surroundings,
+    own: InboxEvent | None = None,
 ) -> Advanced:
-    """Apply `inbox` to the run, then decide what happens next."""
+    """Apply `inbox` (and `own`, the outcome of the calling task) to the run, then
+    decide what happens next."""
     run = _Run(record, agent, around)
     run.take_trace()
     for entry_id, event in inbox:
@@ -166,7 +168,11 @@ def advance(
             continue
         _apply(run, event)
         run.take_trace()
+    if own is not None:
+        _apply(run, own)
+        run.take_trace()
     _settle(run)
+    run.fx.running = [call_id for call_id, t in run.calls.items() if t.status == "running"]
     run.fields["calls"] = run.calls
     run.fields["updated_ms"] = around.now_ms
     new_record = RunRecord.model_validate(run.fields)
@@ -181,12 +187,14 @@ def _waiting_for_model(run: _Run, seq: int) -> bool:
 
 
 def _on_model_replied(run: _Run, event: ModelReplied) -> None:
+    run.fx.forget += [f"r:m{event.seq}", f"a:m{event.seq}"]
     run.add_usage(event.usage)
     if _waiting_for_model(run, event.seq):
         run.agent.reply(event.text)
 
 
 def _on_model_failed(run: _Run, event: ModelFailed) -> None:
+    run.fx.forget += [f"r:m{event.seq}", f"a:m{event.seq}"]
     if not _waiting_for_model(run, event.seq):
         return
     if event.budget:
@@ -196,6 +204,8 @@ def _on_model_failed(run: _Run, event: ModelFailed) -> None:
 
 
 def _on_tool_done(run: _Run, event: ToolDone) -> None:
+    # The markers only guard the call while it is due; applied, it is stale for good.
+    run.fx.forget += [f"r:{event.call}", f"a:{event.call}"]
     run.calls.pop(event.call, None)
     run.agent.result(event.call, event.output)
 

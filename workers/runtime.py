@@ -44,6 +44,7 @@ from workers.settings import Settings
 from workers.store import (
     Claim,
     Loaded,
+    OwnOutcome,
     RunStore,
     SaveEffects,
     advance_member,
@@ -107,6 +108,50 @@ class Timing:
         )
 
 
+@dataclass
+class _Call:
+    """One model or tool call a task makes: what it is, and the run as its claim found it."""
+
+    run_id: str
+    what: str
+    """`m<seq>` for a model call, the call id for a tool call."""
+    member: str
+    token: str
+    claim: Claim | None = None
+    loaded: Loaded | None = None
+    agent: Agent | None = None
+
+    def open(self, claim: Claim, host: RuntimeHost) -> bool:
+        """Take in the run the claim read; False if it cannot go on (gone, ended, corrupt)."""
+        self.claim, self.loaded = claim, claim.loaded
+        if self.loaded is None or self.loaded.record is None:
+            return False
+        if self.loaded.record.state == "finished":
+            return False
+        try:
+            self.agent = host.restore_agent(self.loaded.record, self.loaded.snapshot)
+        except AgentError:
+            return False
+        return True
+
+    def request(self, seq: int) -> ModelRequest | None:
+        """Return the model request the run still waits on at `seq`, or None if stale."""
+        assert self.agent is not None
+        assert self.loaded is not None
+        assert self.loaded.record is not None
+        if self.loaded.record.seq != seq:
+            return None
+        step = self.agent.resume()
+        return step.request if isinstance(step, Ask | Summarize) else None
+
+    def batch_call(self) -> ToolCall | None:
+        """Return this call if the run's current batch still holds it, else None (stale)."""
+        assert self.agent is not None
+        step = self.agent.resume()
+        batch = [step.call, *self.agent.queued()] if isinstance(step, Run) else []
+        return next((c for c in batch if c.id == self.what), None)
+
+
 class Runtime:
     """The tasks' bodies, shared by every task of one process."""
 
@@ -157,12 +202,22 @@ class Runtime:
         saved = self.store.save(
             advanced.record, loaded.version, advanced.snapshot, advanced.effects
         )
-        if saved:
+        if saved == 1:
             self.send(advanced.messages)
-        return saved
+        return saved == 1
 
-    def _decide_next(self, run_id: str, loaded: Loaded) -> engine.Advanced:
-        """Return what to save for the run: the next step, or its end if it cannot go on."""
+    def _decide_next(
+        self,
+        run_id: str,
+        loaded: Loaded,
+        agent: Agent | None = None,
+        own: InboxEvent | None = None,
+    ) -> engine.Advanced:
+        """Return what to save for the run: the next step, or its end if it cannot go on.
+
+        `agent` is the run's agent when the caller restored it already; `own` the
+        outcome of the calling task, applied after the inbox.
+        """
         record = loaded.record
         around = self._around()
         if record is None:
@@ -173,12 +228,13 @@ class Runtime:
             effects = SaveEffects(retention=around.retention_s)
             effects.applied = [entry_id for entry_id, _ in loaded.inbox]
             return engine.Advanced(record, loaded.snapshot, effects)
+        if agent is None:
+            try:
+                agent = self.host.restore_agent(record, loaded.snapshot)
+            except AgentError as error:
+                return engine.unreadable_snapshot(record, loaded.snapshot, str(error), around)
         try:
-            agent = self.host.restore_agent(record, loaded.snapshot)
-        except AgentError as error:
-            return engine.unreadable_snapshot(record, loaded.snapshot, str(error), around)
-        try:
-            return engine.advance(record, agent, loaded.inbox, around)
+            return engine.advance(record, agent, loaded.inbox, around, own)
         except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"
@@ -188,45 +244,70 @@ class Runtime:
 
     def call_model(self, run_id: str, seq: int) -> None:
         """Make the model call for the run's step `seq`, once, and advance the run."""
-        what = f"m{seq}"
         self._once(
-            run_id,
-            what,
-            model_member(run_id, seq),
-            lambda claim, token: self._model_event(run_id, seq, claim, token),
+            _Call(run_id, f"m{seq}", model_member(run_id, seq), self._token()),
+            lambda call: self._model_event(call, seq),
+            counted=False,
         )
 
     def _once(
-        self,
-        run_id: str,
-        what: str,
-        member: str,
-        produce: Callable[[Claim, str], InboxEvent | None],
+        self, call: _Call, produce: Callable[[_Call], InboxEvent | None], *, counted: bool
     ) -> None:
-        """Claim a call, let `produce` do it, record its event once, and advance the run.
+        """Claim a call, let `produce` do it, save its outcome once, and advance the run.
 
         `produce` returns None when the call is stale (the run moved on or ended).
+        The outcome is saved with the run in one compare-and-set when nothing else
+        changed the run meanwhile; otherwise it is recorded in the inbox, and the
+        run advances when it is the last of its batch.
         """
-        token = self._token()
         claim = self.store.claim(
-            run_id,
-            what,
-            member=member,
-            token=token,
+            call.run_id,
+            call.what,
+            member=call.member,
+            token=call.token,
             lease_ms=self.timing.lease_ms,
             now_ms=self.clock(),
-            root=_root_of(run_id),
+            root=_root_of(call.run_id),
         )
         if claim.status != "claimed":
-            self._unclaimed(run_id, member, claim.status)
+            self._unclaimed(call.run_id, call.member, claim.status)
             return
-        event = produce(claim, token)
+        if not call.open(claim, self.host):
+            self.store.forget_message(call.member)
+            return
+        event = produce(call)
         if event is None:
-            self.store.forget_message(member)
+            self.store.forget_message(call.member)
+            return
+        if self._save_own(call, event):
             return
         due = self.clock() + self.timing.grace_ms
-        loaded = self.store.record(run_id, what, event, member=member, token=token, due_ms=due)
-        self.advance(run_id, loaded)
+        code, loaded = self.store.record(
+            call.run_id,
+            call.what,
+            event,
+            member=call.member,
+            token=call.token,
+            due_ms=due,
+            counted=counted,
+        )
+        if code == 1:
+            self.advance(call.run_id, loaded)
+
+    def _save_own(self, call: _Call, event: InboxEvent) -> bool:
+        """Save `event` with the run as the claim found it; False if the run changed since."""
+        assert call.loaded is not None
+        advanced = self._decide_next(call.run_id, call.loaded, call.agent, event)
+        keys = self.store.keys
+        lease = keys.lease(call.run_id, call.what)
+        advanced.effects.own = OwnOutcome(f"r:{call.what}", lease, call.token, call.member)
+        advanced.effects.forget.append(f"a:{call.what}")
+        saved = self.store.save(
+            advanced.record, call.loaded.version, advanced.snapshot, advanced.effects
+        )
+        if saved == 1:
+            self.send(advanced.messages)
+        return saved != 0  # -1: recorded by another delivery already; nothing left to do
 
     def _unclaimed(self, run_id: str, member: str, status: str) -> None:
         if status == "gone":
@@ -235,10 +316,12 @@ class Runtime:
             self.store.forget_message(member)
             self.advance(run_id)
 
-    def _model_event(self, run_id: str, seq: int, claim: Claim, token: str) -> InboxEvent | None:
-        request = self._current_request(claim, seq)
+    def _model_event(self, call: _Call, seq: int) -> InboxEvent | None:
+        request = call.request(seq)
         if request is None:
             return None
+        claim = call.claim
+        assert claim is not None
         if claim.attempts > MAX_ATTEMPTS:
             error = f"gave up after {MAX_ATTEMPTS} attempts: each worker stopped mid-call"
             return ModelFailed(seq=seq, error=error)
@@ -246,7 +329,7 @@ class Runtime:
         if over:
             return ModelFailed(seq=seq, error=over, budget=True)
         cancel = threading.Event()
-        lease = self._lease(run_id, f"m{seq}", model_member(run_id, seq), token)
+        lease = self._lease(call.run_id, call.what, call.member, call.token)
         model = self.host.model()
         try:
             reply = run_leased(
@@ -257,17 +340,6 @@ class Runtime:
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
         return ModelReplied(seq=seq, text=reply.text, usage=reply.usage)
-
-    def _current_request(self, claim: Claim, seq: int) -> ModelRequest | None:
-        """Return the request the run still waits on at `seq`, or None if that is stale."""
-        record = claim.record
-        if record is None or record.state == "finished" or record.seq != seq:
-            return None
-        try:
-            step = self.host.restore_agent(record, claim.snapshot).resume()
-        except AgentError:
-            return None
-        return step.request if isinstance(step, Ask | Summarize) else None
 
     def _lease(self, run_id: str, what: str, member: str, token: str) -> Lease:
         def renew() -> bool:
@@ -287,37 +359,38 @@ class Runtime:
     def run_tool(self, run_id: str, call_id: str) -> None:
         """Run one call of the run's batch, at most once unless its tool is idempotent."""
 
-        def produce(claim: Claim, token: str) -> InboxEvent | None:
-            output = self._tool_output(run_id, call_id, claim, token)
+        def produce(call: _Call) -> InboxEvent | None:
+            output = self._tool_output(call)
             return None if output is None else ToolDone(call=call_id, output=output)
 
-        self._once(run_id, call_id, tool_member(run_id, call_id), produce)
+        call = _Call(run_id, call_id, tool_member(run_id, call_id), self._token())
+        self._once(call, produce, counted=True)
 
-    def _tool_output(
-        self, run_id: str, call_id: str, claim: Claim, token: str
-    ) -> ToolOutput | None:
-        call = _batch_call(self.host, claim, call_id)
-        if call is None:
+    def _tool_output(self, call: _Call) -> ToolOutput | None:
+        tool_call = call.batch_call()
+        if tool_call is None:
             return None
-        spec = self.host.tool_spec(call.tool)
+        assert call.claim is not None
+        spec = self.host.tool_spec(tool_call.tool)
         if spec is None:
-            return ToolOutput.error(f"the tool {call.tool} is not registered on this worker")
-        refused = _not_again(spec, claim.attempts)
+            return ToolOutput.error(f"the tool {tool_call.tool} is not registered on this worker")
+        refused = _not_again(spec, call.claim.attempts)
         if refused is not None:
             return refused
-        context = ToolContext(run_id=run_id, call_id=call_id, attempt=claim.attempts)
-        context._report = lambda text: self._progress(run_id, call_id, call.tool, text)
-        lease = self._lease(run_id, call_id, tool_member(run_id, call_id), token)
+        run_id, call_id = call.run_id, call.what
+        context = ToolContext(run_id=run_id, call_id=call_id, attempt=call.claim.attempts)
+        context._report = lambda text: self._progress(run_id, call_id, tool_call.tool, text)
+        lease = self._lease(run_id, call_id, call.member, call.token)
         timeout = spec.timeout if spec.timeout is not None else self.host.settings.tool_timeout
         try:
             value = run_leased(
-                lambda: _invoke(spec, call.args, context), lease, timeout, context._cancel
+                lambda: _invoke(spec, tool_call.args, context), lease, timeout, context._cancel
             )
         except CallTimedOut as error:
             return ToolOutput.unknown(f"{error}; it was told to stop and may still finish")
         except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
             return ToolOutput.error(f"{type(error).__name__}: {error}".removesuffix(": "))
-        return _as_output(call.tool, value, self.host.settings.tool_output_chars)
+        return _as_output(tool_call.tool, value, self.host.settings.tool_output_chars)
 
     def _progress(self, run_id: str, call_id: str, tool: str, text: str) -> None:
         entry = TraceEntry(
@@ -365,20 +438,6 @@ class Runtime:
         due = now + self.timing.grace_ms
         if self.store.decide(pending.run_id, pending_member(pending), field_name, event, due) == 1:
             self.send([Message("advance", pending.run_id)])
-
-
-def _batch_call(host: RuntimeHost, claim: Claim, call_id: str) -> ToolCall | None:
-    """Return the call of the run's current batch named `call_id`, or None if that is stale."""
-    record = claim.record
-    if record is None or record.state == "finished":
-        return None
-    try:
-        agent = host.restore_agent(record, claim.snapshot)
-    except AgentError:
-        return None
-    step = agent.resume()
-    batch = [step.call, *agent.queued()] if isinstance(step, Run) else []
-    return next((c for c in batch if c.id == call_id), None)
 
 
 def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:

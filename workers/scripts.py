@@ -22,21 +22,23 @@ return 1
 """
 
 # Claim the right to make a call (model or tool) by taking its lease; hand back
-# what the call needs to know (the run's record and snapshot, the root's tokens).
-# KEYS: run hash, lease, outbox, root hash.
+# everything the call and the save after it need: the run's version, record,
+# snapshot and unapplied inbox, and the root's tokens and budget.
+# KEYS: run hash, lease, outbox, root hash, inbox.
 # ARGV: result field, attempts field, token, lease ms, outbox member, deadline
-# Returns {status, attempts, root total tokens, root budget or -1, meta, snap}.
+# Returns {status, attempts, root tokens, root budget or -1, version, meta, snap, inbox}.
 CLAIM = """
-if redis.call('HEXISTS', KEYS[1], 'v') == 0 then return {'gone', 0, 0, -1, '', ''} end
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {'done', 0, 0, -1, '', ''} end
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', 0, 0, -1, '', ''} end
+if redis.call('HEXISTS', KEYS[1], 'v') == 0 then return {'gone', 0, 0, -1, '', '', '', {}} end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return {'done', 0, 0, -1, '', '', '', {}} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', 0, 0, -1, '', '', '', {}} end
 local attempts = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
 local total = tonumber(redis.call('HGET', KEYS[4], 'tt') or '0')
 local budget = tonumber(redis.call('HGET', KEYS[4], 'budget') or '-1')
-local run = redis.call('HMGET', KEYS[1], 'meta', 'snap')
-return {'claimed', attempts, total, budget, run[1], run[2]}
+local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'snap')
+local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
+return {'claimed', attempts, total, budget, run[1], run[2], run[3], inbox}
 """
 
 # Keep a lease while its call runs. KEYS: lease, outbox. ARGV: token, lease ms, member, deadline
@@ -47,9 +49,13 @@ redis.call('ZADD', KEYS[2], 'XX', ARGV[4], ARGV[3])
 return 1
 """
 
-# Record the outcome of a call, once, as an inbox event; release its lease.
+# Record the outcome of a call, once, as an inbox event; release its lease. A
+# tool's result counts down the calls still out (`out`): only the last one needs
+# the run advanced now (the others leave a late advance in the outbox, just in case).
 # KEYS: run hash, inbox, outbox, lease.
-# ARGV: result field, event, done member, advance member, due, token
+# ARGV: result field, event, done member, advance member, due, token, counted (1/0)
+# Returns 1 recorded (advance now), 2 recorded (others still out), 0 recorded before,
+# -1 no such run.
 RECORD = """
 if redis.call('HEXISTS', KEYS[1], 'v') == 0 then
   redis.call('ZREM', KEYS[3], ARGV[3])
@@ -62,6 +68,10 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], 1) == 0 then
 end
 redis.call('XADD', KEYS[2], '*', 'e', ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[3])
+if ARGV[7] == '1' and redis.call('HINCRBY', KEYS[1], 'out', -1) > 0 then
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[5], ARGV[4])
+  return 2
+end
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
 return 1
 """
@@ -82,14 +92,27 @@ return 1
 """
 
 # Save a run if nobody saved it since it was loaded (compare-and-set on `v`),
-# with everything that goes with the save, all or nothing.
+# with everything that goes with the save, all or nothing. A call that saves its
+# own outcome directly (`own`) is refused if that outcome was recorded already.
 # KEYS: run hash, inbox, trace, outbox, pending index, pending data, runs index.
 # ARGV: expected version, meta, snap, effects (JSON, see RunStore.save).
+# Returns 1 saved, 0 someone saved first, -1 the call's outcome was recorded already.
 SAVE = """
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 0 end
 local fx = cjson.decode(ARGV[4])
+if fx.own ~= nil then
+  if redis.call('HEXISTS', KEYS[1], fx.own.field) == 1 then return -1 end
+  if redis.call('GET', fx.own.lease) == fx.own.token then redis.call('DEL', fx.own.lease) end
+  redis.call('ZREM', KEYS[4], fx.own.member)
+end
 redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'snap', ARGV[3])
 for _, id in ipairs(fx.applied) do redis.call('XDEL', KEYS[2], id) end
+for _, f in ipairs(fx.forget) do redis.call('HDEL', KEYS[1], f) end
+local out = 0
+for _, c in ipairs(fx.running) do
+  if redis.call('HEXISTS', KEYS[1], 'r:' .. c) == 0 then out = out + 1 end
+end
+redis.call('HSET', KEYS[1], 'out', out)
 for _, entry in ipairs(fx.trace) do
   redis.call('XADD', KEYS[3], 'MAXLEN', '~', fx.trace_max, '*', 'e', entry)
 end
@@ -126,7 +149,10 @@ if fx.notes_key ~= '' and #fx.notes > 0 then
   redis.call('RPUSH', fx.notes_key, unpack(fx.notes))
   redis.call('LTRIM', fx.notes_key, -fx.notes_max, -1)
 end
-if redis.call('XLEN', KEYS[2]) == 0 then redis.call('ZREM', KEYS[4], fx.advance) end
+if redis.call('XLEN', KEYS[2]) == 0 then
+  redis.call('ZREM', KEYS[4], fx.advance)
+  redis.call('DEL', KEYS[2])
+end
 if fx.retention > 0 then
   redis.call('EXPIRE', KEYS[1], fx.retention)
   redis.call('EXPIRE', KEYS[3], fx.retention)

@@ -73,21 +73,6 @@ def tool_member(run_id: str, call_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class Claim:
-    """The answer to a claim: `claimed` (with attempts), `busy`, `done` or `gone`.
-
-    A claimed call also gets the run's record (None if unreadable) and snapshot.
-    """
-
-    status: str
-    attempts: int
-    root_tokens: int
-    root_budget: int | None
-    record: RunRecord | None = None
-    snapshot: str = ""
-
-
-@dataclass(frozen=True)
 class Loaded:
     """A run as read for advancing: record, snapshot, version and unapplied inbox."""
 
@@ -97,8 +82,32 @@ class Loaded:
     snapshot: str
     inbox: list[tuple[str, InboxEvent | None]]
     """Unapplied events in order; None where an entry could not be read."""
-    total_tokens: tuple[int, int, int]
     problem: str = ""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The answer to a claim: `claimed` (with attempts), `busy`, `done` or `gone`.
+
+    A claimed call also gets the run as it stands (`loaded`), so the call and the
+    save after it need no other read.
+    """
+
+    status: str
+    attempts: int
+    root_tokens: int
+    root_budget: int | None
+    loaded: Loaded | None = None
+
+
+@dataclass(frozen=True)
+class OwnOutcome:
+    """A call saving its own outcome with the run: refused if it was recorded already."""
+
+    field: str
+    lease: str
+    token: str
+    member: str
 
 
 @dataclass
@@ -119,6 +128,11 @@ class SaveEffects:
     """(run id, event, due, set cancel flag) for other runs' inboxes."""
     retention: int = 0
     """Seconds to keep the run: set once it finished."""
+    forget: list[str] = field(default_factory=list)
+    """Hash fields of calls whose outcome was applied (their markers are no longer needed)."""
+    running: list[str] = field(default_factory=list)
+    """Calls of the batch still running: those not yet recorded are counted as `out`."""
+    own: OwnOutcome | None = None
     notes: tuple[str, list[str]] | None = None
     """(schedule name, notes) a finished scheduled run remembered, for the schedule's next run."""
 
@@ -180,25 +194,10 @@ class RunStore:
         """Return the run with its unapplied inbox, or None if there is no such run."""
         with self.errors():
             pipe = self.redis.pipeline(transaction=False)
-            self._queue_load(pipe, run_id)
-            fields, entries = pipe.execute()
-        return self._loaded(fields, entries)
-
-    def _queue_load(self, pipe: Any, run_id: str) -> None:
-        pipe.hmget(self.keys.run(run_id), ["v", "meta", "snap", "tp", "tc", "tt"])
-        pipe.xrange(self.keys.inbox(run_id), "-", "+", count=1_000)
-
-    def _loaded(self, fields: list[Any], entries: list[Any]) -> Loaded | None:
-        version, meta, snap, *totals = fields
-        if version is None:
-            return None
-        inbox = [(_text(entry_id), _event(data)) for entry_id, data in entries]
-        tokens = (_int(totals[0]), _int(totals[1]), _int(totals[2]))
-        try:
-            record = RunRecord.model_validate_json(meta or b"")
-        except ValidationError as error:
-            return Loaded(_text(version), None, _text(snap or b""), inbox, tokens, _first(error))
-        return Loaded(_text(version), record, _text(snap or b""), inbox, tokens)
+            pipe.hmget(self.keys.run(run_id), ["v", "meta", "snap"])
+            pipe.xrange(self.keys.inbox(run_id), "-", "+", count=1_000)
+            (version, meta, snap), entries = pipe.execute()
+        return _loaded(version, meta, snap, entries)
 
     def read(self, run_id: str) -> tuple[RunRecord, tuple[int, int, int]] | None:
         """Return the run's record and token totals (no snapshot), or None if there is no run.
@@ -239,24 +238,17 @@ class RunStore:
         root: str,
     ) -> Claim:
         k = self.keys
-        keys = [k.run(run_id), k.lease(run_id, what), k.outbox, k.run(root)]
+        keys = [k.run(run_id), k.lease(run_id, what), k.outbox, k.run(root), k.inbox(run_id)]
         args = [f"r:{what}", f"a:{what}", token, lease_ms, member, now_ms + lease_ms]
         with self.errors():
-            status, attempts, tokens, budget, meta, snap = self._claim(keys=keys, args=args)
+            answer = self._claim(keys=keys, args=args)
+        status, attempts, tokens, budget, version, meta, snap, entries = answer
         budget = int(budget)
-        record: RunRecord | None = None
-        if meta:
-            try:
-                record = RunRecord.model_validate_json(meta)
-            except ValidationError:
-                record = None
+        loaded = (
+            _loaded(version or None, meta, snap, entries) if _text(status) == "claimed" else None
+        )
         return Claim(
-            _text(status),
-            int(attempts),
-            int(tokens),
-            None if budget < 0 else budget,
-            record,
-            _text(snap or b""),
+            _text(status), int(attempts), int(tokens), None if budget < 0 else budget, loaded
         )
 
     def renew(
@@ -268,21 +260,30 @@ class RunStore:
             return bool(self._renew(keys=keys, args=[token, lease_ms, member, now_ms + lease_ms]))
 
     def record(
-        self, run_id: str, what: str, event: InboxEvent, *, member: str, token: str, due_ms: int
-    ) -> Loaded | None:
-        """Record a call's outcome once (as an inbox event), then load the run to advance it.
+        self,
+        run_id: str,
+        what: str,
+        event: InboxEvent,
+        *,
+        member: str,
+        token: str,
+        due_ms: int,
+        counted: bool,
+    ) -> tuple[int, Loaded | None]:
+        """Record a call's outcome once, as an inbox event.
 
-        Returns the loaded run, or None if it no longer exists.
+        A `counted` outcome (a tool's) counts down the calls of its batch still out.
+        Returns (1, the run loaded) when the run should advance now; (2, None) when
+        other calls are still out; (0, None) when it was recorded before; (-1, None)
+        when the run is gone.
         """
         k = self.keys
         keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.lease(run_id, what)]
         args = [f"r:{what}", event.model_dump_json(), member, advance_member(run_id), due_ms, token]
+        args.append("1" if counted else "0")
         with self.errors():
-            pipe = self.redis.pipeline(transaction=False)
-            self._record(keys=keys, args=args, client=pipe)
-            self._queue_load(pipe, run_id)
-            _, fields, entries = pipe.execute()
-        return self._loaded(fields, entries)
+            code = int(self._record(keys=keys, args=args))
+        return (1, self.load(run_id)) if code == 1 else (code, None)
 
     def forget_message(self, member: str) -> None:
         with self.errors():
@@ -352,8 +353,12 @@ class RunStore:
 
     # --- saving ------------------------------------------------------------------------------
 
-    def save(self, record: RunRecord, version: str, snapshot: str, fx: SaveEffects) -> bool:
-        """Save if the run is still at `version`, with all of `fx`; False if someone was faster."""
+    def save(self, record: RunRecord, version: str, snapshot: str, fx: SaveEffects) -> int:
+        """Save if the run is still at `version`, with all of `fx`.
+
+        Returns 1 saved, 0 someone saved first (reload and try again), -1 the call
+        saving its own outcome (`fx.own`) finds it recorded already.
+        """
         k = self.keys
         effects = {
             "applied": fx.applied,
@@ -392,6 +397,8 @@ class RunStore:
             ],
             "advance": advance_member(record.id),
             "retention": fx.retention,
+            "forget": fx.forget,
+            "running": fx.running,
             "notes_key": k.schedule_notes(fx.notes[0]) if fx.notes else "",
             "notes": fx.notes[1] if fx.notes else [],
             "notes_max": NOTES_MAX,
@@ -405,9 +412,17 @@ class RunStore:
             k.pending_data,
             k.runs,
         ]
+        if fx.own is not None:
+            own = fx.own
+            effects["own"] = {
+                "field": own.field,
+                "lease": own.lease,
+                "token": own.token,
+                "member": own.member,
+            }
         args = [version, record.model_dump_json(), snapshot, json.dumps(effects)]
         with self.errors():
-            return bool(self._save(keys=keys, args=args))
+            return int(self._save(keys=keys, args=args))
 
     # --- traces, listings, the outbox ----------------------------------------------------------
 
@@ -481,6 +496,25 @@ def _text(value: bytes | str) -> str:
 
 def _int(value: bytes | None) -> int:
     return int(value) if value else 0
+
+
+def _loaded(version: Any, meta: Any, snap: Any, entries: list[Any]) -> Loaded | None:
+    """Return a run read back from Redis, or None if there is none."""
+    if version is None:
+        return None
+    inbox = [(_text(entry_id), _event(_fields(data))) for entry_id, data in entries]
+    try:
+        record = RunRecord.model_validate_json(meta or b"")
+    except ValidationError as error:
+        return Loaded(_text(version), None, _text(snap or b""), inbox, _first(error))
+    return Loaded(_text(version), record, _text(snap or b""), inbox)
+
+
+def _fields(data: Any) -> dict[bytes, bytes]:
+    """A stream entry's fields: a dict from redis-py, a flat list from a Lua script."""
+    if isinstance(data, dict):
+        return data
+    return dict(zip(data[::2], data[1::2], strict=True))
 
 
 def _event(data: dict[bytes, bytes]) -> InboxEvent | None:
