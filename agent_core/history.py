@@ -65,8 +65,28 @@ def render_output(output: ToolOutput) -> str:
             )
 
 
+_RENDERED: dict[int, tuple[Entry, str]] = {}
+_RENDERED_MAX = 4_096
+
+
 def render_entry(entry: Entry) -> str:
-    """Return how `entry` reads in the prompt."""
+    """Return how `entry` reads in the prompt.
+
+    Memoised by identity (entries are immutable, and each step renders the whole
+    history more than once); the entry is kept with its text, so an id is never
+    reused while cached.
+    """
+    hit = _RENDERED.get(id(entry))
+    if hit is not None and hit[0] is entry:
+        return hit[1]
+    text = _render(entry)
+    if len(_RENDERED) >= _RENDERED_MAX:
+        _RENDERED.clear()
+    _RENDERED[id(entry)] = (entry, text)
+    return text
+
+
+def _render(entry: Entry) -> str:
     match entry:
         case CallsEntry(results=results, note=note):
             lines = [f"{render_call(r.call)}\n{render_output(r.output)}" for r in results]

@@ -1,19 +1,21 @@
 """Running one call while keeping its lease, watching for cancellation and a time limit.
 
-The call runs in a helper thread; the task's own thread renews the lease every
-third of its length, so a dead worker's lease lapses quickly while a live one
-keeps it however long the call takes. A call that finishes at once costs one
-thread start and no Redis round trip.
+The call runs on a pooled helper thread; the task's own thread renews the lease
+every third of its length, so a dead worker's lease lapses quickly while a live
+one keeps it however long the call takes. A call that finishes at once costs no
+Redis round trip and no thread start.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from workers.errors import StoreUnavailable
 
@@ -38,10 +40,62 @@ class Lease:
     """Whether the run was cancelled meanwhile."""
 
 
-class _Outcome(Generic[T]):
-    def __init__(self) -> None:
+class _Job(Generic[T]):
+    """One call handed to a pool thread, and what came of it."""
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
         self.value: T | None = None
         self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+            self.error = error
+        finally:
+            self.done.set()
+
+
+class _Pool:
+    """Daemon threads that run calls, started as needed and kept for the next call.
+
+    Starting a thread per call costs more than a small tool does; a call that
+    outlives its time limit keeps its thread, and the pool simply grows.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job[Any]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def submit(self, job: _Job[Any]) -> None:
+        with self._lock:
+            spare = self._idle > 0
+            if spare:
+                self._idle -= 1  # that idle thread takes this job
+        if not spare:
+            threading.Thread(target=self._serve, name="relay-call", daemon=True).start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get().run()
+            with self._lock:
+                self._idle += 1
+
+
+_pools: dict[int, _Pool] = {}
+
+
+def _pool() -> _Pool:
+    """This process's pool (a forked worker child gets its own)."""
+    pid = os.getpid()
+    pool = _pools.get(pid)
+    if pool is None:
+        pool = _pools[pid] = _Pool()
+    return pool
 
 
 def run_leased(
@@ -56,32 +110,23 @@ def run_leased(
         CallTimedOut: `timeout_s` passed before `fn` returned.
         Exception: whatever `fn` raised.
     """
-    outcome: _Outcome[T] = _Outcome()
-
-    def call() -> None:
-        try:
-            outcome.value = fn()
-        except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
-            outcome.error = error
-
-    worker = threading.Thread(target=call, name="relay-call", daemon=True)
-    worker.start()
+    job = _Job(fn)
+    _pool().submit(job)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     interval = max(lease.length_s / 3, 0.05)
     while True:
         wait = (
             interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
         )
-        worker.join(wait)
-        if not worker.is_alive():
+        if job.done.wait(wait):
             break
         if deadline is not None and time.monotonic() >= deadline:
             cancel.set()
             raise CallTimedOut(f"it did not finish within {timeout_s:g} s")
         _keep(lease, cancel)
-    if outcome.error is not None:
-        raise outcome.error
-    return cast(T, outcome.value)
+    if job.error is not None:
+        raise job.error
+    return cast(T, job.value)
 
 
 def _keep(lease: Lease, cancel: threading.Event) -> None:

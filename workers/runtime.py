@@ -144,6 +144,13 @@ class _Call:
         step = self.agent.resume()
         return step.request if isinstance(step, Ask | Summarize) else None
 
+    def others_out(self) -> bool:
+        """Whether other calls of the batch are still out (their saves would race ours)."""
+        assert self.loaded is not None
+        assert self.loaded.record is not None
+        tracks = self.loaded.record.calls
+        return any(c != self.what and t.status in ("running", "child") for c, t in tracks.items())
+
     def batch_call(self) -> ToolCall | None:
         """Return this call if the run's current batch still holds it, else None (stale)."""
         assert self.agent is not None
@@ -256,9 +263,9 @@ class Runtime:
         """Claim a call, let `produce` do it, save its outcome once, and advance the run.
 
         `produce` returns None when the call is stale (the run moved on or ended).
-        The outcome is saved with the run in one compare-and-set when nothing else
-        changed the run meanwhile; otherwise it is recorded in the inbox, and the
-        run advances when it is the last of its batch.
+        The outcome is saved with the run in one compare-and-set when it is alone
+        and nothing else changed the run meanwhile; otherwise it is recorded in the
+        inbox, and the run advances when it is the last of its batch.
         """
         claim = self.store.claim(
             call.run_id,
@@ -279,7 +286,7 @@ class Runtime:
         if event is None:
             self.store.forget_message(call.member)
             return
-        if self._save_own(call, event):
+        if not call.others_out() and self._save_own(call, event):
             return
         due = self.clock() + self.timing.grace_ms
         code, loaded = self.store.record(
