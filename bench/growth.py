@@ -30,7 +30,7 @@ def _sizes(b: Bench, run_id: str) -> dict[str, int]:
         "record_chars": b.redis.hstrlen(keys.run(run_id), "meta"),
         "run_hash_bytes": b.redis.memory_usage(keys.run(run_id), samples=0) or 0,
         "run_hash_fields": b.redis.hlen(keys.run(run_id)),
-        "trace_entries": b.redis.xlen(keys.trace(run_id)),
+        "trace_entries": b.redis.llen(keys.trace(run_id)),
         "trace_bytes": b.redis.memory_usage(keys.trace(run_id), samples=0) or 0,
     }
 

@@ -46,7 +46,7 @@ def _keys_of(b: Bench, run_id: str) -> dict[str, Any]:
     sizes = {
         "run hash": b.redis.memory_usage(keys.run(run_id), samples=0) or 0,
         "inbox stream": b.redis.memory_usage(keys.inbox(run_id), samples=0) or 0,
-        "trace stream": b.redis.memory_usage(keys.trace(run_id), samples=0) or 0,
+        "trace list": b.redis.memory_usage(keys.trace(run_id), samples=0) or 0,
     }
     pending = b.redis.hstrlen(keys.pending_data, f"{run_id}|call|{member}")
     return {
@@ -55,7 +55,7 @@ def _keys_of(b: Bench, run_id: str) -> dict[str, Any]:
         "snapshot_chars": b.redis.hstrlen(keys.run(run_id), "snap"),
         "record_chars": b.redis.hstrlen(keys.run(run_id), "meta"),
         "pending_entry_chars": pending,
-        "trace_entries": b.redis.xlen(keys.trace(run_id)),
+        "trace_entries": b.redis.llen(keys.trace(run_id)),
         "run_hash_fields": b.redis.hlen(keys.run(run_id)),
     }
 

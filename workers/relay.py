@@ -390,7 +390,7 @@ class Relay(Scheduling):
             RunNotFound: there is no such run.
         """
         deadline = time.monotonic() + timeout
-        after = "$"
+        cursor = self.store.activity_cursor()
         while True:
             record, _ = self._record(run_id)
             if record.outcome is not None:
@@ -400,9 +400,12 @@ class Relay(Scheduling):
                 raise WaitTimeout(
                     f"run {run_id} did not finish within {timeout:g} s (it is {record.state})"
                 )
-            found = self.store.follow({run_id: after}, block_ms=max(1, int(min(left, 1.0) * 1000)))
-            if found:
-                after = found[-1][1]
+            # Wake when this run's trace grows (the save that ends a run writes a line).
+            block_ms = max(1, int(min(left, 1.0) * 1000))
+            while True:
+                cursor, grew = self.store.wait_activity(cursor, block_ms)
+                if not grew or run_id in grew or time.monotonic() >= deadline:
+                    break
 
     def pending(self) -> list[Pending]:
         """Return what waits on a person: plans, calls and questions, oldest first."""
@@ -488,7 +491,7 @@ class Relay(Scheduling):
     def trace(self, run_id: str) -> list[TraceEntry]:
         """Return the run's trace so far (its own events; children have their own)."""
         self._record(run_id)
-        return [entry for _, entry in self.store.trace(run_id)]
+        return self.store.trace(run_id)[1]
 
     def watch(self, run_id: str, *, timeout: float | None = None) -> Iterator[TraceEntry]:
         """Yield the trace of a run and its descendants as it happens, until the run finishes.
@@ -496,25 +499,29 @@ class Relay(Scheduling):
         A run that finished already yields its whole trace, its specialists' included.
         """
         self._record(run_id)
-        streams = {run_id: "0-0"}
         deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = self.store.activity_cursor()
+        positions = {run_id: 0}
+        due = {run_id}
         finished = False
         while True:
-            # Once the run has finished, read on without waiting until every stream is drained.
-            found = self.store.follow(streams, block_ms=1 if finished else 500)
-            for run, entry_id, entry in found:
-                streams[run] = entry_id
-                child = entry.data.get("child") if entry.kind == "child" else None
-                if isinstance(child, str):
-                    streams.setdefault(child, "0-0")
-                finished = finished or (run == run_id and entry.kind == "finished")
-                yield entry
-            if finished and not found:
+            while due:  # read every run that grew, and each child as soon as it is named
+                run = due.pop()
+                positions[run], entries = self.store.trace(run, positions[run])
+                for entry in entries:
+                    child = entry.data.get("child") if entry.kind == "child" else None
+                    if isinstance(child, str) and child not in positions:
+                        positions[child] = 0
+                        due.add(child)
+                    finished = finished or (run == run_id and entry.kind == "finished")
+                    yield entry
+            if finished or (deadline is not None and time.monotonic() > deadline):
                 return
-            if deadline is not None and time.monotonic() > deadline:
-                return
-            if not finished:
+            cursor, grew = self.store.wait_activity(cursor, 500)
+            due = grew & positions.keys()
+            if not grew:
                 finished = self._record(run_id)[0].state == "finished"
+                due = set(positions) if finished else due
 
     def runs(self, limit: int = 100) -> list[RunStatus]:
         """Return the newest runs first (those not yet expired)."""

@@ -3,12 +3,14 @@
 Each script is one transition of the run store; `workers.store` is their only
 caller. Runs live in one hash each (`v` version, `meta` record, `snap` agent
 snapshot, plus small fields: `r:<x>` result recorded, `a:<x>` claim attempts,
-`d:<x>` decision made, `tp`/`tc`/`tt` token totals, `budget`, `cancel`).
+`d:<x>` decision made, `tp`/`tc`/`tt` token totals, `tn` trace lines ever
+written, `out` calls of the batch still out, `budget`, `cancel`). A run's trace
+is a list of its newest lines; the activity stream names runs whose trace grew.
 """
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "CREATE", "DECIDE", "RECORD", "RENEW", "SAVE"]
+__all__ = ["CLAIM", "CREATE", "DECIDE", "READ_TRACE", "RECORD", "RENEW", "SAVE", "TRACE"]
 
 # Create a run unless one with that id exists.
 # KEYS: run hash, runs index, outbox.  ARGV: id, meta, snap, now, advance member, due, budget
@@ -113,8 +115,11 @@ for _, c in ipairs(fx.running) do
   if redis.call('HEXISTS', KEYS[1], 'r:' .. c) == 0 then out = out + 1 end
 end
 redis.call('HSET', KEYS[1], 'out', out)
-for _, entry in ipairs(fx.trace) do
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', fx.trace_max, '*', 'e', entry)
+if #fx.trace > 0 then
+  redis.call('RPUSH', KEYS[3], unpack(fx.trace))
+  redis.call('LTRIM', KEYS[3], -fx.trace_max, -1)
+  redis.call('HINCRBY', KEYS[1], 'tn', #fx.trace)
+  redis.call('XADD', fx.activity, 'MAXLEN', '~', 10000, '*', 'r', fx.run)
 end
 for _, m in ipairs(fx.send) do redis.call('ZADD', KEYS[4], m[2], m[1]) end
 for _, m in ipairs(fx.unsend) do redis.call('ZREM', KEYS[4], m) end
@@ -160,4 +165,24 @@ if fx.retention > 0 then
   redis.call('ZREM', KEYS[4], fx.advance)
 end
 return 1
+"""
+
+# Add lines to a run's trace (a list holding its newest lines) and tell followers.
+# KEYS: run hash, trace, activity.  ARGV: run id, max lines, lines...
+TRACE = """
+if redis.call('HEXISTS', KEYS[1], 'v') == 0 then return 0 end
+redis.call('RPUSH', KEYS[2], unpack(ARGV, 3))
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+redis.call('HINCRBY', KEYS[1], 'tn', #ARGV - 2)
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 10000, '*', 'r', ARGV[1])
+return 1
+"""
+
+# Read a run's trace from position ARGV[1] on (positions count every line ever written).
+# KEYS: run hash, trace.  Returns {position after the last line, lines}.
+READ_TRACE = """
+local total = tonumber(redis.call('HGET', KEYS[1], 'tn') or '0')
+local first = total - redis.call('LLEN', KEYS[2])
+local from = math.max(0, tonumber(ARGV[1]) - first)
+return {total, redis.call('LRANGE', KEYS[2], from, -1)}
 """

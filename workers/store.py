@@ -29,7 +29,8 @@ from workers.settings import redact_url
 
 __all__ = ["Claim", "Keys", "Loaded", "RunStore", "SaveEffects"]
 
-TRACE_MAX = 10_000
+TRACE_MAX = 2_000
+"""Lines a run's trace keeps (the newest); each line is cut, so a trace stays bounded."""
 NOTES_MAX = 100
 
 
@@ -42,6 +43,8 @@ class Keys:
         self.outbox = f"{prefix}outbox"
         self.pending = f"{prefix}pending"
         self.pending_data = f"{prefix}pending:data"
+        self.activity = f"{prefix}activity"
+        """A stream naming each run whose trace grew: what followers block on."""
 
     def run(self, run_id: str) -> str:
         return f"{self.prefix}run:{run_id}"
@@ -50,6 +53,7 @@ class Keys:
         return f"{self.prefix}inbox:{run_id}"
 
     def trace(self, run_id: str) -> str:
+        """A run's trace: a list of its newest lines (the run hash counts them all in `tn`)."""
         return f"{self.prefix}trace:{run_id}"
 
     def lease(self, run_id: str, what: str) -> str:
@@ -170,6 +174,8 @@ class RunStore:
         self._record: Any = self.redis.register_script(scripts.RECORD)
         self._decide: Any = self.redis.register_script(scripts.DECIDE)
         self._save: Any = self.redis.register_script(scripts.SAVE)
+        self._trace: Any = self.redis.register_script(scripts.TRACE)
+        self._read_trace: Any = self.redis.register_script(scripts.READ_TRACE)
 
     def errors(self) -> Any:
         """Return a context manager that translates Redis errors for this store."""
@@ -184,7 +190,7 @@ class RunStore:
     def create(self, record: RunRecord, snapshot: str, due_ms: int, budget: int | None) -> bool:
         """Create a run; False if one with that id exists."""
         k = self.keys
-        args = [record.id, record.model_dump_json(), snapshot, record.created_ms]
+        args = [record.id, _json(record), snapshot, record.created_ms]
         args += [advance_member(record.id), due_ms, "" if budget is None else budget]
         with self.errors():
             created = self._create(keys=[k.run(record.id), k.runs, k.outbox], args=args)
@@ -362,8 +368,10 @@ class RunStore:
         k = self.keys
         effects = {
             "applied": fx.applied,
-            "trace": [t.model_dump_json() for t in fx.trace],
+            "trace": [_line(t) for t in fx.trace],
             "trace_max": TRACE_MAX,
+            "activity": k.activity,
+            "run": record.id,
             "send": [[m, due] for m, due in fx.send],
             "unsend": fx.unsend,
             "pending_add": [
@@ -420,39 +428,46 @@ class RunStore:
                 "token": own.token,
                 "member": own.member,
             }
-        args = [version, record.model_dump_json(), snapshot, json.dumps(effects)]
+        args = [version, _json(record), snapshot, json.dumps(effects)]
         with self.errors():
             return int(self._save(keys=keys, args=args))
 
     # --- traces, listings, the outbox ----------------------------------------------------------
 
-    def trace(
-        self, run_id: str, after: str = "-", count: int = 10_000
-    ) -> list[tuple[str, TraceEntry]]:
-        start = "-" if after == "-" else f"({after}"
-        with self.errors():
-            entries = self.redis.xrange(self.keys.trace(run_id), start, "+", count=count)
-        return [(_text(i), TraceEntry.model_validate_json(d[b"e"])) for i, d in entries]
+    def trace(self, run_id: str, start: int = 0) -> tuple[int, list[TraceEntry]]:
+        """Return (position after the last line, the run's lines from position `start` on).
 
-    def follow(self, streams: dict[str, str], block_ms: int) -> list[tuple[str, str, TraceEntry]]:
-        """Block up to `block_ms` for new trace entries of several runs: (run, entry id, entry)."""
-        keys = {self.keys.trace(run): after for run, after in streams.items()}
+        Positions count every line the run ever wrote; the oldest of a long run's
+        lines may have been dropped (TRACE_MAX), and are skipped.
+        """
+        keys = [self.keys.run(run_id), self.keys.trace(run_id)]
         with self.errors():
-            answer = self.redis.xread(keys, block=block_ms, count=1_000)
-        found: list[tuple[str, str, TraceEntry]] = []
-        for key, entries in answer or []:
-            run = _text(key)[len(self.keys.trace("")) :]
+            end, lines = self._read_trace(keys=keys, args=[max(0, start)])
+        return int(end), [TraceEntry.model_validate_json(line) for line in lines]
+
+    def activity_cursor(self) -> str:
+        """Return the newest entry id of the activity stream (where a follower begins)."""
+        with self.errors():
+            newest = self.redis.xrevrange(self.keys.activity, "+", "-", count=1)
+        return _text(newest[0][0]) if newest else "0-0"
+
+    def wait_activity(self, cursor: str, block_ms: int) -> tuple[str, set[str]]:
+        """Wait up to `block_ms` for runs whose trace grew after `cursor`; return (cursor, runs)."""
+        with self.errors():
+            answer = self.redis.xread({self.keys.activity: cursor}, block=block_ms, count=10_000)
+        runs: set[str] = set()
+        for _, entries in answer or []:
             for entry_id, data in entries:
-                found.append((run, _text(entry_id), TraceEntry.model_validate_json(data[b"e"])))
-        return found
+                cursor = _text(entry_id)
+                runs.add(_text(data[b"r"]))
+        return cursor, runs
 
     def add_trace(self, run_id: str, entry: TraceEntry) -> None:
+        k = self.keys
         with self.errors():
-            self.redis.xadd(
-                self.keys.trace(run_id),
-                {"e": entry.model_dump_json()},
-                maxlen=TRACE_MAX,
-                approximate=True,
+            self._trace(
+                keys=[k.run(run_id), k.trace(run_id), k.activity],
+                args=[run_id, TRACE_MAX, _line(entry)],
             )
 
     def runs(self, limit: int = 100) -> list[str]:
@@ -488,6 +503,15 @@ class RunStore:
             return
         with self.errors():
             self.redis.zadd(self.keys.outbox, dict.fromkeys(members, due_ms), xx=True)
+
+
+def _json(value: RunRecord | Pending) -> str:
+    """Stored JSON leaves out what equals its default: a parked run costs less memory."""
+    return value.model_dump_json(exclude_defaults=True)
+
+
+def _line(entry: TraceEntry) -> str:
+    return entry.model_dump_json(exclude_defaults=True)
 
 
 def _text(value: bytes | str) -> str:
