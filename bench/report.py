@@ -184,7 +184,7 @@ def _many(r: dict[str, Any]) -> list[Row]:
 
 def _waiting(r: dict[str, Any]) -> list[Row]:
     item, one, lat = "4 waiting", r["one_run"], r["approve_to_model_ms"]
-    slots, small = r["slots_held"], r["small_stream_nodes"]
+    slots = r["slots_held"]
     long = r["long_run"]
     return [
         Row(
@@ -221,13 +221,6 @@ def _waiting(r: dict[str, Any]) -> list[Row]:
         ),
         Row(
             item,
-            f"  bytes per run, stream-node-max-bytes {small['stream_node_max_bytes']}",
-            _fmt(small["bytes_per_run"], 0),
-            f"<= {r['goal_bytes']}",
-            _check(small["bytes_per_run"] <= r["goal_bytes"]),
-        ),
-        Row(
-            item,
             f"  parked after {long['turns']} turns: bytes",
             _fmt(long["memory_usage_total"], 0),
             f"snapshot {long['snapshot_chars']:,} chars; trace {long['trace_entries']} entries",
@@ -260,9 +253,9 @@ def _growth(r: dict[str, Any]) -> list[Row]:
         ),
         Row(
             item,
-            f"  trace stream at turn {last}",
+            f"  trace list at turn {last}",
             f"{w[last]['trace_entries']:,} entries, {w[last]['trace_bytes']:,} bytes",
-            "capped at 10,000 entries",
+            "capped at 2,000 lines",
         ),
     ]
 

@@ -20,7 +20,6 @@ from bench.model import Task
 __all__ = ["GOAL_BYTES", "run"]
 
 GOAL_BYTES = 4 * 1024
-SMALL_NODE = 512
 WORKER_ARGS = ("--concurrency", "4")
 
 
@@ -81,30 +80,6 @@ def _approve(b: Bench, markers: dict[str, str], count: int) -> list[float]:
     return waits
 
 
-def _small_nodes(b: Bench, count: int) -> dict[str, Any]:
-    """Bytes per parked run with Redis's stream-node-max-bytes at `SMALL_NODE` instead of 4096.
-
-    Redis 7 allocates a new stream's first node at that size, so each trace stream
-    of a few entries costs about 4.7 KB whatever it holds.
-    """
-    previous = b.redis.config_get("stream-node-max-bytes")["stream-node-max-bytes"]
-    b.redis.config_set("stream-node-max-bytes", SMALL_NODE)
-    try:
-        before = b.counters().used_memory
-        markers = _park(b, count, "small")
-        time.sleep(0.5)
-        after = b.counters().used_memory
-        one = _keys_of(b, next(iter(markers)))
-    finally:
-        b.redis.config_set("stream-node-max-bytes", previous)
-    return {
-        "stream_node_max_bytes": SMALL_NODE,
-        "runs": count,
-        "bytes_per_run": (after - before) / count,
-        "memory_usage": one["memory_usage"],
-    }
-
-
 def _long_run(b: Bench, turns: int, size: int = 200) -> dict[str, Any]:
     run_id = b.relay.start(Task(f"park-long-{turns}", turns=turns, size=size, park=1).text())
     deadline = time.monotonic() + 600
@@ -134,7 +109,6 @@ def run(b: Bench) -> dict[str, Any]:
         waits = _approve(b, markers, sample)
         four = _long_run(b, 4, 0)
         long_run = _long_run(b, long_turns)
-        small = _small_nodes(b, b.pick(2_000, 300))
     finally:
         for worker in workers:
             worker.stop()
@@ -154,5 +128,4 @@ def run(b: Bench) -> dict[str, Any]:
         },
         "after_four_turns": four,
         "long_run": long_run,
-        "small_stream_nodes": small,
     }
