@@ -318,3 +318,18 @@ def test_a_key_given_in_code_is_checked_too() -> None:
     with pytest.raises(ValidationError) as caught:
         Settings(model_key=SecretStr("sk hunter2"))
     assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "events"),
+    [("1", True), ("true", True), ("On", True), ("0", False), ("no", False), ("OFF", False)],
+)
+def test_task_events_can_be_turned_off(given: str, events: bool) -> None:
+    assert Settings.from_env({"RELAY_EVENTS": given}).events is events
+
+
+def test_a_bad_events_flag_names_the_variable() -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"RELAY_EVENTS": "maybe"})
+    assert str(raised.value).startswith("RELAY_EVENTS:")
+    assert "\n" not in str(raised.value)

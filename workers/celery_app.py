@@ -88,8 +88,8 @@ def build_celery(
         worker_cancel_long_running_tasks_on_connection_loss=False,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": visibility_timeout(settings)},
-        task_send_sent_event=True,
-        worker_send_task_events=True,
+        task_send_sent_event=settings.events,
+        worker_send_task_events=settings.events,
         task_default_queue=queues.advance,
         # Declared, so a plain `celery -A mymodule:app worker` consumes all three.
         task_queues=[Queue(name) for name in queues.all()],

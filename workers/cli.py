@@ -210,9 +210,10 @@ def worker(
         f"--loglevel={loglevel}",
         f"--queues={','.join(names)}",
         f"--pool={pool}",
-        "-E",
         f"--hostname={hostname or f'relay-{relay.name}@{socket.gethostname()}'}",
     ]
+    if relay.settings.events:
+        argv.append("-E")  # task events, for Flower (RELAY_EVENTS=0 turns them off)
     if concurrency:
         argv.append(f"--concurrency={concurrency}")
     if beat:

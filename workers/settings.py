@@ -21,6 +21,7 @@
                                  0 = never (7 days)
     RELAY_RETENTION              seconds a finished run is kept (7 days)
     RELAY_TICK_SECONDS           how often the beat sends the tick (5)
+    RELAY_EVENTS                 Celery task events for Flower: 1 or 0 (1)
 
 A variable that is unset or blank takes its default; surrounding spaces are
 ignored. A bad value raises `SettingsError` with one line naming the variable.
@@ -111,6 +112,27 @@ def _seconds_or_never(value: object) -> float | None:
     if number is None or number < 0:
         raise ValueError("expected a number of seconds >= 0 (0 = never)")
     return number or None
+
+
+_FLAGS = {
+    "1": True,
+    "true": True,
+    "yes": True,
+    "on": True,
+    "0": False,
+    "false": False,
+    "no": False,
+    "off": False,
+}
+
+
+def _flag(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    flag = _FLAGS.get(str(value).strip().lower())
+    if flag is None:
+        raise ValueError("expected 1 or 0 (true/false, yes/no, on/off)")
+    return flag
 
 
 def _count(minimum: int) -> Callable[[object], int]:
@@ -228,6 +250,8 @@ class Settings(BaseModel):
     retention: _Seconds = 7 * _DAY
     tick_seconds: _Seconds = 5.0
     """How often the beat sends `relay.tick` (schedules, expiries, healing)."""
+    events: Annotated[bool, BeforeValidator(_flag)] = True
+    """Celery task events, which Flower shows; off saves four Redis round trips per task."""
 
     @model_validator(mode="before")
     @classmethod
