@@ -3,10 +3,11 @@
 `advance` loads a run, applies its inbox through `workers.engine`, saves with
 a compare-and-set and sends what the save decided. `call_model` and
 `run_tool` claim their call (a lease in Redis, so a duplicate delivery does
-nothing and a dead worker's call is noticed), do the I/O, record the outcome
-as an inbox event and advance the run in the same task. `heal` is the tick's
-part: it re-sends whatever the outbox says was never dealt with, and declines
-approvals whose time ran out.
+nothing and a dead worker's call is noticed), do the I/O, and move the run on
+in the same task: saving the outcome with the run directly when the call is
+alone, else recording it in the inbox (the last result of a batch advances).
+`heal` is the tick's part: it re-sends whatever the outbox says was never dealt
+with, and declines approvals whose time ran out.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class RuntimeHost(Protocol):
 
 @dataclass(frozen=True)
 class Timing:
+    """The runtime's clocks, from RELAY_RECOVERY_SECONDS, RELAY_APPROVAL_TTL, RELAY_RETENTION."""
+
     lease_ms: int
     grace_ms: int
     approval_ttl_ms: int | None
