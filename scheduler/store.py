@@ -6,6 +6,8 @@ Keys, under the Relay's prefix:
     {prefix}schedule-due                   sorted set: name scored by its next due ms
     {prefix}schedule-slot:{name}:{slot}    "1" while the slot is claimed (SET NX, expires)
     {prefix}notifications                  list of Notification JSON, newest first, capped
+    {prefix}schedule-firing                sorted set: "name|slot" of run slots claimed
+                                           but whose run is not known to exist yet
 
 Theory of operation. Any number of ticks (two beats, a retried or slow tick,
 several worker threads) may look at one due schedule at once. Each reads the
@@ -16,10 +18,13 @@ one Lua script that in one step
   2. takes `schedule-slot:{name}:{slot}` with SET NX (else someone has it: no fire),
   3. stores the schedule with its new `last_run_ms` and next due time, and
   4. for a notify-only schedule, pushes its notification.
+  5. for a run schedule, records the slot as firing.
 Claim and last-run update cannot be split by a crash, so a slot is never fired
-twice and never left claimed with the old last run. The only gap left is between
-a won claim and the start of the run (in the caller): a crash there loses that
-one slot: at most once, never twice.
+twice and never left claimed with the old last run. A run slot's run gets an id
+derived from the schedule and the slot (`fire_id`), and the slot stays in the
+firing set until its run exists: if the tick that won the claim dies before it
+starts the run, a later tick starts it (`stale_firings`), and starting a run
+whose id exists does nothing. So each slot fires exactly once.
 
 The redis client is handed in (any redis-py client, bytes or decoded replies);
 Redis errors are not translated here (`workers` does that at its edge).
@@ -27,6 +32,7 @@ Redis errors are not translated here (`workers` does that at its edge).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from scheduler.schedules import Schedule
 
-__all__ = ["Due", "Notification", "ScheduleStore"]
+__all__ = ["Due", "Notification", "ScheduleStore", "fire_id"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,8 @@ redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
 if ARGV[6] ~= '' then
   redis.call('LPUSH', KEYS[4], ARGV[6])
   redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[7]) - 1)
+else
+  redis.call('ZADD', KEYS[5], ARGV[9], ARGV[8])
 end
 return 1
 """
@@ -81,6 +89,15 @@ class Due:
         return self.schedule.next_due_ms
 
 
+def firing_member(name: str, slot_ms: int) -> str:
+    return f"{name}|{slot_ms}"
+
+
+def fire_id(name: str, slot_ms: int) -> str:
+    """The id of the run a schedule's slot starts: the same for every tick that tries."""
+    return "s" + hashlib.sha256(f"{name}\0{slot_ms}".encode()).hexdigest()[:15]
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -94,6 +111,7 @@ class ScheduleStore:
         self.schedules_key = f"{prefix}schedules"
         self.due_key = f"{prefix}schedule-due"
         self.notifications_key = f"{prefix}notifications"
+        self.firing_key = f"{prefix}schedule-firing"
         self._claim: Any = redis_client.register_script(_CLAIM)
 
     def slot_key(self, name: str, slot_ms: int) -> str:
@@ -160,6 +178,7 @@ class ScheduleStore:
             self.due_key,
             self.slot_key(schedule.name, due.slot_ms),
             self.notifications_key,
+            self.firing_key,
         ]
         args = [
             schedule.name,
@@ -169,8 +188,26 @@ class ScheduleStore:
             SLOT_TTL_MS,
             "" if notification is None else notification.model_dump_json(),
             NOTIFICATIONS_MAX,
+            firing_member(schedule.name, due.slot_ms),
+            now_ms,
         ]
         return int(self._claim(keys=keys, args=args)) == 1
+
+    def fired(self, name: str, slot_ms: int) -> None:
+        """Forget a firing slot: its run exists (or cannot ever start)."""
+        self.redis.zrem(self.firing_key, firing_member(name, slot_ms))
+
+    def stale_firings(self, older_than_ms: int) -> list[tuple[str, int]]:
+        """Return (schedule name, slot) of slots claimed before `older_than_ms` whose
+        run was never confirmed: the tick that claimed them stopped midway."""
+        found = []
+        for member in self.redis.zrangebyscore(self.firing_key, "-inf", older_than_ms):
+            name, _, slot = _text(member).rpartition("|")
+            if name and slot.isdigit():
+                found.append((name, int(slot)))
+            else:
+                self.redis.zrem(self.firing_key, member)
+        return found
 
     def notify(self, notification: Notification) -> None:
         """Record a notification (the newest `NOTIFICATIONS_MAX` are kept)."""

@@ -14,6 +14,8 @@ import redis
 
 from agent_core import Daily, Every, Recipe, Trigger, Weekly
 from scheduler import Schedule, ScheduleStore, tick
+from scheduler.store import fire_id
+from scheduler.tick import REFIRE_AFTER_MS
 from tests.support.redis_server import RedisServer
 
 MINUTE = 60_000
@@ -47,6 +49,9 @@ class RecordingHost:
     starts: list[Started] = field(default_factory=list)
     heals: list[int] = field(default_factory=list)
     refuse: set[str] = field(default_factory=set)
+    unreachable: int = 0
+    """How many more starts fail as if the store were away (ConnectionError)."""
+    ids: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def schedule_notes(self, name: str) -> list[str]:
@@ -61,11 +66,17 @@ class RecordingHost:
         notes: Sequence[str] | None = None,
         recipe: str | None = None,
         schedule: str | None = None,
+        run_id: str | None = None,
     ) -> str:
         del context  # the tick gives none
         if schedule in self.refuse:
             raise RuntimeError("unknown tools: read_note")
         with self.lock:
+            if self.unreachable > 0:
+                self.unreachable -= 1
+                raise ConnectionError("the store is away")
+            if run_id is not None and run_id in self.ids:
+                return self.ids[run_id]  # that run exists: starting it again does nothing
             self.starts.append(
                 Started(
                     task,
@@ -75,7 +86,10 @@ class RecordingHost:
                     schedule,
                 )
             )
-            return f"run-{len(self.starts)}"
+            label = f"run-{len(self.starts)}"
+            if run_id is not None:
+                self.ids[run_id] = label
+            return label
 
     def heal(self, now: int) -> int:
         with self.lock:
@@ -351,3 +365,38 @@ def test_two_schedules_due_together_both_fire(host: RecordingHost) -> None:
     host.schedule_store.put(make("b", Every(3)))
     assert tick(host, T0 + 3 * MINUTE) == ["run-1", "run-2"]
     assert sorted(fired_slots(host)) == ["a", "b"]  # type: ignore[type-var]
+
+
+def test_a_slot_whose_tick_stopped_before_the_run_is_started_later_once(
+    host: RecordingHost,
+) -> None:
+    schedule = make("retry")
+    host.schedule_store.put(schedule)
+    slot = schedule.next_due_ms
+    # The tick wins the slot, then cannot start the run (say Redis went away).
+    host.unreachable = 1
+    with pytest.raises(ConnectionError):
+        tick(host, slot)
+    assert host.starts == []
+    # Not before its time: the claiming tick may still be on its way.
+    assert tick(host, slot + 1_000) == []
+    # Then a later tick starts it, once, however many ticks look at it.
+    later = slot + REFIRE_AFTER_MS + 1
+    assert tick(host, later) == ["run-1"]
+    assert tick(host, later + 1) == []
+    assert len(host.starts) == 1
+    assert host.starts[0].schedule == "retry"
+
+
+def test_every_try_at_a_slot_names_the_same_run(host: RecordingHost) -> None:
+    schedule = make("same")
+    host.schedule_store.put(schedule)
+    slot = schedule.next_due_ms
+    assert fire_id("same", slot) == fire_id("same", slot)
+    assert fire_id("same", slot) != fire_id("same", slot + 1)
+    assert fire_id("same", slot) != fire_id("other", slot)
+    assert tick(host, slot) == ["run-1"]
+    assert list(host.ids) == [fire_id("same", slot)]
+    # A retry with that id (a tick that found the slot still firing) starts nothing new.
+    assert host.start("task", run_id=fire_id("same", slot)) == "run-1"
+    assert len(host.starts) == 1

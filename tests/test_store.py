@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from agent_core import Config, Outcome, Stop, ToolOutput
+from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
+from workers import RelayError, Settings
 from workers.engine import Message, message_of
 from workers.records import CallDecision, Pending, RunRecord, ToolDone
 from workers.store import OwnOutcome, RunStore, SaveEffects, pending_member
@@ -232,3 +234,17 @@ def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunS
     assert store.save(_record(seq=1), loaded.version, "snap", forget) == 1
     assert not store.redis.hexists(store.keys.run("r1"), "r:call-1")
     assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")
+
+
+def test_a_run_started_twice_under_one_id_is_one_run(tmp_path: Path) -> None:
+    with RedisServer(tmp_path) as server:
+        relay = build(Settings.from_env({"RELAY_REDIS_URL": server.url}))
+        first = relay.start("A task", run_id="s0123abcd")
+        again = relay.start("A task", run_id="s0123abcd")
+        assert first == again == "s0123abcd"
+        assert relay.store.runs() == ["s0123abcd"]
+        # Only the start that created it sent its first wake-up.
+        assert server.client().llen("relay:advance") == 1
+        for bad in ("", "has.dot", "a|b", "x" * 65):
+            with pytest.raises(RelayError):
+                relay.start("A task", run_id=bad)

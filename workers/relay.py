@@ -303,11 +303,14 @@ class Relay(Scheduling):
         notes: Sequence[str] | None = None,
         recipe: str | None = None,
         schedule: str | None = None,
+        run_id: str | None = None,
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
         `budget` caps the tokens the run and its children may use; `tools`
         narrows the registered tools; `notes` enables memory with these notes.
+        `run_id` names the run (letters and digits): starting a run whose id
+        exists already does nothing and returns that id, so a retried start is safe.
 
         Raises:
             RelayError: the task or attachments are too large, or a tool name is unknown.
@@ -331,7 +334,10 @@ class Relay(Scheduling):
             agent.start_with(task, context, files)
         except AgentError as error:
             raise RelayError(str(error)) from None
-        run_id = secrets.token_hex(8)
+        if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
+            raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
+        chosen = run_id is not None
+        run_id = run_id or secrets.token_hex(8)
         now = now_ms()
         record = RunRecord(
             id=run_id,
@@ -345,13 +351,13 @@ class Relay(Scheduling):
             tools=tuple(tools) if tools is not None else None,
             budget=budget,
         )
-        if not self.store.create(
+        created = self.store.create(
             record, agent.snapshot(), now + self.runtime.timing.grace_ms, budget
-        ):
-            raise RelayError(
-                f"a run with id {run_id} exists already"
-            )  # pragma: no cover - 64 random bits
-        self._send([Message("advance", run_id)])
+        )
+        if not created and not chosen:
+            raise RelayError(f"a run with id {run_id} exists already")  # 64 random bits: never
+        if created:
+            self._send([Message("advance", run_id)])
         return run_id
 
     def _record(self, run_id: str) -> tuple[RunRecord, tuple[int, int, int]]:
