@@ -406,11 +406,12 @@ class Relay(Scheduling):
                 raise WaitTimeout(
                     f"run {run_id} did not finish within {timeout:g} s (it is {record.state})"
                 )
-            # Wake when this run's trace grows (the save that ends a run writes a line).
-            block_ms = max(1, int(min(left, 1.0) * 1000))
-            while True:
-                cursor, grew = self.store.wait_activity(cursor, block_ms)
-                if not grew or run_id in grew or time.monotonic() >= deadline:
+            # Wake when this run's trace grows (the save that ends a run writes a line),
+            # and look at the record at least every second whatever else is busy.
+            until = time.monotonic() + min(left, 1.0)
+            while (now := time.monotonic()) < until:
+                cursor, grew = self.store.wait_activity(cursor, max(1, int((until - now) * 1000)))
+                if run_id in grew:
                     break
 
     def pending(self) -> list[Pending]:
@@ -510,6 +511,7 @@ class Relay(Scheduling):
         positions = {run_id: 0}
         due = {run_id}
         finished = False
+        look_again = time.monotonic() + 2.0
         while True:
             while due:  # read every run that grew, and each child as soon as it is named
                 run = due.pop()
@@ -525,9 +527,12 @@ class Relay(Scheduling):
                 return
             cursor, grew = self.store.wait_activity(cursor, 500)
             due = grew & positions.keys()
-            if not grew:
+            if time.monotonic() >= look_again:
+                # Whatever else is busy (a busy activity stream can drop entries),
+                # read every run followed now and then.
+                look_again = time.monotonic() + 2.0
                 finished = self._record(run_id)[0].state == "finished"
-                due = set(positions) if finished else due
+                due = set(positions)
 
     def runs(self, limit: int = 100) -> list[RunStatus]:
         """Return the newest runs first (those not yet expired)."""
