@@ -1,0 +1,396 @@
+"""The verbs about runs: `run` and `demo` (followed live), `runs`, `show`, `watch`,
+and the people in the loop: `pending`, `approve`, `deny`, `answer`, `cancel`."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import click
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from workers.cli_common import Context, Failure, app_option, json_option, print_json, row
+from workers.embedded import Embedded
+from workers.errors import DecisionRefused
+from workers.live import (
+    EXIT_INTERRUPTED,
+    Deciding,
+    Follower,
+    console,
+    describe,
+    one_line,
+    usage_line,
+)
+from workers.records import Pending, RunStatus
+from workers.relay import Relay
+from workers.settings import Settings, redact_url
+
+__all__ = [
+    "answer",
+    "approve",
+    "cancel",
+    "demo",
+    "deny",
+    "pending",
+    "run",
+    "runs",
+    "show",
+    "watch",
+]
+
+DEMO_APP = "workers.demo:relay"
+DEMO_TASK = "Look through my notes and write a short summary of the meeting notes to summary.md."
+
+# --- run and demo ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One run to start and follow, and how."""
+
+    app: str
+    task: str
+    context: str
+    policy: Deciding
+    as_json: bool = False
+    worker_env: dict[str, str] | None = None
+
+
+def _start_and_follow(obj: Context, job: _Job, stack: ExitStack) -> int:
+    """Start the run (with the embedded default if no Redis is set); return the exit code."""
+    out = console(stderr=job.as_json)
+    embedded = None
+    if not os.environ.get("RELAY_REDIS_URL", "").strip():
+        Settings.from_env()  # a bad variable fails before anything starts
+        embedded = stack.enter_context(Embedded(job.app, env=job.worker_env))
+        out.print(
+            Text(
+                f"Started a private Redis (127.0.0.1:{embedded.port}) and a worker for"
+                f" {job.app}; both stop when this command ends.",
+                style="dim",
+            )
+        )
+    obj.app = job.app
+    relay = obj.relay
+    if embedded is not None and relay.redis_url != embedded.redis_url:
+        # An app built with its own Settings would send the run somewhere nobody serves.
+        raise Failure(
+            f"{job.app} does not read RELAY_REDIS_URL (it uses {redact_url(relay.redis_url)}):"
+            " build its Relay from the environment, or set RELAY_REDIS_URL and start workers"
+        )
+    started = time.monotonic()
+    run_id = relay.start(job.task, job.context)
+    out.print(Text(f"Run {run_id} started.", style="dim"))
+    follow = Follower(relay, run_id, job.policy, embedded=embedded, app=job.app, quiet=job.as_json)
+    try:
+        status = follow.follow()
+    except KeyboardInterrupt:
+        return follow.interrupted()
+    if job.as_json:
+        click.echo(status.model_dump_json())
+    return follow.conclude(status, started)
+
+
+@click.command()
+@click.argument("task")
+@click.option("--context", default="", help="Background the agent should know.")
+@click.option("--yes", "approve_all", is_flag=True, help="Approve every plan and call.")
+@click.option("--deny", "deny_all", is_flag=True, help="Decline every plan and call.")
+@json_option
+@app_option
+@click.pass_obj
+def run(
+    obj: Context, *, task: str, context: str, approve_all: bool, deny_all: bool, as_json: bool
+) -> None:
+    """Start a run and follow it live: the plan, each call and its result, usage at the end.
+
+    In a terminal, plans, risky calls and questions are asked at the prompt;
+    otherwise `run` prints how to decide from another shell and keeps waiting
+    (or --yes / --deny decide everything). Ctrl-C asks whether to cancel the
+    run or leave it running. With no RELAY_REDIS_URL, a private Redis and one
+    worker serve the run and stop with the command. With --json, the run's
+    final status is printed as JSON (progress goes nowhere, hints to stderr).
+
+    Exit status: 0 when the run did its task, 1 when it stopped otherwise
+    (declined, cancelled, failed), 130 after Ctrl-C.
+    """
+    if approve_all and deny_all:
+        raise click.UsageError("--yes and --deny exclude each other")
+    mode: Literal["ask", "yes", "no"] = "yes" if approve_all else "no" if deny_all else "ask"
+    why = "--yes" if approve_all else "--deny" if deny_all else ""
+    job = _Job(obj.spec("run"), task, context, Deciding(mode, why), as_json)
+    with ExitStack() as stack:
+        code = _start_and_follow(obj, job, stack)
+    sys.exit(code)
+
+
+@click.command()
+@click.option("--ask", is_flag=True, help="Decide the plan and the write yourself.")
+@click.option("--task", help="What to ask of the agent (default: summarise the meeting notes).")
+@click.pass_obj
+def demo(obj: Context, ask: bool, task: str | None) -> None:
+    """Watch an agent summarise a folder of notes: nothing to set up, no network.
+
+    With no RELAY_REDIS_URL, a private Redis and a worker start and stop with
+    the command. With no RELAY_MODEL_URL, the built-in demo model plays the
+    model's part, offline. The plan and the note it writes need approval;
+    the demo gives it, saying so, unless you pass --ask. With RELAY_REDIS_URL
+    set, the run goes to that Redis, whose workers must serve workers.demo:relay
+    (as docker-compose.yml's do).
+    """
+    out = console()
+    settings = Settings.from_env()
+    out.print(Text("Relay demo: an agent reads a folder of notes and writes a summary.", "bold"))
+    if settings.model_url is None:
+        out.print(
+            "Model: the demo model, built in: offline and scripted."
+            " Set RELAY_MODEL_URL to use a real model."
+        )
+    else:
+        out.print(f"Model: {settings.model} at {redact_url(settings.model_url)}")
+    why = "the demo approves by itself; pass --ask to decide"
+    policy = Deciding("ask", "") if ask else Deciding("yes", why)
+    with ExitStack() as stack:
+        env: dict[str, str] = {}
+        notes: Path | None = None
+        if not os.environ.get("RELAY_REDIS_URL", "").strip():
+            notes = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="relay-notes-")))
+            env["RELAY_DEMO_DIR"] = str(notes)
+        code = _start_and_follow(
+            obj, _Job(DEMO_APP, task or DEMO_TASK, "", policy, worker_env=env), stack
+        )
+        written = notes / "summary.md" if notes is not None else None
+        if written is not None and written.is_file():
+            out.print(Panel(written.read_text(errors="replace").strip(), title="summary.md"))
+    sys.exit(code)
+
+
+# --- looking at runs ---------------------------------------------------------------------
+
+
+def _age(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    seconds = max(0, int(time.time() - ms / 1000))
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def _state(status: RunStatus) -> str:
+    if status.outcome is not None:
+        return f"finished: {status.outcome.stop.label()}"
+    if status.waiting_for:
+        return f"{status.state}, for {status.waiting_for}"
+    return status.state
+
+
+@click.command()
+@click.option("--limit", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@json_option
+@app_option
+@click.pass_obj
+def runs(obj: Context, limit: int, as_json: bool) -> None:
+    """List the newest runs (specialists' runs included): state, tokens, task."""
+    found = obj.relay.runs(limit)
+    if as_json:
+        print_json([status.model_dump(mode="json") for status in found])
+        return
+    out = console()
+    if not found:
+        out.print("No runs.")
+        return
+    table = Table("run", "state", "tokens", "started", "task", box=None, header_style="bold")
+    for status in found:
+        table.add_row(
+            *row(
+                status.id,
+                _state(status),
+                f"{status.total_usage.total_tokens:,}",
+                _age(status.created_ms),
+                one_line(status.task, 60),
+            )
+        )
+    out.print(table)
+
+
+@click.command()
+@click.argument("run_id")
+@json_option
+@app_option
+@click.pass_obj
+def show(obj: Context, run_id: str, as_json: bool) -> None:
+    """Show one run: its state, outcome, usage, what it waits for, and its trace."""
+    relay = obj.relay
+    status = relay.status(run_id)
+    trace = relay.trace(run_id)
+    if as_json:
+        print_json(
+            {
+                "status": status.model_dump(mode="json"),
+                "trace": [entry.model_dump(mode="json") for entry in trace],
+            }
+        )
+        return
+    out = console()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows = [
+        ("run", status.id),
+        ("task", one_line(status.task, 300)),
+        ("state", _state(status)),
+        ("parent", status.parent or ""),
+        ("children", ", ".join(status.children)),
+        ("schedule", status.schedule or ""),
+        ("tokens", usage_line(status.total_usage)),
+        ("started", _age(status.created_ms)),
+        ("finished", _age(status.finished_ms)),
+        ("outcome", one_line(status.outcome.summary, 300) if status.outcome else ""),
+    ]
+    for name, value in rows:
+        if value:
+            grid.add_row(*row(name, value))
+    for pending in status.pending:
+        grid.add_row(*row("waits on", _pending_line(pending)))
+    out.print(grid)
+    out.print(Text("trace:", style="bold"))
+    for entry in trace:
+        line = describe(entry, run_id)
+        if line is not None:
+            out.print(Text("  ") + line)
+
+
+@click.command()
+@click.argument("run_id")
+@json_option
+@app_option
+@click.pass_obj
+def watch(obj: Context, run_id: str, as_json: bool) -> None:
+    """Follow a run and its specialists live until it finishes (Ctrl-C stops watching).
+
+    With --json, one JSON object per trace entry, one per line.
+    """
+    relay = obj.relay
+    try:
+        if as_json:
+            for entry in relay.watch(run_id):
+                click.echo(entry.model_dump_json())
+            return
+        follow = Follower(relay, run_id, Deciding("watch"), app=obj.app)
+        status = follow.follow()
+        console().print(Text(usage_line(status.total_usage), style="dim"))
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+
+
+# --- people in the loop ---------------------------------------------------------------------------
+
+
+def _pending_line(pending: Pending) -> str:
+    if pending.kind == "plan":
+        steps = [s for s in pending.summary.splitlines() if s.strip()]
+        return "plan: " + one_line(" ".join(f"{n}. {s}" for n, s in enumerate(steps, 1)), 200)
+    if pending.kind == "question":
+        return "question: " + one_line(pending.summary, 200)
+    return f"{pending.call_id}: {one_line(pending.summary, 200)}"
+
+
+@click.command()
+@click.option("--run", "run_id", help="Only what this run (or its specialists) waits on.")
+@json_option
+@app_option
+@click.pass_obj
+def pending(obj: Context, run_id: str | None, as_json: bool) -> None:
+    """List what waits on a person: plans, calls and questions, oldest first."""
+    found = [p for p in obj.relay.pending() if run_id is None or run_id in (p.run_id, p.root_id)]
+    if as_json:
+        print_json([p.model_dump(mode="json") for p in found])
+        return
+    out = console()
+    if not found:
+        out.print("Nothing waits on a person.")
+        return
+    table = Table("run", "kind", "call", "risk", "waiting", "what", box=None, header_style="bold")
+    for p in found:
+        risk = p.risk.value if p.risk is not None else ""
+        table.add_row(
+            *row(p.run_id, p.kind, p.call_id or "", risk, _age(p.created_ms), _pending_line(p))
+        )
+    out.print(table)
+    out.print(Text("Decide with: relay approve RUN [CALL] · relay deny RUN [CALL]", style="dim"))
+
+
+def _decide(relay: Relay, run_id: str, call_id: str | None, yes: bool, reason: str) -> str:
+    """Decide the plan (no call given) or a call; return what was decided, for the message."""
+    if call_id is not None and call_id != "plan":
+        relay.approve(run_id, call_id, yes, reason=reason)
+        return f"{call_id} of run {run_id}"
+    try:
+        relay.approve_plan(run_id, yes)
+    except DecisionRefused as error:
+        calls = [p.call_id for p in relay.status(run_id).pending if p.kind == "call"]
+        if calls:
+            verb = "approve" if yes else "deny"
+            raise DecisionRefused(
+                f"{error}; it waits on {', '.join(map(str, calls))}:"
+                f" relay {verb} {run_id} {calls[0]}"
+            ) from None
+        raise
+    return f"the plan of run {run_id}"
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id", required=False)
+@app_option
+@click.pass_obj
+def approve(obj: Context, run_id: str, call_id: str | None) -> None:
+    """Approve a call (RUN CALL) or, with no CALL, the plan a run waits on."""
+    what = _decide(obj.relay, run_id, call_id, True, "")
+    click.echo(f"Approved {what}.")
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id", required=False)
+@click.option("--reason", default="", help="Why not; the model is told.")
+@app_option
+@click.pass_obj
+def deny(obj: Context, run_id: str, call_id: str | None, reason: str) -> None:
+    """Decline a call (RUN CALL) or, with no CALL, the plan a run waits on."""
+    what = _decide(obj.relay, run_id, call_id, False, reason)
+    click.echo(f"Declined {what}.")
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("text")
+@app_option
+@click.pass_obj
+def answer(obj: Context, run_id: str, text: str) -> None:
+    """Answer the question a run waits on."""
+    obj.relay.answer(run_id, text)
+    click.echo(f"Answered run {run_id}.")
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--reason", default="", help="Why; it goes into the run's outcome.")
+@app_option
+@click.pass_obj
+def cancel(obj: Context, run_id: str, reason: str) -> None:
+    """Stop a run, parked or working, and its specialists."""
+    if obj.relay.cancel(run_id, reason):
+        click.echo(f"Cancelling run {run_id} (its specialists stop too).")
+    else:
+        click.echo(f"Run {run_id} had finished already.")
