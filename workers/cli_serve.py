@@ -47,7 +47,9 @@ def worker(
 
     Model calls wait on the network: give them a threads pool with many
     threads (`--queues model --pool threads -c 32`); tools may use CPU: a
-    prefork pool (`--queues tools,advance`).
+    prefork pool (`--queues tools,advance`). A fleet needs the tick too, for
+    schedules, expiries and picking up a dead worker's calls: run `relay beat`
+    once, or pass --beat to one worker.
     """
     obj.spec("worker")
     relay = obj.relay
