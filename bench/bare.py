@@ -20,9 +20,10 @@ from typing import Any
 import redis
 from celery import Celery
 
-__all__ = ["app", "build_app", "done_key", "send_hop"]
+from workers.celery_app import delivery_settings, visibility_timeout
+from workers.settings import Settings
 
-VISIBILITY_TIMEOUT_S = 3_000
+__all__ = ["app", "build_app", "done_key", "send_hop"]
 
 
 def done_key(queue: str) -> str:
@@ -32,25 +33,8 @@ def done_key(queue: str) -> str:
 def build_app(broker_url: str, *, events: bool, queue: str = "bare") -> Celery:
     """Return a plain Celery app configured as `workers.celery_app.build_celery` does."""
     celery = Celery("bare", broker=broker_url, set_as_current=False)
-    celery.conf.update(
-        task_serializer="json",
-        accept_content=["json"],
-        result_accept_content=["json"],
-        event_serializer="json",
-        task_ignore_result=True,
-        result_backend=None,
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        task_acks_on_failure_or_timeout=True,
-        worker_prefetch_multiplier=1,
-        worker_cancel_long_running_tasks_on_connection_loss=False,
-        broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
-        task_send_sent_event=events,
-        worker_send_task_events=events,
-        task_default_queue=queue,
-        worker_hijack_root_logger=False,
-    )
+    timeout = visibility_timeout(Settings.from_env({}))
+    celery.conf.update(**delivery_settings(timeout, events=events), task_default_queue=queue)
     return celery
 
 

@@ -14,7 +14,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from celery import Celery
 from kombu import Queue
@@ -22,7 +22,7 @@ from kombu import Queue
 from workers.engine import Message
 from workers.settings import Settings
 
-__all__ = ["Queues", "build_celery", "sender"]
+__all__ = ["Queues", "build_celery", "delivery_settings", "sender"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,31 @@ def visibility_timeout(settings: Settings) -> int:
     return int(max(model_s, settings.tool_timeout) + VISIBILITY_MARGIN_S)
 
 
+def delivery_settings(visibility_timeout_s: int, *, events: bool) -> dict[str, Any]:
+    """Return how Relay's Celery apps deliver: JSON only, late acks, prefetch 1, no results.
+
+    Also what `bench/` gives the bare Celery app it measures Relay against.
+    """
+    return {
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "event_serializer": "json",
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure_or_timeout": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"visibility_timeout": visibility_timeout_s},
+        "task_send_sent_event": events,
+        "worker_send_task_events": events,
+        "worker_hijack_root_logger": False,
+    }
+
+
 def build_celery(
     name: str,
     settings: Settings,
@@ -75,21 +100,7 @@ def build_celery(
     queues = Queues.under(settings.prefix)
     app = Celery(name, broker=broker_url, set_as_current=False)
     app.conf.update(
-        task_serializer="json",
-        accept_content=["json"],
-        result_accept_content=["json"],
-        event_serializer="json",
-        task_ignore_result=True,
-        result_backend=None,
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        task_acks_on_failure_or_timeout=True,
-        worker_prefetch_multiplier=1,
-        worker_cancel_long_running_tasks_on_connection_loss=False,
-        broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": visibility_timeout(settings)},
-        task_send_sent_event=settings.events,
-        worker_send_task_events=settings.events,
+        **delivery_settings(visibility_timeout(settings), events=settings.events),
         task_default_queue=queues.advance,
         # Declared, so a plain `celery -A mymodule:app worker` consumes all three.
         task_queues=[Queue(name) for name in queues.all()],
@@ -107,7 +118,6 @@ def build_celery(
                 "options": {"expires": max(2 * settings.tick_seconds, 10.0)},
             }
         },
-        worker_hijack_root_logger=False,
     )
 
     @app.task(name="relay.advance")
