@@ -11,9 +11,20 @@ from agent_core import Config, Outcome, Stop, ToolOutput
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import RelayError, Settings
+from workers.decisions import expiry_event
 from workers.engine import Message, message_of
-from workers.records import CallDecision, Pending, RunRecord, ToolDone
-from workers.store import OwnOutcome, RunStore, SaveEffects, pending_member
+from workers.records import CallDecision, CallTrack, Pending, RunRecord, ToolDone
+from workers.store import (
+    Claim,
+    ClaimStatus,
+    Decided,
+    OwnOutcome,
+    Recorded,
+    RunStore,
+    Saved,
+    SaveEffects,
+    pending_member,
+)
 
 
 @pytest.fixture
@@ -34,15 +45,61 @@ def _record(run_id: str = "r1", **changes: object) -> RunRecord:
     return RunRecord.model_validate({**fields, **changes})
 
 
+def _running(*calls: str, run_id: str = "r1", **changes: object) -> RunRecord:
+    """A record whose batch has `calls` running (so they may be claimed)."""
+    tracks = {c: CallTrack(status="running", tool="read_note", created_ms=1) for c in calls}
+    return _record(run_id, calls=tracks, **changes)
+
+
+def _save(store: RunStore, record: RunRecord, effects: SaveEffects | None = None) -> str:
+    """Save `record` over the run as it stands; return the new version."""
+    loaded = store.load(record.id)
+    assert loaded is not None
+    assert store.save(record, loaded.version, "snap", effects or SaveEffects()) is Saved.SAVED
+    return str(int(loaded.version) + 1)
+
+
+def _claim(
+    store: RunStore, call: str, token: str, run_id: str = "r1", seq: int | None = None
+) -> Claim:
+    return store.claim(
+        run_id,
+        call,
+        seq=seq,
+        member=f"t|{run_id}|{call}",
+        token=token,
+        lease_ms=5_000,
+        now_ms=0,
+        root=run_id.split(".", 1)[0],
+    )
+
+
+def _record_outcome(
+    store: RunStore, call: str, token: str, attempt: int, *, counted: bool = False
+) -> Recorded:
+    event = ToolDone(call=call, output=ToolOutput.ok(call))
+    recorded, _ = store.record(
+        "r1",
+        call,
+        event,
+        attempt=attempt,
+        member=f"t|r1|{call}",
+        token=token,
+        due_ms=9,
+        counted=counted,
+    )
+    return recorded
+
+
 def test_a_save_from_a_stale_version_is_refused(store: RunStore) -> None:
     assert store.create(_record(), "snap-0", due_ms=5_000, budget=None)
     assert not store.create(_record(), "snap-0", due_ms=5_000, budget=None)  # the id is taken
     loaded = store.load("r1")
     assert loaded is not None
     assert loaded.version == "1"
-    assert store.save(_record(seq=1), loaded.version, "snap-1", SaveEffects()) == 1
+    assert store.save(_record(seq=1), loaded.version, "snap-1", SaveEffects()) is Saved.SAVED
     # A second writer that loaded version 1 too loses the race and must reload.
-    assert store.save(_record(seq=9), loaded.version, "snap-9", SaveEffects()) == 0
+    assert store.save(_record(seq=9), loaded.version, "snap-9", SaveEffects()) is Saved.STALE
     again = store.load("r1")
     assert again is not None
     assert again.version == "2"
@@ -53,46 +110,143 @@ def test_a_save_from_a_stale_version_is_refused(store: RunStore) -> None:
 
 def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000, budget=None)
-    first = store.claim(
-        "r1", "call-1", member="t|r1|call-1", token="a", lease_ms=200, now_ms=0, root="r1"
-    )
-    assert (first.status, first.attempts) == ("claimed", 1)
+    _save(store, _running("call-1"))
+    first = _claim(store, "call-1", "a")
+    assert (first.status, first.attempts) == (ClaimStatus.CLAIMED, 1)
     assert first.loaded is not None
     assert first.loaded.snapshot == "snap"
-    assert first.loaded.version == "1"
-    busy = store.claim(
-        "r1", "call-1", member="t|r1|call-1", token="b", lease_ms=200, now_ms=0, root="r1"
-    )
-    assert busy.status == "busy"  # a duplicate delivery while the call runs does nothing
+    assert first.loaded.version == "2"
+    busy = _claim(store, "call-1", "b")
+    assert busy.status is ClaimStatus.BUSY  # a duplicate delivery while the call runs does nothing
     # Once the lease lapses (a dead worker), the next claim is a second attempt.
     store.redis.delete(store.keys.lease("r1", "call-1"))
-    second = store.claim(
-        "r1", "call-1", member="t|r1|call-1", token="c", lease_ms=200, now_ms=0, root="r1"
-    )
-    assert (second.status, second.attempts) == ("claimed", 2)
-    event = ToolDone(call="call-1", output=ToolOutput.ok("fine"))
-    code, loaded = store.record(
-        "r1", "call-1", event, member="t|r1|call-1", token="c", due_ms=9, counted=False
-    )
-    assert code == 1
-    assert loaded is not None
-    assert [e for _, e in loaded.inbox] == [event]
+    second = _claim(store, "call-1", "c")
+    assert (second.status, second.attempts) == (ClaimStatus.CLAIMED, 2)
+    assert _record_outcome(store, "call-1", "c", attempt=2) is Recorded.ADVANCE
+    reloaded = store.load("r1")
+    assert reloaded is not None
+    assert [e for _, e in reloaded.inbox] == [
+        ToolDone(call="call-1", output=ToolOutput.ok("call-1"))
+    ]
     # Recorded: later claims see it done, and a second record adds nothing.
-    done = store.claim(
-        "r1", "call-1", member="t|r1|call-1", token="d", lease_ms=200, now_ms=0, root="r1"
-    )
-    assert done.status == "done"
-    again = store.record(
-        "r1", "call-1", event, member="t|r1|call-1", token="c", due_ms=9, counted=False
-    )
-    assert again == (0, None)
+    assert _claim(store, "call-1", "d").status is ClaimStatus.DONE
+    assert _record_outcome(store, "call-1", "c", attempt=2) is Recorded.DUPLICATE
     reloaded = store.load("r1")
     assert reloaded is not None
     assert len(reloaded.inbox) == 1
-    gone = store.claim(
-        "nope", "call-1", member="t|nope|call-1", token="e", lease_ms=200, now_ms=0, root="nope"
-    )
-    assert gone.status == "gone"
+    assert _claim(store, "call-1", "e", run_id="nope").status is ClaimStatus.GONE
+
+
+@pytest.mark.parametrize(
+    ("record", "call", "seq"),
+    [
+        pytest.param(
+            _record(calls={"call-1": CallTrack(status="approval", tool="pay", created_ms=1)}),
+            "call-1",
+            None,
+            id="waiting-for-approval",
+        ),
+        pytest.param(
+            _record(calls={"call-1": CallTrack(status="child", tool="delegate", created_ms=1)}),
+            "call-1",
+            None,
+            id="a-delegation",
+        ),
+        pytest.param(_running("call-2"), "call-1", None, id="not-in-the-batch"),
+        pytest.param(_record(), "call-1", None, id="never-made"),
+        pytest.param(
+            _running("call-1", state="finished", outcome=Outcome(stop=Stop.DONE, summary="x")),
+            "call-1",
+            None,
+            id="run-finished",
+        ),
+        pytest.param(_record(asked=3), "m2", 2, id="model-call-not-asked"),
+        pytest.param(_running("call-1", asked=None), "m0", 0, id="model-call-never-asked"),
+    ],
+)
+def test_a_claim_the_record_does_not_call_for_is_refused(
+    store: RunStore, record: RunRecord, call: str, seq: int | None
+) -> None:
+    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    _save(store, record)
+    refused = _claim(store, call, "a", seq=seq)
+    assert refused.status is ClaimStatus.REFUSED
+    assert refused.loaded is None
+    # Nothing was counted and no lease was taken.
+    run = store.redis.hgetall(store.keys.run("r1"))
+    assert f"a:{call}".encode() not in run
+    assert not store.redis.exists(store.keys.lease("r1", call))
+
+
+def test_a_model_call_the_record_asked_for_is_claimed(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    _save(store, _record(asked=4, seq=4))
+    assert _claim(store, "m4", "a", seq=4).status is ClaimStatus.CLAIMED
+
+
+def test_a_corrupt_record_refuses_every_claim(store: RunStore) -> None:
+    store.create(_running("call-1"), "snap", due_ms=5_000, budget=None)
+    store.redis.hset(store.keys.run("r1"), "meta", "{not json")
+    assert _claim(store, "call-1", "a").status is ClaimStatus.REFUSED
+
+
+def test_an_outcome_from_an_attempt_that_was_taken_over_is_fenced(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    version = _save(store, _running("call-1"))
+    assert _claim(store, "call-1", "first").attempts == 1
+    store.redis.delete(store.keys.lease("r1", "call-1"))  # the first worker's lease lapsed
+    assert _claim(store, "call-1", "second").attempts == 2
+    # The first attempt finishes late: neither recording nor saving its outcome is taken.
+    assert _record_outcome(store, "call-1", "first", attempt=1) is Recorded.FENCED
+    lease = store.keys.lease("r1", "call-1")
+    own = SaveEffects(own=OwnOutcome("call-1", 1, lease, "first", "t|r1|call-1"))
+    assert store.save(_record(seq=1), version, "snap", own) is Saved.FENCED
+    loaded = store.load("r1")
+    assert loaded is not None
+    assert loaded.inbox == []
+    assert loaded.version == version  # nothing was saved
+    assert store.redis.get(lease) == b"second"  # the second attempt's lease is untouched
+    # The attempt that holds the call records its outcome.
+    assert _record_outcome(store, "call-1", "second", attempt=2) is Recorded.ADVANCE
+
+
+def test_a_lapsed_lease_is_taken_back_unless_another_attempt_claimed(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    _save(store, _running("call-1"))
+    _claim(store, "call-1", "first")
+    lease = store.keys.lease("r1", "call-1")
+
+    def renew(token: str, attempt: int) -> bool:
+        return store.renew(
+            "r1",
+            "call-1",
+            attempt=attempt,
+            member="t|r1|call-1",
+            token=token,
+            lease_ms=5_000,
+            now_ms=0,
+        )
+
+    assert renew("first", 1)
+    store.redis.delete(lease)  # too busy to renew in time; nobody took over
+    assert renew("first", 1)
+    assert store.redis.get(lease) == b"first"
+    store.redis.delete(lease)
+    _claim(store, "call-1", "second")  # this time another worker took it over
+    assert not renew("first", 1)
+    assert store.redis.get(lease) == b"second"
+
+
+def test_a_claim_given_back_does_not_count(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    _save(store, _running("call-1"))
+    _claim(store, "call-1", "a")
+    back = {"attempt": 1, "member": "t|r1|call-1", "due_ms": 77}
+    assert not store.unclaim("r1", "call-1", token="someone-else", **back)  # type: ignore[arg-type]
+    assert store.unclaim("r1", "call-1", token="a", **back)  # type: ignore[arg-type]
+    assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")
+    assert store.due_messages(77) == ["t|r1|call-1"]
+    assert _claim(store, "call-1", "b").attempts == 1  # the next claim is a first attempt
 
 
 def test_a_claim_reports_the_root_budget(store: RunStore) -> None:
@@ -100,60 +254,115 @@ def test_a_claim_reports_the_root_budget(store: RunStore) -> None:
     store.create(
         _record("root.call-1", parent="root", root="root"), "snap", due_ms=5_000, budget=None
     )
-    effects = SaveEffects(usage=[("root", 300, 100, 400)])
-    loaded = store.load("root")
-    assert loaded is not None
-    store.save(_record("root"), loaded.version, "snap", effects)
-    claim = store.claim(
-        "root.call-1",
-        "m1",
-        member="m|root.call-1|1",
-        token="a",
-        lease_ms=500,
-        now_ms=0,
-        root="root",
-    )
+    _save(store, _record("root"), SaveEffects(usage=[("root", 300, 100, 400)]))
+    _save(store, _record("root.call-1", parent="root", root="root", asked=1, seq=1))
+    claim = _claim(store, "m1", "a", run_id="root.call-1", seq=1)
+    assert claim.status is ClaimStatus.CLAIMED
     assert (claim.root_tokens, claim.root_budget) == (400, 1_000)
 
 
-def test_a_decision_is_used_once(store: RunStore) -> None:
+def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:
     store.create(_record(), "snap", due_ms=5_000, budget=None)
     pending = Pending(
-        kind="call", run_id="r1", root_id="r1", call_id="call-1", summary="s", created_ms=1
+        kind="call",
+        run_id="r1",
+        root_id="r1",
+        call_id="call-1",
+        summary="s",
+        created_ms=1,
+        expires_ms=expires_ms,
+    )
+    _save(store, _record(pending=(pending_member(pending),)), SaveEffects(pending_add=[pending]))
+    return pending
+
+
+def _decide(store: RunStore, member: str, call: str, now_ms: int, yes: bool = True) -> Decided:
+    return store.decide(
+        "r1",
+        member,
+        f"d:{call}",
+        CallDecision(call=call, yes=yes),
+        expired=expiry_event("call", call),
+        now_ms=now_ms,
+        due_ms=9,
+    )
+
+
+def test_a_decision_is_used_once(store: RunStore) -> None:
+    pending = _pending_call(store)
+    assert store.pending() == [pending]
+    member = pending_member(pending)
+    assert _decide(store, member, "call-1", now_ms=5) is Decided.APPLIED
+    assert store.pending() == []
+    assert _decide(store, member, "call-1", now_ms=5, yes=False) is Decided.DECIDED
+    assert _decide(store, "r1|call|call-2", "call-2", now_ms=5) is Decided.NOT_PENDING
+    assert (
+        store.decide(
+            "gone",
+            "gone|call|call-1",
+            "d:call-1",
+            CallDecision(call="call-1", yes=True),
+            expired=expiry_event("call", "call-1"),
+            now_ms=5,
+            due_ms=9,
+        )
+        is Decided.GONE
     )
     loaded = store.load("r1")
     assert loaded is not None
-    store.save(
-        _record(pending=(pending_member(pending),)),
-        loaded.version,
-        "snap",
-        SaveEffects(pending_add=[pending]),
-    )
-    assert store.pending() == [pending]
-    decision = CallDecision(call="call-1", yes=True)
-    assert store.decide("r1", pending_member(pending), "d:call-1", decision, 9) == 1
+    assert [e for _, e in loaded.inbox] == [CallDecision(call="call-1", yes=True)]
+
+
+def test_a_decision_after_the_expiry_is_refused_and_declines(store: RunStore) -> None:
+    pending = _pending_call(store, expires_ms=1_000)
+    member = pending_member(pending)
+    assert _decide(store, member, "call-1", now_ms=1_000) is Decided.EXPIRED
     assert store.pending() == []
-    assert (
-        store.decide("r1", pending_member(pending), "d:call-1", decision, 9) == -1
-    )  # decided already
-    other = "r1|call|call-2"
-    assert (
-        store.decide("r1", other, "d:call-2", CallDecision(call="call-2", yes=True), 9) == 0
-    )  # never pending
+    loaded = store.load("r1")
+    assert loaded is not None
+    declined = CallDecision(call="call-1", yes=False, reason="no decision came in time")
+    assert [e for _, e in loaded.inbox] == [declined]
+    # Any later decision, yes or no, is told it came too late.
+    assert _decide(store, member, "call-1", now_ms=1_001) is Decided.EXPIRED
+    assert _decide(store, member, "call-1", now_ms=5, yes=False) is Decided.EXPIRED
+
+
+def test_a_decision_just_before_the_expiry_is_applied(store: RunStore) -> None:
+    pending = _pending_call(store, expires_ms=1_000)
+    assert _decide(store, pending_member(pending), "call-1", now_ms=999) is Decided.APPLIED
 
 
 def test_a_finished_run_expires_and_leaves_the_index(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000, budget=None)
-    loaded = store.load("r1")
-    assert loaded is not None
     finished = _record(state="finished", outcome=Outcome(stop=Stop.DONE, summary="ok"))
-    store.save(finished, loaded.version, "snap", SaveEffects(retention=100))
+    _save(store, finished, SaveEffects(retention=100))
     assert 0 < store.redis.ttl(store.keys.run("r1")) <= 100
     assert store.due_messages(10**15) == []  # nothing left to send for it
     assert store.prune_runs(older_than_ms=10**15) == 0  # still there: kept
+    store.prune_runs(older_than_ms=10**15)  # (a full sweep starts again from the oldest)
     store.redis.delete(store.keys.run("r1"))  # what expiry does
     assert store.prune_runs(older_than_ms=10**15) == 1
     assert store.runs() == []
+
+
+def test_pruning_gets_past_runs_that_stay_alive(store: RunStore) -> None:
+    for n in range(7):
+        store.create(_record(f"r{n}", created_ms=1_000 + n), "snap", due_ms=5_000, budget=None)
+    for n in (5, 6):
+        store.redis.delete(store.keys.run(f"r{n}"))  # expired; r0..r4 are parked for weeks
+    pruned = [store.prune_runs(older_than_ms=10**15, limit=2) for _ in range(4)]
+    assert sum(pruned) == 2, pruned
+    assert sorted(store.runs()) == ["r0", "r1", "r2", "r3", "r4"]
+
+
+def test_usage_for_an_ancestor_that_expired_does_not_bring_it_back(store: RunStore) -> None:
+    store.create(_record("root"), "snap", due_ms=5_000, budget=None)
+    store.create(_record("root.call-1", parent="root", root="root"), "snap", 5_000, None)
+    store.redis.delete(store.keys.run("root"))  # finished and expired
+    effects = SaveEffects(usage=[("root", 1, 2, 3), ("root.call-1", 1, 2, 3)])
+    _save(store, _record("root.call-1", parent="root", root="root"), effects)
+    assert not store.redis.exists(store.keys.run("root"))
+    assert store.redis.hget(store.keys.run("root.call-1"), "tt") == b"3"
 
 
 @pytest.mark.parametrize(
@@ -180,60 +389,53 @@ def test_an_unreadable_outbox_member_is_skipped(member: str) -> None:
     assert message_of(member) is None
 
 
-def _claimed(store: RunStore, call: str, token: str) -> None:
-    claim = store.claim(
-        "r1", call, member=f"t|r1|{call}", token=token, lease_ms=5_000, now_ms=0, root="r1"
-    )
-    assert claim.status == "claimed"
-
-
 def test_only_the_last_result_of_a_batch_asks_for_an_advance(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000, budget=None)
-    loaded = store.load("r1")
-    assert loaded is not None
     batch = ["call-1", "call-2", "call-3"]
-    assert store.save(_record(seq=1), loaded.version, "snap", SaveEffects(running=batch)) == 1
+    _save(store, _running(*batch, seq=1), SaveEffects(running=batch))
     codes = []
     for call in batch:
-        _claimed(store, call, "x")
-        event = ToolDone(call=call, output=ToolOutput.ok(call))
-        code, _ = store.record(
-            "r1", call, event, member=f"t|r1|{call}", token="x", due_ms=9, counted=True
-        )
-        codes.append(code)
-    assert codes == [2, 2, 1]
+        assert _claim(store, call, "x").status is ClaimStatus.CLAIMED
+        codes.append(_record_outcome(store, call, "x", attempt=1, counted=True))
+    assert codes == [Recorded.WAITING, Recorded.WAITING, Recorded.ADVANCE]
     # The others left a late advance in the outbox, in case the last one never comes.
     assert store.due_messages(10) == ["a|r1"]
 
 
 def test_a_save_counts_what_is_still_out(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000, budget=None)
-    _claimed(store, "call-1", "x")
-    done = ToolDone(call="call-1", output=ToolOutput.ok("one"))
-    store.record("r1", "call-1", done, member="t|r1|call-1", token="x", due_ms=9, counted=True)
-    loaded = store.load("r1")
-    assert loaded is not None
+    _save(store, _running("call-1", "call-2"))
+    _claim(store, "call-1", "x")
+    _record_outcome(store, "call-1", "x", attempt=1, counted=True)
     # call-1 is recorded but not applied yet: only call-2 is still out.
-    effects = SaveEffects(running=["call-1", "call-2"])
-    assert store.save(_record(seq=1), loaded.version, "snap", effects) == 1
+    _save(store, _running("call-1", "call-2", seq=1), SaveEffects(running=["call-1", "call-2"]))
     assert store.redis.hget(store.keys.run("r1"), "out") == b"1"
 
 
 def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000, budget=None)
-    _claimed(store, "call-1", "x")
-    loaded = store.load("r1")
-    assert loaded is not None
-    done = ToolDone(call="call-1", output=ToolOutput.ok("one"))
-    store.record("r1", "call-1", done, member="t|r1|call-1", token="x", due_ms=9, counted=False)
+    version = _save(store, _running("call-1"))
+    _claim(store, "call-1", "x")
+    _record_outcome(store, "call-1", "x", attempt=1)
     lease = store.keys.lease("r1", "call-1")
-    own = SaveEffects(own=OwnOutcome("r:call-1", lease, "y", "t|r1|call-1"))
-    assert store.save(_record(seq=1), loaded.version, "snap", own) == -1
+    own = SaveEffects(own=OwnOutcome("call-1", 1, lease, "y", "t|r1|call-1"))
+    assert store.save(_record(seq=1), version, "snap", own) is Saved.DUPLICATE
     # Applied, the markers go: a late duplicate finds the call stale, not pending.
     forget = SaveEffects(forget=["r:call-1", "a:call-1"])
-    assert store.save(_record(seq=1), loaded.version, "snap", forget) == 1
+    assert store.save(_record(seq=1), version, "snap", forget) is Saved.SAVED
     assert not store.redis.hexists(store.keys.run("r1"), "r:call-1")
     assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")
+
+
+def test_one_process_ticks_per_interval(store: RunStore) -> None:
+    assert store.elect_ticker("a", 60_000, now_ms=1) == 0
+    wait = store.elect_ticker("b", 60_000, now_ms=2)
+    assert 0 < wait <= 60_000  # b is told when to ask again
+    assert store.elect_ticker("a", 60_000, now_ms=3) > 0  # one tick per interval, even for a
+    assert store.tick_stats() == (1, 1, "a")
+    store.redis.delete(store.keys.tick_lock)  # the interval passed (or a lapsed on dying)
+    assert store.elect_ticker("b", 60_000, now_ms=4) == 0
+    assert store.tick_stats() == (2, 4, "b")
 
 
 def test_a_run_started_twice_under_one_id_is_one_run(tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from celery import Celery
+import click
+from celery import Celery, bootsteps
 from kombu import Queue
 
 from workers.engine import Message
@@ -31,22 +32,35 @@ VISIBILITY_MARGIN_S = 120
 
 @dataclass(frozen=True)
 class Queues:
-    """Queue names: advancing runs, model calls and tool calls, so each can get its own pool."""
+    """Queue names: advancing runs, model calls, tool calls and the tick, so each can get
+    its own pool, and a tick never waits behind long tools."""
 
     advance: str
     model: str
     tools: str
+    tick: str
 
     @classmethod
     def under(cls, prefix: str) -> Queues:
-        return cls(advance=f"{prefix}advance", model=f"{prefix}model", tools=f"{prefix}tools")
+        return cls(
+            advance=f"{prefix}advance",
+            model=f"{prefix}model",
+            tools=f"{prefix}tools",
+            tick=f"{prefix}tick",
+        )
 
     def all(self) -> list[str]:
-        return [self.advance, self.model, self.tools]
+        return [self.advance, self.model, self.tools, self.tick]
 
     def named(self, short: str) -> str:
-        """Return the queue for a short name (`advance`, `model`, `tools`) or a full one."""
-        return {"advance": self.advance, "model": self.model, "tools": self.tools}.get(short, short)
+        """Return the queue for a short name (`advance`, `model`, `tools`, `tick`) or a full one."""
+        short_names = {
+            "advance": self.advance,
+            "model": self.model,
+            "tools": self.tools,
+            "tick": self.tick,
+        }
+        return short_names.get(short, short)
 
 
 class RuntimeLike(Protocol):
@@ -56,6 +70,7 @@ class RuntimeLike(Protocol):
     def call_model(self, run_id: str, seq: int) -> None: ...
     def run_tool(self, run_id: str, call_id: str) -> None: ...
     def tick(self) -> None: ...
+    def start_ticking(self) -> Callable[[], None]: ...
 
 
 def visibility_timeout(settings: Settings) -> int:
@@ -96,17 +111,17 @@ def build_celery(
     runtime: Callable[[], RuntimeLike],
 ) -> Celery:
     """Return the configured Celery app with the tasks `relay.advance`, `relay.call_model`,
-    `relay.run_tool` and `relay.tick` registered on it."""
+    `relay.run_tool` and `relay.tick` registered on it, and the tick in every worker."""
     queues = Queues.under(settings.prefix)
     app = Celery(name, broker=broker_url, set_as_current=False)
     app.conf.update(
         **delivery_settings(visibility_timeout(settings), events=settings.events),
         task_default_queue=queues.advance,
-        # Declared, so a plain `celery -A mymodule:app worker` consumes all three.
+        # Declared, so a plain `celery -A mymodule:app worker` consumes all four.
         task_queues=[Queue(name) for name in queues.all()],
         task_routes={
             "relay.advance": {"queue": queues.advance},
-            "relay.tick": {"queue": queues.advance},
+            "relay.tick": {"queue": queues.tick},
             "relay.call_model": {"queue": queues.model},
             "relay.run_tool": {"queue": queues.tools},
         },
@@ -122,21 +137,91 @@ def build_celery(
 
     @app.task(name="relay.advance")
     def advance(run_id: str) -> None:
-        runtime().advance(run_id)
+        if _valid("relay.advance", run_id=run_id):
+            runtime().advance(run_id)
 
     @app.task(name="relay.call_model")
     def call_model(run_id: str, seq: int) -> None:
-        runtime().call_model(run_id, seq)
+        if _valid("relay.call_model", run_id=run_id, seq=seq):
+            runtime().call_model(run_id, seq)
 
     @app.task(name="relay.run_tool")
     def run_tool(run_id: str, call_id: str) -> None:
-        runtime().run_tool(run_id, call_id)
+        if _valid("relay.run_tool", run_id=run_id, call_id=call_id):
+            runtime().run_tool(run_id, call_id)
 
-    @app.task(name="relay.tick")
+    # The tick sends no task events: every few seconds, it would push the real
+    # tasks out of Flower's memory.
+    @app.task(name="relay.tick", send_events=False)
     def tick() -> None:
         runtime().tick()
 
+    _add_ticker(app, runtime)
     return app
+
+
+def _add_ticker(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
+    """Make every worker of `app` run the fleet's tick in a thread (`--no-tick` turns it off)."""
+    app.user_options["worker"].add(
+        click.Option(
+            ("--no-tick",),
+            is_flag=True,
+            default=False,
+            help="Do not take part in the tick (schedules, expiries, healing).",
+        )
+    )
+
+    class Ticking(bootsteps.StartStopStep):
+        """Runs `workers.ticker.Ticker` beside the pool, in the worker's main process."""
+
+        label = "Relay tick"
+        requires = ("celery.worker.components:Pool",)
+
+        def __init__(self, parent: Any, no_tick: bool = False, **kwargs: Any) -> None:
+            super().__init__(parent, **kwargs)
+            self.enabled = not no_tick
+            self._halt: Callable[[], None] | None = None
+
+        def start(self, parent: Any) -> None:  # noqa: ARG002 - the bootstep API
+            self._halt = runtime().start_ticking()
+
+        def stop(self, parent: Any) -> None:  # noqa: ARG002 - the bootstep API
+            if self._halt is not None:
+                self._halt()
+                self._halt = None
+
+    app.steps["worker"].add(Ticking)
+
+
+MAX_ID_CHARS = 300
+
+
+def _valid(task: str, *, run_id: object, seq: object = 0, call_id: object = "call") -> bool:
+    """Whether a task message's arguments have the types and sizes Relay sends.
+
+    Anyone with access to the broker (or Flower's "apply") can send a task: what
+    Relay never sends is refused here, with a warning, before it reaches Redis.
+    """
+    fine = (
+        isinstance(run_id, str)
+        and 0 < len(run_id) <= MAX_ID_CHARS
+        and run_id.isprintable()
+        and isinstance(seq, int)
+        and not isinstance(seq, bool)
+        and 0 <= seq < 2**53
+        and isinstance(call_id, str)
+        and 0 < len(call_id) <= MAX_ID_CHARS
+        and call_id.isprintable()
+    )
+    if not fine:
+        log.warning(
+            "refused a %s message with arguments Relay never sends: run=%.80r seq=%.40r call=%.80r",
+            task,
+            run_id,
+            seq,
+            call_id,
+        )
+    return fine
 
 
 def sender(

@@ -8,6 +8,8 @@ import socket
 import click
 
 from workers.cli_common import Context, Failure, app_option
+from workers.relay import Relay
+from workers.settings import SettingsError
 
 __all__ = ["beat", "flower", "worker"]
 
@@ -28,7 +30,11 @@ __all__ = ["beat", "flower", "worker"]
     "-Q",
     help="Comma-separated queues: advance, model, tools (default: all of them).",
 )
-@click.option("--beat", "-B", is_flag=True, help="Also run the beat (the tick) in this worker.")
+@click.option(
+    "--no-tick",
+    is_flag=True,
+    help="Take no part in the tick (schedules, expired approvals, a dead worker's calls).",
+)
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 @click.option("--hostname", "-n", help="Worker name (default: relay-<app>@<host>).")
 @app_option
@@ -39,7 +45,7 @@ def worker(
     concurrency: int | None,
     pool: str,
     queues: str | None,
-    beat: bool,
+    no_tick: bool,
     loglevel: str,
     hostname: str | None,
 ) -> None:
@@ -47,9 +53,10 @@ def worker(
 
     Model calls wait on the network: give them a threads pool with many
     threads (`--queues model --pool threads -c 32`); tools may use CPU: a
-    prefork pool (`--queues tools,advance`). A fleet needs the tick too, for
-    schedules, expiries and picking up a dead worker's calls: run `relay beat`
-    once, or pass --beat to one worker.
+    prefork pool (`--queues tools,advance`). Every worker also takes part in
+    the tick (schedules, expired approvals, picking up a dead worker's calls):
+    one tick per RELAY_TICK_SECONDS across the fleet, run beside the pool, so
+    a fleet of plain workers needs nothing else. --no-tick opts out.
     """
     obj.spec("worker")
     relay = obj.relay
@@ -58,6 +65,10 @@ def worker(
         if not queues
         else [relay.queues.named(q.strip()) for q in queues.split(",") if q.strip()]
     )
+    if not no_tick and relay.queues.tick not in names:
+        names.append(relay.queues.tick)  # ticks sent by a beat, if one runs
+    if relay.settings.durable_claims:
+        _check_durable(relay)
     argv = [
         "worker",
         f"--loglevel={loglevel}",
@@ -69,10 +80,18 @@ def worker(
         argv.append("-E")  # task events, for Flower (RELAY_EVENTS=0 turns them off)
     if concurrency:
         argv.append(f"--concurrency={concurrency}")
-    if beat:
-        # The in-memory scheduler: the tick is the only entry, nothing to persist.
-        argv += ["--beat", "--scheduler=celery.beat:Scheduler"]
+    if no_tick:
+        argv.append("--no-tick")
     relay.celery.worker_main(argv)
+
+
+def _check_durable(relay: Relay) -> None:
+    """Refuse to start, in one line, when RELAY_DURABLE_CLAIMS cannot be honoured."""
+    try:
+        mode = relay.store.durability()
+    except SettingsError as error:
+        raise Failure(str(error)) from None
+    click.echo(f"relay: durable claims on ({mode.value})", err=True)
 
 
 @click.command()
@@ -80,9 +99,11 @@ def worker(
 @app_option
 @click.pass_obj
 def beat(obj: Context, loglevel: str) -> None:
-    """Start the beat: it sends `relay.tick` every few seconds (schedules, healing).
+    """Start a beat: it sends `relay.tick` every RELAY_TICK_SECONDS (schedules, healing).
 
-    Run one beat per deployment; the tick is safe to run twice, but once is enough.
+    Not needed: every worker takes part in the tick already. For deployments
+    that want the tick sent from one process of its own; however many beats and
+    workers ask, the fleet still ticks once per interval.
     """
     obj.spec("beat")
     relay = obj.relay

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from agent_core import Outcome
+from workers.decisions import PendingKind, decision_field, expiry_event, pending_key
 from workers.engine import Message
 from workers.errors import DecisionRefused, RunCorrupt, RunNotFound, WaitTimeout
 from workers.model_client import Usage
@@ -27,6 +28,7 @@ from workers.records import (
     TraceEntry,
 )
 from workers.runtime import now_ms
+from workers.store import Decided
 
 if TYPE_CHECKING:
     from workers.runtime import Runtime
@@ -110,36 +112,33 @@ class RunsClient:
         """Decide a call that waits for approval. Refused unless that call is pending.
 
         Raises:
-            DecisionRefused: the call is not waiting for a decision (or was decided already).
+            DecisionRefused: the call is not waiting for a decision, was decided
+                already, or its time ran out (then it is declined, as the tick would).
             RunNotFound: there is no such run.
         """
         _check_yes(yes)
-        event = CallDecision(call=call_id, yes=yes, reason=reason[:2_000])
-        self._decide(run_id, f"{run_id}|call|{call_id}", f"d:{call_id}", event, f"call {call_id}")
+        if not isinstance(call_id, str):
+            raise DecisionRefused(f"a call id is text, got {call_id!r}")
+        event = CallDecision(call=call_id, yes=yes, reason=str(reason)[:2_000])
+        self._decide(run_id, "call", call_id, event, f"call {call_id}")
 
     def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
         """Decline a call that waits for approval (the model is told)."""
         self.approve(run_id, call_id, yes=False, reason=reason)
 
     def approve_plan(self, run_id: str, yes: bool = True) -> None:
-        """Decide the plan a run waits on."""
+        """Decide the plan a run waits on (refused like `approve`)."""
         _check_yes(yes)
         seq = self._pending_seq(run_id, "plan")
-        self._decide(
-            run_id,
-            f"{run_id}|plan|{seq}",
-            f"d:plan:{seq}",
-            PlanDecision(seq=seq, yes=yes),
-            "a plan",
-        )
+        self._decide(run_id, "plan", str(seq), PlanDecision(seq=seq, yes=yes), "a plan")
 
     def answer(self, run_id: str, text: str) -> None:
-        """Answer the question a run waits on."""
+        """Answer the question a run waits on (refused like `approve`)."""
         if not isinstance(text, str):
             raise DecisionRefused("an answer must be text")
         seq = self._pending_seq(run_id, "question")
         event = Answer(seq=seq, text=text[:20_000])
-        self._decide(run_id, f"{run_id}|question|{seq}", f"d:question:{seq}", event, "a question")
+        self._decide(run_id, "question", str(seq), event, "a question")
 
     def _pending_seq(self, run_id: str, kind: str) -> int:
         record, _ = self._record(run_id)
@@ -154,16 +153,34 @@ class RunsClient:
         )
         raise DecisionRefused(f"run {run_id} is not waiting for {kind} ({state})")
 
-    def _decide(self, run_id: str, member: str, field: str, event: InboxEvent, what: str) -> None:
-        due = now_ms() + self.runtime.timing.grace_ms
-        result = self.store.decide(run_id, member, field, event, due)
-        if result == 1:
+    def _decide(
+        self, run_id: str, kind: PendingKind, what: str, event: InboxEvent, named: str
+    ) -> None:
+        now = now_ms()
+        decided = self.store.decide(
+            run_id,
+            pending_key(run_id, kind, what),
+            decision_field(kind, what),
+            event,
+            expired=expiry_event(kind, what),
+            now_ms=now,
+            due_ms=now + self.runtime.timing.grace_ms,
+        )
+        if decided in (Decided.APPLIED, Decided.EXPIRED):
             self._send([Message("advance", run_id)])
+        if decided is Decided.APPLIED:
             return
-        self._record(run_id)  # RunNotFound for an unknown run
-        if result == -1:
-            raise DecisionRefused(f"{what} of run {run_id} was decided already")
-        raise DecisionRefused(f"{what} of run {run_id} is not waiting for a decision")
+        if decided is Decided.GONE:
+            self._record(run_id)  # RunNotFound (or RunCorrupt)
+        if decided is Decided.EXPIRED:
+            outcome = "declined" if kind != "question" else "left unanswered"
+            raise DecisionRefused(
+                f"{named} of run {run_id} waited too long: its time ran out before this"
+                f" decision, so it was {outcome}"
+            )
+        if decided is Decided.DECIDED:
+            raise DecisionRefused(f"{named} of run {run_id} was decided already")
+        raise DecisionRefused(f"{named} of run {run_id} is not waiting for a decision")
 
     def cancel(self, run_id: str, reason: str = "") -> bool:
         """Stop a run (parked or running) and its children; False if it had finished already.

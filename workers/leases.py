@@ -38,6 +38,8 @@ class Lease:
     """Extend the lease; False if it was lost."""
     cancelled: Callable[[], bool]
     """Whether the run was cancelled meanwhile."""
+    label: str = "a call"
+    """What the call is, for the log."""
 
 
 class _Job(Generic[T]):
@@ -132,8 +134,12 @@ def run_leased(
 def _keep(lease: Lease, cancel: threading.Event) -> None:
     try:
         if not lease.renew():
-            log.warning("a call's lease was lost while it ran; another worker may take it over")
+            log.warning(
+                "%s lost its lease while it ran (another attempt took it over, or its"
+                " outcome is in); whatever it finds will be discarded",
+                lease.label,
+            )
         if lease.cancelled():
             cancel.set()
     except StoreUnavailable as error:
-        log.warning("could not renew a lease: %s", error)
+        log.warning("could not renew the lease of %s: %s", lease.label, error)

@@ -73,6 +73,8 @@ class ToolSpec:
     idempotent: bool
     timeout: float | None = None
     context_param: str | None = None
+    lease_seconds: float | None = None
+    """How long a claim on one of its calls lasts between renewals (None: the default)."""
 
 
 def _unwrap_optional(hint: Any) -> tuple[Any, bool]:

@@ -115,6 +115,7 @@ class Relay(RunsClient, Scheduling):
         idempotent: bool | None = ...,
         name: str | None = ...,
         timeout: float | None = ...,
+        lease_seconds: float | None = ...,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -126,16 +127,31 @@ class Relay(RunsClient, Scheduling):
         idempotent: bool | None = None,
         name: str | None = None,
         timeout: float | None = None,
+        lease_seconds: float | None = None,
     ) -> Any:
         """Register a function as a tool (`@relay.tool` or `@relay.tool(risk=Risk.READ)`).
 
         The description comes from the docstring, the arguments from the type
         hints. READ tools are idempotent unless told otherwise; others are not.
+        `timeout` caps how long a call may run (default RELAY_TOOL_TIMEOUT).
+        `lease_seconds` is for tools that can hold the GIL for long stretches (C
+        code, CPU-bound work): the worker renews a call's claim every third of its
+        lease, and a claim not renewed in time lets another worker take the call
+        over (the late outcome is then discarded). Default: half of
+        RELAY_RECOVERY_SECONDS, which is also how soon a dead worker's call of
+        this tool is picked up again.
         """
 
         def register(function: F) -> F:
             described, context_param = describe_function(function, name=name, risk=risk)
-            self._add(described, function, idempotent, timeout, context_param)
+            self._add(
+                described,
+                function,
+                idempotent=idempotent,
+                timeout=timeout,
+                context_param=context_param,
+                lease_seconds=lease_seconds,
+            )
             return function
 
         return register(fn) if fn is not None else register
@@ -148,26 +164,43 @@ class Relay(RunsClient, Scheduling):
         idempotent: bool | None = None,
         timeout: float | None = None,
         context_param: str | None = None,
+        lease_seconds: float | None = None,
     ) -> None:
         """Register an `agent_core.Tool` with the function that runs it (called with its args)."""
         if not isinstance(tool, Tool) or not callable(fn):
             raise ToolRegistrationError("add_tool takes an agent_core.Tool and a function")
-        self._add(tool, fn, idempotent, timeout, context_param)
+        self._add(
+            tool,
+            fn,
+            idempotent=idempotent,
+            timeout=timeout,
+            context_param=context_param,
+            lease_seconds=lease_seconds,
+        )
 
     def _add(
         self,
         tool: Tool,
         fn: Callable[..., Any],
+        *,
         idempotent: bool | None,
         timeout: float | None,
         context_param: str | None,
+        lease_seconds: float | None,
     ) -> None:
         if tool.name in self._specs:
             raise ToolRegistrationError(f"a tool named {tool.name!r} is registered already")
-        if timeout is not None and not timeout > 0:
-            raise ToolRegistrationError(f"tool {tool.name!r}: timeout must be > 0 seconds")
+        for what, seconds in (("timeout", timeout), ("lease_seconds", lease_seconds)):
+            if seconds is not None and not (
+                isinstance(seconds, int | float)
+                and not isinstance(seconds, bool)
+                and 0 < seconds < 1e7
+            ):
+                raise ToolRegistrationError(f"tool {tool.name!r}: {what} must be > 0 seconds")
         safe = idempotent if idempotent is not None else tool.risk_class is Risk.READ
-        self._specs[tool.name] = ToolSpec(tool, fn, safe, timeout, context_param)
+        self._specs[tool.name] = ToolSpec(
+            tool, fn, safe, timeout, context_param, lease_seconds=lease_seconds
+        )
 
     def verifier(self, fn: Verifier) -> Verifier:
         """Register a check of each final answer: return a problem to send it back, or None."""

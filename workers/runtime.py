@@ -24,18 +24,16 @@ from typing import Protocol
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
 from workers import engine
+from workers.decisions import decision_field, expiry_event, pending_key
 from workers.engine import Message, Surroundings
 from workers.errors import StoreUnavailable
 from workers.leases import CallTimedOut, Lease, run_leased
 from workers.model_client import ModelCallError, ModelReply
 from workers.records import (
-    Answer,
-    CallDecision,
     InboxEvent,
     ModelFailed,
     ModelReplied,
     Pending,
-    PlanDecision,
     RunRecord,
     ToolDone,
     TraceEntry,
@@ -44,15 +42,19 @@ from workers.registry import ToolContext, ToolSpec
 from workers.settings import Settings
 from workers.store import (
     Claim,
+    ClaimStatus,
+    Decided,
     Loaded,
     OwnOutcome,
+    Recorded,
     RunStore,
+    Saved,
     SaveEffects,
     advance_member,
     model_member,
-    pending_member,
     tool_member,
 )
+from workers.ticker import Ticker
 
 __all__ = ["Model", "Runtime", "RuntimeHost", "now_ms"]
 
@@ -61,7 +63,6 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
 """Claims of one call before Relay stops trying (each earlier worker died mid-call)."""
 SAVE_TRIES = 20
-NO_ANSWER = "(No answer came in time. Carry on without it, and say what you assumed.)"
 
 
 def now_ms() -> int:
@@ -92,23 +93,34 @@ class RuntimeHost(Protocol):
 
 @dataclass(frozen=True)
 class Timing:
-    """The runtime's clocks, from RELAY_RECOVERY_SECONDS, RELAY_APPROVAL_TTL, RELAY_RETENTION."""
+    """The runtime's clocks, from RELAY_RECOVERY_SECONDS, RELAY_TICK_SECONDS,
+    RELAY_APPROVAL_TTL and RELAY_RETENTION."""
 
     lease_ms: int
+    """How long a call's claim lasts unless renewed (every third of it, while it runs)."""
     grace_ms: int
+    """How long a message may go unhandled before the tick sends it again."""
     approval_ttl_ms: int | None
     retention_s: int
 
     @classmethod
     def of(cls, settings: Settings) -> Timing:
+        # A dead worker's call is sent again by the first tick after its lease
+        # lapses, so lease + one tick interval is the recovery time; a lease is
+        # never shorter than half of it, whatever the tick interval.
         recovery_ms = int(settings.recovery_seconds * 1000)
+        lapse_ms = max(recovery_ms - int(settings.tick_seconds * 1000), recovery_ms // 2)
         ttl = settings.approval_ttl
         return cls(
-            lease_ms=max(recovery_ms // 2, 200),
-            grace_ms=max(recovery_ms, 1_000),
+            lease_ms=max(lapse_ms, 200),
+            grace_ms=max(lapse_ms, 1_000),
             approval_ttl_ms=None if ttl is None else int(ttl * 1000),
             retention_s=max(int(settings.retention), 1),
         )
+
+
+class _Postponed(Exception):
+    """Raised when a claimed call cannot start now; its message stays due in the outbox."""
 
 
 @dataclass
@@ -118,6 +130,8 @@ class _Call:
     run_id: str
     what: str
     """`m<seq>` for a model call, the call id for a tool call."""
+    seq: int | None
+    """The model call's step; None for a tool call."""
     member: str
     token: str
     claim: Claim | None = None
@@ -147,6 +161,19 @@ class _Call:
         step = self.agent.resume()
         return step.request if isinstance(step, Ask | Summarize) else None
 
+    @property
+    def attempt(self) -> int:
+        """This claim's number among the call's attempts (1 unless a worker died on it)."""
+        assert self.claim is not None
+        return self.claim.attempts
+
+    @property
+    def label(self) -> str:
+        """The call as the log names it."""
+        kind = "model call" if self.seq is not None else "tool call"
+        attempt = self.claim.attempts if self.claim is not None else "?"
+        return f"{kind} {self.what} of run {self.run_id} (attempt {attempt})"
+
     def others_out(self) -> bool:
         """Whether other calls of the batch are still out (their saves would race ours)."""
         assert self.loaded is not None
@@ -174,8 +201,15 @@ class Runtime:
         self.timing = Timing.of(host.settings)
         self.clock: Callable[[], int] = now_ms
         self.on_tick: Callable[[int], object] = self.heal
-        """What the beat's tick does; the Relay sets it to the scheduler's tick."""
+        """What the tick does; the Relay sets it to the scheduler's tick."""
+        self.ticker = Ticker(store, self._tick_now, host.settings.tick_seconds, self._now)
         self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _tick_now(self, now: int) -> None:
+        self.on_tick(now)
+
+    def _now(self) -> int:
+        return self.clock()
 
     def _token(self) -> str:
         return f"{self._token_prefix}-{secrets.token_hex(4)}"
@@ -212,9 +246,9 @@ class Runtime:
         saved = self.store.save(
             advanced.record, loaded.version, advanced.snapshot, advanced.effects
         )
-        if saved == 1:
+        if saved is Saved.SAVED:
             self.send(advanced.messages)
-        return saved == 1
+        return saved is Saved.SAVED
 
     def _decide_next(
         self,
@@ -255,7 +289,7 @@ class Runtime:
     def call_model(self, run_id: str, seq: int) -> None:
         """Make the model call for the run's step `seq`, once, and advance the run."""
         self._once(
-            _Call(run_id, f"m{seq}", model_member(run_id, seq), self._token()),
+            _Call(run_id, f"m{seq}", seq, model_member(run_id, seq), self._token()),
             lambda call: self._model_event(call, seq),
             counted=False,
         )
@@ -273,58 +307,76 @@ class Runtime:
         claim = self.store.claim(
             call.run_id,
             call.what,
+            seq=call.seq,
             member=call.member,
             token=call.token,
             lease_ms=self.timing.lease_ms,
             now_ms=self.clock(),
             root=_root_of(call.run_id),
         )
-        if claim.status != "claimed":
-            self._unclaimed(call.run_id, call.member, claim.status)
+        if claim.status is not ClaimStatus.CLAIMED:
+            self._unclaimed(call, claim.status)
             return
         if not call.open(claim, self.host):
             self.store.forget_message(call.member)
             return
-        event = produce(call)
+        try:
+            event = produce(call)
+        except _Postponed:
+            return
         if event is None:
             self.store.forget_message(call.member)
             return
         if not call.others_out() and self._save_own(call, event):
             return
         due = self.clock() + self.timing.grace_ms
-        code, loaded = self.store.record(
+        recorded, loaded = self.store.record(
             call.run_id,
             call.what,
             event,
+            attempt=call.attempt,
             member=call.member,
             token=call.token,
             due_ms=due,
             counted=counted,
         )
-        if code == 1:
+        if recorded is Recorded.FENCED:
+            _log_fenced(call)
+        elif recorded is Recorded.ADVANCE:
             self.advance(call.run_id, loaded)
 
     def _save_own(self, call: _Call, event: InboxEvent) -> bool:
         """Save `event` with the run as the claim found it; False if the run changed since."""
         assert call.loaded is not None
         advanced = self._decide_next(call.run_id, call.loaded, call.agent, event)
-        keys = self.store.keys
-        lease = keys.lease(call.run_id, call.what)
-        advanced.effects.own = OwnOutcome(f"r:{call.what}", lease, call.token, call.member)
+        lease = self.store.keys.lease(call.run_id, call.what)
+        advanced.effects.own = OwnOutcome(call.what, call.attempt, lease, call.token, call.member)
         advanced.effects.forget.append(f"a:{call.what}")
         saved = self.store.save(
             advanced.record, call.loaded.version, advanced.snapshot, advanced.effects
         )
-        if saved == 1:
+        if saved is Saved.SAVED:
             self.send(advanced.messages)
-        return saved != 0  # -1: recorded by another delivery already; nothing left to do
+        elif saved is Saved.FENCED:
+            _log_fenced(call)
+        return saved is not Saved.STALE  # recorded (or fenced off) already: nothing left to do
 
-    def _unclaimed(self, run_id: str, member: str, status: str) -> None:
-        if status == "gone":
-            self.store.forget_message(member)
-        elif status == "done":
-            self.store.forget_message(member)
-            self.advance(run_id)
+    def _unclaimed(self, call: _Call, status: ClaimStatus) -> None:
+        if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:
+            # Never sent by Relay for a run in this state: forged, replayed or early.
+            log.warning(
+                "refused %s for run %s: %s",
+                "model call " + call.what if call.seq is not None else "tool call " + call.what,
+                call.run_id,
+                "no such run"
+                if status is ClaimStatus.GONE
+                else "the run's record does not call for it (not approved, not running,"
+                " or finished); nothing was run",
+            )
+            self.store.forget_message(call.member)
+        elif status is ClaimStatus.DONE:
+            self.store.forget_message(call.member)
+            self.advance(call.run_id)
 
     def _model_event(self, call: _Call, seq: int) -> InboxEvent | None:
         request = call.request(seq)
@@ -339,7 +391,7 @@ class Runtime:
         if over:
             return ModelFailed(seq=seq, error=over, budget=True)
         cancel = threading.Event()
-        lease = self._lease(call.run_id, call.what, call.member, call.token)
+        lease = self._lease(call, self.timing.lease_ms)
         model = self.host.model()
         try:
             reply = run_leased(
@@ -351,18 +403,21 @@ class Runtime:
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
         return ModelReplied(seq=seq, text=reply.text, usage=reply.usage)
 
-    def _lease(self, run_id: str, what: str, member: str, token: str) -> Lease:
+    def _lease(self, call: _Call, lease_ms: int) -> Lease:
+        """Return how to keep `call`'s lease (of `lease_ms`) while it runs."""
+
         def renew() -> bool:
             return self.store.renew(
-                run_id,
-                what,
-                member=member,
-                token=token,
-                lease_ms=self.timing.lease_ms,
+                call.run_id,
+                call.what,
+                attempt=call.attempt,
+                member=call.member,
+                token=call.token,
+                lease_ms=lease_ms,
                 now_ms=self.clock(),
             )
 
-        return Lease(self.timing.lease_ms / 1000, renew, lambda: self.store.cancelled(run_id))
+        return Lease(lease_ms / 1000, renew, lambda: self.store.cancelled(call.run_id), call.label)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -373,7 +428,7 @@ class Runtime:
             output = self._tool_output(call)
             return None if output is None else ToolDone(call=call_id, output=output)
 
-        call = _Call(run_id, call_id, tool_member(run_id, call_id), self._token())
+        call = _Call(run_id, call_id, None, tool_member(run_id, call_id), self._token())
         self._once(call, produce, counted=True)
 
     def _tool_output(self, call: _Call) -> ToolOutput | None:
@@ -387,10 +442,12 @@ class Runtime:
         refused = _not_again(spec, call.claim.attempts)
         if refused is not None:
             return refused
+        if self.host.settings.durable_claims and not spec.idempotent:
+            self._ensure_durable(call)
         run_id, call_id = call.run_id, call.what
         context = ToolContext(run_id=run_id, call_id=call_id, attempt=call.claim.attempts)
         context._report = lambda text: self._progress(run_id, call_id, tool_call.tool, text)
-        lease = self._lease(run_id, call_id, call.member, call.token)
+        lease = self._tool_lease(call, spec)
         timeout = spec.timeout if spec.timeout is not None else self.host.settings.tool_timeout
         try:
             value = run_leased(
@@ -401,6 +458,34 @@ class Runtime:
         except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
             return ToolOutput.error(f"{type(error).__name__}: {error}".removesuffix(": "))
         return _as_output(tool_call.tool, value, self.host.settings.tool_output_chars)
+
+    def _ensure_durable(self, call: _Call) -> None:
+        """Return once the call's claim is durable (RELAY_DURABLE_CLAIMS); if Redis cannot
+        confirm it, give the claim back and raise _Postponed: the call has not started,
+        and the tick sends it again."""
+        if self.store.make_durable(call.run_id, call.what):
+            return
+        log.warning("%s: Redis did not confirm its claim is durable; trying later", call.label)
+        self.store.unclaim(
+            call.run_id,
+            call.what,
+            attempt=call.attempt,
+            token=call.token,
+            member=call.member,
+            due_ms=self.clock() + self.timing.grace_ms,
+        )
+        raise _Postponed
+
+    def _tool_lease(self, call: _Call, spec: ToolSpec) -> Lease:
+        """Return the call's lease, lengthened for a tool that asked for a longer one."""
+        if spec.lease_seconds is None:
+            return self._lease(call, self.timing.lease_ms)
+        # A tool that may hold the GIL (C code, CPU work) cannot renew in time: it
+        # asked for a longer lease, taken now, before it starts. (Were it lost in
+        # between, the outcome would be fenced off when it is saved.)
+        lease = self._lease(call, int(spec.lease_seconds * 1000))
+        lease.renew()
+        return lease
 
     def _progress(self, run_id: str, call_id: str, tool: str, text: str) -> None:
         entry = TraceEntry(
@@ -417,7 +502,12 @@ class Runtime:
             log.warning("could not record progress: %s", error)
 
     def tick(self) -> None:
-        self.on_tick(self.clock())
+        """Tick unless another process ticked in this interval (the `relay.tick` task)."""
+        self.ticker.tick_once()
+
+    def start_ticking(self) -> Callable[[], None]:
+        """Take part in the fleet's tick from a thread; return a function that stops it."""
+        return self.ticker.start()
 
     # --- the tick's part ----------------------------------------------------------------------
 
@@ -434,20 +524,27 @@ class Runtime:
 
     def _expire(self, pending: Pending, now: int) -> None:
         """Decline (or answer for) what waited too long, and wake the run to hear it."""
-        event: InboxEvent
-        if pending.kind == "call":
-            assert pending.call_id is not None
-            event = CallDecision(call=pending.call_id, yes=False, reason="no decision came in time")
-            field_name = f"d:{pending.call_id}"
-        elif pending.kind == "plan":
-            event = PlanDecision(seq=pending.seq, yes=False)
-            field_name = f"d:plan:{pending.seq}"
-        else:
-            event = Answer(seq=pending.seq, text=NO_ANSWER)
-            field_name = f"d:question:{pending.seq}"
-        due = now + self.timing.grace_ms
-        if self.store.decide(pending.run_id, pending_member(pending), field_name, event, due) == 1:
+        what = pending.call_id if pending.call_id is not None else str(pending.seq)
+        event = expiry_event(pending.kind, what)
+        decided = self.store.decide(
+            pending.run_id,
+            pending_key(pending.run_id, pending.kind, what),
+            decision_field(pending.kind, what),
+            event,
+            expired=event,
+            now_ms=now,
+            due_ms=now + self.timing.grace_ms,
+        )
+        if decided in (Decided.APPLIED, Decided.EXPIRED):
             self.send([Message("advance", pending.run_id)])
+
+
+def _log_fenced(call: _Call) -> None:
+    log.warning(
+        "%s lost its lease while it ran and another attempt took it over;"
+        " this attempt's outcome is discarded",
+        call.label,
+    )
 
 
 def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:

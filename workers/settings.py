@@ -15,12 +15,15 @@
     RELAY_MODEL_RETRIES          retries of a transient model failure (4)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
-    RELAY_RECOVERY_SECONDS       how soon a run continues after its worker dies: the
-                                 lease length, and it drives the visibility timeout (120)
+    RELAY_RECOVERY_SECONDS       how soon a dead worker's call is picked up again (15):
+                                 its lease lapses, and the next tick sends it again
     RELAY_APPROVAL_TTL           seconds an approval waits before it is declined;
                                  0 = never (7 days)
     RELAY_RETENTION              seconds a finished run is kept (7 days)
-    RELAY_TICK_SECONDS           how often the beat sends the tick (5)
+    RELAY_TICK_SECONDS           how often the fleet ticks: one tick per interval, run
+                                 by whichever worker gets there first (5)
+    RELAY_DURABLE_CLAIMS         1: a claim of a call that is not idempotent waits until
+                                 Redis has it on disk or on a replica (0)
     RELAY_EVENTS                 Celery task events for Flower: 1 or 0 (1)
 
 A variable that is unset or blank takes its default; surrounding spaces are
@@ -244,12 +247,14 @@ class Settings(BaseModel):
     model_retries: Annotated[int, BeforeValidator(_count(0))] = 4
     tool_timeout: _Seconds = 300.0
     tool_output_chars: Annotated[int, BeforeValidator(_count(1))] = 20_000
-    recovery_seconds: _Seconds = 120.0
+    recovery_seconds: _Seconds = 15.0
     approval_ttl: Annotated[float | None, BeforeValidator(_seconds_or_never)] = 7 * _DAY
     """None: approvals never expire."""
     retention: _Seconds = 7 * _DAY
     tick_seconds: _Seconds = 5.0
-    """How often the beat sends `relay.tick` (schedules, expiries, healing)."""
+    """How often the fleet ticks (schedules, expiries, healing), whoever runs it."""
+    durable_claims: Annotated[bool, BeforeValidator(_flag)] = False
+    """Make each claim of a non-idempotent call durable before the call runs."""
     events: Annotated[bool, BeforeValidator(_flag)] = True
     """Celery task events, which Flower shows; off saves four Redis round trips per task."""
 

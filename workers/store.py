@@ -17,17 +17,30 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import redis
 from pydantic import ValidationError
 
 from workers import scripts
+from workers.decisions import pending_key
+from workers.durability import Durability, probe, wait_durable
 from workers.errors import RunCorrupt, StoreUnavailable
 from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, inbox_event
 from workers.settings import redact_url
 
-__all__ = ["Claim", "Keys", "Loaded", "RunStore", "SaveEffects"]
+__all__ = [
+    "Claim",
+    "ClaimStatus",
+    "Decided",
+    "Keys",
+    "Loaded",
+    "Recorded",
+    "RunStore",
+    "SaveEffects",
+    "Saved",
+]
 
 TRACE_MAX = 2_000
 """Lines a run's trace keeps (the newest); each line is cut, so a trace stays bounded."""
@@ -45,6 +58,12 @@ class Keys:
         self.pending_data = f"{prefix}pending:data"
         self.activity = f"{prefix}activity"
         """A stream naming each run whose trace grew: what followers block on."""
+        self.prune_cursor = f"{prefix}prune-cursor"
+        """The creation time (score in `runs`) the tick's sweep of expired runs got to."""
+        self.tick_lock = f"{prefix}tick-lock"
+        """Held by the process ticking now; it lapses after one tick interval."""
+        self.tick_stats = f"{prefix}tick-stats"
+        """`n` ticks so far, `last_ms` when the last began, `by` which process ran it."""
 
     def run(self, run_id: str) -> str:
         return f"{self.prefix}run:{run_id}"
@@ -89,15 +108,69 @@ class Loaded:
     problem: str = ""
 
 
+class ClaimStatus(StrEnum):
+    """What a claim found (the CLAIM script's answer)."""
+
+    CLAIMED = "claimed"
+    """The lease is ours: make the call."""
+    GONE = "gone"
+    """There is no such run."""
+    DONE = "done"
+    """The call's outcome is recorded already: only the run needs advancing."""
+    REFUSED = "refused"
+    """The run's record does not call for it: a forged, replayed or early message."""
+    BUSY = "busy"
+    """Another worker holds the call's lease."""
+
+
+class Saved(StrEnum):
+    """What a compare-and-set save did (the SAVE script's answer)."""
+
+    SAVED = "saved"
+    STALE = "stale"
+    """Someone saved first: reload and try again."""
+    DUPLICATE = "duplicate"
+    """The call saving its own outcome finds it recorded already."""
+    FENCED = "fenced"
+    """The call saving its own outcome lost it to a later attempt."""
+
+
+class Recorded(StrEnum):
+    """What recording a call's outcome did (the RECORD script's answer)."""
+
+    ADVANCE = "advance"
+    """Recorded, and the run should advance now."""
+    WAITING = "waiting"
+    """Recorded; other calls of the batch are still out."""
+    DUPLICATE = "duplicate"
+    """It was recorded before."""
+    FENCED = "fenced"
+    """Another attempt took the call over: this outcome is not taken."""
+    GONE = "gone"
+    """There is no such run."""
+
+
+class Decided(StrEnum):
+    """What a decision did (the DECIDE script's answer)."""
+
+    APPLIED = "applied"
+    EXPIRED = "expired"
+    """Too late: the entry's time ran out, and the expiry was applied instead."""
+    DECIDED = "decided"
+    """Decided already."""
+    NOT_PENDING = "not_pending"
+    GONE = "gone"
+
+
 @dataclass(frozen=True)
 class Claim:
-    """The answer to a claim: `claimed` (with attempts), `busy`, `done` or `gone`.
+    """The answer to a claim, with the attempt number when claimed.
 
     A claimed call also gets the run as it stands (`loaded`), so the call and the
     save after it need no other read.
     """
 
-    status: str
+    status: ClaimStatus
     attempts: int
     root_tokens: int
     root_budget: int | None
@@ -106,9 +179,11 @@ class Claim:
 
 @dataclass(frozen=True)
 class OwnOutcome:
-    """A call saving its own outcome with the run: refused if it was recorded already."""
+    """A call saving its own outcome with the run: refused if it was recorded already,
+    or if a later attempt took the call over (`attempt` is no longer the last claim)."""
 
-    field: str
+    call: str
+    attempt: int
     lease: str
     token: str
     member: str
@@ -142,8 +217,8 @@ class SaveEffects:
 
 
 def pending_member(pending: Pending) -> str:
-    what = pending.call_id if pending.kind == "call" else str(pending.seq)
-    return f"{pending.run_id}|{pending.kind}|{what}"
+    what = pending.call_id if pending.call_id is not None else str(pending.seq)
+    return pending_key(pending.run_id, pending.kind, what)
 
 
 @contextmanager
@@ -176,6 +251,9 @@ class RunStore:
         self._save: Any = self.redis.register_script(scripts.SAVE)
         self._trace: Any = self.redis.register_script(scripts.TRACE)
         self._read_trace: Any = self.redis.register_script(scripts.READ_TRACE)
+        self._tick_lock: Any = self.redis.register_script(scripts.TICK_LOCK)
+        self._unclaim: Any = self.redis.register_script(scripts.UNCLAIM)
+        self._durability: Durability | None = None
 
     def errors(self) -> Any:
         """Return a context manager that translates Redis errors for this store."""
@@ -237,33 +315,77 @@ class RunStore:
         run_id: str,
         what: str,
         *,
+        seq: int | None,
         member: str,
         token: str,
         lease_ms: int,
         now_ms: int,
         root: str,
     ) -> Claim:
+        """Claim call `what` of the run (a tool call, or with `seq` the model call `m<seq>`).
+
+        Only a call the run's record says is due can be claimed (see scripts.CLAIM).
+        """
         k = self.keys
         keys = [k.run(run_id), k.lease(run_id, what), k.outbox, k.run(root), k.inbox(run_id)]
-        args = [f"r:{what}", f"a:{what}", token, lease_ms, member, now_ms + lease_ms]
+        kind = "tool" if seq is None else "model"
+        args = [what, kind, seq or 0, token, lease_ms, member, now_ms + lease_ms]
         with self.errors():
             answer = self._claim(keys=keys, args=args)
         status, attempts, tokens, budget, version, meta, snap, entries = answer
         budget = int(budget)
+        claimed = ClaimStatus(_text(status))
         loaded = (
-            _loaded(version or None, meta, snap, entries) if _text(status) == "claimed" else None
+            _loaded(version or None, meta, snap, entries)
+            if claimed is ClaimStatus.CLAIMED
+            else None
         )
-        return Claim(
-            _text(status), int(attempts), int(tokens), None if budget < 0 else budget, loaded
-        )
+        return Claim(claimed, int(attempts), int(tokens), None if budget < 0 else budget, loaded)
 
     def renew(
-        self, run_id: str, what: str, *, member: str, token: str, lease_ms: int, now_ms: int
+        self,
+        run_id: str,
+        what: str,
+        *,
+        attempt: int,
+        member: str,
+        token: str,
+        lease_ms: int,
+        now_ms: int,
     ) -> bool:
+        """Keep (or take back, if nobody took it over) the lease of call `what`."""
         k = self.keys
-        keys = [k.lease(run_id, what), k.outbox]
+        keys = [k.lease(run_id, what), k.outbox, k.run(run_id)]
+        args = [token, lease_ms, member, now_ms + lease_ms, what, attempt]
         with self.errors():
-            return bool(self._renew(keys=keys, args=[token, lease_ms, member, now_ms + lease_ms]))
+            return bool(self._renew(keys=keys, args=args))
+
+    def durability(self) -> Durability:
+        """Return how this Redis makes a claim durable (asked once per process).
+
+        Raises:
+            SettingsError: it cannot (RELAY_DURABLE_CLAIMS needs a Redis setting changed).
+            StoreUnavailable: Redis cannot be reached.
+        """
+        if self._durability is None:
+            with self.errors():
+                self._durability = probe(self.redis)
+        return self._durability
+
+    def make_durable(self, run_id: str, what: str) -> bool:
+        """Wait until the claim of call `what` is durable; False if Redis did not confirm it."""
+        mode = self.durability()
+        with self.errors():
+            return wait_durable(self.redis, mode, self.keys.run(run_id), f"a:{what}")
+
+    def unclaim(
+        self, run_id: str, what: str, *, attempt: int, token: str, member: str, due_ms: int
+    ) -> bool:
+        """Give back a claim whose call never started; False if it was not ours any more."""
+        k = self.keys
+        keys = [k.run(run_id), k.lease(run_id, what), k.outbox]
+        with self.errors():
+            return bool(self._unclaim(keys=keys, args=[what, attempt, token, member, due_ms]))
 
     def record(
         self,
@@ -271,25 +393,24 @@ class RunStore:
         what: str,
         event: InboxEvent,
         *,
+        attempt: int,
         member: str,
         token: str,
         due_ms: int,
         counted: bool,
-    ) -> tuple[int, Loaded | None]:
-        """Record a call's outcome once, as an inbox event.
+    ) -> tuple[Recorded, Loaded | None]:
+        """Record a call's outcome once, as an inbox event, if `attempt` is still its last claim.
 
         A `counted` outcome (a tool's) counts down the calls of its batch still out.
-        Returns (1, the run loaded) when the run should advance now; (2, None) when
-        other calls are still out; (0, None) when it was recorded before; (-1, None)
-        when the run is gone.
+        Returns what happened, and the run loaded when it should advance now.
         """
         k = self.keys
         keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.lease(run_id, what)]
-        args = [f"r:{what}", event.model_dump_json(), member, advance_member(run_id), due_ms, token]
-        args.append("1" if counted else "0")
+        args = [what, event.model_dump_json(), member, advance_member(run_id), due_ms, token]
+        args += ["1" if counted else "0", attempt]
         with self.errors():
-            code = int(self._record(keys=keys, args=args))
-        return (1, self.load(run_id)) if code == 1 else (code, None)
+            recorded = Recorded(_text(self._record(keys=keys, args=args)))
+        return recorded, self.load(run_id) if recorded is Recorded.ADVANCE else None
 
     def forget_message(self, member: str) -> None:
         with self.errors():
@@ -298,14 +419,24 @@ class RunStore:
     # --- people ---------------------------------------------------------------------------
 
     def decide(
-        self, run_id: str, member: str, field_name: str, event: InboxEvent, due_ms: int
-    ) -> int:
-        """Apply a decision for pending `member`: 1 applied, 0 not pending, -1 decided already."""
+        self,
+        run_id: str,
+        member: str,
+        field_name: str,
+        event: InboxEvent,
+        *,
+        expired: InboxEvent,
+        now_ms: int,
+        due_ms: int,
+    ) -> Decided:
+        """Apply a decision for pending `member`, unless it came after the entry's expiry:
+        then `expired` (the event for "no decision in time") is applied instead."""
         k = self.keys
         keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.pending, k.pending_data]
         args = [member, field_name, event.model_dump_json(), advance_member(run_id), due_ms]
+        args += [now_ms, expired.model_dump_json()]
         with self.errors():
-            return int(self._decide(keys=keys, args=args))
+            return Decided(_text(self._decide(keys=keys, args=args)))
 
     def pending(self, limit: int = 1_000) -> list[Pending]:
         """Return what waits on a person, oldest expiry first."""
@@ -359,12 +490,8 @@ class RunStore:
 
     # --- saving ------------------------------------------------------------------------------
 
-    def save(self, record: RunRecord, version: str, snapshot: str, fx: SaveEffects) -> int:
-        """Save if the run is still at `version`, with all of `fx`.
-
-        Returns 1 saved, 0 someone saved first (reload and try again), -1 the call
-        saving its own outcome (`fx.own`) finds it recorded already.
-        """
+    def save(self, record: RunRecord, version: str, snapshot: str, fx: SaveEffects) -> Saved:
+        """Save if the run is still at `version`, with all of `fx`; say what happened."""
         k = self.keys
         effects = {
             "applied": fx.applied,
@@ -423,14 +550,34 @@ class RunStore:
         if fx.own is not None:
             own = fx.own
             effects["own"] = {
-                "field": own.field,
+                "call": own.call,
+                "attempt": str(own.attempt),
                 "lease": own.lease,
                 "token": own.token,
                 "member": own.member,
             }
         args = [version, _json(record), snapshot, json.dumps(effects)]
         with self.errors():
-            return int(self._save(keys=keys, args=args))
+            return Saved(_text(self._save(keys=keys, args=args)))
+
+    # --- the tick ------------------------------------------------------------------------------
+
+    def elect_ticker(self, holder: str, interval_ms: int, now_ms: int) -> int:
+        """Return 0 if `holder` ticks now (it holds the lock for one interval), else the
+        milliseconds until the lock lapses and the next tick is due."""
+        k = self.keys
+        with self.errors():
+            return int(
+                self._tick_lock(
+                    keys=[k.tick_lock, k.tick_stats], args=[holder, interval_ms, now_ms]
+                )
+            )
+
+    def tick_stats(self) -> tuple[int, int | None, str | None]:
+        """Return (ticks so far, when the last began in ms, which process ran it)."""
+        with self.errors():
+            count, last, by = self.redis.hmget(self.keys.tick_stats, ["n", "last_ms", "by"])
+        return _int(count), None if last is None else int(last), None if by is None else _text(by)
 
     # --- traces, listings, the outbox ----------------------------------------------------------
 
@@ -476,20 +623,35 @@ class RunStore:
             return [_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, limit - 1)]
 
     def prune_runs(self, older_than_ms: int, limit: int = 500) -> int:
-        """Drop expired runs from the runs index (their keys expired on their own)."""
+        """Drop expired runs from the runs index (their keys expired on their own).
+
+        Each call looks at the next `limit` entries older than `older_than_ms`,
+        after where the previous call stopped (`prune-cursor`), and starts again
+        from the oldest once it has been through them all: runs that stay alive
+        (parked for weeks) never stop the sweep from reaching the others.
+        """
         k = self.keys
         with self.errors():
-            old = self.redis.zrangebyscore(k.runs, 0, older_than_ms, start=0, num=limit)
+            cursor = float(self.redis.get(k.prune_cursor) or 0)
+            old = self.redis.zrangebyscore(
+                k.runs, f"({cursor}", older_than_ms, start=0, num=limit, withscores=True
+            )
             if not old:
+                self.redis.delete(k.prune_cursor)  # through them all: from the oldest next time
                 return 0
             pipe = self.redis.pipeline(transaction=False)
-            for run_id in old:
+            for run_id, _ in old:
                 pipe.exists(k.run(_text(run_id)))
             gone = [
-                run_id for run_id, exists in zip(old, pipe.execute(), strict=True) if not exists
+                run_id
+                for (run_id, _), exists in zip(old, pipe.execute(), strict=True)
+                if not exists
             ]
+            pipe = self.redis.pipeline(transaction=False)
             if gone:
-                self.redis.zrem(k.runs, *gone)
+                pipe.zrem(k.runs, *gone)
+            pipe.set(k.prune_cursor, repr(old[-1][1]))
+            pipe.execute()
         return len(gone)
 
     def due_messages(self, now_ms: int, limit: int = 500) -> list[str]:
