@@ -1,7 +1,7 @@
 """Crashes, duplicates and load: nothing lost, nothing that must not run twice runs twice.
 
-Real Redis, real `relay worker` processes killed with SIGKILL, a real beat
-(the tick re-sends what a dead worker left), a real HTTP model server.
+Real Redis, real `relay worker` processes killed with SIGKILL and nothing else
+(the workers' own tick re-sends what a dead worker left), a real HTTP model server.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ def test_a_worker_killed_during_a_non_idempotent_tool(tmp_path: Path) -> None:
     with fleet(tmp_path) as f:
         f.brain.script("ONCE", {0: call("once", label="charge", seconds=3), 1: final("handled")})
         first = f.worker("--concurrency", "2")
-        f.beat()
         run_id = f.relay.start("ONCE: do it once")
         _wait_for_line(f, "once start charge")
         first.kill()
@@ -77,7 +76,6 @@ def test_a_worker_killed_during_an_idempotent_tool(tmp_path: Path) -> None:
     with fleet(tmp_path) as f:
         f.brain.script("SAFE", {0: call("sleep", seconds=3), 1: final("slept")})
         first = f.worker("--concurrency", "2")
-        f.beat()
         run_id = f.relay.start("SAFE: sleep")
         _wait_for_line(f, "sleep start 3")
         first.kill()
@@ -95,7 +93,6 @@ def test_a_worker_killed_during_a_model_call(tmp_path: Path) -> None:
         slow_final = Reply(text=final("answered"), delay=3)
         f.brain.script("THINK", {0: call("read_note", name="a"), 1: slow_final})
         first = f.worker("--concurrency", "2")
-        f.beat()
         run_id = f.relay.start("THINK: read and answer")
         f.until(lambda: len(f.model.calls) >= 2, 30, what="the slow model call")
         first.kill()
@@ -153,7 +150,6 @@ def test_redis_killed_and_restarted_mid_run(tmp_path: Path) -> None:
             },
         )
         f.worker("--concurrency", "2")
-        f.beat()
         run_id = f.relay.start("AOF: sleep then write")
         _wait_for_line(f, "sleep start 2")
         f.redis.kill()

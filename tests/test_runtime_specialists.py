@@ -143,7 +143,6 @@ def _crash_tree(f: Fleet) -> None:
     f.brain.script("KID-K1:", {0: call("once", label="k1", seconds=3), 1: final("k1 handled")})
     f.brain.script("KID-K2:", {0: call("sleep", seconds=3), 1: final("k2 slept")})
     first = f.worker("--concurrency", "4", "--pool", "threads")
-    f.beat()
     root = f.relay.start("CRASH: two children")
     f.until(lambda: {"once start k1", "sleep start 3"} <= set(f.ledger()), 30, what="both tools")
     first.kill()

@@ -160,7 +160,8 @@ def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
             None,
             id="run-finished",
         ),
-        pytest.param(_record(asked=3), "m2", 2, id="model-call-not-asked"),
+        pytest.param(_record(asked=3, seq=3), "m2", 2, id="model-call-not-asked"),
+        pytest.param(_record(asked=3, seq=4), "m3", 3, id="model-call-answered-already"),
         pytest.param(_running("call-1", asked=None), "m0", 0, id="model-call-never-asked"),
     ],
 )
@@ -242,7 +243,8 @@ def test_a_claim_given_back_does_not_count(store: RunStore) -> None:
     _save(store, _running("call-1"))
     _claim(store, "call-1", "a")
     back = {"attempt": 1, "member": "t|r1|call-1", "due_ms": 77}
-    assert not store.unclaim("r1", "call-1", token="someone-else", **back)  # type: ignore[arg-type]
+    assert not store.unclaim("r1", "call-1", token="a", attempt=2, member="t|r1|call-1", due_ms=77)
+    store.redis.delete(store.keys.lease("r1", "call-1"))  # a slow wait: the lease lapsed
     assert store.unclaim("r1", "call-1", token="a", **back)  # type: ignore[arg-type]
     assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")
     assert store.due_messages(77) == ["t|r1|call-1"]

@@ -28,8 +28,6 @@ from workers.settings import SettingsError
 
 __all__ = ["Durability", "probe", "wait_durable"]
 
-WAIT_MS = 2_000
-
 
 class Durability(StrEnum):
     """How this Redis makes a write durable."""
@@ -57,12 +55,22 @@ def probe(client: Any) -> Durability:
         return Durability.WAITAOF
     if aof and _fsync_policy(client) == "always":
         return Durability.FSYNC_ALWAYS
-    if int(info.get("connected_slaves", 0)) > 0:
+    if _online_replicas(client) > 0:
         return Durability.REPLICA
     raise SettingsError(
         f"RELAY_DURABLE_CLAIMS: Redis {version} cannot make a claim durable: set"
         " `appendonly yes` and `appendfsync always` in its configuration (or run Redis"
         " 7.2+ with `appendonly yes`, or give it a replica)"
+    )
+
+
+def _online_replicas(client: Any) -> int:
+    """Replicas that are in sync (one still loading its first copy cannot acknowledge)."""
+    replication = client.info("replication")
+    return sum(
+        1
+        for key, value in replication.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
     )
 
 
@@ -75,9 +83,11 @@ def _fsync_policy(client: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def wait_durable(client: Any, mode: Durability, run_key: str, attempts_field: str) -> bool:
+def wait_durable(
+    client: Any, mode: Durability, run_key: str, attempts_field: str, timeout_ms: int
+) -> bool:
     """Wait until the claim just made (and every write before it) is durable; False if
-    Redis could not say so within WAIT_MS.
+    Redis could not say so within `timeout_ms`.
 
     WAIT and WAITAOF cover the writes of the connection they run on, so a write on
     the same connection (`HINCRBY` of the attempt count by 0: it changes nothing,
@@ -88,9 +98,9 @@ def wait_durable(client: Any, mode: Durability, run_key: str, attempts_field: st
     pipe = client.pipeline(transaction=False)
     pipe.hincrby(run_key, attempts_field, 0)
     if mode is Durability.WAITAOF:
-        pipe.execute_command("WAITAOF", 1, 0, WAIT_MS)
+        pipe.execute_command("WAITAOF", 1, 0, timeout_ms)
     else:
-        pipe.execute_command("WAIT", 1, WAIT_MS)
+        pipe.execute_command("WAIT", 1, timeout_ms)
     _, acknowledged = pipe.execute()
     if mode is Durability.WAITAOF:
         return int(acknowledged[0]) >= 1

@@ -365,13 +365,14 @@ class Runtime:
         if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:
             # Never sent by Relay for a run in this state: forged, replayed or early.
             log.warning(
-                "refused %s for run %s: %s",
-                "model call " + call.what if call.seq is not None else "tool call " + call.what,
+                "refused %s %s of run %s: %s",
+                "model call" if call.seq is not None else "tool call",
+                call.what,
                 call.run_id,
-                "no such run"
+                "there is no such run"
                 if status is ClaimStatus.GONE
-                else "the run's record does not call for it (not approved, not running,"
-                " or finished); nothing was run",
+                else "the run's record does not call for it (not approved, not due, or the"
+                " run finished); nothing was run",
             )
             self.store.forget_message(call.member)
         elif status is ClaimStatus.DONE:
@@ -463,7 +464,8 @@ class Runtime:
         """Return once the call's claim is durable (RELAY_DURABLE_CLAIMS); if Redis cannot
         confirm it, give the claim back and raise _Postponed: the call has not started,
         and the tick sends it again."""
-        if self.store.make_durable(call.run_id, call.what):
+        # Within half the lease: the claim must still be ours when the call starts.
+        if self.store.make_durable(call.run_id, call.what, max(self.timing.lease_ms // 2, 100)):
             return
         log.warning("%s: Redis did not confirm its claim is durable; trying later", call.label)
         self.store.unclaim(

@@ -61,8 +61,8 @@ if ARGV[2] == 'tool' then
   local calls = record.calls
   local track = type(calls) == 'table' and calls[ARGV[1]] or nil
   if type(track) ~= 'table' or track.status ~= 'running' then return answer('refused') end
-elseif record.asked ~= tonumber(ARGV[3]) then
-  return answer('refused')
+elseif record.asked ~= tonumber(ARGV[3]) or (record.seq or 0) ~= tonumber(ARGV[3]) then
+  return answer('refused')  -- not the model call the run waits on at this step
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return answer('busy') end
 local attempts = redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], 1)
@@ -250,16 +250,16 @@ return {total, redis.call('LRANGE', KEYS[2], from, -1)}
 """
 
 # Give a claim back (its call did not start): the attempt is not counted, the
-# lease is released, and the call's message is due again at ARGV[5].
+# lease is released, and the call's message is due again at ARGV[5]. Only while
+# no later attempt claimed the call (its lease may have lapsed meanwhile).
 # KEYS: run hash, lease, outbox.  ARGV: call, attempt, token, member, due
 # Returns 1 given back, 0 not ours any more.
 UNCLAIM = """
-if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
 if redis.call('HGET', KEYS[1], 'a:' .. ARGV[1]) ~= ARGV[2] then return 0 end
 if redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], -1) <= 0 then
   redis.call('HDEL', KEYS[1], 'a:' .. ARGV[1])
 end
-redis.call('DEL', KEYS[2])
+if redis.call('GET', KEYS[2]) == ARGV[3] then redis.call('DEL', KEYS[2]) end
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
 return 1
 """

@@ -372,11 +372,12 @@ class RunStore:
                 self._durability = probe(self.redis)
         return self._durability
 
-    def make_durable(self, run_id: str, what: str) -> bool:
-        """Wait until the claim of call `what` is durable; False if Redis did not confirm it."""
+    def make_durable(self, run_id: str, what: str, timeout_ms: int) -> bool:
+        """Wait until the claim of call `what` is durable; False if Redis did not confirm
+        it within `timeout_ms`."""
         mode = self.durability()
         with self.errors():
-            return wait_durable(self.redis, mode, self.keys.run(run_id), f"a:{what}")
+            return wait_durable(self.redis, mode, self.keys.run(run_id), f"a:{what}", timeout_ms)
 
     def unclaim(
         self, run_id: str, what: str, *, attempt: int, token: str, member: str, due_ms: int

@@ -7,6 +7,7 @@ named by RELAY_TEST_DIR, so a test can count how often it really ran.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -94,6 +95,34 @@ def boom() -> str:
     raise RuntimeError("kaboom")
 
 
+def _hold_the_gil(seconds: float) -> None:
+    """Busy-loop for `seconds` without letting another thread run, as C code can."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 30)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            pass
+    finally:
+        sys.setswitchinterval(before)
+
+
+def crunch(label: str, seconds: float) -> str:
+    """Crunch numbers in C code that holds the GIL (must not run twice)."""
+    ledger(f"crunch start {label}")
+    _hold_the_gil(seconds)
+    ledger(f"crunch end {label}")
+    return f"crunched {label}"
+
+
+def crunch_long_lease(label: str, seconds: float) -> str:
+    """The same, registered with a lease long enough for it."""
+    ledger(f"crunch_long_lease start {label}")
+    _hold_the_gil(seconds)
+    ledger(f"crunch_long_lease end {label}")
+    return f"crunched {label}"
+
+
 def until_cancelled(context: ToolContext, seconds: float) -> str:
     """Work until told to stop."""
     ledger(f"until_cancelled start {context.idempotency_key}")
@@ -131,6 +160,8 @@ def build(settings: Settings | None = None) -> Relay:
     )
     for function, risk in TOOLS:
         relay.tool(risk=risk)(function)
+    relay.tool(risk=Risk.CREATE)(crunch)
+    relay.tool(risk=Risk.CREATE, lease_seconds=60)(crunch_long_lease)
     return relay
 
 

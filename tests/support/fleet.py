@@ -64,6 +64,10 @@ class Fleet:
         path = self.directory / "ledger.txt"
         return path.read_text().splitlines() if path.exists() else []
 
+    def full_logs(self) -> str:
+        """Everything every process of the fleet wrote so far."""
+        return "\n".join(p.output() for p in self.processes)
+
     def logs(self) -> str:
         return "\n".join(f"--- {p.log_path.name}\n{p.output()[-3000:]}" for p in self.processes)
 
@@ -83,19 +87,22 @@ def fleet(
     directory: Path,
     *,
     appendonly: bool = False,
-    recovery: float = 4,
+    recovery: float | None = 4,
     extra_env: dict[str, str] | None = None,
 ) -> Iterator[Fleet]:
-    """Yield a Fleet with Redis and the model server up (start workers with `fleet.worker()`)."""
+    """Yield a Fleet with Redis and the model server up (start workers with `fleet.worker()`).
+
+    `recovery` is RELAY_RECOVERY_SECONDS (None: Relay's default).
+    """
     brain = Brain()
     with RedisServer(directory, appendonly=appendonly) as redis_server, ModelServer(brain) as model:
         env = {
             "RELAY_REDIS_URL": redis_server.url,
             "RELAY_MODEL_URL": model.url,
             "RELAY_TEST_DIR": str(directory),
-            "RELAY_RECOVERY_SECONDS": str(recovery),
             "RELAY_MODEL_TIMEOUT": "10",
             "RELAY_MODEL_RETRIES": "2",
+            **({} if recovery is None else {"RELAY_RECOVERY_SECONDS": str(recovery)}),
             **(extra_env or {}),
         }
         settings = Settings.from_env(env)

@@ -24,11 +24,18 @@ class RedisServer:
     """`with RedisServer(tmp_path) as server: server.url` — stopped (by its pid) on exit."""
 
     def __init__(
-        self, directory: Path, *, appendonly: bool = False, password: str | None = None
+        self,
+        directory: Path,
+        *,
+        appendonly: bool = False,
+        password: str | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.directory = directory
         self.appendonly = appendonly
         self.password = password
+        self.extra = extra
+        """More redis-server arguments, e.g. ("--replicaof", "127.0.0.1", "6380")."""
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         executable = shutil.which("redis-server")
@@ -47,6 +54,9 @@ class RedisServer:
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--dir", str(self.directory),
+            "--dbfilename", f"dump-{self.port}.rdb",
+            "--appendfilename", f"appendonly-{self.port}.aof",
+            "--appenddirname", f"aof-{self.port}",
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "always",
@@ -55,6 +65,7 @@ class RedisServer:
         ]  # fmt: skip
         if self.password:
             args += ["--requirepass", self.password]
+        args += self.extra
         self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
         self._wait_ready()
         return self
