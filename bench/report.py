@@ -292,6 +292,18 @@ def _peers(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _recovery(r: dict[str, Any]) -> list[Row]:
+    return [
+        Row(
+            "7 recovery",
+            f"dead worker's call picked up again, s ({r['rounds']} kills)",
+            f"median {r['median_s']:.1f}, max {r['max_s']:.1f}",
+            f"<= {r['goal_s']:.0f}",
+            _check(r["max_s"] <= r["goal_s"]),
+        )
+    ]
+
+
 _ROWS = {
     "turns": _turns,
     "batch": _batch,
@@ -299,6 +311,7 @@ _ROWS = {
     "waiting": _waiting,
     "growth": _growth,
     "peers": _peers,
+    "recovery": _recovery,
 }
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import batch, growth, many, peers, turns, waiting
+from bench import batch, growth, many, peers, recovery, turns, waiting
 from bench.context import Bench, bench
 from bench.report import machine, table
 
@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "waiting": waiting.run,
     "growth": growth.run,
     "peers": peers.run,
+    "recovery": recovery.run,
 }
 
 

@@ -1,0 +1,72 @@
+"""7. Recovery: how soon a plain fleet picks up the call of a worker that died mid-call.
+
+Two `relay worker`s with Relay's defaults (RELAY_RECOVERY_SECONDS and
+RELAY_TICK_SECONDS unset, no beat). A run asks for one long `wait`; once a
+worker holds the call's lease, that worker's whole process group is killed
+with SIGKILL, and the clock runs until the other worker has claimed the call
+again (the lease key names a new holder). The promise is 15 s: the lease lapses
+(recovery minus one tick interval), and the next tick, on the live worker,
+sends the call again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from bench.context import Bench, median
+from bench.model import Task
+
+__all__ = ["run"]
+
+GOAL_S = 15.0
+
+
+def _holder(b: Bench, run_id: str) -> str | None:
+    token = b.redis.get(f"relay:lease:{run_id}:call-1")
+    return None if token is None else token.decode()
+
+
+def _until(check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("recovery: a condition did not come in time")
+        time.sleep(0.01)
+
+
+def _one_round(b: Bench, k: int) -> float:
+    """Kill the worker holding a long call; return seconds until the other claims it."""
+    workers = [b.relay_worker(f"recovery-{k}-{n}", "--pool", "threads") for n in range(2)]
+    try:
+        run_id = b.relay.start(Task(f"recover-{k}", batches=1, batch=1, ms=120_000).text())
+        _until(lambda: _holder(b, run_id) is not None, 60)
+        first = _holder(b, run_id)
+        assert first is not None
+        pid = int(first.split("-")[0])
+        victim = next(w for w in workers if w.pid == pid)
+        killed = time.monotonic()
+        os.killpg(pid, signal.SIGKILL)
+        victim.process = None  # gone; nothing left to stop
+        _until(lambda: _holder(b, run_id) not in (None, first), 120)
+        took = time.monotonic() - killed
+        b.relay.cancel(run_id)
+        return took
+    finally:
+        for worker in workers:
+            worker.stop()
+        b.clear()
+
+
+def run(b: Bench) -> dict[str, Any]:
+    rounds = b.pick(5, 2)
+    seconds = [_one_round(b, k) for k in range(rounds)]
+    return {
+        "rounds": rounds,
+        "seconds": [round(s, 2) for s in seconds],
+        "median_s": median(seconds),
+        "max_s": max(seconds),
+        "goal_s": GOAL_S,
+    }
