@@ -304,6 +304,19 @@ def _recovery(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _outage(r: dict[str, Any]) -> list[Row]:
+    return [
+        Row(
+            "8 outage",
+            f"runs move again after Redis returns, s ({r['runs']} runs, {r['down_s']:.0f} s down)",
+            f"median {r['median_s']:.2f}, max {r['max_s']:.2f}",
+            f"<= {r['goal_s']:.0f} (one tick)",
+            _check(r["max_s"] <= r["goal_s"]),
+        ),
+        Row("8 outage", "  outcomes held through the outage", str(r["held"]), str(r["runs"])),
+    ]
+
+
 _ROWS = {
     "turns": _turns,
     "batch": _batch,
@@ -312,6 +325,7 @@ _ROWS = {
     "growth": _growth,
     "peers": _peers,
     "recovery": _recovery,
+    "outage": _outage,
 }
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import batch, growth, many, peers, recovery, turns, waiting
+from bench import batch, growth, many, outage, peers, recovery, turns, waiting
 from bench.context import Bench, bench
 from bench.report import machine, table
 
@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "growth": growth.run,
     "peers": peers.run,
     "recovery": recovery.run,
+    "outage": outage.run,
 }
 
 

@@ -15,6 +15,7 @@ from agent_core import Stop
 from tests.support.brain import batch, call, final
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
+from tests.support.waiting import calls_for
 from workers import StoreUnavailable
 from workers.engine import Message
 
@@ -161,3 +162,46 @@ def test_redis_killed_and_restarted_mid_run(tmp_path: Path) -> None:
         outcome = f.relay.wait(run_id, timeout=120)
         assert outcome.stop is Stop.DONE, f.logs()
         assert f.ledger().count("write_note r.txt") == 1
+
+
+def test_outcomes_that_finish_while_redis_is_down_are_saved_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path, appendonly=True, recovery=15) as f:
+        f.brain.script("OUT-ONCE", {0: call("once", label="w", seconds=3), 1: final("wrote")})
+        f.brain.script("OUT-SAFE", {0: call("sleep", seconds=3), 1: final("slept")})
+        f.brain.script(
+            "OUT-THINK",
+            {0: call("read_note", name="a"), 1: Reply(text=final("thought"), delay=3)},
+        )
+        f.worker("--concurrency", "4", "--pool", "threads")
+        runs = {
+            marker: f.relay.start(f"{marker}: finish while Redis is away")
+            for marker in ("OUT-ONCE", "OUT-SAFE", "OUT-THINK")
+        }
+        f.until(
+            lambda: (
+                {"once start w", "sleep start 3"} <= set(f.ledger())
+                and len(calls_for(f, "OUT-THINK")) == 2
+            ),
+            30,
+            what="all three calls under way",
+        )
+        f.redis.kill()
+        time.sleep(4.5)  # each call finishes while Redis is down
+        assert {"once end w", "sleep end 3"} <= set(f.ledger())
+        f.redis.start()
+        outcomes = {m: f.relay.wait(r, timeout=90) for m, r in runs.items()}
+        assert all(o.stop is Stop.DONE for o in outcomes.values()), f.logs()
+        # Each ran once, and each outcome is the real one, not "unknown".
+        assert f.ledger().count("once start w") == 1
+        assert f.ledger().count("sleep start 3") == 1
+        for marker in ("OUT-ONCE", "OUT-SAFE"):
+            results = [e for e in f.relay.trace(runs[marker]) if e.kind == "result"]
+            assert [r.status for r in results] == ["ok"], (marker, f.relay.trace(runs[marker]))
+        # The model was paid once for each turn: no call was made again.
+        assert len(calls_for(f, "OUT-THINK")) == 2
+        assert len(calls_for(f, "OUT-ONCE")) == 2
+        logs = f.full_logs()
+        assert logs.count("holding the outcome of tool call call-1") == 2
+        assert "holding the outcome of model call" in logs

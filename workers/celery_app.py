@@ -18,7 +18,10 @@ from typing import Any, Protocol
 
 import click
 from celery import Celery, bootsteps
+from celery.signals import worker_shutting_down
 from kombu import Queue
+
+from workers.holding import held
 
 from workers.engine import Message
 from workers.settings import Settings
@@ -157,7 +160,19 @@ def build_celery(
         runtime().tick()
 
     _add_ticker(app, runtime)
+    worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
     return app
+
+
+def _say_what_is_held(**_: Any) -> None:
+    """Tell the log which outcomes a worker that is being stopped still holds unsaved."""
+    holding = held()
+    if holding:
+        log.warning(
+            "stopping while holding %d outcome(s) not yet saved (Redis is away): %s",
+            len(holding),
+            "; ".join(holding),
+        )
 
 
 def _add_ticker(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:

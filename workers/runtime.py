@@ -27,6 +27,7 @@ from workers import engine
 from workers.decisions import decision_field, expiry_event, pending_key
 from workers.engine import Message, Surroundings
 from workers.errors import StoreUnavailable
+from workers.holding import save_holding
 from workers.leases import CallTimedOut, Lease, run_leased
 from workers.model_client import ModelCallError, ModelReply
 from workers.records import (
@@ -327,6 +328,11 @@ class Runtime:
         if event is None:
             self.store.forget_message(call.member)
             return
+        recovery_s = self.host.settings.recovery_seconds
+        save_holding(lambda: self._keep(call, event, counted), call.label, for_s=recovery_s)
+
+    def _keep(self, call: _Call, event: InboxEvent, counted: bool) -> None:
+        """Save the call's outcome with the run, or record it in the inbox; advance the run."""
         if not call.others_out() and self._save_own(call, event):
             return
         due = self.clock() + self.timing.grace_ms
@@ -348,7 +354,10 @@ class Runtime:
     def _save_own(self, call: _Call, event: InboxEvent) -> bool:
         """Save `event` with the run as the claim found it; False if the run changed since."""
         assert call.loaded is not None
-        advanced = self._decide_next(call.run_id, call.loaded, call.agent, event)
+        # Advancing changes the agent it is given: a second try (after a Redis outage)
+        # starts again from the snapshot the claim read.
+        agent, call.agent = call.agent, None
+        advanced = self._decide_next(call.run_id, call.loaded, agent, event)
         lease = self.store.keys.lease(call.run_id, call.what)
         advanced.effects.own = OwnOutcome(call.what, call.attempt, lease, call.token, call.member)
         advanced.effects.forget.append(f"a:{call.what}")
