@@ -21,9 +21,8 @@ from celery import Celery, bootsteps
 from celery.signals import worker_shutting_down
 from kombu import Queue
 
-from workers.holding import held
-
 from workers.engine import Message
+from workers.holding import held
 from workers.settings import Settings
 
 __all__ = ["Queues", "build_celery", "delivery_settings", "sender"]
