@@ -205,3 +205,26 @@ def test_outcomes_that_finish_while_redis_is_down_are_saved_once_it_is_back(
         logs = f.full_logs()
         assert logs.count("holding the outcome of tool call call-1") == 2
         assert "holding the outcome of model call" in logs
+
+
+def test_a_worker_stopped_while_holding_an_outcome_says_what_it_loses(tmp_path: Path) -> None:
+    with fleet(tmp_path, appendonly=True, recovery=8) as f:
+        f.brain.script("HELD", {0: call("once", label="h", seconds=1), 1: final("handled")})
+        worker = f.worker("--concurrency", "2", "--pool", "threads")
+        run_id = f.relay.start("HELD: do it once")
+        _wait_for_line(f, "once start h")
+        f.redis.kill()
+        f.until(lambda: "holding the outcome of" in worker.output(), 30, what="the hold")
+        worker.stop()  # SIGTERM: a warm shutdown while the outcome is held
+        said = worker.output()
+        assert "stopping while holding 1 outcome(s) not yet saved" in said
+        assert f"tool call call-1 of run {run_id}" in said.split("stopping while holding")[1]
+        f.redis.start()
+        f.worker("--concurrency", "2", "--pool", "threads", name="second")
+        outcome = f.relay.wait(run_id, timeout=90)
+        assert outcome.stop is Stop.DONE, f.logs()
+        # The outcome was lost with the worker: the call is not run again, and the
+        # model is told its outcome is unknown.
+        assert f.ledger().count("once start h") == 1
+        results = [e for e in f.relay.trace(run_id) if e.kind == "result"]
+        assert [r.status for r in results] == ["unknown"]
