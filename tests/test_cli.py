@@ -412,6 +412,25 @@ def test_embedded_run_stopped_midway_leaves_nothing_running(
     assert wait_until_gone(marker) == []
 
 
+def test_a_model_that_cannot_be_reached_is_said_so_once(tmp_path: Path) -> None:
+    with refusing_url() as url:
+        env, marker = marked(
+            clean_env(RELAY_MODEL_URL=url, RELAY_MODEL_RETRIES="0", RELAY_TEST_DIR=str(tmp_path))
+        )
+        done = relay("--app", APP, "run", "Read a note", env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    retried = [line for line in done.stdout.splitlines() if line.startswith("↻")]
+    assert len(retried) == 3, done.stdout  # the agent's own three retries (max_retries=3)
+    for line in retried:
+        assert line.startswith("↻ the model call failed, trying again: "), line
+        assert "could not connect to 127.0.0.1:" in line, line
+    assert "unusable reply" not in done.stdout
+    [last] = [line for line in done.stdout.splitlines() if line.startswith("■")]
+    assert last.startswith("■ The model could not be reached: model call gave up"), last
+    assert last.lower().count("could not be reached") == 1, last
+    assert wait_until_gone(marker) == []
+
+
 def test_embedded_run_with_a_bad_task_stops_everything(
     model: tuple[Brain, dict[str, str]],
 ) -> None:

@@ -67,6 +67,7 @@ _LINES: dict[str, tuple[str, str]] = {
     "question": ("? {text}", "yellow"),
     "answer": ("  answered: {text}", ""),
     "retry": ("↻ unusable reply, asked again: {text}", "dim"),
+    "model_failed": ("↻ the model call failed, trying again: {text}", "yellow"),
     "sent_back": ("↩ final answer sent back: {text}", "yellow"),
     "note": ("✎ remembered: {text}", "dim"),
     "skill": ("◆ loaded the skill {text}", "dim"),
@@ -107,9 +108,13 @@ def describe(entry: TraceEntry, root: str) -> Text | None:
         return Text(f"{indent}  ← {shown}", style=_RESULT_STYLES.get(status, ""))
     if entry.kind == "finished":
         # The final answer is what the run was for: shown whole, line breaks kept.
-        style = "bold green" if entry.stop == Stop.DONE.value else "bold red"
-        head = f"{indent}■ {_stop_label(entry.stop).capitalize()}:"
+        done = entry.stop == Stop.DONE.value
+        style = "bold green" if done else "bold red"
+        label = _stop_label(entry.stop)
         body = entry.text.strip()[:FINAL_CHARS]
+        head = f"{indent}■ {label.capitalize()}:"
+        if not done and body.casefold().startswith(label.casefold()):
+            head = f"{indent}■"  # the summary names the stop already: say it once
         if "\n" in body:
             return Text(head, style=style) + Text("\n" + body)
         return Text(f"{head} {body}", style=style)
