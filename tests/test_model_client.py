@@ -405,6 +405,19 @@ def test_the_key_is_in_no_error_or_log(
         assert KEY not in text
 
 
+def test_secrets_in_the_urls_query_are_in_no_error(
+    serve: Serve, connect: Callable[..., Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = "hunter2%2Fquery%2Bkey"
+    said = f"bad api-key hunter2/query+key (sent as {sent})"
+    server = serve(responder=lambda _call: Reply(said, status=500))
+    with caplog.at_level(logging.DEBUG):
+        error = failure(connect(f"{server.url}?api-version=1&api-key={sent}", retries=1))
+    assert error.message.endswith("bad api-key *** (sent as ***)")
+    for text in (str(error), repr(error), caplog.text):
+        assert "hunter2" not in text
+
+
 def test_the_key_is_not_in_a_connection_failure(connect: Callable[..., Recorder]) -> None:
     with refusing_url() as url:
         error = failure(connect(url, key=KEY, retries=0))

@@ -198,6 +198,21 @@ SECRET_ENV = {
 SECRETS = ("hunter2-redis", "hunter2-broker", "sk-hunter2-key")
 
 
+def test_secret_query_values_never_appear_in_redacted_or_errors() -> None:
+    url = "https://api.example.com/v1?api-version=2024-02-01&api-key=hunter2-query"
+    settings = Settings.from_env({"RELAY_MODEL_URL": url})
+    assert settings.redacted()["model_url"] == (
+        "https://api.example.com/v1/chat/completions?api-version=2024-02-01&api-key=***"
+    )
+    for text in (repr(settings), str(settings), str(settings.redacted())):
+        assert "hunter2-query" not in text
+    bad = url.replace("https://", "ftp://")  # (a variable: the traceback quotes this source)
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"RELAY_MODEL_URL": bad})
+    assert "key=***" in str(caught.value)
+    assert "hunter2-query" not in "".join(traceback.format_exception(caught.value))
+
+
 def test_secrets_never_appear_in_repr_str_redacted_or_logs(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -284,7 +299,22 @@ def test_model_settings_need_a_model_url() -> None:
         ("redis://user@host/0", "redis://user@host/0"),
         ("redis://host:6379/0", "redis://host:6379/0"),
         ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1"),
-        ("http://h/v1?key=a", "http://h/v1?key=a"),
+        ("http://h/v1?key=a", "http://h/v1?key=***"),
+        (
+            "https://h/openai/v1/chat/completions?api-version=2024-02-01&api-key=SECRET",
+            "https://h/openai/v1/chat/completions?api-version=2024-02-01&api-key=***",
+        ),
+        ("https://h/v1?apiKey=x&model=m", "https://h/v1?apiKey=***&model=m"),
+        ("redis://h:6379/0?password=pw&db=1", "redis://h:6379/0?password=***&db=1"),
+        ("https://h/v1?access_token=t#top", "https://h/v1?access_token=***#top"),
+        (
+            "https://h/v1?X-Amz-Signature=abc&X-Amz-Date=1",
+            "https://h/v1?X-Amz-Signature=***&X-Amz-Date=1",
+        ),
+        ("https://h/v1?q=sk-abcdefghijkl", "https://h/v1?q=***"),
+        ("https://h/v1?id=" + "a1" * 20, "https://h/v1?id=***"),
+        ("https://h/v1?key=&debug", "https://h/v1?key=&debug"),
+        ("https://u:pw@h/v1?token=t&x=1", "https://u:***@h/v1?token=***&x=1"),
         ("user:pw@host", "***@host"),
         ("no url at all", "no url at all"),
         ("", ""),

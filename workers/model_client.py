@@ -9,7 +9,8 @@ Failures end as one exception, `ModelCallError`, whose `retryable` says whether
 the failure was transient (429, 5xx, a timeout, a refused or dropped
 connection) and was retried until the budget ran out, or permanent (another
 4xx, an unusable body, a bad URL). httpx's own exceptions are translated in one
-place, `_translating_errors`. The key never appears in an error or a log line.
+place, `_translating_errors`. The key, and secret values in the URL's query
+string (`?api-key=...`), never appear in an error or a log line.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from pydantic import (
 
 from agent_core.steps import Attachment, ModelRequest
 from agent_core.text import cut
+from workers.redact import redact_url, url_secrets
 
 __all__ = [
     "ModelCallError",
@@ -339,6 +341,23 @@ def _excerpt(data: bytes) -> str:
 # --- the I/O seam ----------------------------------------------------------------
 
 
+class _RedactedUrls(logging.Filter):
+    """httpx logs every request's URL at INFO; its query string may hold a key."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_url(str(arg)) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+def _hide_secrets_in_httpx_logs() -> None:
+    httpx_log = logging.getLogger("httpx")
+    if not any(isinstance(f, _RedactedUrls) for f in httpx_log.filters):
+        httpx_log.addFilter(_RedactedUrls())
+
+
 @contextmanager
 def _translating_errors(where: str, timeout: httpx.Timeout) -> Iterator[None]:
     """Turn every httpx exception into a ModelCallError; the one place that knows httpx's."""
@@ -415,8 +434,14 @@ class ModelClient:
         )
         self._timeout = timeout
         self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport)
+        # What no error may show: the key, and the secrets in the URL's query string.
+        # (A value of a few characters would garble every message, and hides nothing.)
+        secrets = [s for s in url_secrets(settings.url) if len(s) >= 4]
+        secrets += [self._key] if self._key else []
+        self._secrets = sorted(secrets, key=len, reverse=True)
         url = httpx.URL(settings.url)
         self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+        _hide_secrets_in_httpx_logs()
 
     def complete(
         self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
@@ -484,10 +509,12 @@ class ModelClient:
             raise self._scrubbed(error) from None
 
     def _scrubbed(self, error: ModelCallError) -> ModelCallError:
-        """Return `error` without the key, in case a server (or httpx) echoed it."""
-        if not self._key or self._key not in error.message:
+        """Return `error` without the key or the URL's secrets, in case a server echoed them."""
+        message = error.message
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        if message == error.message:
             return error
-        message = error.message.replace(self._key, "***")
         return ModelCallError(
             message, retryable=error.retryable, status=error.status, retry_after=error.retry_after
         )

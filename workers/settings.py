@@ -25,7 +25,8 @@
 
 A variable that is unset or blank takes its default; surrounding spaces are
 ignored. A bad value raises `SettingsError` with one line naming the variable.
-Passwords in URLs and the key never appear in `repr`, `str`, `redacted()` or errors.
+Passwords in URLs, secret query values (`?api-key=...`, see `workers.redact`) and the
+key never appear in `repr`, `str`, `redacted()` or errors.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from pydantic import (
 )
 
 from workers.model_client import ModelSettings, chat_completions_url, check_api_key
+from workers.redact import redact_url
 
 __all__ = ["Settings", "SettingsError", "redact_url"]
 
@@ -58,28 +60,6 @@ _URL_FIELDS = ("redis_url", "broker_url", "model_url")
 
 class SettingsError(ValueError):
     """Raised when an environment variable has a value Relay cannot use; one line, no secrets."""
-
-
-def redact_url(url: str) -> str:
-    """Return `url` with its password (if any) replaced by `***`.
-
-    `redis://user:pw@host/0` becomes `redis://user:***@host/0`; a URL without a
-    password comes back unchanged. When the URL cannot be read that way (an `@`
-    past the host, as an unescaped `/`, `?` or `#` in a password leaves it),
-    everything from after `://` up to the last `@` is masked instead.
-    """
-    head, separator, rest = url.partition("://")
-    if not separator or "@" in head:
-        return "***@" + url.rpartition("@")[2] if "@" in url else url
-    ends = [index for index in (rest.find(char) for char in "/?#") if index >= 0]
-    netloc, tail = rest[: min(ends, default=len(rest))], rest[min(ends, default=len(rest)) :]
-    if "@" in tail:
-        return f"{head}://***@{rest.rpartition('@')[2]}"
-    if "@" not in netloc:
-        return url
-    userinfo, _, host = netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    return f"{head}://{user}{':***' if colon else ''}@{host}{tail}"
 
 
 # --- parsers: each takes a value from the environment (a str) or from code -------

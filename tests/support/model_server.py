@@ -276,7 +276,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.rstrip("/") != CHAT_PATH:
+        if self.path.partition("?")[0].rstrip("/") != CHAT_PATH:  # a query (?api-key=) is fine
             self._send(404, _error_body(f"no route for {self.path}"))
             return
         call = _parse_call(raw, self.headers.items(), self.client_address[1])
