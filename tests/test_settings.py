@@ -28,6 +28,7 @@ def test_defaults_with_an_empty_environment() -> None:
     assert settings.model_connect_timeout == 5
     assert settings.model_timeout == 120
     assert settings.model_retries == 4
+    assert settings.model_deadline == 600
     assert settings.tool_timeout == 300
     assert settings.tool_output_chars == 20_000
     assert settings.recovery_seconds == 120
@@ -49,6 +50,7 @@ def test_every_variable_is_read() -> None:
             "RELAY_MODEL_CONNECT_TIMEOUT": "1.5",
             "RELAY_MODEL_TIMEOUT": "30",
             "RELAY_MODEL_RETRIES": "0",
+            "RELAY_MODEL_DEADLINE": "90",
             "RELAY_TOOL_TIMEOUT": "60",
             "RELAY_TOOL_OUTPUT_CHARS": "500",
             "RELAY_RECOVERY_SECONDS": "2.5",
@@ -67,6 +69,7 @@ def test_every_variable_is_read() -> None:
     assert settings.prefix == "notes:"
     assert (settings.model_connect_timeout, settings.model_timeout) == (1.5, 30)
     assert settings.model_retries == 0
+    assert settings.model_deadline == 90
     assert (settings.tool_timeout, settings.tool_output_chars) == (60, 500)
     assert settings.recovery_seconds == 2.5
     assert (settings.approval_ttl, settings.retention) == (3600, 86400)
@@ -143,6 +146,7 @@ def test_an_approval_ttl_of_zero_means_never() -> None:
         ("RELAY_MODEL_TIMEOUT", "1" * 400, "expected a number of seconds > 0"),
         ("RELAY_MODEL_TIMEOUT", "5s", "expected a number of seconds > 0, got '5s'"),
         ("RELAY_MODEL_CONNECT_TIMEOUT", "1_000", "expected a number of seconds > 0"),
+        ("RELAY_MODEL_DEADLINE", "0", "expected a number of seconds > 0, got '0'"),
         ("RELAY_TOOL_TIMEOUT", "true", "expected a number of seconds > 0"),
         ("RELAY_RECOVERY_SECONDS", "1e3", "expected a number of seconds > 0"),
         ("RELAY_RETENTION", "0", "expected a number of seconds > 0"),
@@ -269,6 +273,7 @@ def test_model_settings_carry_the_model_values() -> None:
             "RELAY_MODEL_CONNECT_TIMEOUT": "2",
             "RELAY_MODEL_TIMEOUT": "9",
             "RELAY_MODEL_RETRIES": "1",
+            "RELAY_MODEL_DEADLINE": "30",
         }
     )
     model = settings.model_settings()
@@ -279,6 +284,7 @@ def test_model_settings_carry_the_model_values() -> None:
         connect_timeout=2,
         read_timeout=9,
         retries=1,
+        deadline=30,
     )
 
 

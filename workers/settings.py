@@ -13,6 +13,7 @@
     RELAY_MODEL_CONNECT_TIMEOUT  seconds (5)
     RELAY_MODEL_TIMEOUT          seconds without a byte from the model server (120)
     RELAY_MODEL_RETRIES          retries of a transient model failure (4)
+    RELAY_MODEL_DEADLINE         seconds a whole model call may take, retries and all (600)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
     RELAY_RECOVERY_SECONDS       how soon a run continues after its worker dies: the
@@ -222,6 +223,8 @@ class Settings(BaseModel):
     model_connect_timeout: _Seconds = 5.0
     model_timeout: _Seconds = 120.0
     model_retries: Annotated[int, BeforeValidator(_count(0))] = 4
+    model_deadline: _Seconds = 600.0
+    """Seconds one model call may take, every attempt and wait included."""
     tool_timeout: _Seconds = 300.0
     tool_output_chars: Annotated[int, BeforeValidator(_count(1))] = 20_000
     recovery_seconds: _Seconds = 120.0
@@ -269,6 +272,7 @@ class Settings(BaseModel):
             connect_timeout=self.model_connect_timeout,
             read_timeout=self.model_timeout,
             retries=self.model_retries,
+            deadline=self.model_deadline,
         )
 
     def redacted(self) -> dict[str, Any]:
