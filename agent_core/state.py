@@ -177,6 +177,7 @@ TraceKind = Literal[
     "call",
     "result",
     "retry",
+    "model_failed",
     "sent_back",
     "note",
     "skill",

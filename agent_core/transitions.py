@@ -185,7 +185,8 @@ def _retry(state: AgentState, reason: str, setup: Setup, *, failed: bool = False
         return _finish(state, Stop.BAD_REPLIES, f"The model's replies could not be used: {reason}")
     problem = state.problem if failed else reason
     retried = state.model_copy(update={"bad_replies": count, "problem": problem})
-    return _traced(retried, "retry", text=reason)
+    # A failed call is not the model's reply: the trace keeps the two apart.
+    return _traced(retried, "model_failed" if failed else "retry", text=reason)
 
 
 def _next_ask(state: AgentState, setup: Setup) -> AgentState:

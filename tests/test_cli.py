@@ -345,6 +345,80 @@ def test_listings_show_text_as_it_is_never_as_markup(redis_only: RedisServer) ->
     assert "[/oops]" in shown.stdout
 
 
+HOSTILE = "\x1b[8mHIDDEN\x1b[0m \x9b2J \u202eevil \x07 \x1b]0;title\x07 \r"
+"""Hides text, clears the screen (8-bit CSI), reverses a line, rings, retitles, overwrites."""
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(output: str) -> str:
+    """Return `output` after checking no terminal control (but newline and tab) is in it."""
+    assert not _UNSAFE.findall(output), repr(output)
+    return output
+
+
+def test_hostile_text_reaches_no_terminal(running: Fleet) -> None:
+    env = {**env_of(running), "COLUMNS": "400"}  # wide enough for whole cells
+    running.brain.script(
+        "HOSTILE-1",
+        {
+            0: call("delete_note", name="x\x9b2J \u202eevil"),
+            1: final(f"done {HOSTILE}\nsecond line"),
+        },
+        plan=[f"Plan {HOSTILE}", "Then stop"],
+    )
+    run_id = running.relay.start(f"HOSTILE-1: {HOSTILE}", config=Config(require_plan=True))
+    running.until(lambda: running.relay.status(run_id).waiting_for == "plan", what="the plan")
+    shown = printable(relay("pending", env=env).stdout)
+    assert "Plan �[8mHIDDEN�[0m" in shown  # what was hidden shows, with a mark where codes were
+    as_json = relay("pending", "--json", env=env).stdout
+    summary = json.loads(printable(as_json))[0]["summary"]
+    assert summary.startswith("Plan \x1b[8mHIDDEN\x1b[0m \x9b2J \u202eevil")  # the data, unchanged
+
+    running.relay.approve_plan(run_id)
+    running.until(lambda: running.relay.status(run_id).waiting_for == "call", what="the call")
+    assert 'name="x�2J �evil"' in printable(relay("pending", env=env).stdout)
+    refused = relay("approve", run_id, f"call-9{HOSTILE}", env=env)
+    assert refused.returncode == 1
+    assert "call-9�[8mHIDDEN" in printable(refused.stderr)  # an error quoting what was typed
+    running.relay.approve(run_id, "call-1")
+    assert running.relay.wait(run_id, timeout=30).stop is Stop.DONE
+
+    for verb in (["show", run_id], ["watch", run_id], ["runs"]):
+        done = relay(*verb, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "HIDDEN" in printable(done.stdout), verb
+    final_lines = printable(relay("show", run_id, env=env).stdout).splitlines()
+    assert "second line" in final_lines  # a multi-line answer keeps its lines
+    entries = printable(relay("watch", run_id, "--json", env=env).stdout).splitlines()
+    assert json.loads(entries[-1])["text"] == f"done {HOSTILE}\nsecond line"
+
+    running.brain.script(
+        "HOSTILE-2", {0: call("delete_note", name=HOSTILE), 1: final(f"over {HOSTILE}")}
+    )
+    live = relay("--app", APP, "run", f"HOSTILE-2: {HOSTILE}", "--yes", env=env)
+    assert live.returncode == 0, live.stdout + live.stderr
+    assert "■ Done: over �[8mHIDDEN" in printable(live.stdout)
+
+
+def test_hostile_schedules_reach_no_terminal(redis_only: RedisServer) -> None:
+    env = clean_env(RELAY_REDIS_URL=redis_only.url)
+    added = relay("schedule", "add", "odd", "--template", f"Do {HOSTILE}", "--every", "60", env=env)
+    assert added.returncode == 0, added.stderr
+    listed = relay("schedule", "list", env=env)
+    assert "Do �[8mHIDDEN" in printable(listed.stdout)
+    as_json = json.loads(printable(relay("schedule", "list", "--json", env=env).stdout))
+    assert as_json[0]["recipe"]["template"] == f"Do {HOSTILE}"
+    named = relay("schedule", "add", f"s{HOSTILE}", "--template", "t", "--every", "1", env=env)
+    assert named.returncode == 1
+    printable(named.stderr)
+    bad = relay("schedule", "add", "x", "--template", "t", "--daily", f"9{HOSTILE}", env=env)
+    assert bad.returncode == 1
+    printable(bad.stderr)
+    usage = relay("schedule", f"nope{HOSTILE}", env=env)
+    assert usage.returncode == 2
+    assert "No such command 'nope" in printable(usage.stderr)
+
+
 def test_unreachable_redis_is_named_without_its_password() -> None:
     with refusing_url() as url:
         port = url.rsplit(":", 1)[1].split("/")[0]
@@ -409,6 +483,25 @@ def test_embedded_run_stopped_midway_leaves_nothing_running(
     if sent is signal.SIGINT:
         assert "Stopped. The private Redis and worker end with this command" in job.text
     assert "Traceback" not in job.text
+    assert wait_until_gone(marker) == []
+
+
+def test_a_model_that_cannot_be_reached_is_said_so_once(tmp_path: Path) -> None:
+    with refusing_url() as url:
+        env, marker = marked(
+            clean_env(RELAY_MODEL_URL=url, RELAY_MODEL_RETRIES="0", RELAY_TEST_DIR=str(tmp_path))
+        )
+        done = relay("--app", APP, "run", "Read a note", env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    retried = [line for line in done.stdout.splitlines() if line.startswith("↻")]
+    assert len(retried) == 3, done.stdout  # the agent's own three retries (max_retries=3)
+    for line in retried:
+        assert line.startswith("↻ the model call failed, trying again: "), line
+        assert "could not connect to 127.0.0.1:" in line, line
+    assert "unusable reply" not in done.stdout
+    [last] = [line for line in done.stdout.splitlines() if line.startswith("■")]
+    assert last.startswith("■ The model could not be reached: model call gave up"), last
+    assert last.lower().count("could not be reached") == 1, last
     assert wait_until_gone(marker) == []
 
 

@@ -1,9 +1,9 @@
 """docker-compose.yml: every service's command is a working invocation of this project.
 
 There is no Docker engine here, so each command runs as the container would run
-it, on this machine: Redis with the compose file's own arguments, the two
-workers, the beat and Flower against that Redis, and the demo service's run
-served by those workers.
+it, on this machine: Redis with the compose file's own arguments and config
+file, the two workers, the beat and Flower against that Redis, and the demo
+service's run served by those workers. No password is on any command line.
 """
 
 from __future__ import annotations
@@ -58,8 +58,13 @@ def resolved(value: Any, env: Mapping[str, str]) -> Any:
 
 
 @pytest.fixture(scope="module")
-def services() -> dict[str, Any]:
-    return dict(resolved(yaml.safe_load(COMPOSE.read_text())["services"], SECRETS))
+def compose() -> dict[str, Any]:
+    return dict(resolved(yaml.safe_load(COMPOSE.read_text()), SECRETS))
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, Any]:
+    return dict(compose["services"])
 
 
 def test_the_services_are_all_there(services: dict[str, Any]) -> None:
@@ -76,7 +81,14 @@ def test_the_services_are_all_there(services: dict[str, Any]) -> None:
 def test_the_passwords_must_be_given(needed: str) -> None:
     without = {k: v for k, v in SECRETS.items() if k != needed}
     with pytest.raises(KeyError, match=needed):
-        resolved(yaml.safe_load(COMPOSE.read_text())["services"], without)
+        resolved(yaml.safe_load(COMPOSE.read_text()), without)
+
+
+def test_no_password_is_on_a_command_line(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        shown = [*service["command"], *service.get("healthcheck", {}).get("test", [])]
+        for secret in SECRETS.values():
+            assert not [part for part in shown if secret in str(part)], name
 
 
 def test_the_workers_split_model_calls_and_tools(services: dict[str, Any]) -> None:
@@ -93,15 +105,30 @@ def _option(command: list[str], name: str) -> str:
     return command[command.index(name) + 1]
 
 
+def _configs_in(compose: dict[str, Any], service: str, into: Path) -> dict[str, str]:
+    """Write the service's configs (inline content) into `into`; return target -> file."""
+    written = {}
+    for given in compose["services"][service].get("configs", []):
+        source = given["source"] if isinstance(given, dict) else given
+        target = given.get("target", f"/{source}") if isinstance(given, dict) else f"/{source}"
+        path = into / source
+        path.write_text(compose["configs"][source]["content"])
+        written[target] = str(path)
+    return written
+
+
 @pytest.fixture
-def compose_redis(services: dict[str, Any], tmp_path: Path) -> Iterator[str]:
-    """redis-server started with the compose file's arguments (plus a port and a dir)."""
+def compose_redis(compose: dict[str, Any], tmp_path: Path) -> Iterator[str]:
+    """redis-server started with the compose file's command and config (plus a port and a dir)."""
     executable = shutil.which("redis-server")
     assert executable is not None
     port = free_port()
-    args = [executable, *services["redis"]["command"][1:]]
+    files = _configs_in(compose, "redis", tmp_path)
+    assert files, "the redis service has no config file"
+    args = [executable, *(files.get(a, a) for a in compose["services"]["redis"]["command"][1:])]
     args += ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path)]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    assert SECRETS["REDIS_PASSWORD"] not in " ".join(args)
     url = f"redis://:{SECRETS['REDIS_PASSWORD']}@127.0.0.1:{port}/0"
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
@@ -124,6 +151,8 @@ def compose_redis(services: dict[str, Any], tmp_path: Path) -> Iterator[str]:
         client.close()
         with pytest.raises(redis.AuthenticationError):
             redis.Redis(port=port).ping()
+        command_line = Path(f"/proc/{process.pid}/cmdline").read_bytes()
+        assert SECRETS["REDIS_PASSWORD"].encode() not in command_line
         yield url
     finally:
         process.terminate()

@@ -473,8 +473,15 @@ def test_attachments_round_trip_through_the_snapshot() -> None:
 def test_a_child_gets_no_attachments_it_was_not_given() -> None:
     parent = Agent(NO_PLAN, TOOLS).with_specialists([READER])
     parent.start_with(TASK, "", [PHOTO])
-    child = parent.start_child(parent.reply(delegate("reader", "Quote")).call)  # type: ignore[union-attr]
-    assert isinstance(child.resume(), Ask)
+    step = parent.reply(delegate("reader", "Quote"))
+    assert isinstance(step, Run)
+    child = parent.start_child(step.call)
+    first = child.resume()
+    assert isinstance(first, Ask)
+    assert first.request.attachments == ()
+    assert "photo.png" not in first.request.prompt
+    assert "Files attached" not in first.request.prompt
+    assert "photo.png" not in child.snapshot()
 
 
 # --- summaries --------------------------------------------------------------------------------

@@ -315,6 +315,19 @@ def test_failed_model_calls_spend_the_budget_and_stop_with_model_failed() -> Non
     assert "connection refused" in outcome.summary
 
 
+def test_a_failed_call_is_traced_as_a_failure_not_as_an_unusable_reply() -> None:
+    agent = agent_with(require_plan=False, max_retries=2)
+    agent.start(TASK)
+    agent.fail("could not connect to 127.0.0.1:9: connection refused")
+    agent.reply("prose only")
+    retries = [(e.kind, e.text) for e in agent.trace() if e.kind in ("retry", "model_failed")]
+    assert retries == [
+        ("model_failed", "could not connect to 127.0.0.1:9: connection refused"),
+        ("retry", retries[1][1]),
+    ]
+    assert "no complete JSON object" in retries[1][1]
+
+
 def test_failures_and_unusable_replies_share_one_budget() -> None:
     agent = agent_with(require_plan=False, max_retries=2)
     agent.start(TASK)

@@ -6,6 +6,7 @@ import base64
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from email.utils import format_datetime
@@ -278,10 +279,73 @@ def test_should_stop_is_asked_again_after_the_wait(
 ) -> None:
     server = serve(responder=lambda _call: Reply(status=500))
     recorder = connect(server.url, retries=5)
-    answers = iter([False, True])
-    failure(recorder, should_stop=lambda: next(answers))
+    error = failure(recorder, should_stop=lambda: len(recorder.sleeps) > 0)  # stop once it waited
+    assert "stopped after 1 attempt of 6" in error.message
     assert len(server.calls) == 1
     assert len(recorder.sleeps) == 1
+
+
+# --- the deadline of a whole call, and stopping mid-reply --------------------------------
+
+TRICKLE = Reply("x" * 400, trickle=0.05)
+"""About 20 s to send, a byte every 50 ms: never silent for long enough to time out."""
+
+
+def test_a_trickling_reply_is_cut_at_the_deadline(
+    serve: Serve, connect: Callable[..., Recorder]
+) -> None:
+    server = serve(responder=lambda _call: TRICKLE)
+    started = time.monotonic()
+    error = failure(connect(server.url, read_timeout=5, deadline=0.5))
+    took = time.monotonic() - started
+    assert error.message == (
+        "model call passed its deadline of 0.5 s after 1 attempt: the reply was still coming in"
+    )
+    assert error.retryable
+    assert took < 5, took  # not the 20 s the reply takes
+    assert len(server.calls) == 1  # no time left for another attempt
+
+
+def test_should_stop_is_asked_while_the_reply_comes_in(
+    serve: Serve, connect: Callable[..., Recorder]
+) -> None:
+    server = serve(responder=lambda _call: TRICKLE)
+    stop_at = time.monotonic() + 0.3
+    error = failure(
+        connect(server.url, read_timeout=5), should_stop=lambda: time.monotonic() > stop_at
+    )
+    took = time.monotonic() - stop_at
+    assert error.message == (
+        "model call stopped after 1 attempt of 3: told to stop while the reply came in"
+    )
+    assert not error.retryable
+    assert took < 5, took
+    assert len(server.calls) == 1
+
+
+def test_the_deadline_spans_every_attempt(serve: Serve, connect: Callable[..., Recorder]) -> None:
+    server = serve(responder=lambda _call: Reply(hang=True))
+    started = time.monotonic()
+    error = failure(connect(server.url, read_timeout=0.3, retries=30, deadline=1.0))
+    took = time.monotonic() - started
+    assert error.message.startswith("model call passed its deadline of 1 s after ")
+    assert "ReadTimeout talking to 127.0.0.1:" in error.message
+    assert took < 5, took  # 31 attempts of 0.3 s would take 9 s
+    assert 2 <= len(server.calls) < 31
+
+
+def test_a_wait_that_would_pass_the_deadline_is_not_waited(
+    serve: Serve, connect: Callable[..., Recorder]
+) -> None:
+    server = serve(Reply(status=429, headers={"Retry-After": "20"}), "too late")
+    recorder = connect(server.url, deadline=5)
+    error = failure(recorder)
+    assert error.message == (
+        "model call passed its deadline of 5 s after 1 attempt:"
+        " model server answered 429 Too Many Requests"
+    )
+    assert recorder.sleeps == []
+    assert len(server.calls) == 1
 
 
 # --- permanent failures: not retried ---------------------------------------------
@@ -403,6 +467,19 @@ def test_the_key_is_in_no_error_or_log(
     assert "***" in error.message
     for text in (str(error), repr(error), error.message, repr(error.args), caplog.text):
         assert KEY not in text
+
+
+def test_secrets_in_the_urls_query_are_in_no_error(
+    serve: Serve, connect: Callable[..., Recorder], caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = "hunter2%2Fquery%2Bkey"
+    said = f"bad api-key hunter2/query+key (sent as {sent})"
+    server = serve(responder=lambda _call: Reply(said, status=500))
+    with caplog.at_level(logging.DEBUG):
+        error = failure(connect(f"{server.url}?api-version=1&api-key={sent}", retries=1))
+    assert error.message.endswith("bad api-key *** (sent as ***)")
+    for text in (str(error), repr(error), caplog.text):
+        assert "hunter2" not in text
 
 
 def test_the_key_is_not_in_a_connection_failure(connect: Callable[..., Recorder]) -> None:

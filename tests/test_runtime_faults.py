@@ -41,7 +41,9 @@ def test_a_500_then_success_is_retried_and_the_run_finishes(f: Fleet) -> None:
     assert len(calls) == 2
     assert calls[0].prompt == calls[1].prompt  # the same step, asked again
     # The client retried on its own: the agent never saw a failure.
-    assert "retry" not in [e.kind for e in f.relay.trace(run_id)]
+    kinds = [e.kind for e in f.relay.trace(run_id)]
+    assert "retry" not in kinds
+    assert "model_failed" not in kinds
 
 
 def test_a_429_with_retry_after_is_honoured(f: Fleet) -> None:
@@ -65,7 +67,7 @@ def test_a_model_that_hangs_is_timed_out_retried_then_stopped(f: Fleet) -> None:
     assert "gave up after 2 attempts" in outcome.summary, outcome.summary
     # Two HTTP attempts per model call, two model calls (the agent's own retry).
     assert len(calls_for(f, "HANG:")) == 4
-    assert [e.kind for e in f.relay.trace(run_id)].count("retry") == 1
+    assert [e.kind for e in f.relay.trace(run_id)].count("model_failed") == 1
 
 
 def test_a_garbage_body_is_a_stated_model_failure(f: Fleet) -> None:

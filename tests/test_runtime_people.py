@@ -8,6 +8,7 @@ shows that parked runs hold no worker: every run here parks on that one process.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from agent_core import Config, Policy, Risk, Stop
+from tests.apps.notes import build
 from tests.support.brain import batch, call, final
 from tests.support.fleet import Fleet, fleet
 from tests.support.waiting import pending_for, prompts_for, shared_fleet, wait_state
-from workers import DecisionRefused
+from workers import DecisionRefused, Relay, Settings
 from workers.runtime import now_ms
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
@@ -228,6 +230,67 @@ def test_a_repeated_decision_is_refused_and_the_call_runs_once(f: Fleet) -> None
     assert outcome.stop is Stop.DONE, f.logs()
     assert f.ledger().count("delete_note twice.txt") == 1
     assert "declined" not in prompts_for(f, "TWICE:")[-1]
+
+
+RACES = 40
+DECISIONS = [(True, True), (True, False), (False, True), (False, False)]
+
+
+def _race(clients: list[Relay], run_id: str, decisions: tuple[bool, bool]) -> list[object]:
+    """Decide call-1 of the run from two threads at the same moment; return what each got."""
+    start = threading.Barrier(2)
+    got: list[object] = [None, None]
+
+    def decide(index: int) -> None:
+        start.wait()
+        try:
+            clients[index].approve(run_id, "call-1", decisions[index], reason="raced")
+            got[index] = "won"
+        except DecisionRefused as error:
+            got[index] = error
+
+    threads = [threading.Thread(target=decide, args=(index,)) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return got
+
+
+def test_two_decisions_at_once_one_wins_and_the_call_runs_at_most_once(f: Fleet) -> None:
+    runs = []
+    for race in range(RACES):
+        marker = f"RACE-{race}:"
+        f.brain.script(marker, {0: call("delete_note", name=f"race-{race}.txt"), 1: final("over")})
+        runs.append(f.relay.start(f"{marker} delete a note"))
+    f.until(
+        lambda: sum(p.run_id in runs and p.call_id == "call-1" for p in f.relay.pending()) == RACES,
+        60,
+        what=f"{RACES} runs to wait for a decision",
+    )
+    other = build(Settings.from_env(f.env))  # a second person, with a client of their own
+    winners = {}
+    for race, run_id in enumerate(runs):
+        decisions = DECISIONS[race % len(DECISIONS)]
+        got = _race([f.relay, other], run_id, decisions)
+        assert got.count("won") == 1, got  # exactly one wins...
+        [lost] = [g for g in got if g != "won"]
+        assert isinstance(lost, DecisionRefused), got  # ...the other is refused
+        assert "call call-1 of run" in str(lost)
+        winners[run_id] = decisions[got.index("won")]
+    ledger_lines = []
+    for race, run_id in enumerate(runs):
+        assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+        yes = winners[run_id]
+        kinds = [e.kind for e in f.relay.trace(run_id)]
+        assert kinds.count("approved" if yes else "declined") == 1, kinds
+        assert ("declined" if yes else "approved") not in kinds
+        ledger_lines.append((f"delete_note race-{race}.txt", 1 if yes else 0))
+    ledger = f.ledger()
+    for line, times in ledger_lines:
+        assert ledger.count(line) == times, line  # once when approved, never when declined
+    assert any(winners.values())
+    assert not all(winners.values())
 
 
 def test_a_decision_for_a_finished_run_is_refused(f: Fleet) -> None:

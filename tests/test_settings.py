@@ -28,6 +28,7 @@ def test_defaults_with_an_empty_environment() -> None:
     assert settings.model_connect_timeout == 5
     assert settings.model_timeout == 120
     assert settings.model_retries == 4
+    assert settings.model_deadline == 600
     assert settings.tool_timeout == 300
     assert settings.tool_output_chars == 20_000
     assert settings.recovery_seconds == 120
@@ -49,6 +50,7 @@ def test_every_variable_is_read() -> None:
             "RELAY_MODEL_CONNECT_TIMEOUT": "1.5",
             "RELAY_MODEL_TIMEOUT": "30",
             "RELAY_MODEL_RETRIES": "0",
+            "RELAY_MODEL_DEADLINE": "90",
             "RELAY_TOOL_TIMEOUT": "60",
             "RELAY_TOOL_OUTPUT_CHARS": "500",
             "RELAY_RECOVERY_SECONDS": "2.5",
@@ -67,6 +69,7 @@ def test_every_variable_is_read() -> None:
     assert settings.prefix == "notes:"
     assert (settings.model_connect_timeout, settings.model_timeout) == (1.5, 30)
     assert settings.model_retries == 0
+    assert settings.model_deadline == 90
     assert (settings.tool_timeout, settings.tool_output_chars) == (60, 500)
     assert settings.recovery_seconds == 2.5
     assert (settings.approval_ttl, settings.retention) == (3600, 86400)
@@ -143,6 +146,7 @@ def test_an_approval_ttl_of_zero_means_never() -> None:
         ("RELAY_MODEL_TIMEOUT", "1" * 400, "expected a number of seconds > 0"),
         ("RELAY_MODEL_TIMEOUT", "5s", "expected a number of seconds > 0, got '5s'"),
         ("RELAY_MODEL_CONNECT_TIMEOUT", "1_000", "expected a number of seconds > 0"),
+        ("RELAY_MODEL_DEADLINE", "0", "expected a number of seconds > 0, got '0'"),
         ("RELAY_TOOL_TIMEOUT", "true", "expected a number of seconds > 0"),
         ("RELAY_RECOVERY_SECONDS", "1e3", "expected a number of seconds > 0"),
         ("RELAY_RETENTION", "0", "expected a number of seconds > 0"),
@@ -196,6 +200,21 @@ SECRET_ENV = {
     "RELAY_MODEL_KEY": "sk-hunter2-key",
 }
 SECRETS = ("hunter2-redis", "hunter2-broker", "sk-hunter2-key")
+
+
+def test_secret_query_values_never_appear_in_redacted_or_errors() -> None:
+    url = "https://api.example.com/v1?api-version=2024-02-01&api-key=hunter2-query"
+    settings = Settings.from_env({"RELAY_MODEL_URL": url})
+    assert settings.redacted()["model_url"] == (
+        "https://api.example.com/v1/chat/completions?api-version=2024-02-01&api-key=***"
+    )
+    for text in (repr(settings), str(settings), str(settings.redacted())):
+        assert "hunter2-query" not in text
+    bad = url.replace("https://", "ftp://")  # (a variable: the traceback quotes this source)
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"RELAY_MODEL_URL": bad})
+    assert "key=***" in str(caught.value)
+    assert "hunter2-query" not in "".join(traceback.format_exception(caught.value))
 
 
 def test_secrets_never_appear_in_repr_str_redacted_or_logs(
@@ -254,6 +273,7 @@ def test_model_settings_carry_the_model_values() -> None:
             "RELAY_MODEL_CONNECT_TIMEOUT": "2",
             "RELAY_MODEL_TIMEOUT": "9",
             "RELAY_MODEL_RETRIES": "1",
+            "RELAY_MODEL_DEADLINE": "30",
         }
     )
     model = settings.model_settings()
@@ -264,6 +284,7 @@ def test_model_settings_carry_the_model_values() -> None:
         connect_timeout=2,
         read_timeout=9,
         retries=1,
+        deadline=30,
     )
 
 
@@ -284,7 +305,22 @@ def test_model_settings_need_a_model_url() -> None:
         ("redis://user@host/0", "redis://user@host/0"),
         ("redis://host:6379/0", "redis://host:6379/0"),
         ("unix:///run/redis.sock?db=1", "unix:///run/redis.sock?db=1"),
-        ("http://h/v1?key=a", "http://h/v1?key=a"),
+        ("http://h/v1?key=a", "http://h/v1?key=***"),
+        (
+            "https://h/openai/v1/chat/completions?api-version=2024-02-01&api-key=SECRET",
+            "https://h/openai/v1/chat/completions?api-version=2024-02-01&api-key=***",
+        ),
+        ("https://h/v1?apiKey=x&model=m", "https://h/v1?apiKey=***&model=m"),
+        ("redis://h:6379/0?password=pw&db=1", "redis://h:6379/0?password=***&db=1"),
+        ("https://h/v1?access_token=t#top", "https://h/v1?access_token=***#top"),
+        (
+            "https://h/v1?X-Amz-Signature=abc&X-Amz-Date=1",
+            "https://h/v1?X-Amz-Signature=***&X-Amz-Date=1",
+        ),
+        ("https://h/v1?q=sk-abcdefghijkl", "https://h/v1?q=***"),
+        ("https://h/v1?id=" + "a1" * 20, "https://h/v1?id=***"),
+        ("https://h/v1?key=&debug", "https://h/v1?key=&debug"),
+        ("https://u:pw@h/v1?token=t&x=1", "https://u:***@h/v1?token=***&x=1"),
         ("user:pw@host", "***@host"),
         ("no url at all", "no url at all"),
         ("", ""),

@@ -27,14 +27,26 @@ from workers.cli_runs import answer, approve, cancel, demo, deny, pending, run, 
 from workers.cli_schedule import schedule
 from workers.cli_serve import beat, flower, worker
 from workers.errors import RelayError
-from workers.live import one_line
 from workers.settings import SettingsError
+from workers.terminal import one_line
 
 __all__ = ["cli", "main"]
 
 
 class _Group(click.Group):
     """Turns the runtime's, the settings' and the core's errors into one line each."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as error:
+            raise _printable(error) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -43,8 +55,15 @@ class _Group(click.Group):
             raise Failure(one_line(str(error))) from None
         except click.ClickException as error:
             if type(error) is not click.ClickException:
-                raise  # usage errors keep click's own format and exit code
+                raise _printable(error) from None  # usage errors keep click's format and code
             raise Failure(error.format_message()) from None
+
+
+def _printable(error: click.ClickException) -> click.ClickException:
+    """Return `error` with its message safe to print: it may quote what was typed."""
+    # click types `message` as Final; every show() prints it through format_message().
+    error.message = one_line(error.message)  # type: ignore[misc]
+    return error
 
 
 @click.group(cls=_Group)

@@ -14,6 +14,7 @@ from workers.appload import load_relay
 from workers.errors import RelayError
 from workers.relay import Relay
 from workers.settings import SettingsError
+from workers.terminal import json_text, one_line
 
 __all__ = [
     "Context",
@@ -32,7 +33,7 @@ class Failure(click.ClickException):
     """A bad input or an unreachable service: one line on stderr, exit code 1."""
 
     def show(self, file: IO[Any] | None = None) -> None:
-        click.echo(f"relay: {self.format_message()}", err=True, file=file)
+        click.echo(f"relay: {one_line(self.format_message())}", err=True, file=file)
 
 
 def load_app(spec: str) -> Relay:
@@ -90,9 +91,9 @@ def json_option(fn: F) -> F:
 
 
 def row(*cells: str) -> list[Text]:
-    """Table cells as plain text: a task or a summary is never read as rich markup."""
-    return [Text(cell) for cell in cells]
+    """Table cells as plain, printable text: never read as rich markup or terminal codes."""
+    return [Text(one_line(cell)) for cell in cells]
 
 
 def print_json(value: object) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False))
+    click.echo(json_text(json.dumps(value, ensure_ascii=False)))

@@ -26,12 +26,12 @@ from workers.live import (
     Follower,
     console,
     describe,
-    one_line,
     usage_line,
 )
 from workers.records import Pending, RunStatus
 from workers.relay import Relay
 from workers.settings import Settings, redact_url
+from workers.terminal import json_text, one_line, printable
 
 __all__ = [
     "answer",
@@ -95,7 +95,7 @@ def _start_and_follow(obj: Context, job: _Job, stack: ExitStack) -> int:
     except KeyboardInterrupt:
         return follow.interrupted()
     if job.as_json:
-        click.echo(status.model_dump_json())
+        click.echo(json_text(status.model_dump_json()))
     return follow.conclude(status, started)
 
 
@@ -155,7 +155,7 @@ def demo(obj: Context, ask: bool, task: str | None) -> None:
             " Set RELAY_MODEL_URL to use a real model."
         )
     else:
-        out.print(f"Model: {settings.model} at {redact_url(settings.model_url)}")
+        out.print(Text(one_line(f"Model: {settings.model} at {redact_url(settings.model_url)}")))
     why = "the demo approves by itself; pass --ask to decide"
     policy = Deciding("ask", "") if ask else Deciding("yes", why)
     with ExitStack() as stack:
@@ -169,7 +169,9 @@ def demo(obj: Context, ask: bool, task: str | None) -> None:
         )
         written = notes / "summary.md" if notes is not None else None
         if written is not None and written.is_file():
-            out.print(Panel(written.read_text(errors="replace").strip(), title="summary.md"))
+            # The note is the model's text: printed as it is, never as markup or terminal codes.
+            note = Text(printable(written.read_text(errors="replace").strip()))
+            out.print(Panel(note, title="summary.md"))
     sys.exit(code)
 
 
@@ -284,7 +286,7 @@ def watch(obj: Context, run_id: str, as_json: bool) -> None:
     try:
         if as_json:
             for entry in relay.watch(run_id):
-                click.echo(entry.model_dump_json())
+                click.echo(json_text(entry.model_dump_json()))
             return
         follow = Follower(relay, run_id, Deciding("watch"), app=obj.app)
         status = follow.follow()
@@ -357,7 +359,7 @@ def _decide(relay: Relay, run_id: str, call_id: str | None, yes: bool, reason: s
 def approve(obj: Context, run_id: str, call_id: str | None) -> None:
     """Approve a call (RUN CALL) or, with no CALL, the plan a run waits on."""
     what = _decide(obj.relay, run_id, call_id, True, "")
-    click.echo(f"Approved {what}.")
+    click.echo(f"Approved {one_line(what)}.")
 
 
 @click.command()
@@ -369,7 +371,7 @@ def approve(obj: Context, run_id: str, call_id: str | None) -> None:
 def deny(obj: Context, run_id: str, call_id: str | None, reason: str) -> None:
     """Decline a call (RUN CALL) or, with no CALL, the plan a run waits on."""
     what = _decide(obj.relay, run_id, call_id, False, reason)
-    click.echo(f"Declined {what}.")
+    click.echo(f"Declined {one_line(what)}.")
 
 
 @click.command()
@@ -380,7 +382,7 @@ def deny(obj: Context, run_id: str, call_id: str | None, reason: str) -> None:
 def answer(obj: Context, run_id: str, text: str) -> None:
     """Answer the question a run waits on."""
     obj.relay.answer(run_id, text)
-    click.echo(f"Answered run {run_id}.")
+    click.echo(f"Answered run {one_line(run_id)}.")
 
 
 @click.command()
@@ -391,6 +393,6 @@ def answer(obj: Context, run_id: str, text: str) -> None:
 def cancel(obj: Context, run_id: str, reason: str) -> None:
     """Stop a run, parked or working, and its specialists."""
     if obj.relay.cancel(run_id, reason):
-        click.echo(f"Cancelling run {run_id} (its specialists stop too).")
+        click.echo(f"Cancelling run {one_line(run_id)} (its specialists stop too).")
     else:
-        click.echo(f"Run {run_id} had finished already.")
+        click.echo(f"Run {one_line(run_id)} had finished already.")

@@ -30,6 +30,7 @@ from scheduler import Schedule
 from scheduler.schedules import local_iso
 from workers.errors import RelayError
 from workers.relay import Relay
+from workers.terminal import json_text, one_line
 
 __all__ = ["parse_offset", "schedule"]
 
@@ -45,7 +46,7 @@ def _one_line(error: BaseException) -> str:
         text = f"{where}: {first['msg']}" if where else first["msg"]
     else:
         text = str(error)
-    return " ".join(text.split())
+    return one_line(text)
 
 
 @contextmanager
@@ -214,7 +215,7 @@ def add(
             name, recipe, filled, trigger, offset, mode="notify" if notify else "run"
         )
     verb = "replaced" if existed else "scheduled"
-    click.echo(f"{verb} {made.name}: {made.describe()}, next at {_next(made)}")
+    click.echo(one_line(f"{verb} {made.name}: {made.describe()}, next at {_next(made)}"))
 
 
 @schedule.command("list")
@@ -224,13 +225,15 @@ def list_(*, as_json: bool) -> None:
     with _errors():
         found = _relay().schedules()
     if as_json:
-        click.echo(json.dumps([s.model_dump(mode="json") for s in found], indent=2))
+        click.echo(json_text(json.dumps([s.model_dump(mode="json") for s in found], indent=2)))
         return
     if not found:
         click.echo("no schedules")
         return
     rows: list[tuple[str, ...]] = [("NAME", "WHEN", "MODE", "NEXT", "TASK")]
-    rows += [(s.name, s.describe(), s.mode, _next(s), _cut(s.task())) for s in found]
+    rows += [
+        (one_line(s.name), one_line(s.describe()), s.mode, _next(s), _cut(s.task())) for s in found
+    ]
     click.echo(_table(rows))
 
 
@@ -242,7 +245,7 @@ def rm(name: str) -> None:
         removed = _relay().unschedule(name)
     if not removed:
         raise click.ClickException(f"no schedule named {name!r}")
-    click.echo(f"removed {name}")
+    click.echo(f"removed {one_line(name)}")
 
 
 @schedule.command("preview")
@@ -267,10 +270,10 @@ def notifications(*, limit: int, as_json: bool) -> None:
         found = _relay().notifications(limit)
     for notice in found:
         if as_json:
-            click.echo(notice.model_dump_json())
+            click.echo(json_text(notice.model_dump_json()))
             continue
         what = f"could not start: {notice.problem}" if notice.problem else notice.task
-        click.echo(f"{local_iso(notice.slot_ms, 0)}  {notice.schedule}  {_cut(what)}")
+        click.echo(f"{local_iso(notice.slot_ms, 0)}  {one_line(notice.schedule)}  {_cut(what)}")
     if not found and not as_json:
         click.echo("no notifications")
 
@@ -283,8 +286,7 @@ def _next(found: Schedule) -> str:
 
 
 def _cut(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= _TASK_SHOWN else line[: _TASK_SHOWN - 1] + "…"
+    return one_line(text, _TASK_SHOWN)
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:

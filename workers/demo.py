@@ -3,9 +3,15 @@
     relay demo                                   # private Redis, one worker, the demo model
     relay --app workers.demo:relay worker        # or serve it from a fleet of your own
 
-The notes live in RELAY_DEMO_DIR (default: `relay-demo-notes` in the system's
-temp dir); an empty or missing folder is filled with a few sample notes the
-first time a tool looks at it, on whichever worker runs the tool.
+The notes live in RELAY_DEMO_DIR (default: `relay-demo-notes-<uid>` in the
+system's temp dir); an empty or missing folder is filled with a few sample notes
+the first time a tool looks at it, on whichever worker runs the tool.
+
+The folder is private: it is created 0700, and a folder that is a symbolic
+link, is not a directory, belongs to another user or that others may write to
+is refused (in a shared temp dir, anyone could have made one first). The tools
+open notes relative to the folder without following symbolic links, so a link
+planted in it cannot lead them out of it.
 
 With no RELAY_MODEL_URL the app's model is `DemoModel`: deterministic, no
 network. It reads the prompt and plays the session a sensible model would
@@ -19,9 +25,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from agent_core import ModelRequest, Risk
@@ -63,20 +71,102 @@ _SIGNATURE = "(This was the demo model: scripted and offline. Set RELAY_MODEL_UR
 
 
 def notes_folder() -> Path:
-    """Return the notes folder, filled with the sample notes if it is missing or empty."""
+    """Return the notes folder, filled with the sample notes if it is missing or empty.
+
+    Raises:
+        PermissionError: the folder is not private to this user (see the module docstring).
+    """
+    with _opened() as (folder, _):
+        return folder
+
+
+def _folder_path() -> Path:
     configured = os.environ.get("RELAY_DEMO_DIR", "").strip()
-    folder = Path(configured) if configured else Path(tempfile.gettempdir()) / "relay-demo-notes"
-    folder.mkdir(parents=True, exist_ok=True)
-    if not any(folder.iterdir()):
-        for name, text in SAMPLE_NOTES.items():
-            (folder / name).write_text(text)
-    return folder
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / f"relay-demo-notes-{os.getuid()}"
 
 
-def _note_path(name: str) -> Path:
+@contextmanager
+def _opened() -> Iterator[tuple[Path, int]]:
+    """Yield the notes folder and a descriptor of it, once it is known to be private.
+
+    The checks are made on the opened folder itself, so it cannot be swapped
+    between the check and the use.
+    """
+    folder = _folder_path()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as error:
+        why = "is a symbolic link" if folder.is_symlink() else "is not a folder we can open"
+        raise PermissionError(f"refusing the notes folder {folder}: it {why}") from error
+    try:
+        _check_private(folder, os.fstat(fd))
+        if not os.listdir(fd):
+            for name, text in SAMPLE_NOTES.items():
+                _write(fd, name, text, exclusive=True)
+        yield folder, fd
+    finally:
+        os.close(fd)
+
+
+def _check_private(folder: Path, info: os.stat_result) -> None:
+    problem = ""
+    if not stat.S_ISDIR(info.st_mode):
+        problem = "it is not a folder"
+    elif info.st_uid != os.getuid():
+        problem = f"it belongs to another user (uid {info.st_uid})"
+    elif info.st_mode & 0o022:
+        problem = f"others may write to it (mode {stat.S_IMODE(info.st_mode):o}; chmod go-w)"
+    if problem:
+        raise PermissionError(f"refusing the notes folder {folder}: {problem}")
+
+
+def _checked_name(name: str) -> str:
     if not _NAME.fullmatch(name) or ".." in name:
         raise ValueError(f"{name!r} is not a note name; use a plain file name such as ideas.md")
-    return notes_folder() / name
+    return name
+
+
+def _list(folder: int) -> list[str]:
+    """Return the names of the regular files in the folder (links are not followed)."""
+    with os.scandir(folder) as entries:
+        return sorted(e.name for e in entries if e.is_file(follow_symlinks=False))
+
+
+def _read(folder: int, name: str) -> str:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a planted FIFO cannot hang us
+    try:
+        fd = os.open(_checked_name(name), flags, dir_fd=folder)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"there is no note named {name}") from None
+    except OSError as error:
+        raise PermissionError(f"{name} is not a plain note (a link, perhaps): {error}") from None
+    with open(fd, encoding="utf-8", errors="replace") as note:
+        if not stat.S_ISREG(os.fstat(note.fileno()).st_mode):
+            raise PermissionError(f"{name} is not a plain note")
+        return note.read()
+
+
+def _write(folder: int, name: str, text: str, *, exclusive: bool = False) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags |= os.O_EXCL if exclusive else 0
+    try:
+        fd = os.open(_checked_name(name), flags, 0o600, dir_fd=folder)
+    except FileExistsError:
+        if exclusive:
+            return  # another worker filled the folder first
+        raise
+    except OSError as error:
+        raise PermissionError(f"{name} is not a plain note (a link, perhaps): {error}") from None
+    with open(fd, "w", encoding="utf-8") as note:
+        if not stat.S_ISREG(os.fstat(note.fileno()).st_mode):
+            raise PermissionError(f"{name} is not a plain note")
+        note.truncate()
+        note.write(text)
 
 
 def build(settings: Settings | None = None) -> Relay:
@@ -88,7 +178,8 @@ def build(settings: Settings | None = None) -> Relay:
     @relay.tool(risk=Risk.READ)
     def list_notes() -> str:
         """List the notes in the folder."""
-        names = sorted(p.name for p in notes_folder().iterdir() if p.is_file())
+        with _opened() as (_, folder):
+            names = _list(folder)
         return f"{len(names)} notes: {', '.join(names)}" if names else "0 notes"
 
     @relay.tool(risk=Risk.READ)
@@ -98,10 +189,8 @@ def build(settings: Settings | None = None) -> Relay:
         Args:
             name: The note's file name, as list_notes shows it.
         """
-        path = _note_path(name)
-        if not path.is_file():
-            raise FileNotFoundError(f"there is no note named {name}")
-        return path.read_text(errors="replace")
+        with _opened() as (_, folder):
+            return _read(folder, name)
 
     @relay.tool(risk=Risk.WRITE)
     def write_note(name: str, text: str) -> str:
@@ -111,7 +200,8 @@ def build(settings: Settings | None = None) -> Relay:
             name: A plain file name, such as summary.md.
             text: The whole text of the note.
         """
-        _note_path(name).write_text(text)
+        with _opened() as (_, folder):
+            _write(folder, name, text)
         return f"wrote {len(text)} characters to {name}"
 
     return relay

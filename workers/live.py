@@ -34,6 +34,7 @@ from workers.errors import DecisionRefused
 from workers.model_client import Usage
 from workers.records import Pending, RunStatus, TraceEntry
 from workers.relay import Relay
+from workers.terminal import one_line, printable
 
 EXIT_STOPPED = 1
 """`run` and `demo`: the run ended without doing its task (declined, cancelled, failed)."""
@@ -43,11 +44,6 @@ QUIET_SECONDS = 15.0
 FINAL_CHARS = 4_000
 ASKS = frozenset({"plan", "waiting", "question"})
 """Trace kinds written in the same save that parks a run on a person."""
-
-
-def one_line(text: str, limit: int = 0) -> str:
-    line = " ".join(str(text).split())
-    return line if not limit or len(line) <= limit else line[: limit - 1] + "…"
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -67,6 +63,7 @@ _LINES: dict[str, tuple[str, str]] = {
     "question": ("? {text}", "yellow"),
     "answer": ("  answered: {text}", ""),
     "retry": ("↻ unusable reply, asked again: {text}", "dim"),
+    "model_failed": ("↻ the model call failed, trying again: {text}", "yellow"),
     "sent_back": ("↩ final answer sent back: {text}", "yellow"),
     "note": ("✎ remembered: {text}", "dim"),
     "skill": ("◆ loaded the skill {text}", "dim"),
@@ -107,14 +104,19 @@ def describe(entry: TraceEntry, root: str) -> Text | None:
         return Text(f"{indent}  ← {shown}", style=_RESULT_STYLES.get(status, ""))
     if entry.kind == "finished":
         # The final answer is what the run was for: shown whole, line breaks kept.
-        style = "bold green" if entry.stop == Stop.DONE.value else "bold red"
-        head = f"{indent}■ {_stop_label(entry.stop).capitalize()}:"
-        body = entry.text.strip()[:FINAL_CHARS]
+        done = entry.stop == Stop.DONE.value
+        style = "bold green" if done else "bold red"
+        label = _stop_label(entry.stop)
+        body = printable(entry.text.strip()[:FINAL_CHARS])
+        head = f"{indent}■ {label.capitalize()}:"
+        if not done and body.casefold().startswith(label.casefold()):
+            head = f"{indent}■"  # the summary names the stop already: say it once
         if "\n" in body:
             return Text(head, style=style) + Text("\n" + body)
         return Text(f"{head} {body}", style=style)
-    template, style = _LINES.get(entry.kind, (f"{entry.kind}: {{text}}", "dim"))
-    line = template.format(text=text, tool=entry.tool or "", call=entry.call_id or "")
+    template, style = _LINES.get(entry.kind, (f"{one_line(entry.kind, 40)}: {{text}}", "dim"))
+    tool, call = one_line(entry.tool or "", 80), one_line(entry.call_id or "", 80)
+    line = template.format(text=text, tool=tool, call=call)
     return Text(indent + line.rstrip(": "), style=style)
 
 
@@ -276,7 +278,9 @@ class Follower:
             self._hint(pending)
 
     def _what(self, pending: Pending) -> str:
-        return "the plan" if pending.kind == "plan" else f"{pending.call_id} ({pending.tool})"
+        if pending.kind == "plan":
+            return "the plan"
+        return one_line(f"{pending.call_id} ({pending.tool})", 200)
 
     def _decide(self, pending: Pending, yes: bool, *, auto: bool = False) -> None:
         if auto:
@@ -290,7 +294,7 @@ class Follower:
                 assert pending.call_id is not None
                 self.relay.approve(pending.run_id, pending.call_id, yes, reason="")
         except DecisionRefused as error:
-            self._say(f"  ({error}: it was decided elsewhere)", "dim")
+            self._say(f"  ({one_line(error)}: it was decided elsewhere)", "dim")
 
     def _ask(self, pending: Pending) -> None:
         self._spin(None)
@@ -299,17 +303,19 @@ class Follower:
         else:
             args = one_line(json.dumps(pending.args, ensure_ascii=False), 600)
             risk = pending.risk.value if pending.risk is not None else "?"
-            self.out.print(Text(f"  {pending.tool} (risk: {risk}) with {args}", style="yellow"))
-            yes = Confirm.ask(f"Allow {escape(pending.tool or 'this call')}?", console=self.out)
+            tool = one_line(pending.tool or "this call", 80)
+            self.out.print(Text(f"  {tool} (risk: {risk}) with {args}", style="yellow"))
+            yes = Confirm.ask(f"Allow {escape(tool)}?", console=self.out)
         self._decide(pending, bool(yes))
 
     def _ask_question(self, pending: Pending) -> None:
         self._spin(None)
-        answer = Prompt.ask(f"[bold]{escape(pending.summary)}[/]\nYour answer", console=self.out)
+        question = escape(printable(pending.summary))
+        answer = Prompt.ask(f"[bold]{question}[/]\nYour answer", console=self.out)
         try:
             self.relay.answer(pending.run_id, str(answer))
         except DecisionRefused as error:
-            self._say(f"  ({error}: it was answered elsewhere)", "dim")
+            self._say(f"  ({one_line(error)}: it was answered elsewhere)", "dim")
 
     def _hint(self, pending: Pending) -> None:
         """Say how to decide from another shell; the run keeps waiting meanwhile."""
@@ -317,11 +323,11 @@ class Follower:
         env = ""
         if self.embedded is not None:
             env = f"RELAY_REDIS_URL=$(cat {self.embedded.url_file}) "
-        run = pending.run_id
+        run = one_line(pending.run_id, 200)
         if pending.kind == "question":
             self._say(f'Waiting for an answer. From another shell: {env}relay answer {run} "…"')
             return
-        target = run if pending.kind == "plan" else f"{run} {pending.call_id}"
+        target = run if pending.kind == "plan" else f"{run} {one_line(pending.call_id or '', 80)}"
         self.out.print(
             Text(
                 f"Waiting for a decision on {self._what(pending)}. From another shell:\n"

@@ -5,11 +5,17 @@ One `ModelClient` per worker process holds one httpx sync client, so the TCP
 `POST {url}` with a system and a user message; image attachments go beside the
 prompt as image parts, other files as text parts.
 
+A whole call, retries included, ends by `ModelSettings.deadline`
+(RELAY_MODEL_DEADLINE): a server that trickles its reply a byte at a time
+cannot hold a worker past it; and the caller's `should_stop` is asked while
+the reply comes in, not only between attempts.
+
 Failures end as one exception, `ModelCallError`, whose `retryable` says whether
 the failure was transient (429, 5xx, a timeout, a refused or dropped
 connection) and was retried until the budget ran out, or permanent (another
 4xx, an unusable body, a bad URL). httpx's own exceptions are translated in one
-place, `_translating_errors`. The key never appears in an error or a log line.
+place, `_translating_errors`. The key, and secret values in the URL's query
+string (`?api-key=...`), never appear in an error or a log line.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from pydantic import (
 
 from agent_core.steps import Attachment, ModelRequest
 from agent_core.text import cut
+from workers.redact import redact_url, url_secrets
 
 __all__ = [
     "ModelCallError",
@@ -118,6 +125,8 @@ class ModelSettings(BaseModel):
     """Seconds without a byte from the server before the attempt is given up."""
     retries: int = Field(default=4, ge=0, le=100)
     """Attempts after the first one, for transient failures only."""
+    deadline: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    """Seconds the whole call may take: every attempt, its reads, the waits between them."""
     backoff_base: float = Field(default=0.5, gt=0, allow_inf_nan=False)
     backoff_cap: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """No wait between attempts is longer, whatever a server's Retry-After says."""
@@ -339,6 +348,23 @@ def _excerpt(data: bytes) -> str:
 # --- the I/O seam ----------------------------------------------------------------
 
 
+class _RedactedUrls(logging.Filter):
+    """httpx logs every request's URL at INFO; its query string may hold a key."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_url(str(arg)) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+def _hide_secrets_in_httpx_logs() -> None:
+    httpx_log = logging.getLogger("httpx")
+    if not any(isinstance(f, _RedactedUrls) for f in httpx_log.filters):
+        httpx_log.addFilter(_RedactedUrls())
+
+
 @contextmanager
 def _translating_errors(where: str, timeout: httpx.Timeout) -> Iterator[None]:
     """Turn every httpx exception into a ModelCallError; the one place that knows httpx's."""
@@ -361,18 +387,21 @@ def _translating_errors(where: str, timeout: httpx.Timeout) -> Iterator[None]:
         raise ModelCallError(message, retryable=False) from None
 
 
-def _read_capped(response: httpx.Response, limit: int) -> bytes:
+def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]) -> bytes:
     """Return the whole (decoded) body; raise ModelCallError once it passes `limit` bytes.
 
     The size is checked while the body streams in, so a runaway (or decompressed)
-    body never sits in memory whole.
+    body never sits in memory whole; `check` is called before the body and after
+    each piece of it, and raises to end the read (a deadline, a cancel).
     """
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_big(response, limit)
     chunks: list[bytes] = []
     size = 0
+    check()
     for chunk in response.iter_bytes():
+        check()
         size += len(chunk)
         if size > limit:
             raise _too_big(response, limit)
@@ -413,70 +442,84 @@ class ModelClient:
         timeout = httpx.Timeout(
             settings.read_timeout, connect=settings.connect_timeout, pool=settings.connect_timeout
         )
-        self._timeout = timeout
         self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport)
+        # What no error may show: the key, and the secrets in the URL's query string.
+        # (A value of a few characters would garble every message, and hides nothing.)
+        secrets = [s for s in url_secrets(settings.url) if len(s) >= 4]
+        secrets += [self._key] if self._key else []
+        self._secrets = sorted(secrets, key=len, reverse=True)
         url = httpx.URL(settings.url)
         self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+        _hide_secrets_in_httpx_logs()
 
     def complete(
         self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
 
-        `should_stop` is asked before every wait between attempts (and after it), so
-        a cancelled run stops retrying. Raises ModelCallError: the permanent failure
-        at once, or the last transient one when the retries are spent or stopped.
+        The whole call (every attempt, its reads, the waits between them) ends by
+        the settings' `deadline`: each attempt's timeouts are cut to what is left,
+        and the body is checked as it comes in, so a server trickling a byte now
+        and then cannot hold it longer. `should_stop` is asked as the body comes
+        in and before and after every wait between attempts, so a cancelled run
+        stops. Raises ModelCallError: the permanent failure at once, the last
+        transient one when the retries are spent, or why it ended early (stopped,
+        or past its deadline).
         """
         settings = self._settings
         body = json.dumps(
             chat_body(settings.model, request, attachment_chars=settings.attachment_chars)
         ).encode("utf-8")
-        attempts = settings.retries + 1
-        for attempt in range(attempts):
+        call = _Call(settings.deadline, settings.retries + 1, should_stop)
+        for attempt in range(call.attempts):
+            call.attempt = attempt
             try:
-                return self._attempt(body)
+                return self._attempt(body, call)
+            except _CallEnded:
+                raise
             except ModelCallError as error:
                 if not error.retryable:
                     raise
-                if attempt + 1 == attempts:
-                    raise _again(error, f"gave up after {_attempts(attempts)}") from None
-                self._pause(attempt, error, attempts, should_stop)
+                if call.left() <= 0:
+                    raise call.past_deadline(error) from None
+                if attempt + 1 == call.attempts:
+                    raise _again(error, f"gave up after {_attempts(call.attempts)}") from None
+                self._pause(error, call)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _pause(
-        self,
-        attempt: int,
-        error: ModelCallError,
-        attempts: int,
-        should_stop: Callable[[], bool] | None,
-    ) -> None:
-        """Wait before the next attempt; raise ModelCallError if the caller says stop."""
-        stopped = _again(error, f"stopped after {_attempts(attempt + 1)} of {attempts}")
-        if should_stop is not None and should_stop():
-            raise stopped from None
-        settings = self._settings
-        delay = backoff_seconds(
-            attempt, error.retry_after, settings.backoff_base, settings.backoff_cap, self._rand()
-        )
+    def _pause(self, error: ModelCallError, call: _Call) -> None:
+        """Wait before the next attempt; raise ModelCallError if told to stop or out of time."""
+        if call.stopped():
+            raise call.stop(error)
+        base, cap = self._settings.backoff_base, self._settings.backoff_cap
+        delay = backoff_seconds(call.attempt, error.retry_after, base, cap, self._rand())
+        if delay >= call.left():
+            raise call.past_deadline(error)  # waiting only to fail helps nobody
         log.warning(
             "model call attempt %d of %d failed, retrying in %.2f s: %s",
-            attempt + 1,
-            attempts,
+            call.attempt + 1,
+            call.attempts,
             delay,
             error.message,
         )
         self._sleep(delay)
-        if should_stop is not None and should_stop():
-            raise stopped from None
+        if call.stopped():
+            raise call.stop(error)
 
-    def _attempt(self, body: bytes) -> ModelReply:
+    def _attempt(self, body: bytes, call: _Call) -> ModelReply:
         """Make one HTTP request; raise ModelCallError (with the key scrubbed) if it fails."""
+        left = call.left()
+        if left <= 0:
+            raise call.past_deadline()
+        settings = self._settings
+        connect = min(settings.connect_timeout, left)
+        timeout = httpx.Timeout(min(settings.read_timeout, left), connect=connect, pool=connect)
         try:
             with (
-                _translating_errors(self._where, self._timeout),
-                self._http.stream("POST", self._settings.url, content=body) as response,
+                _translating_errors(self._where, timeout),
+                self._http.stream("POST", settings.url, content=body, timeout=timeout) as response,
             ):
-                data = _read_capped(response, self._settings.max_body_bytes)
+                data = _read_capped(response, settings.max_body_bytes, call.check)
             if response.status_code != 200:
                 raise _error_for_status(response.status_code, response.headers, data, self._now())
             return _parse_reply(data)
@@ -484,11 +527,13 @@ class ModelClient:
             raise self._scrubbed(error) from None
 
     def _scrubbed(self, error: ModelCallError) -> ModelCallError:
-        """Return `error` without the key, in case a server (or httpx) echoed it."""
-        if not self._key or self._key not in error.message:
+        """Return `error` without the key or the URL's secrets, in case a server echoed them."""
+        message = error.message
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        if message == error.message:
             return error
-        message = error.message.replace(self._key, "***")
-        return ModelCallError(
+        return type(error)(
             message, retryable=error.retryable, status=error.status, retry_after=error.retry_after
         )
 
@@ -506,6 +551,50 @@ class ModelClient:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _CallEnded(ModelCallError):
+    """Raised when a call must end now, whatever its retries: it was told to stop, or
+    its deadline passed."""
+
+
+class _Call:
+    """One call's limits: when it must end, how many attempts it may make, who may stop it."""
+
+    def __init__(
+        self, deadline: float, attempts: int, should_stop: Callable[[], bool] | None
+    ) -> None:
+        self.deadline = deadline
+        self.ends_at = time.monotonic() + deadline
+        self.attempts = attempts
+        self.should_stop = should_stop
+        self.attempt = 0
+        """The attempt under way (0 for the first)."""
+
+    def left(self) -> float:
+        return self.ends_at - time.monotonic()
+
+    def stopped(self) -> bool:
+        return self.should_stop is not None and self.should_stop()
+
+    def check(self) -> None:
+        """Raise `_CallEnded` if the caller said stop or the deadline passed."""
+        if self.stopped():
+            raise self.stop()
+        if self.left() <= 0:
+            raise self.past_deadline()
+
+    def stop(self, last: ModelCallError | None = None) -> _CallEnded:
+        said = last.message if last else "told to stop while the reply came in"
+        done = f"{_attempts(self.attempt + 1)} of {self.attempts}"
+        retryable = last.retryable if last else False
+        return _CallEnded(f"model call stopped after {done}: {said}", retryable=retryable)
+
+    def past_deadline(self, last: ModelCallError | None = None) -> _CallEnded:
+        said = last.message if last else "the reply was still coming in"
+        done = _attempts(self.attempt + 1)
+        message = f"model call passed its deadline of {self.deadline:g} s after {done}: {said}"
+        return _CallEnded(message, retryable=True, status=last.status if last else None)
 
 
 def _attempts(count: int) -> str:

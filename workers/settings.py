@@ -13,6 +13,7 @@
     RELAY_MODEL_CONNECT_TIMEOUT  seconds (5)
     RELAY_MODEL_TIMEOUT          seconds without a byte from the model server (120)
     RELAY_MODEL_RETRIES          retries of a transient model failure (4)
+    RELAY_MODEL_DEADLINE         seconds a whole model call may take, retries and all (600)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
     RELAY_RECOVERY_SECONDS       how soon a dead worker's call is picked up again (15):
@@ -28,7 +29,8 @@
 
 A variable that is unset or blank takes its default; surrounding spaces are
 ignored. A bad value raises `SettingsError` with one line naming the variable.
-Passwords in URLs and the key never appear in `repr`, `str`, `redacted()` or errors.
+Passwords in URLs, secret query values (`?api-key=...`, see `workers.redact`) and the
+key never appear in `repr`, `str`, `redacted()` or errors.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from pydantic import (
 )
 
 from workers.model_client import ModelSettings, chat_completions_url, check_api_key
+from workers.redact import redact_url
 
 __all__ = ["Settings", "SettingsError", "redact_url"]
 
@@ -61,28 +64,6 @@ _URL_FIELDS = ("redis_url", "broker_url", "model_url")
 
 class SettingsError(ValueError):
     """Raised when an environment variable has a value Relay cannot use; one line, no secrets."""
-
-
-def redact_url(url: str) -> str:
-    """Return `url` with its password (if any) replaced by `***`.
-
-    `redis://user:pw@host/0` becomes `redis://user:***@host/0`; a URL without a
-    password comes back unchanged. When the URL cannot be read that way (an `@`
-    past the host, as an unescaped `/`, `?` or `#` in a password leaves it),
-    everything from after `://` up to the last `@` is masked instead.
-    """
-    head, separator, rest = url.partition("://")
-    if not separator or "@" in head:
-        return "***@" + url.rpartition("@")[2] if "@" in url else url
-    ends = [index for index in (rest.find(char) for char in "/?#") if index >= 0]
-    netloc, tail = rest[: min(ends, default=len(rest))], rest[min(ends, default=len(rest)) :]
-    if "@" in tail:
-        return f"{head}://***@{rest.rpartition('@')[2]}"
-    if "@" not in netloc:
-        return url
-    userinfo, _, host = netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    return f"{head}://{user}{':***' if colon else ''}@{host}{tail}"
 
 
 # --- parsers: each takes a value from the environment (a str) or from code -------
@@ -245,6 +226,8 @@ class Settings(BaseModel):
     model_connect_timeout: _Seconds = 5.0
     model_timeout: _Seconds = 120.0
     model_retries: Annotated[int, BeforeValidator(_count(0))] = 4
+    model_deadline: _Seconds = 600.0
+    """Seconds one model call may take, every attempt and wait included."""
     tool_timeout: _Seconds = 300.0
     tool_output_chars: Annotated[int, BeforeValidator(_count(1))] = 20_000
     recovery_seconds: _Seconds = 15.0
@@ -294,6 +277,7 @@ class Settings(BaseModel):
             connect_timeout=self.model_connect_timeout,
             read_timeout=self.model_timeout,
             retries=self.model_retries,
+            deadline=self.model_deadline,
         )
 
     def redacted(self) -> dict[str, Any]:

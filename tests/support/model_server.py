@@ -67,7 +67,9 @@ class Reply:
 
     `usage` defaults to counts that follow from the lengths of the texts.
     `hang` never answers (until the server stops); `close` drops the connection
-    without an answer; `raw_body` is sent as is instead of the JSON the server builds.
+    without an answer; `raw_body` is sent as is instead of the JSON the server builds;
+    `trickle` sends the body one byte at a time, that many seconds apart (the
+    headers, with the whole length, go at once).
     """
 
     text: str = ""
@@ -78,6 +80,7 @@ class Reply:
     usage: tuple[int, int] | None = None
     hang: bool = False
     close: bool = False
+    trickle: float = 0.0
 
 
 Responder = Callable[[ChatCall], "Reply | str"]
@@ -276,7 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.rstrip("/") != CHAT_PATH:
+        if self.path.partition("?")[0].rstrip("/") != CHAT_PATH:  # a query (?api-key=) is fine
             self._send(404, _error_body(f"no route for {self.path}"))
             return
         call = _parse_call(raw, self.headers.items(), self.client_address[1])
@@ -297,16 +300,31 @@ class _Handler(BaseHTTPRequestHandler):
             body = owner._completion(call, reply)
         else:
             body = _error_body(reply.text or _phrase(reply.status))
-        self._send(reply.status, body, reply.headers)
+        self._send(reply.status, body, reply.headers, trickle=reply.trickle)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        trickle: float = 0.0,
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if trickle <= 0:
+            self.wfile.write(body)
+            return
+        stopping = self.server.owner._stopping
+        for index in range(len(body)):
+            if index and stopping.wait(trickle):
+                self.close_connection = True
+                return
+            self.wfile.write(body[index : index + 1])  # an OSError: the client hung up
 
 
 def _parse_call(raw: bytes, headers: Any, port: int) -> ChatCall | None:
