@@ -39,6 +39,7 @@ EXPORTED = [
     "Run",
     "Skill",
     "SkillError",
+    "SkillReport",
     "SnapshotError",
     "Specialist",
     "Step",
