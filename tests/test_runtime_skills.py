@@ -44,7 +44,7 @@ def test_a_model_uses_a_skill_and_reads_its_file_on_a_worker(tmp_path: Path) -> 
         assert outcome.calls == 1  # the read is not counted against max_calls
         trace = f.relay.trace(run_id)
         [read] = [e for e in trace if e.kind == "result" and e.tool == "read_skill_file"]
-        assert (read.call_id, read.text) == ("read-1", STYLE.rstrip("\n"))
+        assert (read.call_id, read.text) == ("read-1", STYLE)
         # The model saw the skill's body and file list, then the file itself.
         prompts = [c.prompt for c in f.model.calls if "SKILL-A:" in c.prompt]
         assert "Files of this skill (read one with read_skill_file):" in prompts[1]
