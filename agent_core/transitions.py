@@ -10,7 +10,7 @@ or, past the budget, a stated stop (`_finish`), never an exception.
 
     phase        event            handler
     idle         started          _begin
-    asking       replied          _on_reply       plan / calls / final / question / retry
+    asking       replied          _on_reply       plan / calls / own tool / final / question / retry
     asking       failed           _on_failure
     summarizing  replied          _on_summary
     summarizing  failed           _on_failure
@@ -19,6 +19,12 @@ or, past the budget, a stated stop (`_finish`), never an exception.
     questioning  answered         _on_answer
     finished     final_rejected   _on_final_rejected
     (any live)   cancelled        _on_cancel
+
+The agent's own tools each come in a reply of their own and are not counted
+against `max_calls`: `remember` and `use_skill` change the state at once;
+`read_skill_file` is checked here (a skill offered, a listed file or its
+SKILL.md, at most MAX_SKILL_READS a task) and becomes a one-call batch with
+its own ids (`read-1`, ...), which the host carries out like any READ call.
 """
 
 from __future__ import annotations

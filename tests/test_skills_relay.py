@@ -92,3 +92,19 @@ def test_read_skill_file_is_a_reserved_tool_name() -> None:
 
     with pytest.raises(ToolRegistrationError, match="reserved"):
         relay.tool(read_skill_file)
+
+
+def test_the_readme_skills_example_runs_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("\n## Skills\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "skills").mkdir()
+    write_repo(tmp_path / "skills")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"Relay": Relay}
+    exec(code, namespace)
+    relay = namespace["relay"]
+    assert isinstance(relay, Relay)
+    assert {s.name for s in relay.skills} == REPO_SKILLS
