@@ -18,7 +18,7 @@ from agent_core.errors import (
     UsageError,
 )
 from agent_core.recipes import Recipe
-from agent_core.skills import Skill
+from agent_core.skills import Skill, SkillReport
 from agent_core.specialists import Specialist
 from agent_core.state import TraceEvent
 from agent_core.steps import (
@@ -63,6 +63,7 @@ __all__ = [
     "Run",
     "Skill",
     "SkillError",
+    "SkillReport",
     "SnapshotError",
     "Specialist",
     "Step",

@@ -97,7 +97,11 @@ class Agent:
         )
 
     def with_skills(self, skills: Iterable[Skill]) -> Agent:
-        """Return this agent offering `skills` through `use_skill`."""
+        """Return this agent offering `skills` through `use_skill` (and `read_skill_file`).
+
+        `read_skill_file` is offered when a skill has files or a body longer
+        than `use_skill` shows; the host reads them (see `agent_core.skill_files`).
+        """
         listed = tuple(skills)
         if len({s.name for s in listed}) != len(listed):
             raise DefinitionError("two skills share a name")
@@ -209,6 +213,10 @@ class Agent:
         if kept is not None:  # the trace is not part of the step: it stays valid
             self._step = (self._state, kept[1])
         return taken
+
+    def skill(self, name: str) -> Skill | None:
+        """Return the skill this agent offers under `name` (for a host reading its files)."""
+        return next((s for s in self._state.skills if s.name == name), None)
 
     def new_notes(self) -> list[str]:
         """Return the notes remembered during this task, oldest first."""

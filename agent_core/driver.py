@@ -2,6 +2,10 @@
 
 For a program that can simply wait on its model and tools. Anything else
 (async code, a UI, a queue of workers) drives the `Agent` itself.
+
+The driver carries out the agent's own host-side tools itself: `delegate`
+(a child agent, driven to its end) and `read_skill_file` (read from the
+skill's folder by `agent_core.skill_files`, imported only then).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from agent_core.steps import (
     Stop,
     Summarize,
 )
-from agent_core.toolbox import DELEGATE
+from agent_core.toolbox import DELEGATE, READ_SKILL_FILE
 from agent_core.tools import ToolCall, ToolOutput
 
 __all__ = ["CANNOT_ASK", "Host", "run"]
@@ -91,13 +95,9 @@ def _carry_out(agent: Agent, host: Host, call: ToolCall) -> ToolOutput:
     if call.ask and approve_call is not None and not approve_call(call):
         return ToolOutput.declined()
     if call.tool == DELEGATE:
-        child = agent.start_child(call)
-        outcome = _drive(child, host, child.resume())
-        if outcome.stop is Stop.DONE:
-            return ToolOutput.ok(outcome.summary)
-        return ToolOutput.error(
-            f"the specialist stopped: {outcome.stop.label()}: {outcome.summary}"
-        )
+        return _delegate(agent, host, call)
+    if call.tool == READ_SKILL_FILE:
+        return _read_skill_file(agent, call)
     try:
         output = host.run_tool(call)
     except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
@@ -105,3 +105,27 @@ def _carry_out(agent: Agent, host: Host, call: ToolCall) -> ToolOutput:
     if not isinstance(output, ToolOutput):
         return ToolOutput.error(f"the tool returned {type(output).__name__}, not a ToolOutput")
     return output
+
+
+def _delegate(agent: Agent, host: Host, call: ToolCall) -> ToolOutput:
+    child = agent.start_child(call)
+    outcome = _drive(child, host, child.resume())
+    if outcome.stop is Stop.DONE:
+        return ToolOutput.ok(outcome.summary)
+    return ToolOutput.error(f"the specialist stopped: {outcome.stop.label()}: {outcome.summary}")
+
+
+def _read_skill_file(agent: Agent, call: ToolCall) -> ToolOutput:
+    # Imported here: the rest of agent_core never loads the module that touches the disk.
+    from agent_core.skill_files import read_part  # noqa: PLC0415
+
+    skill = agent.skill(str(call.args.get("skill")))
+    if skill is None:
+        return ToolOutput.error(f"no skill named {call.args.get('skill')!r} is loaded")
+    path, offset = str(call.args.get("path")), int(call.args.get("offset", 0))
+    limit = call.args.get("limit")
+    return (
+        read_part(skill, path, offset)
+        if limit is None
+        else read_part(skill, path, offset, int(limit))
+    )

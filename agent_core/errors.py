@@ -11,7 +11,7 @@ or trigger that cannot exist, or it handed over text that cannot be used.
     ├── ToolArgsError       a tool's own check refused the model's arguments
     └── DataError           text from outside that cannot be used
         ├── SnapshotError   saved text that is not a snapshot this version can restore
-        ├── SkillError      a SKILL.md without usable front matter
+        ├── SkillError      a skill folder or SKILL.md that cannot be used
         └── RecipeError     a recipe filled with unknown or missing values
 """
 
@@ -54,7 +54,7 @@ class SnapshotError(DataError):
 
 
 class SkillError(DataError):
-    """Raised when a SKILL.md lacks front matter, a name or a description."""
+    """Raised when a skill folder cannot be read, or its SKILL.md breaks the format."""
 
 
 class RecipeError(DataError):

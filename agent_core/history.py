@@ -97,8 +97,9 @@ def _render(entry: Entry) -> str:
             return f"You answered: {final}\n→ sent back: {problem}"
         case NoteEntry(text=text):
             return f"You noted: {text}"
-        case SkillEntry(name=name, body=body):
-            return f"You loaded the skill {name}:\n{body}"
+        case SkillEntry(name=name, body=body, note=note):
+            shown = body or "(It has no instructions beyond its description.)"
+            return f"You loaded the skill {name}:\n{shown}" + (f"\n{note}" if note else "")
         case AnswerEntry(question=question, answer=answer):
             return f"You asked the person: {question}\n→ they answered: {answer}"
     raise AssertionError(f"unknown history entry {entry!r}")  # pragma: no cover

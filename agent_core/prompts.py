@@ -7,6 +7,7 @@ gives the same request, byte for byte.
 from __future__ import annotations
 
 from agent_core.history import render_history
+from agent_core.skills import DESCRIPTION_MAX
 from agent_core.state import AgentState
 from agent_core.steps import ModelRequest
 from agent_core.text import cut
@@ -70,7 +71,10 @@ def system_text(state: AgentState, setup: Setup) -> str:
     tools = "\n".join(_describe(t) for t in offered) if offered else "(none)"
     parts.append(f"Tools:\n{tools}")
     if state.skills:
-        listed = "\n".join(f"- {s.name}: {s.description}" for s in state.skills)
+        # A description over the format's limit is kept, but shown cut (it was warned about).
+        listed = "\n".join(
+            f"- {s.name}: {cut(s.description, DESCRIPTION_MAX)}" for s in state.skills
+        )
         parts.append(f"Skills (load one with use_skill when it fits the task):\n{listed}")
     return "\n\n".join(parts)
 

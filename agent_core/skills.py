@@ -1,19 +1,31 @@
-"""Skills: instruction packs in the open Agent Skills `SKILL.md` format.
+"""Skills: instruction packs in the open Agent Skills format (agentskills.io).
 
-A SKILL.md is YAML front matter between two `---` lines, then Markdown:
+A skill is a folder: a `SKILL.md` (YAML front matter between two `---` lines,
+then Markdown), and any files beside it (`references/`, `scripts/`, templates):
 
-    ---
-    name: pdf-processing
-    description: Extract text from PDFs. Use when the user mentions PDFs.
-    license: Apache-2.0
-    ---
-    # PDF processing
-    ...
+    pdf-processing/
+    ├── SKILL.md          ---
+    │                     name: pdf-processing
+    │                     description: Extract text from PDFs. Use when ...
+    │                     ---
+    │                     # PDF processing ... (read FORMS.md to fill a form)
+    ├── FORMS.md
+    └── scripts/fill.py
 
-`Skill.parse` keeps the name, the description and the body. Other keys
-(`license`, `compatibility`, `metadata`, `allowed-tools`, ...) are accepted and
-dropped: the model is shown only the name and description, and arbitrary YAML
-(possibly an alias bomb or a self-referencing list) must not reach a snapshot.
+`Skill.parse(text)` reads one SKILL.md's text; `Skill.load(path)` reads a
+folder and `Skill.load_all(path)` every skill under a folder (both in
+`agent_core.skill_files`, the one module of the core that touches the disk).
+The model sees each skill's name and description; `use_skill` shows the body
+and lists the files, which the model reads with `read_skill_file`.
+
+What the format allows is accepted, and what breaks it is refused with a
+`SkillError` saying why. Between the two, real repositories are met halfway:
+a description over 1,024 characters is kept (and cut in the prompt), unknown
+keys are dropped, and both are reported as warnings. The front matter is read
+as the reference implementation reads it, every untagged scalar as text (`name: 2024`
+is the name "2024", `description: yes` the text "yes"), and only `name` and
+`description` are kept: arbitrary YAML (an alias bomb, a self-referencing list)
+never reaches a snapshot.
 
 The text may come from anywhere, so parsing is bounded: the front matter is
 capped in size and in bracket depth before PyYAML sees it, and whatever PyYAML
@@ -22,62 +34,206 @@ raises on what remains becomes a `SkillError`.
 
 from __future__ import annotations
 
-import re
-from typing import Any
+import unicodedata
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent_core.errors import SkillError
+from agent_core.errors import SkillError, UsageError
 from agent_core.text import clean, cut
 
-__all__ = ["Skill"]
+if TYPE_CHECKING:  # for annotations only: this module never touches the disk
+    from os import PathLike
+
+__all__ = ["Skill", "SkillIssue", "SkillReport", "read_skill_md"]
 
 FENCE = "---"
 NAME_MAX = 64
 DESCRIPTION_MAX = 1024
+"""The format's limit; a longer description is kept, warned about and cut in the prompt."""
+COMPATIBILITY_MAX = 500
+KNOWN_KEYS = frozenset(
+    {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
+)
+SKILL_MD = "SKILL.md"
+"""The path `read_skill_file` takes for the skill's own body."""
+RESOURCES_MAX = 200
+"""Files of one skill that are listed (and so readable); the rest are left out, with a warning."""
+RESOURCE_PATH_MAX = 240
 # Real front matter is well under 4 KB; pure-Python PyYAML reads ~100 KB/s at worst.
 FRONT_MATTER_MAX = 16_384
 # PyYAML's scanner does work proportional to the open flow depth on every token,
 # so a line of `[[[[…` costs seconds before the recursion limit stops it.
 FLOW_DEPTH_MAX = 32
 
-# Agent Skills names: lowercase ASCII letters and digits in runs joined by single
-# hyphens. Each hyphen must be followed by a letter or digit, so no backtracking.
-_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+
+_USE_LOAD = "use Skill.load(path) for a skill folder, Skill.parse(text) for a SKILL.md's text"
 
 
 class Skill(BaseModel):
-    """A skill: the model sees `name` and `description`; `body` loads on `use_skill`."""
+    """A skill: the model sees `name` and `description`; `body` loads on `use_skill`.
+
+    A skill read from a folder also knows the folder (`folder`, an absolute
+    path) and the files in it (`resources`, paths relative to the folder, in
+    `/` form, sorted); `read_skill_file` reads those and nothing else. A skill
+    made by `parse` has neither. All of it travels in a snapshot, so a
+    restored agent needs nothing more; file contents never do.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     description: str
     body: str
+    folder: str = ""
+    resources: tuple[str, ...] = Field(default=(), max_length=RESOURCES_MAX)
+
+    @classmethod
+    def parse_file(cls, *args: Any, **kwargs: Any) -> NoReturn:
+        """Not how a skill is read (pydantic's, for JSON): raises `UsageError` saying what is."""
+        del args, kwargs
+        raise UsageError(f"Skill.parse_file reads JSON, not a skill: {_USE_LOAD}")
+
+    @classmethod
+    def parse_raw(cls, *args: Any, **kwargs: Any) -> NoReturn:
+        """Not how a skill is read (pydantic's, for JSON): raises `UsageError` saying what is."""
+        del args, kwargs
+        raise UsageError(f"Skill.parse_raw reads JSON, not a skill: {_USE_LOAD}")
+
+    @field_validator("resources")
+    @classmethod
+    def _relative_paths(cls, resources: tuple[str, ...]) -> tuple[str, ...]:
+        for path in resources:
+            problem = resource_path_problem(path)
+            if problem:
+                raise ValueError(f"resource {cut(path, 80)!r} {problem}")
+        return resources
 
     @classmethod
     def parse(cls, text: str) -> Skill:
         """Read a SKILL.md: YAML front matter with `name` and `description`, then the body.
 
-        A leading byte order mark and CRLF line endings are accepted. Keys other
-        than `name` and `description` are accepted and dropped. The body is the
-        rest of the text without its leading blank lines and trailing whitespace.
+        A leading byte order mark and CRLF line endings are accepted. Other keys
+        are accepted and dropped. The body is the rest of the text without its
+        leading blank lines and trailing whitespace; it may be empty. The name
+        is NFKC-normalised.
 
         Raises:
             SkillError: no front matter, or it is unclosed, too large, too deeply
                 nested, not YAML or not a mapping; `name` or `description` is
-                missing, empty or not text; the name is not 1-64 lowercase
-                letters, digits and single inner hyphens; the description is
-                over 1024 characters; or the body is empty.
+                missing, empty or not text; or the name is not 1-64 lowercase
+                letters, digits and single inner hyphens.
         """
-        front, rest = _split(text)
-        fields = _load_front_matter(front)
-        return cls(
-            name=_checked_name(_text_field(fields, "name")),
-            description=_checked_description(_text_field(fields, "description")),
-            body=_body(rest),
+        return read_skill_md(text)[0]
+
+    @classmethod
+    def load(cls, path: str | PathLike[str]) -> Skill:
+        """Read the skill folder `path` (or its SKILL.md): the skill, its folder and files.
+
+        Warnings (a long description, a name that differs from its folder,
+        files left out of `resources`) are logged on `agent_core.skill_files`.
+
+        Raises:
+            SkillError: the folder or its SKILL.md cannot be read, or the
+                SKILL.md is refused; the message starts with the file's path.
+        """
+        from agent_core import skill_files  # noqa: PLC0415 - the state machine must not load it
+
+        return skill_files.load(path)
+
+    @classmethod
+    def load_all(cls, path: str | PathLike[str]) -> SkillReport:
+        """Read every skill folder under `path` (a folder with a SKILL.md is one skill).
+
+        Returns the skills that loaded, and for each folder that did not, its
+        path and one line why; warnings come in the report too. Hidden folders
+        are skipped, and a skill's own subfolders are its files, not skills.
+
+        Raises:
+            SkillError: `path` is not a folder that can be read.
+        """
+        from agent_core import skill_files  # noqa: PLC0415 - the state machine must not load it
+
+        return skill_files.load_all(path)
+
+
+class SkillIssue(BaseModel):
+    """One line about one skill folder: why it did not load, or a warning."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    text: str
+
+
+class SkillReport(BaseModel):
+    """What `Skill.load_all` found: the skills, the folders it refused, and warnings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    skills: tuple[Skill, ...] = ()
+    failed: tuple[SkillIssue, ...] = ()
+    warnings: tuple[SkillIssue, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether every skill folder found was loaded."""
+        return not self.failed
+
+
+def resource_path_problem(path: object) -> str:
+    """Return what makes `path` unusable as a file of a skill, or '' if it is fine.
+
+    A resource is relative, in `/` form, without `.` or `..` parts, empty
+    parts, backslashes or unprintable characters, and not too long.
+    """
+    if not isinstance(path, str) or not path:
+        return "must be a non-empty path"
+    if len(path) > RESOURCE_PATH_MAX:
+        return f"is longer than {RESOURCE_PATH_MAX} characters"
+    if path.startswith("/") or "\\" in path:
+        return "must be relative to the skill folder, with / between parts"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "must not have empty, '.' or '..' parts"
+    if not path.isprintable():
+        return "has characters that cannot be shown"
+    return ""
+
+
+def read_skill_md(text: str) -> tuple[Skill, list[str]]:
+    """Return the skill in a SKILL.md's text, and warnings about what was let pass.
+
+    Raises:
+        SkillError: as `Skill.parse` says.
+    """
+    front, rest = _split(text)
+    fields = _load_front_matter(front)
+    name = _checked_name(_text_field(fields, "name"))
+    description = _text_field(fields, "description")
+    skill = Skill(name=name, description=description, body=_body(rest))
+    return skill, _warnings(fields, description)
+
+
+def _warnings(fields: dict[Any, Any], description: str) -> list[str]:
+    warnings = []
+    if len(description) > DESCRIPTION_MAX:
+        warnings.append(
+            f"the description is {len(description)} characters long (the format allows"
+            f" {DESCRIPTION_MAX}); the model is shown the first {DESCRIPTION_MAX}"
         )
+    compatibility = fields.get("compatibility")
+    if isinstance(compatibility, str) and len(compatibility) > COMPATIBILITY_MAX:
+        warnings.append(
+            f"'compatibility' is {len(compatibility)} characters long (the format allows"
+            f" {COMPATIBILITY_MAX})"
+        )
+    unknown = sorted(str(key) for key in fields if key not in KNOWN_KEYS)
+    if unknown:
+        shown = ", ".join(cut(key, 40) for key in unknown[:8])
+        more = f" and {len(unknown) - 8} more" if len(unknown) > 8 else ""
+        warnings.append(f"keys the format does not define were dropped: {shown}{more}")
+    return warnings
 
 
 def _split(text: object) -> tuple[str, str]:
@@ -106,12 +262,10 @@ def _load_front_matter(front: str) -> dict[Any, Any]:
             f"the SKILL.md front matter nests '[' and '{{' more than {FLOW_DEPTH_MAX} deep"
         )
     try:
-        fields = yaml.safe_load(front)
+        fields = yaml.load(front, Loader=_TextLoader)  # a SafeLoader: builds no objects
     except RecursionError:
         raise SkillError("the SKILL.md front matter is nested too deeply to read") from None
-    # PyYAML raises more than YAMLError on hostile text: ValueError for a date
-    # like 2023-13-45 or an integer over Python's digit limit, and perhaps
-    # others. Every one of them means the same thing here.
+    # Whatever PyYAML raises on hostile text means the same thing here.
     except Exception as error:
         raise SkillError(
             f"the SKILL.md front matter is not valid YAML: {_reason(error)}"
@@ -121,6 +275,15 @@ def _load_front_matter(front: str) -> dict[Any, Any]:
             f"the SKILL.md front matter must be a mapping of keys to values, got {_kind(fields)}"
         )
     return fields
+
+
+class _TextLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader, reading every untagged scalar as text, as the reference
+    implementation (strictyaml) does: `yes`, `2024`, `2023-13-45` and `~` stay text,
+    and `<<` is a plain key, not a merge."""
+
+
+_TextLoader.yaml_implicit_resolvers = {}
 
 
 def _flow_depth(front: str) -> int:
@@ -146,12 +309,14 @@ def _reason(error: Exception) -> str:
         mark = error.problem_mark
         # Marks count from 0, and the front matter starts on the file's second line.
         return f"{error.problem} at line {mark.line + 2}, column {mark.column + 1}"
-    return cut(str(error), 200)
+    return cut(" ".join(str(error).split()), 200)
 
 
 def _kind(value: object) -> str:
     """Return a short name for the type of a YAML value, for messages."""
-    return "nothing" if value is None else type(value).__name__
+    if isinstance(value, dict):
+        return "a mapping"
+    return "a list" if isinstance(value, list) else type(value).__name__
 
 
 def _text_field(fields: dict[Any, Any], key: str) -> str:
@@ -159,8 +324,6 @@ def _text_field(fields: dict[Any, Any], key: str) -> str:
     if key not in fields:
         raise SkillError(f"the SKILL.md front matter has no {key!r}")
     value = fields[key]
-    if value is None:
-        raise SkillError(f"the SKILL.md {key!r} is empty")
     if not isinstance(value, str):
         raise SkillError(f"the SKILL.md {key!r} must be text, got {_kind(value)}")
     # Cleaned again: a double-quoted YAML string can spell a lone surrogate as "\ud800".
@@ -171,29 +334,30 @@ def _text_field(fields: dict[Any, Any], key: str) -> str:
 
 
 def _checked_name(name: str) -> str:
-    if len(name) > NAME_MAX or not _NAME.fullmatch(name):
+    """Return the NFKC form of `name` if the format allows it, as the reference checks it.
+
+    Lowercase letters (any script), digits and hyphens; no hyphen at either end
+    or two in a row; at most 64 characters.
+    """
+    name = unicodedata.normalize("NFKC", name)
+    if (
+        len(name) > NAME_MAX
+        or name != name.lower()
+        or not all(c.isalnum() or c == "-" for c in name)
+        or name.startswith("-")
+        or name.endswith("-")
+        or "--" in name
+    ):
         raise SkillError(
             f"the SKILL.md 'name' {cut(name, 80)!r} must be 1 to {NAME_MAX} lowercase"
-            " letters (a-z), digits and hyphens, with no hyphen at either end or two in a row"
+            " letters, digits and hyphens, with no hyphen at either end or two in a row"
         )
     return name
 
 
-def _checked_description(description: str) -> str:
-    if len(description) > DESCRIPTION_MAX:
-        raise SkillError(
-            f"the SKILL.md 'description' is {len(description)} characters long;"
-            f" at most {DESCRIPTION_MAX} are allowed"
-        )
-    return description
-
-
 def _body(rest: str) -> str:
-    """Return the instructions after the front matter, or raise if there are none."""
+    """Return the instructions after the front matter (empty if there are none)."""
     content = rest.lstrip(" \t\n")
     # Keep the indentation of the first line with content (it may open a code block).
     start = rest.rfind("\n", 0, len(rest) - len(content)) + 1
-    body = rest[start:].rstrip()
-    if not body:
-        raise SkillError("the SKILL.md has no instructions after its front matter")
-    return body
+    return rest[start:].rstrip() if content else ""

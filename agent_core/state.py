@@ -79,10 +79,14 @@ class NoteEntry(BaseModel):
 
 
 class SkillEntry(BaseModel):
+    """A skill loaded with `use_skill`: its body (the first part, when long) and a note
+    listing its files and how to read the rest."""
+
     model_config = _FROZEN
     kind: Literal["skill"] = "skill"
     name: str
     body: str
+    note: str = ""
 
 
 class AnswerEntry(BaseModel):
@@ -227,6 +231,8 @@ class AgentState(BaseModel):
     specialists: tuple[Specialist, ...] = ()
     skills: tuple[Skill, ...] = ()
     skills_loaded: tuple[str, ...] = ()
+    skill_reads: NonNegativeInt = 0
+    """`read_skill_file` calls made this task (not counted against `max_calls`)."""
     remembering: bool = False
     memory: tuple[str, ...] = ()
     new_notes: tuple[str, ...] = ()

@@ -1,8 +1,10 @@
 """The tools one agent may call: the host's (narrowed for a child) and its own.
 
-The agent handles three tools itself: `delegate` (hand a task to a specialist;
-a real call the host carries out with a child agent), `remember` and
-`use_skill`. They are offered only when the matching `with_*` call set them up.
+The agent has four tools of its own, offered only when the matching `with_*`
+call set them up: `delegate` (hand a task to a specialist; a real call the
+host carries out with a child agent), `remember` and `use_skill` (handled
+without the host), and `read_skill_file` (checked by the agent, read by the
+host: see `agent_core.skill_files.read_part`).
 """
 
 from __future__ import annotations
@@ -12,12 +14,24 @@ from dataclasses import dataclass
 
 from agent_core.config import Config
 from agent_core.errors import DefinitionError
+from agent_core.history import output_cap
 from agent_core.state import AgentState
 from agent_core.tools import Arg, Kind, Risk, Tool
 
-__all__ = ["DELEGATE", "REMEMBER", "USE_SKILL", "Setup", "index_tools"]
+__all__ = [
+    "DELEGATE",
+    "READ_SKILL_FILE",
+    "READ_SKILL_FILE_TOOL",
+    "REMEMBER",
+    "USE_SKILL",
+    "Setup",
+    "body_shown",
+    "index_tools",
+    "part_chars",
+]
 
 DELEGATE, REMEMBER, USE_SKILL = "delegate", "remember", "use_skill"
+READ_SKILL_FILE = "read_skill_file"
 MAX_DEPTH = 3
 """How deep delegation may go: a root (0) → child (1) → grandchild (2), no further."""
 
@@ -37,6 +51,29 @@ USE_SKILL_TOOL = _own_tool(
     "Load the full instructions of one of the skills listed below. Reply with it alone.",
     Arg(name="name", kind=Kind.TEXT, help="The skill's name"),
 )
+READ_SKILL_FILE_TOOL = _own_tool(
+    READ_SKILL_FILE,
+    "Read a file of a skill (its files are listed when you load it with use_skill), or the"
+    " rest of a long SKILL.md, one part at a time. Reply with it alone.",
+    Arg(name="skill", kind=Kind.TEXT, help="The skill's name"),
+    Arg(name="path", kind=Kind.TEXT, help="The file as listed, or SKILL.md"),
+    Arg(
+        name="offset",
+        kind=Kind.INTEGER,
+        help="Where to start, in characters; a part that stops early gives the next offset",
+        required=False,
+    ),
+)
+
+
+def body_shown(config: Config) -> int:
+    """Return how much of a skill's body `use_skill` shows; the rest is read in parts."""
+    return output_cap(config.history_chars) * 2
+
+
+def part_chars(config: Config) -> int:
+    """Return the characters one `read_skill_file` part may hold, leaving room for its note."""
+    return output_cap(config.history_chars) - 200
 
 
 def _delegate_tool(state: AgentState) -> Tool:
@@ -74,7 +111,8 @@ class Setup:
     tools: dict[str, Tool]
     """Host tools this agent may call, plus `delegate` when it has specialists."""
     own: dict[str, Tool]
-    """`remember` and `use_skill`, when set up: handled without the host."""
+    """`remember`, `use_skill` and `read_skill_file`, when set up: each in a reply of its
+    own, none counted against `max_calls`; only `read_skill_file` goes to the host."""
 
     @classmethod
     def build(cls, config: Config, all_tools: dict[str, Tool], state: AgentState) -> Setup:
@@ -87,6 +125,9 @@ class Setup:
             own[REMEMBER] = REMEMBER_TOOL
         if state.skills:
             own[USE_SKILL] = USE_SKILL_TOOL
+        shown = body_shown(config)
+        if any(s.resources or len(s.body) > shown for s in state.skills):
+            own[READ_SKILL_FILE] = READ_SKILL_FILE_TOOL
         return cls(config=config, tools=tools, own=own)
 
     def offered(self) -> list[Tool]:

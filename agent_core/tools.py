@@ -27,7 +27,9 @@ __all__ = [
 ]
 
 NAME_MAX = 64
-RESERVED_TOOL_NAMES = frozenset({"delegate", "remember", "use_skill", "ask_user"})
+RESERVED_TOOL_NAMES = frozenset(
+    {"delegate", "remember", "use_skill", "read_skill_file", "ask_user"}
+)
 
 ArgsFn = Callable[[dict[str, Any]], dict[str, Any]]
 SummaryFn = Callable[[dict[str, Any]], str]

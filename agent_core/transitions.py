@@ -10,7 +10,7 @@ or, past the budget, a stated stop (`_finish`), never an exception.
 
     phase        event            handler
     idle         started          _begin
-    asking       replied          _on_reply       plan / calls / final / question / retry
+    asking       replied          _on_reply       plan / calls / own tool / final / question / retry
     asking       failed           _on_failure
     summarizing  replied          _on_summary
     summarizing  failed           _on_failure
@@ -19,10 +19,17 @@ or, past the budget, a stated stop (`_finish`), never an exception.
     questioning  answered         _on_answer
     finished     final_rejected   _on_final_rejected
     (any live)   cancelled        _on_cancel
+
+The agent's own tools each come in a reply of their own and are not counted
+against `max_calls`: `remember` and `use_skill` change the state at once;
+`read_skill_file` is checked here (a skill offered, a listed file or its
+SKILL.md, at most MAX_SKILL_READS a task) and becomes a one-call batch with
+its own ids (`read-1`, ...), which the host carries out like any READ call.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,6 +46,7 @@ from agent_core.reply import (
     Unusable,
     parse_reply,
 )
+from agent_core.skills import SKILL_MD, Skill
 from agent_core.state import (
     AgentState,
     AnswerEntry,
@@ -59,8 +67,8 @@ from agent_core.state import (
 )
 from agent_core.steps import Attachment, Outcome, Stop
 from agent_core.text import clean, cut
-from agent_core.toolbox import DELEGATE, REMEMBER, Setup
-from agent_core.tools import ToolCall, ToolOutput
+from agent_core.toolbox import DELEGATE, READ_SKILL_FILE, REMEMBER, Setup, body_shown, part_chars
+from agent_core.tools import Risk, ToolCall, ToolOutput
 
 __all__ = [
     "Answered",
@@ -76,6 +84,9 @@ __all__ = [
 ]
 
 MAX_SKILLS = 6
+MAX_SKILL_READS = 24
+"""`read_skill_file` calls a task may make; they do not count against `max_calls`."""
+FILES_SHOWN = 100
 NOTE_CHARS = 300
 MAX_NEW_NOTES = 20
 QUESTION_CHARS = 2_000
@@ -379,6 +390,8 @@ def _on_own_tool(state: AgentState, raw: RawCall, setup: Setup) -> AgentState:
         noted = _usable(state, new_notes=(*state.new_notes, note)[-MAX_NEW_NOTES:])
         noted = _remembered(noted, NoteEntry(text=note), setup)
         return _next_ask(_traced(noted, "note", text=note), setup)
+    if tool.name == READ_SKILL_FILE:
+        return _on_skill_read(state, args, setup)
     return _load_skill(state, args["name"], setup)
 
 
@@ -395,10 +408,100 @@ def _load_skill(state: AgentState, name: str, setup: Setup) -> AgentState:
         )
     if any(isinstance(e, SkillEntry) and e.name == name for e in state.history):
         return _retry(state, f"the skill {name} is already loaded above", setup)
-    body = cut(skill.body, history.output_cap(setup.config.history_chars) * 2)
+    body = _first_part(skill.body, body_shown(setup.config))
+    entry = SkillEntry(name=name, body=body, note=_skill_note(skill, len(body)))
     loaded = _usable(state, skills_loaded=(*state.skills_loaded, name))
-    loaded = _remembered(loaded, SkillEntry(name=name, body=body), setup)
+    loaded = _remembered(loaded, entry, setup)
     return _next_ask(_traced(loaded, "skill", text=name), setup)
+
+
+def _first_part(body: str, limit: int) -> str:
+    """Return `body`, or its first `limit` characters ending at a line break when one is near."""
+    if len(body) <= limit:
+        return body
+    line_end = body.rfind("\n", 0, limit)
+    return body[: line_end + 1 if line_end >= limit // 2 else limit]
+
+
+def _skill_note(skill: Skill, shown: int) -> str:
+    """Return what follows a loaded skill's body: how to read the rest, and its files."""
+    lines = []
+    if shown < len(skill.body):
+        read_on = json.dumps(
+            {
+                "tool": READ_SKILL_FILE,
+                "args": {"skill": skill.name, "path": SKILL_MD, "offset": shown},
+            }
+        )
+        lines.append(
+            f"(The SKILL.md goes on for {len(skill.body) - shown} more characters;"
+            f" read them with {read_on}.)"
+        )
+    if skill.resources:
+        listed = ", ".join(skill.resources[:FILES_SHOWN])
+        more = len(skill.resources) - FILES_SHOWN
+        listed += f" and {more} more" if more > 0 else ""
+        lines.append(f"Files of this skill (read one with {READ_SKILL_FILE}): {listed}")
+    return "\n".join(lines)
+
+
+def _on_skill_read(state: AgentState, args: dict[str, Any], setup: Setup) -> AgentState:
+    """Check a `read_skill_file` call and hand it to the host as a call of its own."""
+    skill = next((s for s in state.skills if s.name == args["skill"]), None)
+    if skill is None:
+        names = ", ".join(s.name for s in state.skills)
+        wanted = cut(args["skill"], 80)
+        return _retry(
+            state,
+            f"{READ_SKILL_FILE}: there is no skill named {wanted!r}; the skills are: {names}",
+            setup,
+        )
+    path = _skill_path(skill, args["path"])
+    if path is None:
+        files = cut(", ".join((SKILL_MD, *skill.resources)), 2_000)
+        wanted = cut(args["path"], 120)
+        return _retry(
+            state,
+            f"{READ_SKILL_FILE}: {wanted!r} is not a file of the skill {skill.name};"
+            f" its files are: {files}",
+            setup,
+        )
+    offset = args.get("offset")
+    if offset is not None and offset < 0:
+        return _retry(state, f"{READ_SKILL_FILE}: the offset must be 0 or more", setup)
+    if state.skill_reads >= MAX_SKILL_READS:
+        return _retry(
+            state,
+            f"a task may read at most {MAX_SKILL_READS} skill files; carry on with what you have",
+            setup,
+        )
+    number = state.skill_reads + 1
+    given = {"offset": offset} if offset is not None else {}
+    call = ToolCall(
+        id=f"read-{number}",
+        tool=READ_SKILL_FILE,
+        args={"skill": skill.name, "path": path, **given, "limit": part_chars(setup.config)},
+        risk=Risk.READ,
+        ask=False,
+        summary=f"{READ_SKILL_FILE}({skill.name}/{path}{f' from {offset}' if offset else ''})",
+    )
+    reading = _usable(state, skill_reads=number, phase=Running(batch=(call,)))
+    return _traced(reading, "call", text=call.summary, call=call)
+
+
+def _skill_path(skill: Skill, given: str) -> str | None:
+    """Return the file of `skill` the model means by `given`, or None.
+
+    Besides an exact match: a leading `./` or `<skill name>/`, `skill.md` in
+    any case, and a bare file name that only one file of the skill has.
+    """
+    path = given.strip().removeprefix("./").removeprefix(f"{skill.name}/")
+    if path.lower() == SKILL_MD.lower():
+        return SKILL_MD
+    if path in skill.resources:
+        return path
+    named = [r for r in skill.resources if r.rsplit("/", 1)[-1] == path]
+    return named[0] if len(named) == 1 else None
 
 
 def _on_failure(state: AgentState, event: Failed, setup: Setup) -> AgentState:

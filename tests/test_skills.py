@@ -1,4 +1,5 @@
-"""Skill.parse: real SKILL.md shapes, refusals that say why, and hostile YAML."""
+"""Skill.parse: real SKILL.md shapes, what the format allows, refusals that say why, and
+hostile YAML. (Skill folders on disk: tests/test_skill_folders.py.)"""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from agent_core.errors import DataError, SkillError
-from agent_core.skills import DESCRIPTION_MAX, FRONT_MATTER_MAX, Skill
+from agent_core.errors import DataError, SkillError, UsageError
+from agent_core.skills import DESCRIPTION_MAX, FRONT_MATTER_MAX, Skill, read_skill_md
 
 # --- real files -------------------------------------------------------------------------
 
@@ -138,6 +140,104 @@ def test_longest_name_and_description_are_accepted() -> None:
     assert (len(skill.name), len(skill.description)) == (64, DESCRIPTION_MAX)
 
 
+# --- what the format allows, and where real repositories are met halfway ------------------
+
+
+def test_the_specs_minimal_example_has_no_body_and_is_accepted() -> None:
+    # agentskills.io's own minimal SKILL.md: front matter and nothing else.
+    text = "---\nname: skill-name\ndescription: A description of what this skill does.\n---\n"
+    skill = Skill.parse(text)
+    assert (skill.name, skill.body) == ("skill-name", "")
+    assert Skill.parse(front("name: a\ndescription: b", body="\n \n\t\n")).body == ""
+
+
+@pytest.mark.parametrize(
+    ("yaml", "name", "description"),
+    [
+        # The reference implementation reads every scalar as text (strictyaml).
+        ("name: 2024\ndescription: yes", "2024", "yes"),
+        ("name: '007'\ndescription: 3.10", "007", "3.10"),
+        ("name: a\ndescription: ~", "a", "~"),
+        # Unicode lowercase letters are letters (the reference checks isalnum and lower()).
+        ("name: résumé\ndescription: b", "résumé", "b"),
+        ("name: 数据-分析\ndescription: b", "数据-分析", "b"),
+        # NFKC: the ligature ﬁ is the two letters f and i.
+        ("name: ﬁle-tools\ndescription: b", "file-tools", "b"),
+    ],
+)
+def test_scalars_are_text_and_names_may_be_any_lowercase_letters(
+    yaml: str, name: str, description: str
+) -> None:
+    skill = Skill.parse(front(yaml))
+    assert (skill.name, skill.description) == (name, description)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "when: 2023-13-45",
+        "big: " + "9" * 5000,
+        "metadata: {author: me, version: 1.0, tags: [a, b]}",
+        "allowed-tools: Bash(git:*) Read",
+        "allowed-tools:\n  - Bash(git:*)\n  - Read",
+        "license: Proprietary. LICENSE.txt has complete terms",
+    ],
+)
+def test_optional_and_odd_extra_keys_are_accepted_and_dropped(extra: str) -> None:
+    skill = Skill.parse(front("name: a\ndescription: b\n" + extra))
+    assert skill == Skill(name="a", description="b", body="Do the thing.")
+
+
+def test_allowed_keys_bring_no_warning_and_others_do() -> None:
+    _, quiet = read_skill_md(front("name: a\ndescription: b\nlicense: MIT\nmetadata: {k: v}"))
+    assert quiet == []
+    _, warned = read_skill_md(front("name: a\ndescription: b\nversion: 2\nauthor: me"))
+    assert warned == ["keys the format does not define were dropped: author, version"]
+
+
+def test_a_long_description_is_kept_with_a_warning() -> None:
+    # A vendor's official repository ships a description of 1,068 characters.
+    description = ("Use this skill to build things. " * 40)[:1068]
+    skill, warnings = read_skill_md(front(f"name: a\ndescription: {description}"))
+    assert skill.description == description.strip()
+    assert warnings == [
+        f"the description is {len(description.strip())} characters long (the format allows"
+        f" {DESCRIPTION_MAX}); the model is shown the first {DESCRIPTION_MAX}"
+    ]
+
+
+def test_a_long_compatibility_is_a_warning() -> None:
+    _, warnings = read_skill_md(front("name: a\ndescription: b\ncompatibility: " + "c" * 501))
+    assert warnings == ["'compatibility' is 501 characters long (the format allows 500)"]
+
+
+@pytest.mark.parametrize("method", ["parse_file", "parse_raw"])
+def test_pydantics_json_readers_are_no_trap(method: str) -> None:
+    # Skill.parse_file("x/SKILL.md") used to fail with a JSON error.
+    with pytest.raises(UsageError, match=r"use Skill\.load\(path\) for a skill folder"):
+        getattr(Skill, method)("pdf/SKILL.md")
+
+
+@pytest.mark.parametrize(
+    ("resources", "problem"),
+    [
+        (("../x",), "'..' parts"),
+        (("a/../../x",), "'..' parts"),
+        (("/etc/passwd",), "must be relative"),
+        (("a\\b",), "must be relative"),
+        (("a//b",), "empty"),
+        (("./a",), "'.' or '..' parts"),
+        (("",), "non-empty"),
+        (("a\nb",), "cannot be shown"),
+        (("a" * 300,), "longer than"),
+        (tuple(f"f{n}" for n in range(201)), "at most 200"),
+    ],
+)
+def test_resources_are_plain_relative_paths(resources: tuple[str, ...], problem: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(problem)):
+        Skill(name="a", description="b", body="", folder="/skills/a", resources=resources)
+
+
 # --- refusals ---------------------------------------------------------------------------
 
 
@@ -155,10 +255,12 @@ def front(yaml: str, body: str = "Do the thing.") -> str:
         ("---\nname: a\ndescription: b\n----\nbody", "no closing '---'"),
         (front("name: [a\ndescription: b"), "not valid YAML"),
         (front("name: a\n  bad: indent\n description: b"), "not valid YAML"),
-        (front("name: a\ndescription: b\nwhen: 2023-13-45"), "not valid YAML"),
-        (front("name: a\ndescription: b\nbig: " + "9" * 5000), "not valid YAML"),
         (front("name: a\ndescription: b\nx: *nowhere"), "not valid YAML"),
-        (front("name: a\ndescription: b\nx: !!python/object:os.system ls"), "not valid YAML"),
+        (
+            front("name: a\ndescription: b\nx: !!python/object/apply:os.system [ls]"),
+            "not valid YAML",
+        ),
+        (front("name: !!int 5\ndescription: b"), "'name' must be text, got int"),
         (front(""), "must be a mapping"),
         (front("- name: a\n- description: b"), "must be a mapping"),
         (front("just a sentence"), "must be a mapping"),
@@ -167,21 +269,19 @@ def front(yaml: str, body: str = "Do the thing.") -> str:
         (front("name:\ndescription: b"), "'name' is empty"),
         (front("name: '  '\ndescription: b"), "'name' is empty"),
         (front("name: a\ndescription: ''"), "'description' is empty"),
-        (front("name: 42\ndescription: b"), "'name' must be text, got int"),
-        (front("name: [a]\ndescription: b"), "'name' must be text, got list"),
-        (front("name: a\ndescription: {x: 1}"), "'description' must be text, got dict"),
-        (front("name: a\ndescription: yes"), "'description' must be text, got bool"),
+        (front("name: [a]\ndescription: b"), "'name' must be text, got a list"),
+        (front("name: a\ndescription: {x: 1}"), "'description' must be text, got a mapping"),
+        (front("name: a\ndescription:\n  - b"), "'description' must be text, got a list"),
         (front("name: PDF-Processing\ndescription: b"), "lowercase"),
         (front("name: -pdf\ndescription: b"), "lowercase"),
         (front("name: pdf-\ndescription: b"), "lowercase"),
         (front("name: pdf--processing\ndescription: b"), "lowercase"),
         (front("name: pdf_processing\ndescription: b"), "lowercase"),
         (front("name: pdf processing\ndescription: b"), "lowercase"),
-        (front("name: résumé\ndescription: b"), "lowercase"),
+        (front("name: Résumé\ndescription: b"), "lowercase"),
+        (front("name: pdf.processing\ndescription: b"), "lowercase"),
+        (front("name: pdf/processing\ndescription: b"), "lowercase"),
         (front(f"name: {'a' * 65}\ndescription: b"), "lowercase"),
-        (front(f"name: a\ndescription: {'d' * 1025}"), "1025 characters long"),
-        (front("name: a\ndescription: b", body=""), "no instructions"),
-        (front("name: a\ndescription: b", body="\n \n\t\n"), "no instructions"),
     ],
 )
 def test_malformed_files_are_refused_with_the_reason(text: str, problem: str) -> None:
@@ -309,7 +409,7 @@ def test_parse_raises_nothing_but_skill_error(text: str) -> None:
     else:
         assert result.name
         assert result.description
-        assert result.body
+        assert result.body == result.body.rstrip()
         result.model_dump_json().encode("utf-8")  # raises on a lone surrogate
 
 

@@ -4,6 +4,7 @@
     relay --app mymodule:relay worker           # serve an app: every queue, or --queues
     relay --app mymodule:relay run "task"       # start a run and follow it live
     relay runs | show RUN | watch RUN | pending | approve RUN [CALL] | deny | answer | cancel
+    relay skills list|check PATH                # the Agent Skills in a folder
 
 `--app module:attr` (or RELAY_APP) names the Relay object, before or after the
 verb. `worker`, `beat`, `run` and `flower` need it; the verbs that only talk to
@@ -26,6 +27,7 @@ from workers.cli_common import Context, Failure
 from workers.cli_runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
 from workers.cli_schedule import schedule
 from workers.cli_serve import beat, flower, worker
+from workers.cli_skills import skills
 from workers.errors import RelayError
 from workers.settings import SettingsError
 from workers.terminal import one_line
@@ -81,7 +83,7 @@ def cli(ctx: click.Context, app: str | None) -> None:
 
 
 VERBS = (worker, beat, flower, run, demo, runs, show, watch, pending, approve, deny, answer, cancel)
-for verb in (*VERBS, schedule):
+for verb in (*VERBS, schedule, skills):
     cli.add_command(verb)
 
 

@@ -10,6 +10,8 @@
     relay.wait(run_id, timeout=60)
 
 `relay.celery` is the Celery app (`celery -A mymodule:app worker` works).
+`Relay(skills_dir="skills")` offers every Agent Skill under that folder
+(`workers.skill_tools`).
 `start` is here; the rest of the client API (status, wait, decisions, traces,
 cancel) is `workers.client.RunsClient`, and schedules `workers.scheduling`.
 """
@@ -36,6 +38,7 @@ from agent_core import (
     Tool,
 )
 from agent_core.errors import AgentError
+from agent_core.toolbox import READ_SKILL_FILE
 from workers.celery_app import Queues, build_celery, sender
 from workers.client import RunsClient
 from workers.engine import Message, Verifier
@@ -51,6 +54,7 @@ from workers.registry import ToolSpec, describe_function
 from workers.runtime import Model, Runtime, now_ms
 from workers.scheduling import Scheduling
 from workers.settings import Settings
+from workers.skill_tools import gather_skills, skill_reader
 from workers.store import RunStore
 
 __all__ = ["Relay"]
@@ -82,6 +86,7 @@ class Relay(RunsClient, Scheduling):
         config: Config | None = None,
         specialists: Sequence[Specialist] = (),
         skills: Sequence[Skill] = (),
+        skills_dir: str | os.PathLike[str] | None = None,
         questions: bool = False,
         settings: Settings | None = None,
         model: Model | None = None,
@@ -90,7 +95,8 @@ class Relay(RunsClient, Scheduling):
         self.settings = settings if settings is not None else Settings.from_env()
         self.config = config or Config()
         self.specialists = tuple(specialists)
-        self.skills = tuple(skills)
+        self.skills, self.skills_report = gather_skills(skills, skills_dir)
+        """`skills` and every skill under `skills_dir`; the report says what did not load."""
         self.questions = questions
         self._specs: dict[str, ToolSpec] = {}
         self._verifier: Verifier | None = None
@@ -100,6 +106,8 @@ class Relay(RunsClient, Scheduling):
         self._celery: Celery | None = None
         self._runtime: Runtime | None = None
         self._clients: dict[int, ModelClient] = {}
+        reader = skill_reader(self.skills, self.settings.tool_output_chars)
+        self._skill_reader = reader if self.skills else None
 
     # --- registering tools ------------------------------------------------------------
 
@@ -215,6 +223,8 @@ class Relay(RunsClient, Scheduling):
     # --- what the runtime needs (workers.runtime.RuntimeHost) -------------------------------
 
     def tool_spec(self, name: str) -> ToolSpec | None:
+        if name == READ_SKILL_FILE:  # the agent's own tool: a reserved name, never registered
+            return self._skill_reader
         return self._specs.get(name)
 
     def verifier_fn(self) -> Verifier | None:

@@ -1,7 +1,8 @@
 """A small Relay app for the runtime tests: notes in a folder, and tools that keep a ledger.
 
 Every tool that must not run twice writes a line to `ledger.txt` in the folder
-named by RELAY_TEST_DIR, so a test can count how often it really ran.
+named by RELAY_TEST_DIR, so a test can count how often it really ran. With
+RELAY_TEST_SKILLS set, the app offers the Agent Skills in that folder.
 """
 
 from __future__ import annotations
@@ -150,11 +151,12 @@ TOOLS = [
 ]
 
 
-def build(settings: Settings | None = None) -> Relay:
+def build(settings: Settings | None = None, skills_dir: str | None = None) -> Relay:
     relay = Relay(
         "notes",
         config=Config(require_plan=False, max_batch=4, max_calls=20),
         specialists=SPECIALISTS,
+        skills_dir=skills_dir,
         questions=True,
         settings=settings,
     )
@@ -165,7 +167,8 @@ def build(settings: Settings | None = None) -> Relay:
     return relay
 
 
-relay = build()
+# RELAY_TEST_SKILLS: a folder of Agent Skills this app's workers offer (and read).
+relay = build(skills_dir=os.environ.get("RELAY_TEST_SKILLS") or None)
 app = relay.celery  # for `celery -A tests.apps.notes:app worker`
 
 if os.environ.get("RELAY_TEST_DUPLICATES"):

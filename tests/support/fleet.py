@@ -106,7 +106,7 @@ def fleet(
             **(extra_env or {}),
         }
         settings = Settings.from_env(env)
-        relay = build(settings)
+        relay = build(settings, skills_dir=env.get("RELAY_TEST_SKILLS"))
         running = Fleet(directory, redis_server, model, brain, env, relay)
         try:
             yield running

@@ -1,0 +1,417 @@
+"""Skills on disk: the one module of agent_core that touches the filesystem.
+
+    load(path)                              one skill folder (`Skill.load`)
+    load_all(path)                          every skill folder under a folder (`Skill.load_all`)
+    read_part(skill, path, offset, limit)   a part of a skill's file (`read_skill_file`)
+
+The state machine (agent, transitions, state, prompts) never imports this
+module, and tests/test_core_purity.py proves it; the hosts do: the blocking
+driver `agent_core.run` and the workers carry out `read_skill_file` with
+`read_part`.
+
+What a skill's files are. `load` lists the regular files under the skill's
+folder: hidden names (`.env`, `.git`) and `__pycache__` are skipped, links
+to folders are not followed, and links that lead outside the folder,
+FIFOs, sockets and devices are left out with a warning. At most
+`RESOURCES_MAX` files, `LIST_DEPTH_MAX` folders deep.
+
+How a file is read. `read_part` reads only a listed path (or the body, under
+`SKILL.md`), and checks again when it reads: the path is relative without
+`..`; its real path (links followed) is inside the folder's real path; it is
+opened without following a last link and without blocking (a FIFO put there
+since), and must be a regular file of at most `FILE_BYTES_MAX` bytes, and
+text. Someone who can write to the skill folder could still race these
+checks: the folders are the operator's, the paths are the model's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import unicodedata
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+from agent_core.errors import SkillError
+from agent_core.skills import (
+    RESOURCES_MAX,
+    SKILL_MD,
+    Skill,
+    SkillIssue,
+    SkillReport,
+    read_skill_md,
+    resource_path_problem,
+)
+from agent_core.tools import ToolOutput
+
+__all__ = ["FILE_BYTES_MAX", "SKILL_MD_BYTES_MAX", "load", "load_all", "read_part"]
+
+log = logging.getLogger(__name__)
+
+SKILL_MD_BYTES_MAX = 256 * 1024
+"""A longer SKILL.md is refused: its body travels in every snapshot of every run."""
+FILE_BYTES_MAX = 1024 * 1024
+"""A longer file of a skill is not read."""
+PART_CHARS_MAX = 100_000
+"""The most characters one `read_part` returns, whatever limit it is given."""
+LIST_DEPTH_MAX = 6
+LIST_ENTRIES_MAX = 5_000
+WALK_DEPTH_MAX = 8
+WALK_FOLDERS_MAX = 10_000
+BINARY_PROBE = 8_192
+_NAMES = (SKILL_MD, "skill.md")
+"""The reference implementation accepts `skill.md` too, after `SKILL.md`."""
+_SKIPPED = "__pycache__"
+
+
+class _Refused(Exception):
+    """A file that cannot be read, and why (becomes a SkillError or a tool error)."""
+
+
+class _Unloadable(Exception):
+    """A skill folder that cannot be loaded: the file to blame, and why."""
+
+    def __init__(self, where: Path, why: str) -> None:
+        super().__init__(f"{where}: {why}")
+        self.why = why
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def load(path: str | os.PathLike[str]) -> Skill:
+    """Return the skill in the folder `path` (or whose SKILL.md `path` is); log its warnings.
+
+    Raises:
+        SkillError: the folder or its SKILL.md cannot be read, or is refused;
+            the message starts with the path.
+    """
+    folder = _given(path)
+    if folder.name in _NAMES and folder.is_file():
+        folder = folder.parent
+    try:
+        skill, warnings = _load_folder(folder)
+    except _Unloadable as error:
+        raise SkillError(str(error)) from None
+    for warning in warnings:
+        log.warning("%s: %s", folder, warning)
+    return skill
+
+
+def load_all(path: str | os.PathLike[str]) -> SkillReport:
+    """Return every skill under the folder `path`, and what could not be loaded and why.
+
+    Raises:
+        SkillError: `path` is not a folder that can be read.
+    """
+    root = _given(path)
+    _real_folder(root)
+    skills: list[Skill] = []
+    failed: list[SkillIssue] = []
+    warnings: list[SkillIssue] = []
+    named: dict[str, str] = {}
+    for folder in _skill_folders(root, warnings):
+        where = str(folder)
+        try:
+            skill, notes = _load_folder(folder)
+        except _Unloadable as error:
+            failed.append(SkillIssue(path=where, text=_one_line(error.why)))
+            continue
+        if skill.name in named:
+            failed.append(
+                SkillIssue(
+                    path=where, text=f"another skill is named {skill.name!r} ({named[skill.name]})"
+                )
+            )
+            continue
+        named[skill.name] = where
+        skills.append(skill)
+        warnings.extend(SkillIssue(path=where, text=_one_line(note)) for note in notes)
+    return SkillReport(skills=tuple(skills), failed=tuple(failed), warnings=tuple(warnings))
+
+
+def _given(path: object) -> Path:
+    try:
+        return Path(os.fspath(path))  # type: ignore[call-overload]
+    except TypeError:
+        raise SkillError(
+            f"a skill path must be text or a path, got {type(path).__name__}"
+        ) from None
+
+
+def _real_folder(folder: Path) -> Path:
+    """Return the real path of `folder`, or raise SkillError if it is not a readable folder."""
+    try:
+        real = folder.resolve(strict=True)
+    except (OSError, RuntimeError) as error:
+        raise SkillError(f"{folder}: {_os_reason(error)}") from None
+    if not real.is_dir():
+        raise SkillError(f"{folder}: not a folder")
+    return real
+
+
+def _load_folder(folder: Path) -> tuple[Skill, list[str]]:
+    """Return the skill in `folder` and its warnings.
+
+    Raises:
+        _Unloadable: naming the folder's SKILL.md (or the folder) and why.
+    """
+    try:
+        real = _real_folder(folder)
+    except SkillError as error:
+        raise _Unloadable(folder, str(error).removeprefix(f"{folder}: ")) from None
+    name = next((n for n in _NAMES if os.path.lexists(real / n)), None)
+    if name is None:
+        raise _Unloadable(folder, "has no SKILL.md")
+    try:
+        text = _read_confined(real, name, SKILL_MD_BYTES_MAX).decode("utf-8")
+        skill, warnings = read_skill_md(text)
+    except _Refused as refused:
+        raise _Unloadable(folder / name, f"the {name} {refused}") from None
+    except UnicodeDecodeError as error:
+        raise _Unloadable(
+            folder / name, f"the {name} is not UTF-8 text (byte {error.start})"
+        ) from None
+    except SkillError as error:
+        raise _Unloadable(folder / name, str(error)) from None
+    if name != SKILL_MD:
+        warnings.append(f"the file is named {name}; the format names it {SKILL_MD}")
+    folder_name = unicodedata.normalize("NFKC", os.path.basename(os.path.abspath(folder)))
+    if skill.name != folder_name:
+        warnings.append(f"the name {skill.name!r} differs from its folder's, {folder_name!r}")
+    resources, listing = _list_resources(real)
+    loaded = Skill(
+        name=skill.name,
+        description=skill.description,
+        body=skill.body,
+        folder=str(real),
+        resources=tuple(resources),
+    )
+    return loaded, warnings + listing
+
+
+def _skill_folders(root: Path, warnings: list[SkillIssue]) -> Iterator[Path]:
+    """Yield each folder under `root` holding a SKILL.md, in path order, without entering one.
+
+    Hidden folders are skipped; links to folders are followed once each.
+    """
+    stack = [(root, 0)]
+    seen: set[str] = set()
+    while stack:
+        folder, depth = stack.pop()
+        real = os.path.realpath(folder)
+        if real in seen:
+            continue
+        seen.add(real)
+        if len(seen) > WALK_FOLDERS_MAX:
+            warnings.append(
+                SkillIssue(path=str(root), text=f"stopped after {WALK_FOLDERS_MAX} folders")
+            )
+            return
+        if any(os.path.lexists(os.path.join(real, n)) for n in _NAMES):
+            yield folder
+            continue
+        try:
+            with os.scandir(folder) as entries:
+                children = sorted(
+                    e.name for e in entries if not e.name.startswith(".") and e.is_dir()
+                )
+        except OSError as error:
+            warnings.append(
+                SkillIssue(path=str(folder), text=f"cannot be listed: {_os_reason(error)}")
+            )
+            continue
+        if children and depth >= WALK_DEPTH_MAX:
+            warnings.append(
+                SkillIssue(
+                    path=str(folder), text=f"more than {WALK_DEPTH_MAX} folders deep: not searched"
+                )
+            )
+            continue
+        stack.extend((folder / name, depth + 1) for name in reversed(children))
+
+
+def _list_resources(root: Path) -> tuple[list[str], list[str]]:
+    """Return the files of the skill folder `root` (relative, sorted) and warnings."""
+    listing = _Listing(str(root))
+    listing.run()
+    return sorted(listing.found), listing.warnings
+
+
+class _Listing:
+    """A walk over one skill folder, level by level, so the shallow files are kept first."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.found: list[str] = []
+        self.warnings: list[str] = []
+        self.queue: deque[tuple[str, str, int]] = deque([("", root, 1)])
+        self.looked = 0
+
+    def run(self) -> None:
+        while self.queue:
+            prefix, folder, depth = self.queue.popleft()
+            try:
+                with os.scandir(folder) as scanned:
+                    entries = sorted(scanned, key=lambda e: e.name)
+            except OSError as error:
+                self.warnings.append(f"{prefix or './'} cannot be listed: {_os_reason(error)}")
+                continue
+            for entry in entries:
+                if not self._take(entry, prefix, depth):
+                    return
+
+    def _take(self, entry: os.DirEntry[str], prefix: str, depth: int) -> bool:
+        """Look at one entry; False when the listing must stop."""
+        self.looked += 1
+        if self.looked > LIST_ENTRIES_MAX:
+            self.warnings.append(f"stopped listing files after {LIST_ENTRIES_MAX} entries")
+            return False
+        path = prefix + entry.name
+        if entry.name.startswith(".") or entry.name == _SKIPPED:
+            return True
+        if not prefix and entry.name in _NAMES:
+            return True
+        problem = resource_path_problem(path)
+        kind = f"its path {problem}" if problem else _kind(entry, self.root)
+        if kind == "folder" and depth < LIST_DEPTH_MAX:
+            self.queue.append((path + "/", entry.path, depth + 1))
+        elif kind == "folder":
+            self.warnings.append(f"left out {path}/: more than {LIST_DEPTH_MAX} folders deep")
+        elif kind != "file":
+            self.warnings.append(f"left out {ascii(path)[1:-1][:120]}: {kind}")
+        elif len(self.found) < RESOURCES_MAX:
+            self.found.append(path)
+        else:
+            self.warnings.append(f"only the first {RESOURCES_MAX} files are listed and readable")
+            return False
+        return True
+
+
+def _kind(entry: os.DirEntry[str], root: str) -> str:
+    """Return "file", "folder", or why the entry is left out."""
+    kind = "not a regular file"
+    try:
+        if entry.is_symlink():
+            target = os.path.realpath(entry.path)
+            if not _inside(root, target):
+                kind = "a link to outside the skill folder"
+            elif os.path.isdir(target):
+                kind = "a link to a folder (not followed)"
+            elif os.path.isfile(target):
+                kind = "file"
+        elif entry.is_dir(follow_symlinks=False):
+            kind = "folder"
+        elif entry.is_file(follow_symlinks=False):
+            kind = "file"
+    except OSError as error:
+        kind = f"cannot be examined: {_os_reason(error)}"
+    return kind
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def read_part(skill: Skill, path: str, offset: int = 0, limit: int = PART_CHARS_MAX) -> ToolOutput:
+    """Return up to `limit` characters of the skill's file `path` from `offset`, as a tool output.
+
+    `path` is one of `skill.resources`, or `SKILL.md` for the body. A part that
+    stops before the end says so and gives the offset to read on from; it ends
+    at a line break when one is near. Every refusal (an unknown path, one
+    leading outside the folder, a non-regular, too large or binary file, an
+    offset past the end) is an error output for the model, never an exception.
+    """
+    if path == SKILL_MD:
+        return _part(path, skill.body, offset, limit)
+    if path not in skill.resources:
+        return ToolOutput.error(f"{path!r} is not a file of the skill {skill.name}")
+    if not skill.folder:
+        return ToolOutput.error(f"the skill {skill.name} has no folder to read {path} from")
+    try:
+        data = _read_confined(Path(skill.folder), path, FILE_BYTES_MAX)
+    except _Refused as refused:
+        return ToolOutput.error(f"{path}: {refused}")
+    if b"\x00" in data[:BINARY_PROBE]:
+        return ToolOutput.error(f"{path} is not a text file; it cannot be read here")
+    return _part(path, data.decode("utf-8", errors="replace"), offset, limit)
+
+
+def _part(path: str, text: str, offset: int, limit: int) -> ToolOutput:
+    total = len(text)
+    if offset < 0 or offset > total or (offset == total and total):
+        return ToolOutput.error(f"offset {offset} is outside {path}, which has {total} characters")
+    if not total:
+        return ToolOutput.ok(f"({path} is empty)")
+    limit = max(1, min(limit, PART_CHARS_MAX))
+    end = min(total, offset + limit)
+    if end < total:
+        line_end = text.rfind("\n", offset, end)
+        if line_end >= offset + limit // 2:
+            end = line_end + 1
+    part = text[offset:end]
+    if end < total:
+        return ToolOutput.ok(
+            f"{part}\n[{path}: characters {offset} to {end} of {total}; read on with offset {end}]"
+        )
+    if offset:
+        return ToolOutput.ok(f"{part}\n[{path}: the end, {total} characters]")
+    return ToolOutput.ok(part)
+
+
+def _read_confined(root: Path, path: str, cap: int) -> bytes:
+    """Return the bytes of the regular file `path` inside the folder `root`.
+
+    Raises:
+        _Refused: the path is absolute, has `..`, leads outside `root` (through
+            a link or otherwise), cannot be opened, is not a regular file, or
+            holds more than `cap` bytes.
+    """
+    problem = resource_path_problem(path)
+    if problem:
+        raise _Refused(f"the path {problem}")
+    base = os.path.realpath(root)
+    target = os.path.realpath(os.path.join(base, path))
+    if not _inside(base, target):
+        raise _Refused("leads outside the skill folder")
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(target, flags)
+    except OSError as error:
+        raise _Refused(f"cannot be opened: {_os_reason(error)}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Refused("is not a regular file")
+        if info.st_size > cap:
+            raise _Refused(f"is {info.st_size} bytes long; at most {cap} are read")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= cap:
+            chunk = os.read(fd, min(1 << 16, cap + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > cap:
+            raise _Refused(f"is more than {cap} bytes long; at most {cap} are read")
+        return b"".join(chunks)
+    except OSError as error:
+        raise _Refused(f"cannot be read: {_os_reason(error)}") from None
+    finally:
+        os.close(fd)
+
+
+def _inside(root: str, target: str) -> bool:
+    return os.path.commonpath([root, target]) == root
+
+
+def _os_reason(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror.lower()
+    return type(error).__name__
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
