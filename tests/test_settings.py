@@ -31,7 +31,9 @@ def test_defaults_with_an_empty_environment() -> None:
     assert settings.model_deadline == 600
     assert settings.tool_timeout == 300
     assert settings.tool_output_chars == 20_000
-    assert settings.recovery_seconds == 120
+    assert settings.recovery_seconds == 15
+    assert settings.tick_seconds == 5
+    assert settings.durable_claims is False
     assert settings.approval_ttl == 7 * DAY
     assert settings.retention == 7 * DAY
     assert settings == Settings()
@@ -54,6 +56,8 @@ def test_every_variable_is_read() -> None:
             "RELAY_TOOL_TIMEOUT": "60",
             "RELAY_TOOL_OUTPUT_CHARS": "500",
             "RELAY_RECOVERY_SECONDS": "2.5",
+            "RELAY_TICK_SECONDS": "0.5",
+            "RELAY_DURABLE_CLAIMS": "yes",
             "RELAY_APPROVAL_TTL": "3600",
             "RELAY_RETENTION": "86400",
             "UNRELATED": "ignored",
@@ -72,6 +76,8 @@ def test_every_variable_is_read() -> None:
     assert settings.model_deadline == 90
     assert (settings.tool_timeout, settings.tool_output_chars) == (60, 500)
     assert settings.recovery_seconds == 2.5
+    assert settings.tick_seconds == 0.5
+    assert settings.durable_claims is True
     assert (settings.approval_ttl, settings.retention) == (3600, 86400)
 
 
