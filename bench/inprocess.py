@@ -17,15 +17,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from agent_core import Agent, ModelRequest
+from agent_core import ModelRequest
 from bench.app import CONFIG, build
 from bench.model import Task, reply_for
-from workers import Relay, Settings
-from workers.engine import Message, Verifier
-from workers.model_client import ModelReply, Usage
-from workers.records import RunRecord
-from workers.registry import ToolSpec
-from workers.runtime import Model, Runtime, now_ms
+from workers import Settings
+from workers.calls import Model
+from workers.effects import Message
+from workers.model_client import ModelReply
+from workers.records import RunRecord, Usage
+from workers.runtime import Runtime
+from workers.settings import now_ms
 
 __all__ = ["LocalModel", "LocalRuntime", "local_turn_ms"]
 
@@ -45,27 +46,6 @@ class LocalModel:
         )
 
 
-class _Host:
-    """What the runtime needs, taken from a Relay (workers.runtime.RuntimeHost)."""
-
-    def __init__(self, relay: Relay, model: Model) -> None:
-        self._relay = relay
-        self._model = model
-        self.settings = relay.settings
-
-    def restore_agent(self, record: RunRecord, snapshot: str) -> Agent:
-        return self._relay.restore_agent(record, snapshot)
-
-    def tool_spec(self, name: str) -> ToolSpec | None:
-        return self._relay.tool_spec(name)
-
-    def verifier(self) -> Verifier | None:
-        return None
-
-    def model(self) -> Model:
-        return self._model
-
-
 class LocalRuntime:
     """The runtime's task bodies driven in a loop; `messages` counts what was sent, by kind."""
 
@@ -73,8 +53,15 @@ class LocalRuntime:
         self.relay = build(settings)
         self.queue: deque[Message] = deque()
         self.messages: dict[str, int] = {}
-        model = model if model is not None else self.relay.model()
-        self.runtime = Runtime(_Host(self.relay, model), self.relay.store, self._send)
+        chosen = model if model is not None else self.relay.model()
+        self.runtime = Runtime(
+            settings,
+            self.relay.store,
+            self.relay.kit,
+            model=lambda: chosen,
+            send=self._send,
+            tick=self.relay.tick,
+        )
 
     def _send(self, messages: list[Message]) -> None:
         for message in messages:
@@ -83,7 +70,7 @@ class LocalRuntime:
 
     def start(self, task: Task) -> str:
         """Create a run as `Relay.start` does, with its first advance queued here."""
-        agent = self.relay.new_agent(CONFIG)
+        agent = self.relay.kit.new_agent(CONFIG)
         agent.start_with(task.text(), "", ())
         run_id = secrets.token_hex(8)
         now = now_ms()

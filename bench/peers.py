@@ -76,7 +76,7 @@ def _core(b: Bench, turns: int, size: int, http: _Http | None) -> list[float]:
     """Run the core for `turns` turns; return each turn's ms."""
     task = Task(f"core-{'http' if http else 'local'}-{turns}-{size}", turns=turns, size=size)
     host = _CoreHost(task, http)
-    agent = b.relay.new_agent(bench_app.CONFIG)
+    agent = b.relay.kit.new_agent(bench_app.CONFIG)
     run_core(agent, host, task.text())
     return [(later - earlier) * 1000 for earlier, later in itertools.pairwise(host.asked)]
 

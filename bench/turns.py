@@ -233,14 +233,14 @@ def _profiles(b: Bench, turns: int, rounds: int, spied_runs: int) -> dict[str, A
 
 # (file ending, function name) -> label: the pieces of a turn worth counting.
 _PIECES = {
-    ("workers/runtime.py", "call_model"): "Runtime.call_model (task body)",
-    ("workers/runtime.py", "run_tool"): "Runtime.run_tool (task body)",
-    ("workers/runtime.py", "advance"): "Runtime.advance (load, engine, save, send)",
+    ("workers/calls.py", "call_model"): "Calls.call_model (task body)",
+    ("workers/calls.py", "run_tool"): "Calls.run_tool (task body)",
+    ("workers/steps.py", "advance"): "Steps.advance (load, engine, save, send)",
     ("workers/store.py", "claim"): "RunStore.claim (Lua CLAIM + parse record)",
     ("workers/store.py", "record"): "RunStore.record (Lua RECORD + load, pipelined)",
     ("workers/store.py", "load"): "RunStore.load",
     ("workers/store.py", "save"): "RunStore.save (Lua SAVE)",
-    ("workers/relay.py", "restore_agent"): "Relay.restore_agent (parse snapshot)",
+    ("workers/agent_kit.py", "restore"): "AgentKit.restore (parse snapshot)",
     ("workers/engine.py", "advance"): "engine.advance (apply, next step, snapshot)",
     ("agent_core/agent.py", "snapshot"): "Agent.snapshot (dump JSON)",
     ("agent_core/agent.py", "resume"): "Agent.resume",

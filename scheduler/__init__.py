@@ -7,7 +7,7 @@ in Redis and claims each (schedule, slot) exactly once.
 """
 
 from scheduler.schedules import Schedule
-from scheduler.store import Notification, ScheduleStore
+from scheduler.store import Notification, ScheduleKeys, ScheduleStore
 from scheduler.tick import TickHost, tick
 
-__all__ = ["Notification", "Schedule", "ScheduleStore", "TickHost", "tick"]
+__all__ = ["Notification", "Schedule", "ScheduleKeys", "ScheduleStore", "TickHost", "tick"]

@@ -1,6 +1,6 @@
 """Schedules and notifications in Redis, and the claim that fires a slot exactly once.
 
-Keys, under the Relay's prefix:
+Keys, under the Relay's prefix (`ScheduleKeys`; `workers.layout` maps the rest):
 
     {prefix}schedules                      hash: name -> Schedule JSON
     {prefix}schedule-due                   sorted set: name scored by its next due ms
@@ -35,13 +35,14 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from importlib.resources import files
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from scheduler.schedules import Schedule
 
-__all__ = ["Due", "Notification", "ScheduleStore", "fire_id"]
+__all__ = ["Due", "Notification", "ScheduleKeys", "ScheduleStore", "fire_id"]
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +50,31 @@ SLOT_TTL_MS = 2 * 24 * 60 * 60 * 1000
 """How long a claimed slot key lives: far longer than any tick or clock skew between beats."""
 NOTIFICATIONS_MAX = 1_000
 
-_CLAIM = """
-if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
-if not redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[5]) then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
-if ARGV[6] ~= '' then
-  redis.call('LPUSH', KEYS[4], ARGV[6])
-  redis.call('LTRIM', KEYS[4], 0, tonumber(ARGV[7]) - 1)
-else
-  redis.call('ZADD', KEYS[5], ARGV[9], ARGV[8])
-end
-return 1
-"""
+_CLAIM = files("scheduler").joinpath("claim.lua").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class ScheduleKeys:
+    """The keys of the schedules of one Relay (one key prefix)."""
+
+    schedules: str
+    due: str
+    slot_prefix: str
+    firing: str
+    notifications: str
+
+    @classmethod
+    def under(cls, prefix: str) -> ScheduleKeys:
+        return cls(
+            schedules=f"{prefix}schedules",
+            due=f"{prefix}schedule-due",
+            slot_prefix=f"{prefix}schedule-slot:",
+            firing=f"{prefix}schedule-firing",
+            notifications=f"{prefix}notifications",
+        )
+
+    def slot(self, name: str, slot_ms: int) -> str:
+        return f"{self.slot_prefix}{name}:{slot_ms}"
 
 
 class Notification(BaseModel):
@@ -108,14 +121,16 @@ class ScheduleStore:
     def __init__(self, redis_client: Any, prefix: str) -> None:
         self.redis = redis_client
         self.prefix = prefix
-        self.schedules_key = f"{prefix}schedules"
-        self.due_key = f"{prefix}schedule-due"
-        self.notifications_key = f"{prefix}notifications"
-        self.firing_key = f"{prefix}schedule-firing"
+        self.keys = ScheduleKeys.under(prefix)
+        keys = self.keys
+        self.schedules_key = keys.schedules
+        self.due_key = keys.due
+        self.notifications_key = keys.notifications
+        self.firing_key = keys.firing
         self._claim: Any = redis_client.register_script(_CLAIM)
 
     def slot_key(self, name: str, slot_ms: int) -> str:
-        return f"{self.prefix}schedule-slot:{name}:{slot_ms}"
+        return self.keys.slot(name, slot_ms)
 
     def put(self, schedule: Schedule) -> bool:
         """Store `schedule`, replacing one of the same name; return True if it replaced one.
@@ -191,7 +206,8 @@ class ScheduleStore:
             firing_member(schedule.name, due.slot_ms),
             now_ms,
         ]
-        return int(self._claim(keys=keys, args=args)) == 1
+        answer = self._claim(keys=keys, args=args)
+        return (answer.decode() if isinstance(answer, bytes) else answer) == "claimed"
 
     def fired(self, name: str, slot_ms: int) -> None:
         """Forget a firing slot: its run exists (or cannot ever start)."""

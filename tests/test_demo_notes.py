@@ -38,7 +38,7 @@ def tools() -> dict[str, Tool]:
     relay = build(Settings())
     found = {}
     for name in ("list_notes", "read_note", "write_note"):
-        spec = relay.tool_spec(name)
+        spec = relay.kit.spec(name)
         assert spec is not None
         found[name] = spec.fn
     return found

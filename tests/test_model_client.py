@@ -30,12 +30,11 @@ from workers.model_client import (
     ModelCallError,
     ModelClient,
     ModelReply,
-    ModelSettings,
-    Usage,
     backoff_seconds,
-    chat_completions_url,
     parse_retry_after,
 )
+from workers.models import ModelSettings, chat_completions_url
+from workers.records import Usage
 
 KEY = "sk-test-0123456789-secret"
 NOW = 1_700_000_000.0

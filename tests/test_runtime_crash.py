@@ -17,7 +17,7 @@ from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from tests.support.waiting import calls_for
 from workers import StoreUnavailable
-from workers.engine import Message
+from workers.effects import Message
 
 
 def test_twenty_runs_at_once_all_finish(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_every_message_delivered_twice(tmp_path: Path) -> None:
         f.worker("--concurrency", "2", name="second")
         runs = [f.relay.start(f"DUP-{n}: work") for n in range(3)]
         # The client sends its wake-ups twice as well.
-        f.relay._send([m for run_id in runs for m in [_advance(run_id)] * 2])
+        f.relay.runtime.send([m for run_id in runs for m in [_advance(run_id)] * 2])
         outcomes = [f.relay.wait(r, timeout=90) for r in runs]
         assert [o.stop for o in outcomes] == [Stop.DONE] * 3, f.logs()
         ledger = f.ledger()

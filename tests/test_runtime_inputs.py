@@ -26,7 +26,7 @@ from tests.support.fleet import Fleet
 from tests.support.waiting import pending_for, prompts_for, shared_fleet
 from tests.support.worker_process import ROOT
 from workers import DecisionRefused, Relay, RelayError, RunCorrupt, RunNotFound, WaitTimeout
-from workers.engine import Message
+from workers.effects import Message
 
 OUTPUT_CHARS = 2_000
 
@@ -223,7 +223,7 @@ def test_a_running_run_is_cancelled_and_its_tool_sees_the_flag(f: Fleet) -> None
 
 def _corrupt_meta(f: Fleet, run_id: str) -> None:
     f.relay.store.redis.hset(f"relay:run:{run_id}", "meta", "{this is not a record")
-    f.relay._send([Message("advance", run_id)])
+    f.relay.runtime.send([Message("advance", run_id)])
 
 
 def _corrupt_snap(f: Fleet, run_id: str) -> None:

@@ -21,7 +21,7 @@ from tests.support.brain import batch, call, final
 from tests.support.fleet import Fleet, fleet
 from tests.support.waiting import pending_for, prompts_for, shared_fleet, wait_state
 from workers import DecisionRefused, Relay, Settings
-from workers.runtime import now_ms
+from workers.settings import now_ms
 
 WEEK_MS = 7 * 24 * 60 * 60 * 1000
 """The default approval time limit (RELAY_APPROVAL_TTL unset)."""

@@ -24,7 +24,7 @@ from tests.support.fleet import Fleet, fleet
 from tests.support.waiting import pending_for, prompts_for
 from tests.support.worker_process import RelayProcess
 from workers import DecisionRefused
-from workers.runtime import now_ms
+from workers.settings import now_ms
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from agent_core.errors import DefinitionError, RecipeError
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import Relay, Settings, StoreUnavailable
-from workers.runtime import now_ms
+from workers.settings import now_ms
 
 MINUTE = 60_000
 DAY = 24 * 60 * MINUTE

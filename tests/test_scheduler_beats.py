@@ -18,7 +18,7 @@ import pytest
 from agent_core import Every, Recipe, Stop
 from tests.support.brain import final
 from tests.support.fleet import fleet
-from workers.runtime import now_ms
+from workers.settings import now_ms
 
 MINUTE = 60_000
 SLOTS = 3

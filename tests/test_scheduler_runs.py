@@ -9,7 +9,7 @@ from pathlib import Path
 from agent_core import Every, Recipe, Stop
 from tests.support.brain import final
 from tests.support.fleet import fleet
-from workers.runtime import now_ms
+from workers.settings import now_ms
 
 MINUTE = 60_000
 NOTE = "the ledger balanced on the first try"

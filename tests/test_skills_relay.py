@@ -27,7 +27,7 @@ def test_skills_dir_offers_every_skill_that_loads_and_logs_the_rest(
     assert len(not_loaded) == len(REPO_BROKEN)
     assert f"skill not loaded: {tmp_path / 'skills' / 'no-description'}: " in "\n".join(not_loaded)
     assert any(m.startswith("skill warning: ") for m in caplog.messages)
-    step = relay.new_agent(Config(require_plan=False)).start("Fill in a form")
+    step = relay.kit.new_agent(Config(require_plan=False)).start("Fill in a form")
     assert isinstance(step, Ask)
     assert "- read_skill_file: " in step.request.system
     assert "- mcp-builder: Guide for creating high-quality MCP servers." in step.request.system
@@ -42,7 +42,7 @@ def test_skills_and_skills_dir_add_up(tmp_path: Path) -> None:
 
 def test_the_worker_reads_a_skills_file_from_its_own_skills(tmp_path: Path) -> None:
     relay = Relay("s", skills_dir=write_repo(tmp_path), settings=SETTINGS)
-    spec = relay.tool_spec("read_skill_file")
+    spec = relay.kit.spec("read_skill_file")
     assert spec is not None
     assert spec.idempotent
     forms = tmp_path / "document-skills" / "pdf" / "FORMS.md"
@@ -59,7 +59,7 @@ def test_the_worker_reads_a_skills_file_from_its_own_skills(tmp_path: Path) -> N
 def test_a_part_leaves_room_for_its_note_within_the_output_cap(tmp_path: Path) -> None:
     settings = Settings.from_env({"RELAY_TOOL_OUTPUT_CHARS": "500"})
     relay = Relay("s", skills_dir=write_repo(tmp_path), settings=settings)
-    spec = relay.tool_spec("read_skill_file")
+    spec = relay.kit.spec("read_skill_file")
     assert spec is not None
     part = spec.fn(skill="skill-creator", path="SKILL.md", limit=100_000).text
     assert len(part) <= 500
@@ -67,7 +67,7 @@ def test_a_part_leaves_room_for_its_note_within_the_output_cap(tmp_path: Path) -
 
 
 def test_without_skills_there_is_no_reader() -> None:
-    assert Relay("s", settings=SETTINGS).tool_spec("read_skill_file") is None
+    assert Relay("s", settings=SETTINGS).kit.spec("read_skill_file") is None
 
 
 @pytest.mark.parametrize("where", ["missing", "file.txt"])

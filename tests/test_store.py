@@ -12,19 +12,11 @@ from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import RelayError, Settings
 from workers.decisions import expiry_event
-from workers.engine import Message, message_of
+from workers.effects import Advanced, Effects, Message, OwnOutcome, UsageAdd
+from workers.layout import pending_member as member_of
 from workers.records import CallDecision, CallTrack, Pending, RunRecord, ToolDone
-from workers.store import (
-    Claim,
-    ClaimStatus,
-    Decided,
-    OwnOutcome,
-    Recorded,
-    RunStore,
-    Saved,
-    SaveEffects,
-    pending_member,
-)
+from workers.scripts import ClaimStatus, Decided, Recorded, Saved
+from workers.store import Claim, RunStore
 
 
 @pytest.fixture
@@ -51,11 +43,20 @@ def _running(*calls: str, run_id: str = "r1", **changes: object) -> RunRecord:
     return _record(run_id, calls=tracks, **changes)
 
 
-def _save(store: RunStore, record: RunRecord, effects: SaveEffects | None = None) -> str:
+def _step(record: RunRecord, snapshot: str = "snap", **effects: object) -> Advanced:
+    return Advanced(record, snapshot, Effects(**effects))  # type: ignore[arg-type]
+
+
+def pending_member(pending: Pending) -> str:
+    what = pending.call_id if pending.call_id is not None else str(pending.seq)
+    return member_of(pending.run_id, pending.kind, what)
+
+
+def _save(store: RunStore, record: RunRecord, **effects: object) -> str:
     """Save `record` over the run as it stands; return the new version."""
     loaded = store.load(record.id)
     assert loaded is not None
-    assert store.save(record, loaded.version, "snap", effects or SaveEffects()) is Saved.SAVED
+    assert store.save(_step(record, **effects), loaded.version) is Saved.SAVED
     return str(int(loaded.version) + 1)
 
 
@@ -97,9 +98,9 @@ def test_a_save_from_a_stale_version_is_refused(store: RunStore) -> None:
     loaded = store.load("r1")
     assert loaded is not None
     assert loaded.version == "1"
-    assert store.save(_record(seq=1), loaded.version, "snap-1", SaveEffects()) is Saved.SAVED
+    assert store.save(_step(_record(seq=1), "snap-1"), loaded.version) is Saved.SAVED
     # A second writer that loaded version 1 too loses the race and must reload.
-    assert store.save(_record(seq=9), loaded.version, "snap-9", SaveEffects()) is Saved.STALE
+    assert store.save(_step(_record(seq=9), "snap-9"), loaded.version) is Saved.STALE
     again = store.load("r1")
     assert again is not None
     assert again.version == "2"
@@ -200,8 +201,8 @@ def test_an_outcome_from_an_attempt_that_was_taken_over_is_fenced(store: RunStor
     # The first attempt finishes late: neither recording nor saving its outcome is taken.
     assert _record_outcome(store, "call-1", "first", attempt=1) is Recorded.FENCED
     lease = store.keys.lease("r1", "call-1")
-    own = SaveEffects(own=OwnOutcome("call-1", 1, lease, "first", "t|r1|call-1"))
-    assert store.save(_record(seq=1), version, "snap", own) is Saved.FENCED
+    own = OwnOutcome("r1", "call-1", 1, "first", "t|r1|call-1")
+    assert store.save(_step(_record(seq=1)), version, own) is Saved.FENCED
     loaded = store.load("r1")
     assert loaded is not None
     assert loaded.inbox == []
@@ -256,7 +257,7 @@ def test_a_claim_reports_the_root_budget(store: RunStore) -> None:
     store.create(
         _record("root.call-1", parent="root", root="root"), "snap", due_ms=5_000, budget=None
     )
-    _save(store, _record("root"), SaveEffects(usage=[("root", 300, 100, 400)]))
+    _save(store, _record("root"), usage=(UsageAdd("root", 300, 100, 400),))
     _save(store, _record("root.call-1", parent="root", root="root", asked=1, seq=1))
     claim = _claim(store, "m1", "a", run_id="root.call-1", seq=1)
     assert claim.status is ClaimStatus.CLAIMED
@@ -274,15 +275,15 @@ def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:
         created_ms=1,
         expires_ms=expires_ms,
     )
-    _save(store, _record(pending=(pending_member(pending),)), SaveEffects(pending_add=[pending]))
+    _save(store, _record(pending=(pending_member(pending),)), pending_add=(pending,))
     return pending
 
 
-def _decide(store: RunStore, member: str, call: str, now_ms: int, yes: bool = True) -> Decided:
+def _decide(store: RunStore, call: str, now_ms: int, yes: bool = True) -> Decided:
     return store.decide(
         "r1",
-        member,
-        f"d:{call}",
+        "call",
+        call,
         CallDecision(call=call, yes=yes),
         expired=expiry_event("call", call),
         now_ms=now_ms,
@@ -293,16 +294,15 @@ def _decide(store: RunStore, member: str, call: str, now_ms: int, yes: bool = Tr
 def test_a_decision_is_used_once(store: RunStore) -> None:
     pending = _pending_call(store)
     assert store.pending() == [pending]
-    member = pending_member(pending)
-    assert _decide(store, member, "call-1", now_ms=5) is Decided.APPLIED
+    assert _decide(store, "call-1", now_ms=5) is Decided.APPLIED
     assert store.pending() == []
-    assert _decide(store, member, "call-1", now_ms=5, yes=False) is Decided.DECIDED
-    assert _decide(store, "r1|call|call-2", "call-2", now_ms=5) is Decided.NOT_PENDING
+    assert _decide(store, "call-1", now_ms=5, yes=False) is Decided.DECIDED
+    assert _decide(store, "call-2", now_ms=5) is Decided.NOT_PENDING
     assert (
         store.decide(
             "gone",
-            "gone|call|call-1",
-            "d:call-1",
+            "call",
+            "call-1",
             CallDecision(call="call-1", yes=True),
             expired=expiry_event("call", "call-1"),
             now_ms=5,
@@ -316,28 +316,27 @@ def test_a_decision_is_used_once(store: RunStore) -> None:
 
 
 def test_a_decision_after_the_expiry_is_refused_and_declines(store: RunStore) -> None:
-    pending = _pending_call(store, expires_ms=1_000)
-    member = pending_member(pending)
-    assert _decide(store, member, "call-1", now_ms=1_000) is Decided.EXPIRED
+    _pending_call(store, expires_ms=1_000)
+    assert _decide(store, "call-1", now_ms=1_000) is Decided.EXPIRED
     assert store.pending() == []
     loaded = store.load("r1")
     assert loaded is not None
     declined = CallDecision(call="call-1", yes=False, reason="no decision came in time")
     assert [e for _, e in loaded.inbox] == [declined]
     # Any later decision, yes or no, is told it came too late.
-    assert _decide(store, member, "call-1", now_ms=1_001) is Decided.EXPIRED
-    assert _decide(store, member, "call-1", now_ms=5, yes=False) is Decided.EXPIRED
+    assert _decide(store, "call-1", now_ms=1_001) is Decided.EXPIRED
+    assert _decide(store, "call-1", now_ms=5, yes=False) is Decided.EXPIRED
 
 
 def test_a_decision_just_before_the_expiry_is_applied(store: RunStore) -> None:
-    pending = _pending_call(store, expires_ms=1_000)
-    assert _decide(store, pending_member(pending), "call-1", now_ms=999) is Decided.APPLIED
+    _pending_call(store, expires_ms=1_000)
+    assert _decide(store, "call-1", now_ms=999) is Decided.APPLIED
 
 
 def test_a_finished_run_expires_and_leaves_the_index(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000, budget=None)
     finished = _record(state="finished", outcome=Outcome(stop=Stop.DONE, summary="ok"))
-    _save(store, finished, SaveEffects(retention=100))
+    _save(store, finished, retention_s=100)
     assert 0 < store.redis.ttl(store.keys.run("r1")) <= 100
     assert store.due_messages(10**15) == []  # nothing left to send for it
     assert store.prune_runs(older_than_ms=10**15) == 0  # still there: kept
@@ -361,8 +360,8 @@ def test_usage_for_an_ancestor_that_expired_does_not_bring_it_back(store: RunSto
     store.create(_record("root"), "snap", due_ms=5_000, budget=None)
     store.create(_record("root.call-1", parent="root", root="root"), "snap", 5_000, None)
     store.redis.delete(store.keys.run("root"))  # finished and expired
-    effects = SaveEffects(usage=[("root", 1, 2, 3), ("root.call-1", 1, 2, 3)])
-    _save(store, _record("root.call-1", parent="root", root="root"), effects)
+    usage = (UsageAdd("root", 1, 2, 3), UsageAdd("root.call-1", 1, 2, 3))
+    _save(store, _record("root.call-1", parent="root", root="root"), usage=usage)
     assert not store.redis.exists(store.keys.run("root"))
     assert store.redis.hget(store.keys.run("root.call-1"), "tt") == b"3"
 
@@ -376,7 +375,7 @@ def test_usage_for_an_ancestor_that_expired_does_not_bring_it_back(store: RunSto
     ],
 )
 def test_an_outbox_member_reads_back_as_its_message(message: Message) -> None:
-    again = message_of(message.member)
+    again = Message.of(message.member)
     assert again is not None
     assert (again.kind, again.run, again.seq, again.call) == (
         message.kind,
@@ -388,13 +387,13 @@ def test_an_outbox_member_reads_back_as_its_message(message: Message) -> None:
 
 @pytest.mark.parametrize("member", ["", "x|r1", "m|r1|seven", "a", "t|r1"])
 def test_an_unreadable_outbox_member_is_skipped(member: str) -> None:
-    assert message_of(member) is None
+    assert Message.of(member) is None
 
 
 def test_only_the_last_result_of_a_batch_asks_for_an_advance(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000, budget=None)
     batch = ["call-1", "call-2", "call-3"]
-    _save(store, _running(*batch, seq=1), SaveEffects(running=batch))
+    _save(store, _running(*batch, seq=1), running=tuple(batch))
     codes = []
     for call in batch:
         assert _claim(store, call, "x").status is ClaimStatus.CLAIMED
@@ -410,7 +409,7 @@ def test_a_save_counts_what_is_still_out(store: RunStore) -> None:
     _claim(store, "call-1", "x")
     _record_outcome(store, "call-1", "x", attempt=1, counted=True)
     # call-1 is recorded but not applied yet: only call-2 is still out.
-    _save(store, _running("call-1", "call-2", seq=1), SaveEffects(running=["call-1", "call-2"]))
+    _save(store, _running("call-1", "call-2", seq=1), running=("call-1", "call-2"))
     assert store.redis.hget(store.keys.run("r1"), "out") == b"1"
 
 
@@ -419,12 +418,11 @@ def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunS
     version = _save(store, _running("call-1"))
     _claim(store, "call-1", "x")
     _record_outcome(store, "call-1", "x", attempt=1)
-    lease = store.keys.lease("r1", "call-1")
-    own = SaveEffects(own=OwnOutcome("call-1", 1, lease, "y", "t|r1|call-1"))
-    assert store.save(_record(seq=1), version, "snap", own) is Saved.DUPLICATE
+    own = OwnOutcome("r1", "call-1", 1, "y", "t|r1|call-1")
+    assert store.save(_step(_record(seq=1)), version, own) is Saved.DUPLICATE
     # Applied, the markers go: a late duplicate finds the call stale, not pending.
-    forget = SaveEffects(forget=["r:call-1", "a:call-1"])
-    assert store.save(_record(seq=1), version, "snap", forget) is Saved.SAVED
+    forget = _step(_record(seq=1), forget=("r:call-1", "a:call-1"))
+    assert store.save(forget, version) is Saved.SAVED
     assert not store.redis.hexists(store.keys.run("r1"), "r:call-1")
     assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")
 

@@ -9,8 +9,8 @@ from workers.errors import (
     ToolRegistrationError,
     WaitTimeout,
 )
-from workers.model_client import ModelCallError, ModelReply, Usage
-from workers.records import Pending, RunStatus, TraceEntry
+from workers.model_client import ModelCallError, ModelReply
+from workers.records import Pending, RunStatus, TraceEntry, Usage
 from workers.registry import ToolContext
 from workers.relay import Relay
 from workers.settings import Settings, SettingsError

@@ -21,11 +21,11 @@ from celery import Celery, bootsteps
 from celery.signals import worker_shutting_down
 from kombu import Queue
 
-from workers.engine import Message
+from workers.effects import Message
 from workers.holding import held
 from workers.settings import Settings
 
-__all__ = ["Queues", "build_celery", "delivery_settings", "sender"]
+__all__ = ["Queues", "build_celery", "delivery_settings", "register_tasks", "sender"]
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +106,8 @@ def delivery_settings(visibility_timeout_s: int, *, events: bool) -> dict[str, A
     }
 
 
-def build_celery(
-    name: str,
-    settings: Settings,
-    broker_url: str,
-    runtime: Callable[[], RuntimeLike],
-) -> Celery:
-    """Return the configured Celery app with the tasks `relay.advance`, `relay.call_model`,
-    `relay.run_tool` and `relay.tick` registered on it, and the tick in every worker."""
+def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
+    """Return the configured Celery app (`register_tasks` gives it its tasks)."""
     queues = Queues.under(settings.prefix)
     app = Celery(name, broker=broker_url, set_as_current=False)
     app.conf.update(
@@ -136,31 +130,36 @@ def build_celery(
             }
         },
     )
+    return app
+
+
+def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
+    """Register `relay.advance`, `relay.call_model`, `relay.run_tool` and `relay.tick` on
+    `app`, each a short body on `runtime`, and the tick in every worker of the app."""
 
     @app.task(name="relay.advance")
     def advance(run_id: str) -> None:
         if _valid("relay.advance", run_id=run_id):
-            runtime().advance(run_id)
+            runtime.advance(run_id)
 
     @app.task(name="relay.call_model")
     def call_model(run_id: str, seq: int) -> None:
         if _valid("relay.call_model", run_id=run_id, seq=seq):
-            runtime().call_model(run_id, seq)
+            runtime.call_model(run_id, seq)
 
     @app.task(name="relay.run_tool")
     def run_tool(run_id: str, call_id: str) -> None:
         if _valid("relay.run_tool", run_id=run_id, call_id=call_id):
-            runtime().run_tool(run_id, call_id)
+            runtime.run_tool(run_id, call_id)
 
     # The tick sends no task events: every few seconds, it would push the real
     # tasks out of Flower's memory.
     @app.task(name="relay.tick", send_events=False)
     def tick() -> None:
-        runtime().tick()
+        runtime.tick()
 
     _add_ticker(app, runtime)
     worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
-    return app
 
 
 def _say_what_is_held(**_: Any) -> None:
@@ -174,7 +173,7 @@ def _say_what_is_held(**_: Any) -> None:
         )
 
 
-def _add_ticker(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
+def _add_ticker(app: Celery, runtime: RuntimeLike) -> None:
     """Make every worker of `app` run the fleet's tick in a thread (`--no-tick` turns it off)."""
     app.user_options["worker"].add(
         click.Option(
@@ -197,7 +196,7 @@ def _add_ticker(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
             self._halt: Callable[[], None] | None = None
 
         def start(self, parent: Any) -> None:  # noqa: ARG002 - the bootstep API
-            self._halt = runtime().start_ticking()
+            self._halt = runtime.start_ticking()
 
         def stop(self, parent: Any) -> None:  # noqa: ARG002 - the bootstep API
             if self._halt is not None:

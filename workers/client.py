@@ -8,14 +8,13 @@ message; none waits on a worker.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
 
 from agent_core import Outcome
-from workers.decisions import PendingKind, decision_field, expiry_event, pending_key
-from workers.engine import Message
+from workers.decisions import expiry_event
+from workers.effects import Message
 from workers.errors import DecisionRefused, RunCorrupt, RunNotFound, WaitTimeout
-from workers.model_client import Usage
+from workers.layout import PendingKind, pending_parts
 from workers.records import (
     Answer,
     CallDecision,
@@ -26,29 +25,24 @@ from workers.records import (
     RunRecord,
     RunStatus,
     TraceEntry,
+    Usage,
 )
-from workers.runtime import now_ms
-from workers.store import Decided
-
-if TYPE_CHECKING:
-    from workers.runtime import Runtime
-    from workers.store import RunStore
+from workers.scripts import Decided
+from workers.settings import Timing, now_ms
+from workers.store import RunStore
 
 __all__ = ["RunsClient"]
 
 
 class RunsClient:
-    """Mixed into `workers.Relay`: reading runs, deciding for them, cancelling them."""
+    """Reading runs, deciding for them, cancelling them (the Relay's client API)."""
 
-    if TYPE_CHECKING:
-        # What the mixin uses from the Relay it is mixed into.
-        @property
-        def store(self) -> RunStore: ...
-
-        @property
-        def runtime(self) -> Runtime: ...
-
-        def _send(self, messages: list[Message]) -> None: ...
+    def __init__(
+        self, store: RunStore, send: Callable[[list[Message]], None], timing: Timing
+    ) -> None:
+        self.store = store
+        self._send = send
+        self._timing = timing
 
     def _record(self, run_id: str) -> tuple[RunRecord, tuple[int, int, int]]:
         found = self.store.read(run_id)
@@ -143,7 +137,7 @@ class RunsClient:
     def _pending_seq(self, run_id: str, kind: str) -> int:
         record, _ = self._record(run_id)
         for member in record.pending:
-            _, pending_kind, what = member.split("|")
+            _, pending_kind, what = pending_parts(member)
             if pending_kind == kind:
                 return int(what)
         state = (
@@ -159,12 +153,12 @@ class RunsClient:
         now = now_ms()
         decided = self.store.decide(
             run_id,
-            pending_key(run_id, kind, what),
-            decision_field(kind, what),
+            kind,
+            what,
             event,
             expired=expiry_event(kind, what),
             now_ms=now,
-            due_ms=now + self.runtime.timing.grace_ms,
+            due_ms=now + self._timing.grace_ms,
         )
         if decided in (Decided.APPLIED, Decided.EXPIRED):
             self._send([Message("advance", run_id)])
@@ -194,7 +188,7 @@ class RunsClient:
         if record is not None and record.state == "finished":
             return False
         event = CancelRun(reason=reason[:2_000] or "Cancelled by a person.")
-        due = now_ms() + self.runtime.timing.grace_ms
+        due = now_ms() + self._timing.grace_ms
         if not self.store.append(run_id, event, due, cancel_flag=True):
             raise RunNotFound(f"no run {run_id!r}")
         self._send([Message("advance", run_id)])

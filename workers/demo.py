@@ -33,7 +33,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from agent_core import ModelRequest, Risk
-from workers.model_client import ModelReply, Usage
+from workers.model_client import ModelReply
+from workers.records import Usage
 from workers.relay import Relay
 from workers.settings import Settings
 

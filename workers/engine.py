@@ -1,27 +1,32 @@
 """Advancing one run: inbox events in, the next record, snapshot and messages out.
 
 This is the host side of the agent, with no I/O of its own: the task that
-calls it loads the run, and saves what comes back with one compare-and-set.
-It applies each unapplied inbox event to the agent in order, then looks at the
-step the agent waits on and decides what must happen next: a model call, the
-calls of a batch (each on its own, side by side), a child run for each
-delegation, a person's decision (the run parks), or the end of the run.
+calls it has loaded the run, and saves what comes back (`Advanced`) with one
+compare-and-set. It applies each unapplied inbox event to the agent in order,
+then looks at the step the agent waits on and decides what must happen next:
 
-Duplicate and stale events change nothing: a model reply names the state
-(`seq`) it answers, results name their call, and the agent ignores what it is
-not waiting for.
+    the agent waits on   the run                       sent after the save
+    Ask, Summarize       running, waiting for model    relay.call_model (once per step)
+    Run (a batch)        running, tools / children     relay.run_tool per call that needs
+                         (or waiting for a call)       no yes; a child run per delegation;
+                                                       a pending entry per call that does
+    Plan, Question       waiting for plan / question   (a pending entry)
+    Done                 finished                      its parent told, its children stopped
+
+Duplicate and stale events change nothing: a model reply names the step (`seq`)
+it answers, results name their call, and the agent ignores what it is not
+waiting for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_core import (
     Agent,
     Ask,
-    Config,
     Done,
     Outcome,
     Plan,
@@ -33,7 +38,17 @@ from agent_core import (
     ToolOutput,
     TraceEvent,
 )
-from workers.model_client import Usage
+from workers.effects import (
+    Advanced,
+    ChildRun,
+    Delivery,
+    Effects,
+    KeptNotes,
+    Message,
+    Send,
+    UsageAdd,
+)
+from workers.layout import RunFields, model_call, pending_member
 from workers.records import (
     Answer,
     CallDecision,
@@ -46,37 +61,20 @@ from workers.records import (
     Pending,
     PlanDecision,
     RunRecord,
+    RunState,
     ToolDone,
     TraceEntry,
+    Usage,
+    WaitingFor,
 )
-from workers.store import SaveEffects, advance_member, model_member, pending_member, tool_member
 
-__all__ = ["Advanced", "Message", "Surroundings", "advance"]
+__all__ = ["DELEGATE", "Surroundings", "Verifier", "Working", "advance", "finish"]
 
 MAX_VERIFIER_REJECTIONS = 3
 DELEGATE = "delegate"
+"""The built-in tool a parent calls to hand work to a specialist (a child run)."""
 
 Verifier = Callable[[Outcome], str | None]
-
-
-@dataclass(frozen=True)
-class Message:
-    """A task message to send once the save that decided it has landed."""
-
-    kind: Literal["advance", "call_model", "run_tool"]
-    run: str
-    seq: int = 0
-    call: str = ""
-    tool: str = ""
-
-    @property
-    def member(self) -> str:
-        """The message's entry in the outbox."""
-        if self.kind == "call_model":
-            return model_member(self.run, self.seq)
-        if self.kind == "run_tool":
-            return tool_member(self.run, self.call)
-        return advance_member(self.run)
 
 
 @dataclass(frozen=True)
@@ -91,63 +89,118 @@ class Surroundings:
     verifier: Verifier | None = None
 
 
-@dataclass
-class Advanced:
-    """What advancing decided: save `record` and `snapshot` with `effects`, then send `messages`."""
+class Working:
+    """The working copy of one run while a step is decided: what changes, and what to write."""
 
-    record: RunRecord
-    snapshot: str
-    effects: SaveEffects
-    messages: list[Message] = field(default_factory=list)
-
-
-class _Run:
-    """The mutable working copy of one run while it advances."""
-
-    def __init__(self, record: RunRecord, agent: Agent, around: Surroundings) -> None:
-        self.fields: dict[str, Any] = dict(record)
-        self.calls: dict[str, CallTrack] = dict(record.calls)
-        self.agent = agent
+    def __init__(self, record: RunRecord, agent: Agent | None, around: Surroundings) -> None:
+        self.record = record
+        self._agent = agent
         self.around = around
-        self.fx = SaveEffects()
+        self.seq = record.seq
+        self.asked = record.asked
+        self.state: RunState = record.state
+        self.waiting_for: WaitingFor | None = record.waiting_for
+        self.pending = record.pending
+        self.calls: dict[str, CallTrack] = dict(record.calls)
+        self.children = record.children
+        self.usage = record.usage
+        self.verifier_rejections = record.verifier_rejections
+        self.forced_stop = record.forced_stop
+        self.outcome = record.outcome
+        self.finished_ms = record.finished_ms
+        self.applied: list[str] = []
+        self.trace: list[TraceEntry] = []
+        self.sends: list[Send] = []
+        self.unsend: list[str] = []
+        self.pending_add: list[Pending] = []
+        self.pending_del: list[str] = []
+        self.usage_adds: list[UsageAdd] = []
+        self.create: list[ChildRun] = []
+        self.deliver_to: list[Delivery] = []
+        self.forget: list[str] = []
+        self.notes: KeptNotes | None = None
+        self.retention_s = 0
         self.messages: list[Message] = []
 
     @property
     def id(self) -> str:
-        return str(self.fields["id"])
+        return self.record.id
 
     @property
-    def seq(self) -> int:
-        return int(self.fields["seq"])
+    def agent(self) -> Agent:
+        assert self._agent is not None, "this run's agent could not be restored"
+        return self._agent
+
+    def due(self) -> int:
+        """When a message sent now is due to be sent again if nobody dealt with it."""
+        return self.around.now_ms + self.around.grace_ms
 
     def note(self, kind: str, text: str = "", **data: Any) -> None:
         """Add a runtime line to the trace."""
         entry = TraceEntry(at_ms=self.around.now_ms, run=self.id, kind=kind, text=text, **data)
-        self.fx.trace.append(entry)
+        self.trace.append(entry)
 
     def take_trace(self) -> None:
         """Move the agent's new trace events to the run's trace; each batch is a new seq."""
         events = self.agent.take_trace()
         if events:
-            self.fields["seq"] = self.seq + 1
-            self.fx.trace.extend(_entry(self.id, self.around.now_ms, e) for e in events)
+            self.seq += 1
+            self.trace.extend(_entry(self.id, self.around.now_ms, e) for e in events)
 
     def send(self, message: Message) -> None:
         self.messages.append(message)
-        self.fx.send.append((message.member, self.around.now_ms + self.around.grace_ms))
+        self.sends.append(Send(message.member, self.due()))
 
     def add_usage(self, usage: Usage) -> None:
-        self.fields["usage"] = self.fields["usage"] + usage
-        counts = (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
-        for run in (*self.fields["ancestors"], self.id):
-            self.fx.usage.append((run, *counts))
+        self.usage = self.usage + usage
+        for run in (*self.record.ancestors, self.id):
+            adds = UsageAdd(run, usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
+            self.usage_adds.append(adds)
         self.note("usage", data={"tokens": usage.total_tokens})
 
     def deliver(self, run: str, event: InboxEvent, *, cancel_flag: bool = False) -> None:
         """Put `event` in another run's inbox with this save, and wake that run after it."""
-        due = self.around.now_ms + self.around.grace_ms
-        self.fx.deliver.append((run, event, due, cancel_flag))
+        self.deliver_to.append(Delivery(run, event, self.due(), cancel_flag))
         self.messages.append(Message("advance", run))
+
+    def set_state(self, state: RunState, waiting_for: WaitingFor | None) -> None:
+        self.state, self.waiting_for = state, waiting_for
+
+    def done(self, snapshot: str) -> Advanced:
+        """Return what this step decided, with `snapshot` as the run's agent state."""
+        record = self.record.model_copy(
+            update={
+                "seq": self.seq,
+                "asked": self.asked,
+                "state": self.state,
+                "waiting_for": self.waiting_for,
+                "pending": self.pending,
+                "calls": self.calls,
+                "children": self.children,
+                "usage": self.usage,
+                "verifier_rejections": self.verifier_rejections,
+                "forced_stop": self.forced_stop,
+                "outcome": self.outcome,
+                "finished_ms": self.finished_ms,
+                "updated_ms": self.around.now_ms,
+            }
+        )
+        effects = Effects(
+            applied=tuple(self.applied),
+            trace=tuple(self.trace),
+            send=tuple(self.sends),
+            unsend=tuple(self.unsend),
+            pending_add=tuple(self.pending_add),
+            pending_del=tuple(self.pending_del),
+            usage=tuple(self.usage_adds),
+            create=tuple(self.create),
+            deliver=tuple(self.deliver_to),
+            retention_s=self.retention_s,
+            forget=tuple(self.forget),
+            running=tuple(c for c, t in self.calls.items() if t.status == "running"),
+            notes=self.notes,
+        )
+        return Advanced(record, snapshot, effects, tuple(self.messages))
 
 
 def advance(
@@ -159,42 +212,43 @@ def advance(
 ) -> Advanced:
     """Apply `inbox` (and `own`, the outcome of the calling task) to the run, then
     decide what happens next."""
-    run = _Run(record, agent, around)
+    run = Working(record, agent, around)
     run.take_trace()
     for entry_id, event in inbox:
-        run.fx.applied.append(entry_id)
+        run.applied.append(entry_id)
         if event is None:
             run.note("ignored", "an inbox entry could not be read")
             continue
-        _apply(run, event)
+        _HANDLERS[event.kind](run, event)
         run.take_trace()
     if own is not None:
-        _apply(run, own)
+        _HANDLERS[own.kind](run, own)
         run.take_trace()
     _settle(run)
-    run.fx.running = [call_id for call_id, t in run.calls.items() if t.status == "running"]
-    run.fields["calls"] = run.calls
-    run.fields["updated_ms"] = around.now_ms
-    new_record = RunRecord.model_validate(run.fields)
-    return Advanced(new_record, run.agent.snapshot(), run.fx, run.messages)
+    return run.done(run.agent.snapshot())
 
 
 # --- applying events -----------------------------------------------------------------
 
 
-def _waiting_for_model(run: _Run, seq: int) -> bool:
+def _forget_call(run: Working, call: str) -> None:
+    # The markers only guard the call while it is due; applied, it is stale for good.
+    run.forget += [RunFields.result(call), RunFields.attempts(call)]
+
+
+def _waiting_for_model(run: Working, seq: int) -> bool:
     return seq == run.seq and isinstance(run.agent.resume(), Ask | Summarize)
 
 
-def _on_model_replied(run: _Run, event: ModelReplied) -> None:
-    run.fx.forget += [f"r:m{event.seq}", f"a:m{event.seq}"]
+def _on_model_replied(run: Working, event: ModelReplied) -> None:
+    _forget_call(run, model_call(event.seq))
     run.add_usage(event.usage)
     if _waiting_for_model(run, event.seq):
         run.agent.reply(event.text)
 
 
-def _on_model_failed(run: _Run, event: ModelFailed) -> None:
-    run.fx.forget += [f"r:m{event.seq}", f"a:m{event.seq}"]
+def _on_model_failed(run: Working, event: ModelFailed) -> None:
+    _forget_call(run, model_call(event.seq))
     if not _waiting_for_model(run, event.seq):
         return
     if event.budget:
@@ -203,33 +257,32 @@ def _on_model_failed(run: _Run, event: ModelFailed) -> None:
         run.agent.fail(event.error)
 
 
-def _on_tool_done(run: _Run, event: ToolDone) -> None:
-    # The markers only guard the call while it is due; applied, it is stale for good.
-    run.fx.forget += [f"r:{event.call}", f"a:{event.call}"]
+def _on_tool_done(run: Working, event: ToolDone) -> None:
+    _forget_call(run, event.call)
     run.calls.pop(event.call, None)
     run.agent.result(event.call, event.output)
 
 
-def _on_child_done(run: _Run, event: ChildDone) -> None:
+def _on_child_done(run: Working, event: ChildDone) -> None:
     run.calls.pop(event.call, None)
     run.agent.result(event.call, _child_output(event.outcome))
 
 
-def _on_plan_decision(run: _Run, event: PlanDecision) -> None:
+def _on_plan_decision(run: Working, event: PlanDecision) -> None:
     if event.seq == run.seq and isinstance(run.agent.resume(), Plan):
         run.agent.approve_plan(event.yes)
 
 
-def _on_answer(run: _Run, event: Answer) -> None:
+def _on_answer(run: Working, event: Answer) -> None:
     if event.seq == run.seq and isinstance(run.agent.resume(), Question):
         run.agent.answer(event.text)
 
 
-def _on_cancel(run: _Run, event: CancelRun) -> None:
+def _on_cancel(run: Working, event: CancelRun) -> None:
     _force_stop(run, Stop(event.stop), event.reason or "Cancelled.")
 
 
-def _on_call_decision(run: _Run, event: CallDecision) -> None:
+def _on_call_decision(run: Working, event: CallDecision) -> None:
     track = run.calls.get(event.call)
     if track is None or track.status != "approval":
         return
@@ -243,7 +296,7 @@ def _on_call_decision(run: _Run, event: CallDecision) -> None:
     run.agent.result(event.call, ToolOutput.declined(event.reason))
 
 
-_HANDLERS: dict[str, Callable[[_Run, Any], None]] = {
+_HANDLERS: dict[str, Callable[[Working, Any], None]] = {
     "model_replied": _on_model_replied,
     "model_failed": _on_model_failed,
     "tool_done": _on_tool_done,
@@ -255,15 +308,11 @@ _HANDLERS: dict[str, Callable[[_Run, Any], None]] = {
 }
 
 
-def _apply(run: _Run, event: InboxEvent) -> None:
-    _HANDLERS[event.kind](run, event)
-
-
-def _force_stop(run: _Run, stop: Stop, reason: str) -> None:
+def _force_stop(run: Working, stop: Stop, reason: str) -> None:
     if isinstance(run.agent.resume(), Done):
         return
     if stop is not Stop.CANCELLED:
-        run.fields["forced_stop"] = stop
+        run.forced_stop = stop
     run.agent.cancel(reason)
 
 
@@ -276,7 +325,7 @@ def _child_output(outcome: Outcome) -> ToolOutput:
 # --- deciding what happens next ------------------------------------------------------
 
 
-def _settle(run: _Run) -> None:
+def _settle(run: Working) -> None:
     """Act on the step the agent now waits on (a verifier may send a final back first)."""
     while True:
         step = run.agent.resume()
@@ -286,29 +335,24 @@ def _settle(run: _Run) -> None:
     wanted: list[Pending] = []
     match step:
         case Ask() | Summarize():
-            if run.fields["asked"] != run.seq:
-                run.fields["asked"] = run.seq
+            if run.asked != run.seq:
+                run.asked = run.seq
                 run.send(Message("call_model", run.id, seq=run.seq))
-            _set_state(run, "running", "model")
+            run.set_state("running", "model")
         case Run(call=call):
             wanted = _dispatch(run, [call, *run.agent.queued()])
         case Plan(steps=steps):
             wanted = [_pending(run, "plan", "\n".join(steps))]
-            _set_state(run, "waiting", "plan")
+            run.set_state("waiting", "plan")
         case Question(text=text):
             wanted = [_pending(run, "question", text)]
-            _set_state(run, "waiting", "question")
+            run.set_state("waiting", "question")
         case Done(outcome=outcome):
-            _finish(run, outcome, run.agent.new_notes())
-    _sync_pending(run, wanted)
+            finish(run, outcome, run.agent.new_notes())
+    sync_pending(run, wanted)
 
 
-def _set_state(run: _Run, state: str, waiting_for: str | None) -> None:
-    run.fields["state"] = state
-    run.fields["waiting_for"] = waiting_for
-
-
-def _verifier_rejects(run: _Run, outcome: Outcome) -> bool:
+def _verifier_rejects(run: Working, outcome: Outcome) -> bool:
     verifier = run.around.verifier
     if verifier is None or outcome.stop is not Stop.DONE:
         return False
@@ -321,9 +365,8 @@ def _verifier_rejects(run: _Run, outcome: Outcome) -> bool:
         return True
     if not problem:
         return False
-    rejections = run.fields["verifier_rejections"] + 1
-    run.fields["verifier_rejections"] = rejections
-    if rejections > MAX_VERIFIER_REJECTIONS:
+    run.verifier_rejections += 1
+    if run.verifier_rejections > MAX_VERIFIER_REJECTIONS:
         summary = f"The final answer was rejected {MAX_VERIFIER_REJECTIONS} times: {problem}"
         run.agent.reject_final(problem)
         _force_stop(run, Stop.FAILED, summary)
@@ -334,7 +377,7 @@ def _verifier_rejects(run: _Run, outcome: Outcome) -> bool:
     return True
 
 
-def _dispatch(run: _Run, batch: list[ToolCall]) -> list[Pending]:
+def _dispatch(run: Working, batch: list[ToolCall]) -> list[Pending]:
     """Send each call of the batch not yet under way; park the ones that need a yes."""
     now = run.around.now_ms
     for call in batch:
@@ -354,11 +397,11 @@ def _dispatch(run: _Run, batch: list[ToolCall]) -> list[Pending]:
             run.send(Message("run_tool", run.id, call=call.id, tool=call.tool))
     statuses = {t.status for t in run.calls.values()}
     if "running" in statuses:
-        _set_state(run, "running", "tools")
+        run.set_state("running", "tools")
     elif "child" in statuses:
-        _set_state(run, "running", "children")
+        run.set_state("running", "children")
     else:
-        _set_state(run, "waiting", "call")
+        run.set_state("waiting", "call")
     by_id = {c.id: c for c in batch}
     return [
         _call_pending(run, by_id[call_id], track)
@@ -367,39 +410,40 @@ def _dispatch(run: _Run, batch: list[ToolCall]) -> list[Pending]:
     ]
 
 
-def _start_child(run: _Run, call: ToolCall) -> None:
+def _start_child(run: Working, call: ToolCall) -> None:
     now = run.around.now_ms
     child_id = f"{run.id}.{call.id}"
     child = run.agent.start_child(call)
+    parent = run.record
     record = RunRecord(
         id=child_id,
         parent=run.id,
         parent_call=call.id,
-        root=run.fields["root"],
-        ancestors=(*run.fields["ancestors"], run.id),
-        depth=run.fields["depth"] + 1,
+        root=parent.root,
+        ancestors=(*parent.ancestors, run.id),
+        depth=parent.depth + 1,
         task=str(call.args.get("task", ""))[:2_000],
-        recipe=run.fields["recipe"],
-        schedule=run.fields["schedule"],
+        recipe=parent.recipe,
+        schedule=parent.schedule,
         created_ms=now,
         updated_ms=now,
-        config=run.fields["config"],
-        tools=run.fields["tools"],
+        config=parent.config,
+        tools=parent.tools,
     )
-    run.fx.create.append((record, child.snapshot(), now + run.around.grace_ms))
+    run.create.append(ChildRun(record, child.snapshot(), run.due()))
     run.messages.append(Message("advance", child_id))
     run.calls[call.id] = CallTrack(status="child", tool=DELEGATE, child=child_id, created_ms=now)
-    run.fields["children"] = (*run.fields["children"], child_id)
+    run.children = (*run.children, child_id)
     run.note("child", call.args.get("specialist", ""), call_id=call.id, data={"child": child_id})
 
 
-def _pending(run: _Run, kind: Literal["plan", "question"], summary: str) -> Pending:
+def _pending(run: Working, kind: Literal["plan", "question"], summary: str) -> Pending:
     ttl = run.around.approval_ttl_ms
     now = run.around.now_ms
     return Pending(
         kind=kind,
         run_id=run.id,
-        root_id=run.fields["root"],
+        root_id=run.record.root,
         summary=summary,
         created_ms=now,
         expires_ms=None if ttl is None else now + ttl,
@@ -407,11 +451,11 @@ def _pending(run: _Run, kind: Literal["plan", "question"], summary: str) -> Pend
     )
 
 
-def _call_pending(run: _Run, call: ToolCall, track: CallTrack) -> Pending:
+def _call_pending(run: Working, call: ToolCall, track: CallTrack) -> Pending:
     return Pending(
         kind="call",
         run_id=run.id,
-        root_id=run.fields["root"],
+        root_id=run.record.root,
         call_id=call.id,
         tool=call.tool,
         summary=call.summary,
@@ -423,45 +467,47 @@ def _call_pending(run: _Run, call: ToolCall, track: CallTrack) -> Pending:
     )
 
 
-def _sync_pending(run: _Run, wanted: list[Pending]) -> None:
+def _member(pending: Pending) -> str:
+    what = pending.call_id if pending.call_id is not None else str(pending.seq)
+    return pending_member(pending.run_id, pending.kind, what)
+
+
+def sync_pending(run: Working, wanted: list[Pending]) -> None:
     """Make the pending index hold exactly `wanted` for this run."""
-    held = set(run.fields["pending"])
-    members = {pending_member(p): p for p in wanted}
-    run.fx.pending_del.extend(sorted(held - set(members)))
-    run.fx.pending_add.extend(p for m, p in members.items() if m not in held)
-    run.fields["pending"] = tuple(members)
+    held = set(run.pending)
+    members = {_member(p): p for p in wanted}
+    run.pending_del.extend(sorted(held - set(members)))
+    run.pending_add.extend(p for m, p in members.items() if m not in held)
+    run.pending = tuple(members)
 
 
-def _finish(run: _Run, outcome: Outcome, notes: list[str]) -> None:
+def finish(run: Working, outcome: Outcome, notes: list[str]) -> None:
     """End the run: its outcome, its parent told, its children stopped, its notes kept."""
-    forced = run.fields["forced_stop"]
-    if forced is not None and outcome.stop is Stop.CANCELLED:
-        outcome = outcome.model_copy(update={"stop": forced})
-    run.fields["outcome"] = outcome
-    run.fields["finished_ms"] = run.around.now_ms
-    _set_state(run, "finished", None)
+    if run.forced_stop is not None and outcome.stop is Stop.CANCELLED:
+        outcome = outcome.model_copy(update={"stop": run.forced_stop})
+    run.outcome = outcome
+    run.finished_ms = run.around.now_ms
+    run.set_state("finished", None)
     for call_id, track in run.calls.items():
         if track.status == "child" and track.child:
-            run.deliver(
-                track.child, CancelRun(reason="The run that started it stopped."), cancel_flag=True
-            )
+            stopped = CancelRun(reason="The run that started it stopped.")
+            run.deliver(track.child, stopped, cancel_flag=True)
         if track.status == "running":
-            run.fx.unsend.append(tool_member(run.id, call_id))
-    if run.fields["asked"] is not None:
-        run.fx.unsend.append(model_member(run.id, run.fields["asked"]))
+            run.unsend.append(Message("run_tool", run.id, call=call_id).member)
+    if run.asked is not None:
+        run.unsend.append(Message("call_model", run.id, seq=run.asked).member)
     run.calls = {}
-    parent, parent_call = run.fields["parent"], run.fields["parent_call"]
-    if parent and parent_call:
-        run.deliver(parent, ChildDone(call=parent_call, child=run.id, outcome=outcome))
-    root = run.fields["root"]
-    if outcome.stop is Stop.BUDGET_EXCEEDED and root != run.id:
+    record = run.record
+    if record.parent and record.parent_call:
         run.deliver(
-            root, CancelRun(reason=outcome.summary, stop="budget_exceeded"), cancel_flag=True
+            record.parent, ChildDone(call=record.parent_call, child=run.id, outcome=outcome)
         )
-    schedule = run.fields["schedule"]
-    if schedule and run.fields["parent"] is None and notes:
-        run.fx.notes = (schedule, notes)
-    run.fx.retention = run.around.retention_s
+    if outcome.stop is Stop.BUDGET_EXCEEDED and record.root != run.id:
+        spent = CancelRun(reason=outcome.summary, stop="budget_exceeded")
+        run.deliver(record.root, spent, cancel_flag=True)
+    if record.schedule and record.parent is None and notes:
+        run.notes = KeptNotes(record.schedule, tuple(notes))
+    run.retention_s = run.around.retention_s
     run.note("finished", outcome.summary, stop=outcome.stop.value)
 
 
@@ -477,60 +523,3 @@ def _entry(run_id: str, now_ms: int, event: TraceEvent) -> TraceEntry:
         stop=event.stop.value if event.stop else None,
         data={"args": event.call.args} if event.call and event.kind == "call" else {},
     )
-
-
-def message_of(member: str) -> Message | None:
-    """Return the message an outbox member stands for (None if it cannot be read)."""
-    parts = member.split("|")
-    match parts:
-        case ["a", run]:
-            return Message("advance", run)
-        case ["m", run, seq] if seq.isdigit():
-            return Message("call_model", run, seq=int(seq))
-        case ["t", run, call]:
-            return Message("run_tool", run, call=call)
-    return None
-
-
-def _stopped(record: RunRecord, snapshot: str, outcome: Outcome, around: Surroundings) -> Advanced:
-    """Finish a run whose agent cannot be restored, telling its parent and children."""
-    run = _Run.__new__(_Run)
-    run.fields, run.calls, run.around = dict(record), dict(record.calls), around
-    run.fx, run.messages = SaveEffects(), []
-    _finish(run, outcome, [])
-    _sync_pending(run, [])
-    run.fields["calls"] = run.calls
-    run.fields["updated_ms"] = around.now_ms
-    return Advanced(RunRecord.model_validate(run.fields), snapshot, run.fx, run.messages)
-
-
-def unreadable_snapshot(
-    record: RunRecord, snapshot: str, problem: str, around: Surroundings
-) -> Advanced:
-    """Fail a run whose saved agent cannot be read; the other runs carry on."""
-    return failed_run(
-        record, snapshot, f"its saved agent state could not be read: {problem}", around
-    )
-
-
-def failed_run(record: RunRecord, snapshot: str, problem: str, around: Surroundings) -> Advanced:
-    """Fail a run that cannot go on (its parent is told, its children stopped)."""
-    outcome = Outcome(stop=Stop.FAILED, summary=f"The run failed: {problem}")
-    return _stopped(record, snapshot, outcome, around)
-
-
-def unreadable_record(run_id: str, snapshot: str, problem: str, around: Surroundings) -> Advanced:
-    """Fail a run whose record cannot be read, telling its parent (named by its id)."""
-    parent, _, parent_call = run_id.rpartition(".")
-    record = RunRecord(
-        id=run_id,
-        parent=parent or None,
-        parent_call=parent_call if parent else None,
-        root=run_id.split(".", 1)[0],
-        task="(unreadable)",
-        created_ms=around.now_ms,
-        updated_ms=around.now_ms,
-        config=Config(),
-    )
-    outcome = Outcome(stop=Stop.FAILED, summary=f"The run's record could not be read: {problem}")
-    return _stopped(record, snapshot, outcome, around)

@@ -31,8 +31,7 @@ from rich.text import Text
 from agent_core import Stop
 from workers.embedded import Embedded
 from workers.errors import DecisionRefused
-from workers.model_client import Usage
-from workers.records import Pending, RunStatus, TraceEntry
+from workers.records import Pending, RunStatus, TraceEntry, Usage
 from workers.relay import Relay
 from workers.terminal import one_line, printable
 

@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
 
 from agent_core import Config, Outcome, Risk, Stop, ToolOutput
-from workers.model_client import Usage
 
 __all__ = [
     "Answer",
@@ -29,8 +28,28 @@ __all__ = [
     "RunStatus",
     "ToolDone",
     "TraceEntry",
+    "Usage",
+    "WaitingFor",
     "inbox_event",
 ]
+
+
+class Usage(BaseModel):
+    """Tokens one call (or, summed with `+`, many calls) used."""
+
+    model_config = ConfigDict(frozen=True, strict=True)
+
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    total_tokens: NonNegativeInt = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
 
 RunState = Literal["running", "waiting", "finished"]
 WaitingFor = Literal["model", "tools", "children", "plan", "call", "question"]

@@ -1,4 +1,4 @@
-"""`Relay`: tools, specialists and settings for a fleet of agents, and the client API.
+"""`Relay`: one app's tools, specialists and settings, and the client API to its runs.
 
     relay = Relay("notes", config=Config(max_batch=4))
 
@@ -9,11 +9,17 @@
     run_id = relay.start("Copy notes.txt to backup.txt")
     relay.wait(run_id, timeout=60)
 
-`relay.celery` is the Celery app (`celery -A mymodule:app worker` works).
-`Relay(skills_dir="skills")` offers every Agent Skill under that folder
-(`workers.skill_tools`).
-`start` is here; the rest of the client API (status, wait, decisions, traces,
-cancel) is `workers.client.RunsClient`, and schedules `workers.scheduling`.
+A Relay is made of explicit parts, each built on first use:
+
+    relay.kit          the tools, specialists and skills its agents are made of (AgentKit)
+    relay.store        its Redis (RunStore)
+    relay.celery       its Celery app, with the tasks (`celery -A mymodule:app worker`)
+    relay.runtime      what the tasks do (Runtime)
+    relay.runs_client  the client API to runs: status, wait, decisions, traces (RunsClient)
+    relay.scheduling   ... and to schedules (Scheduling)
+
+`start` and `tick` are here; the other client methods hand over to `runs_client`
+and `scheduling`.
 """
 
 from __future__ import annotations
@@ -21,40 +27,41 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from celery import Celery
 
 import scheduler
 from agent_core import (
-    Agent,
     Attachment,
     Config,
     ModelRequest,
+    Outcome,
+    Recipe,
     Risk,
     Skill,
     Specialist,
     Tool,
+    Trigger,
 )
 from agent_core.errors import AgentError
-from agent_core.toolbox import READ_SKILL_FILE
-from workers.celery_app import Queues, build_celery, sender
+from scheduler import Notification, Schedule, ScheduleStore
+from scheduler.schedules import Mode
+from workers.agent_kit import AgentKit
+from workers.calls import Model
+from workers.celery_app import Queues, build_celery, register_tasks, sender
 from workers.client import RunsClient
-from workers.engine import Message, Verifier
-from workers.errors import (
-    RelayError,
-    ToolRegistrationError,
-)
+from workers.effects import Message
+from workers.engine import Verifier
+from workers.errors import RelayError
 from workers.model_client import ModelCallError, ModelClient, ModelReply
-from workers.records import (
-    RunRecord,
-)
-from workers.registry import ToolSpec, describe_function
-from workers.runtime import Model, Runtime, now_ms
+from workers.records import Pending, RunRecord, RunStatus, TraceEntry
+from workers.runtime import Runtime
 from workers.scheduling import Scheduling
-from workers.settings import Settings
-from workers.skill_tools import gather_skills, skill_reader
+from workers.settings import Settings, now_ms
+from workers.skill_tools import gather_skills
 from workers.store import RunStore
 
 __all__ = ["Relay"]
@@ -76,7 +83,17 @@ class _NoModel:
         raise ModelCallError("no model is configured: set RELAY_MODEL_URL", retryable=False)
 
 
-class Relay(RunsClient, Scheduling):
+@dataclass(frozen=True)
+class _Parts:
+    """What talks to Redis and the broker, built together on first use."""
+
+    store: RunStore
+    celery: Celery
+    runtime: Runtime
+    runs: RunsClient
+
+
+class Relay:
     """Tools, specialists and settings of one Relay app, and the client API to its runs."""
 
     def __init__(
@@ -94,20 +111,27 @@ class Relay(RunsClient, Scheduling):
         self.name = name
         self.settings = settings if settings is not None else Settings.from_env()
         self.config = config or Config()
-        self.specialists = tuple(specialists)
-        self.skills, self.skills_report = gather_skills(skills, skills_dir)
+        skills_found, self.skills_report = gather_skills(skills, skills_dir)
         """`skills` and every skill under `skills_dir`; the report says what did not load."""
-        self.questions = questions
-        self._specs: dict[str, ToolSpec] = {}
-        self._verifier: Verifier | None = None
+        self.kit = AgentKit(
+            specialists=specialists,
+            skills=skills_found,
+            questions=questions,
+            tool_output_chars=self.settings.tool_output_chars,
+        )
+        self.scheduling = Scheduling(lambda: self.store, lambda: self.tools)
         self._model = model
         self._lock = threading.Lock()
-        self._store: RunStore | None = None
-        self._celery: Celery | None = None
-        self._runtime: Runtime | None = None
+        self._parts: _Parts | None = None
         self._clients: dict[int, ModelClient] = {}
-        reader = skill_reader(self.skills, self.settings.tool_output_chars)
-        self._skill_reader = reader if self.skills else None
+
+    @property
+    def specialists(self) -> tuple[Specialist, ...]:
+        return self.kit.specialists
+
+    @property
+    def skills(self) -> tuple[Skill, ...]:
+        return self.kit.skills
 
     # --- registering tools ------------------------------------------------------------
 
@@ -145,19 +169,18 @@ class Relay(RunsClient, Scheduling):
         `lease_seconds` is for tools that can hold the GIL for long stretches (C
         code, CPU-bound work): the worker renews a call's claim every third of its
         lease, and a claim not renewed in time lets another worker take the call
-        over (the late outcome is then discarded). Default: half of
-        RELAY_RECOVERY_SECONDS, which is also how soon a dead worker's call of
-        this tool is picked up again.
+        over (the late outcome is then discarded). Default: RELAY_RECOVERY_SECONDS
+        less one tick interval, which is also how soon a dead worker's call is
+        picked up again.
         """
 
         def register(function: F) -> F:
-            described, context_param = describe_function(function, name=name, risk=risk)
-            self._add(
-                described,
+            self.kit.register(
                 function,
+                risk=risk,
                 idempotent=idempotent,
+                name=name,
                 timeout=timeout,
-                context_param=context_param,
                 lease_seconds=lease_seconds,
             )
             return function
@@ -175,9 +198,7 @@ class Relay(RunsClient, Scheduling):
         lease_seconds: float | None = None,
     ) -> None:
         """Register an `agent_core.Tool` with the function that runs it (called with its args)."""
-        if not isinstance(tool, Tool) or not callable(fn):
-            raise ToolRegistrationError("add_tool takes an agent_core.Tool and a function")
-        self._add(
+        self.kit.add(
             tool,
             fn,
             idempotent=idempotent,
@@ -186,49 +207,15 @@ class Relay(RunsClient, Scheduling):
             lease_seconds=lease_seconds,
         )
 
-    def _add(
-        self,
-        tool: Tool,
-        fn: Callable[..., Any],
-        *,
-        idempotent: bool | None,
-        timeout: float | None,
-        context_param: str | None,
-        lease_seconds: float | None,
-    ) -> None:
-        if tool.name in self._specs:
-            raise ToolRegistrationError(f"a tool named {tool.name!r} is registered already")
-        for what, seconds in (("timeout", timeout), ("lease_seconds", lease_seconds)):
-            if seconds is not None and not (
-                isinstance(seconds, int | float)
-                and not isinstance(seconds, bool)
-                and 0 < seconds < 1e7
-            ):
-                raise ToolRegistrationError(f"tool {tool.name!r}: {what} must be > 0 seconds")
-        safe = idempotent if idempotent is not None else tool.risk_class is Risk.READ
-        self._specs[tool.name] = ToolSpec(
-            tool, fn, safe, timeout, context_param, lease_seconds=lease_seconds
-        )
-
     def verifier(self, fn: Verifier) -> Verifier:
         """Register a check of each final answer: return a problem to send it back, or None."""
-        self._verifier = fn
+        self.kit.verifier = fn
         return fn
 
     @property
     def tools(self) -> list[Tool]:
         """The registered tools, in the order they were registered."""
-        return [spec.tool for spec in self._specs.values()]
-
-    # --- what the runtime needs (workers.runtime.RuntimeHost) -------------------------------
-
-    def tool_spec(self, name: str) -> ToolSpec | None:
-        if name == READ_SKILL_FILE:  # the agent's own tool: a reserved name, never registered
-            return self._skill_reader
-        return self._specs.get(name)
-
-    def verifier_fn(self) -> Verifier | None:
-        return self._verifier
+        return self.kit.tools
 
     def model(self) -> Model:
         """Return this process's model backend (one HTTP client per process, made after fork)."""
@@ -244,82 +231,54 @@ class Relay(RunsClient, Scheduling):
                 self._clients = {pid: client}
         return client
 
-    def new_agent(
-        self,
-        config: Config,
-        tool_names: Sequence[str] | None = None,
-        notes: Sequence[str] | None = None,
-    ) -> Agent:
-        """Return an unstarted agent with this Relay's tools (or those named) and helpers."""
-        tools = self._tools_named(tool_names)
-        agent = Agent(config, tools)
-        have = {t.name for t in tools}
-        specialists = [s for s in self.specialists if set(s.tool_names) <= have]
-        if specialists:
-            agent = agent.with_specialists(specialists)
-        if self.skills:
-            agent = agent.with_skills(self.skills)
-        if self.questions:
-            agent = agent.with_questions()
-        if notes is not None:
-            agent = agent.with_memory(notes)
-        return agent
-
-    def restore_agent(self, record: RunRecord, snapshot: str) -> Agent:
-        return Agent.restore(record.config, self._tools_named(record.tools), snapshot)
-
-    def _tools_named(self, names: Sequence[str] | None) -> list[Tool]:
-        if names is None:
-            return self.tools
-        return [spec.tool for name, spec in self._specs.items() if name in set(names)]
-
-    # --- the pieces, built on first use -------------------------------------------------------
+    # --- the parts, built on first use -------------------------------------------------------
 
     @property
     def redis_url(self) -> str:
         return self.settings.redis_url or DEFAULT_REDIS_URL
 
     @property
-    def store(self) -> RunStore:
-        with self._lock:
-            if self._store is None:
-                self._store = RunStore(self.redis_url, self.settings.prefix)
-            return self._store
-
-    @property
     def queues(self) -> Queues:
         return Queues.under(self.settings.prefix)
+
+    def _built(self) -> _Parts:
+        with self._lock:
+            if self._parts is None:
+                settings = self.settings
+                store = RunStore(self.redis_url, settings.prefix)
+                app = build_celery(self.name, settings, settings.broker_url or self.redis_url)
+                send = sender(app, self.queues, self._tool_timeout)
+                runtime = Runtime(
+                    settings, store, self.kit, model=self.model, send=send, tick=self.tick
+                )
+                register_tasks(app, runtime)
+                self._parts = _Parts(store, app, runtime, RunsClient(store, send, settings.timing))
+            return self._parts
+
+    @property
+    def store(self) -> RunStore:
+        return self._built().store
 
     @property
     def celery(self) -> Celery:
         """The Celery app: `celery -A mymodule:app worker` with `app = relay.celery`."""
-        with self._lock:
-            if self._celery is None:
-                broker = self.settings.broker_url or self.redis_url
-                self._celery = build_celery(self.name, self.settings, broker, lambda: self.runtime)
-            return self._celery
+        return self._built().celery
 
     @property
     def runtime(self) -> Runtime:
-        celery = self.celery
-        store = self.store
-        with self._lock:
-            if self._runtime is None:
-                send = sender(celery, self.queues, self._tool_timeout)
-                self._runtime = Runtime(_Host(self), store, send)
-                self._runtime.on_tick = self._tick
-            return self._runtime
+        return self._built().runtime
+
+    @property
+    def runs_client(self) -> RunsClient:
+        return self._built().runs
 
     def _tool_timeout(self, name: str) -> float:
-        spec = self._specs.get(name)
+        spec = self.kit.spec(name)
         if spec is not None and spec.timeout is not None:
             return spec.timeout
         return self.settings.tool_timeout
 
-    def _send(self, messages: list[Message]) -> None:
-        self.runtime.send(messages)
-
-    # --- the client API -------------------------------------------------------------------------
+    # --- starting runs, and the tick ------------------------------------------------------------
 
     def start(
         self,
@@ -355,15 +314,15 @@ class Relay(RunsClient, Scheduling):
         files = tuple(attachments or ())
         if sum(len(a.data) for a in files) > MAX_ATTACHMENT_BYTES:
             raise RelayError(f"attachments are larger than {MAX_ATTACHMENT_BYTES} bytes in all")
-        unknown = sorted(set(tools or ()) - set(self._specs))
+        unknown = sorted(set(tools or ()) - self.kit.names())
         if unknown:
             raise RelayError(f"unknown tools: {', '.join(unknown)}")
         run_config = config or self.config
         try:
-            agent = self.new_agent(run_config, tools, notes)
+            agent = self.kit.new_agent(run_config, tools, notes)
             agent.start_with(task, context, files)
         except AgentError as error:
-            raise RelayError(str(error)) from None
+            raise RelayError(str(error)) from error
         if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
             raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
         chosen = run_id is not None
@@ -381,42 +340,107 @@ class Relay(RunsClient, Scheduling):
             tools=tuple(tools) if tools is not None else None,
             budget=budget,
         )
-        created = self.store.create(
-            record, agent.snapshot(), now + self.runtime.timing.grace_ms, budget
-        )
+        parts = self._built()
+        due = now + self.settings.timing.grace_ms
+        created = parts.store.create(record, agent.snapshot(), due, budget)
         if not created and not chosen:
             raise RelayError(f"a run with id {run_id} exists already")  # 64 random bits: never
         if created:
-            self._send([Message("advance", run_id)])
+            parts.runtime.send([Message("advance", run_id)])
         return run_id
 
     def tick(self, now: int | None = None) -> list[str]:
-        """Do what the beat's tick does, once (schedules, healing); return the runs it started."""
-        return self._tick(now_ms() if now is None else now)
+        """Tick once, now (schedules, then healing); return the runs it started.
 
-    def _tick(self, now: int) -> list[str]:
-        return scheduler.tick(self, now)
+        The fleet's workers tick by themselves, one tick per interval between them;
+        this is for a program that wants a tick of its own (or a clock of its own).
+        """
+        return scheduler.tick(self, now_ms() if now is None else now)
 
     def heal(self, now: int) -> int:
         """Re-send messages nobody dealt with and decline expired approvals (part of the tick)."""
         return self.runtime.heal(now)
 
+    # --- runs that exist (workers.client.RunsClient) -----------------------------------------
 
-class _Host:
-    """Adapts a Relay to what the runtime needs (workers.runtime.RuntimeHost)."""
+    def status(self, run_id: str) -> RunStatus:
+        """Where the run is: its state, what it waits for, usage, outcome, children."""
+        return self.runs_client.status(run_id)
 
-    def __init__(self, relay: Relay) -> None:
-        self._relay = relay
-        self.settings = relay.settings
+    def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
+        """The run's outcome once it finishes (WaitTimeout if it does not in time)."""
+        return self.runs_client.wait(run_id, timeout)
 
-    def restore_agent(self, record: RunRecord, snapshot: str) -> Agent:
-        return self._relay.restore_agent(record, snapshot)
+    def pending(self) -> list[Pending]:
+        """What waits on a person: plans, calls and questions, oldest first."""
+        return self.runs_client.pending()
 
-    def tool_spec(self, name: str) -> ToolSpec | None:
-        return self._relay.tool_spec(name)
+    def approve(self, run_id: str, call_id: str, yes: bool = True, reason: str = "") -> None:
+        """Decide a call that waits for approval (DecisionRefused unless it is pending)."""
+        self.runs_client.approve(run_id, call_id, yes, reason)
 
-    def verifier(self) -> Verifier | None:
-        return self._relay.verifier_fn()
+    def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
+        """Decline a call that waits for approval (the model is told)."""
+        self.runs_client.deny(run_id, call_id, reason)
 
-    def model(self) -> Model:
-        return self._relay.model()
+    def approve_plan(self, run_id: str, yes: bool = True) -> None:
+        """Decide the plan a run waits on."""
+        self.runs_client.approve_plan(run_id, yes)
+
+    def answer(self, run_id: str, text: str) -> None:
+        """Answer the question a run waits on."""
+        self.runs_client.answer(run_id, text)
+
+    def cancel(self, run_id: str, reason: str = "") -> bool:
+        """Stop a run and its children; False if it had finished already."""
+        return self.runs_client.cancel(run_id, reason)
+
+    def trace(self, run_id: str) -> list[TraceEntry]:
+        """The run's trace so far (its own events; children have their own)."""
+        return self.runs_client.trace(run_id)
+
+    def watch(self, run_id: str, *, timeout: float | None = None) -> Iterator[TraceEntry]:
+        """Follow the trace of a run and its descendants as it happens, until it finishes."""
+        return self.runs_client.watch(run_id, timeout=timeout)
+
+    def runs(self, limit: int = 100) -> list[RunStatus]:
+        """The newest runs first (those not yet expired)."""
+        return self.runs_client.runs(limit)
+
+    # --- schedules (workers.scheduling.Scheduling) -----------------------------------------------
+
+    @property
+    def schedule_store(self) -> ScheduleStore:
+        return self.scheduling.schedule_store
+
+    def schedule(
+        self,
+        name: str,
+        recipe: Recipe,
+        values: Mapping[str, str],
+        trigger: Trigger,
+        utc_offset_minutes: int = 0,
+        *,
+        mode: Mode = "run",
+        now_ms: int | None = None,
+    ) -> Schedule:
+        """Schedule `recipe`, filled with `values`, to fire on `trigger` (see Scheduling)."""
+        return self.scheduling.schedule(
+            name, recipe, values, trigger, utc_offset_minutes, mode=mode, now_ms=now_ms
+        )
+
+    def schedules(self) -> list[Schedule]:
+        """Every schedule by name, each with its `next_due_ms`."""
+        return self.scheduling.schedules()
+
+    def unschedule(self, name: str) -> bool:
+        """Remove a schedule and its notes; False if there was none."""
+        return self.scheduling.unschedule(name)
+
+    def notifications(self, limit: int = 50) -> list[Notification]:
+        """Notifications, newest first: notify-only slots and runs that could not start."""
+        return self.scheduling.notifications(limit)
+
+    def schedule_notes(self, name: str) -> list[str]:
+        """The notes the schedule's runs remembered, oldest first: its next run sees them."""
+        return self.scheduling.schedule_notes(name)

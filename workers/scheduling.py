@@ -12,35 +12,29 @@ Redis and key prefix; the beat's tick (`scheduler.tick`) fires them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING
 
-from agent_core import Recipe, Trigger
+from agent_core import Recipe, Tool, Trigger
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
-from workers.runtime import now_ms as clock
-
-if TYPE_CHECKING:
-    from agent_core import Tool
-    from workers.store import RunStore
+from workers.settings import now_ms as clock
+from workers.store import RunStore
 
 __all__ = ["Scheduling"]
 
 
 class Scheduling:
-    """Mixed into `workers.Relay`: the schedule methods of the client API.
+    """The schedule methods of the Relay's client API. Redis errors come out as
+    `StoreUnavailable`."""
 
-    Redis errors come out as `StoreUnavailable`.
-    """
+    def __init__(self, store: Callable[[], RunStore], tools: Callable[[], list[Tool]]) -> None:
+        self._store = store
+        self._tools = tools
 
-    if TYPE_CHECKING:
-        # What the mixin uses from the Relay it is mixed into.
-        @property
-        def store(self) -> RunStore: ...
-
-        @property
-        def tools(self) -> list[Tool]: ...
+    @property
+    def store(self) -> RunStore:
+        return self._store()
 
     @cached_property
     def schedule_store(self) -> ScheduleStore:
@@ -81,7 +75,7 @@ class Scheduling:
             mode=mode,
             now_ms=clock() if now_ms is None else now_ms,
         )
-        recipe.tools_for(self.tools)  # refuses a tool that is not registered
+        recipe.tools_for(self._tools())  # refuses a tool that is not registered
         with self.store.errors():
             self.schedule_store.put(made)
         return made

@@ -38,7 +38,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -51,15 +53,20 @@ from pydantic import (
     model_validator,
 )
 
-from workers.model_client import ModelSettings, chat_completions_url, check_api_key
+from workers.models import ModelSettings, chat_completions_url, check_api_key
 from workers.redact import redact_url
 
-__all__ = ["Settings", "SettingsError", "redact_url"]
+__all__ = ["Settings", "SettingsError", "Timing", "now_ms", "redact_url"]
 
 _DAY = 24 * 60 * 60.0
 _DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
 _INTEGER = re.compile(r"[0-9]+")
 _URL_FIELDS = ("redis_url", "broker_url", "model_url")
+
+
+def now_ms() -> int:
+    """The wall clock, in milliseconds since the epoch: the one clock of the runtime."""
+    return time.time_ns() // 1_000_000
 
 
 class SettingsError(ValueError):
@@ -280,6 +287,11 @@ class Settings(BaseModel):
             deadline=self.model_deadline,
         )
 
+    @property
+    def timing(self) -> Timing:
+        """The time spans the runtime works with (leases, grace, expiry, retention)."""
+        return Timing.of(self)
+
     def redacted(self) -> dict[str, Any]:
         """Return every setting by field name, safe to log: URL passwords and the key masked."""
         values = self.model_dump()
@@ -295,6 +307,33 @@ class Settings(BaseModel):
 
 
 _VARIABLES = {field: "RELAY_" + field.upper() for field in Settings.model_fields}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The runtime's time spans, derived from the settings (`Settings.timing`)."""
+
+    lease_ms: int
+    """How long a call's claim lasts unless renewed (every third of it, while it runs)."""
+    grace_ms: int
+    """How long a message may go unhandled before the tick sends it again."""
+    approval_ttl_ms: int | None
+    retention_s: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Timing:
+        # A dead worker's call is sent again by the first tick after its lease
+        # lapses, so lease + one tick interval is the recovery time; a lease is
+        # never shorter than half of it, whatever the tick interval.
+        recovery_ms = int(settings.recovery_seconds * 1000)
+        lapse_ms = max(recovery_ms - int(settings.tick_seconds * 1000), recovery_ms // 2)
+        ttl = settings.approval_ttl
+        return cls(
+            lease_ms=max(lapse_ms, 200),
+            grace_ms=max(lapse_ms, 1_000),
+            approval_ttl_ms=None if ttl is None else int(ttl * 1000),
+            retention_s=max(int(settings.retention), 1),
+        )
 
 
 def _describe(error: ValidationError, given: Mapping[str, str]) -> str:

@@ -1,165 +1,49 @@
 """The run store: every read and write of run state in Redis, one method each.
 
 Writes that touch more than one key go through the Lua scripts of
-`workers.scripts`, so each is atomic. Redis errors are translated to
+`workers/lua/` (`workers.scripts` names their answers), so each is atomic;
+`workers.layout` is the map of what lives where, and `workers.codec` turns
+values into what is stored and back. Redis errors are translated to
 `StoreUnavailable` in one place (`_redis_errors`), with the URL's password
 hidden. Nothing here knows about agents beyond opaque snapshot text.
-
-Messages to send (the outbox) live in one sorted set, scored by when they are
-due to be sent again if nobody dealt with them: a call's member is re-scored
-to its lease deadline while it runs and removed when its result is recorded;
-a run's advance member is removed when its inbox is empty after a save.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from pydantic import ValidationError
 
-from workers import scripts
-from workers.decisions import pending_key
+from workers.codec import (
+    Loaded,
+    as_int,
+    as_text,
+    corrupt,
+    loaded,
+    record_json,
+    save_arguments,
+    trace_line,
+)
 from workers.durability import Durability, probe, wait_durable
+from workers.effects import Advanced, OwnOutcome
 from workers.errors import RunCorrupt, StoreUnavailable
-from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, inbox_event
-from workers.settings import redact_url
+from workers.layout import (
+    TRACE_MAX,
+    Keys,
+    OutboxMember,
+    PendingKind,
+    RunFields,
+    pending_member,
+)
+from workers.records import InboxEvent, Pending, RunRecord, TraceEntry
+from workers.redact import redact_url
+from workers.scripts import ClaimStatus, Decided, Recorded, Saved, lua
 
-__all__ = [
-    "Claim",
-    "ClaimStatus",
-    "Decided",
-    "Keys",
-    "Loaded",
-    "Recorded",
-    "RunStore",
-    "SaveEffects",
-    "Saved",
-]
-
-TRACE_MAX = 2_000
-"""Lines a run's trace keeps (the newest); each line is cut, so a trace stays bounded."""
-NOTES_MAX = 100
-
-
-class Keys:
-    """Key names under one prefix."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self.runs = f"{prefix}runs"
-        self.outbox = f"{prefix}outbox"
-        self.pending = f"{prefix}pending"
-        self.pending_data = f"{prefix}pending:data"
-        self.activity = f"{prefix}activity"
-        """A stream naming each run whose trace grew: what followers block on."""
-        self.prune_cursor = f"{prefix}prune-cursor"
-        """The creation time (score in `runs`) the tick's sweep of expired runs got to."""
-        self.tick_lock = f"{prefix}tick-lock"
-        """Held by the process ticking now; it lapses after one tick interval."""
-        self.tick_stats = f"{prefix}tick-stats"
-        """`n` ticks so far, `last_ms` when the last began, `by` which process ran it."""
-
-    def run(self, run_id: str) -> str:
-        return f"{self.prefix}run:{run_id}"
-
-    def inbox(self, run_id: str) -> str:
-        return f"{self.prefix}inbox:{run_id}"
-
-    def trace(self, run_id: str) -> str:
-        """A run's trace: a list of its newest lines (the run hash counts them all in `tn`)."""
-        return f"{self.prefix}trace:{run_id}"
-
-    def lease(self, run_id: str, what: str) -> str:
-        return f"{self.prefix}lease:{run_id}:{what}"
-
-    def schedule_notes(self, schedule: str) -> str:
-        """The notes a schedule's runs remembered, oldest first (a list)."""
-        return f"{self.prefix}schedule-notes:{schedule}"
-
-
-def advance_member(run_id: str) -> str:
-    return f"a|{run_id}"
-
-
-def model_member(run_id: str, seq: int) -> str:
-    return f"m|{run_id}|{seq}"
-
-
-def tool_member(run_id: str, call_id: str) -> str:
-    return f"t|{run_id}|{call_id}"
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """A run as read for advancing: record, snapshot, version and unapplied inbox."""
-
-    version: str
-    record: RunRecord | None
-    """None when the stored record could not be read (`problem` says why)."""
-    snapshot: str
-    inbox: list[tuple[str, InboxEvent | None]]
-    """Unapplied events in order; None where an entry could not be read."""
-    problem: str = ""
-
-
-class ClaimStatus(StrEnum):
-    """What a claim found (the CLAIM script's answer)."""
-
-    CLAIMED = "claimed"
-    """The lease is ours: make the call."""
-    GONE = "gone"
-    """There is no such run."""
-    DONE = "done"
-    """The call's outcome is recorded already: only the run needs advancing."""
-    REFUSED = "refused"
-    """The run's record does not call for it: a forged, replayed or early message."""
-    BUSY = "busy"
-    """Another worker holds the call's lease."""
-
-
-class Saved(StrEnum):
-    """What a compare-and-set save did (the SAVE script's answer)."""
-
-    SAVED = "saved"
-    STALE = "stale"
-    """Someone saved first: reload and try again."""
-    DUPLICATE = "duplicate"
-    """The call saving its own outcome finds it recorded already."""
-    FENCED = "fenced"
-    """The call saving its own outcome lost it to a later attempt."""
-
-
-class Recorded(StrEnum):
-    """What recording a call's outcome did (the RECORD script's answer)."""
-
-    ADVANCE = "advance"
-    """Recorded, and the run should advance now."""
-    WAITING = "waiting"
-    """Recorded; other calls of the batch are still out."""
-    DUPLICATE = "duplicate"
-    """It was recorded before."""
-    FENCED = "fenced"
-    """Another attempt took the call over: this outcome is not taken."""
-    GONE = "gone"
-    """There is no such run."""
-
-
-class Decided(StrEnum):
-    """What a decision did (the DECIDE script's answer)."""
-
-    APPLIED = "applied"
-    EXPIRED = "expired"
-    """Too late: the entry's time ran out, and the expiry was applied instead."""
-    DECIDED = "decided"
-    """Decided already."""
-    NOT_PENDING = "not_pending"
-    GONE = "gone"
+__all__ = ["Claim", "Loaded", "RunStore"]
 
 
 @dataclass(frozen=True)
@@ -177,59 +61,15 @@ class Claim:
     loaded: Loaded | None = None
 
 
-@dataclass(frozen=True)
-class OwnOutcome:
-    """A call saving its own outcome with the run: refused if it was recorded already,
-    or if a later attempt took the call over (`attempt` is no longer the last claim)."""
-
-    call: str
-    attempt: int
-    lease: str
-    token: str
-    member: str
-
-
-@dataclass
-class SaveEffects:
-    """What goes with one save, applied atomically with it."""
-
-    applied: list[str] = field(default_factory=list)
-    trace: list[TraceEntry] = field(default_factory=list)
-    send: list[tuple[str, int]] = field(default_factory=list)
-    unsend: list[str] = field(default_factory=list)
-    pending_add: list[Pending] = field(default_factory=list)
-    pending_del: list[str] = field(default_factory=list)
-    usage: list[tuple[str, int, int, int]] = field(default_factory=list)
-    """(run id, prompt, completion, total) to add to that run's totals."""
-    create: list[tuple[RunRecord, str, int]] = field(default_factory=list)
-    """(record, snapshot, due) of child runs to create if absent."""
-    deliver: list[tuple[str, InboxEvent, int, bool]] = field(default_factory=list)
-    """(run id, event, due, set cancel flag) for other runs' inboxes."""
-    retention: int = 0
-    """Seconds to keep the run: set once it finished."""
-    forget: list[str] = field(default_factory=list)
-    """Hash fields of calls whose outcome was applied (their markers are no longer needed)."""
-    running: list[str] = field(default_factory=list)
-    """Calls of the batch still running: those not yet recorded are counted as `out`."""
-    own: OwnOutcome | None = None
-    notes: tuple[str, list[str]] | None = None
-    """(schedule name, notes) a finished scheduled run remembered, for the schedule's next run."""
-
-
-def pending_member(pending: Pending) -> str:
-    what = pending.call_id if pending.call_id is not None else str(pending.seq)
-    return pending_key(pending.run_id, pending.kind, what)
-
-
 @contextmanager
 def _redis_errors(url: str) -> Iterator[None]:
     """Translate redis-py's errors into `StoreUnavailable` naming the URL without its password."""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as error:
-        raise StoreUnavailable(f"Redis at {redact_url(url)} is unreachable: {error}") from None
+        raise StoreUnavailable(f"Redis at {redact_url(url)} is unreachable: {error}") from error
     except redis.RedisError as error:
-        raise StoreUnavailable(f"Redis at {redact_url(url)} failed: {error}") from None
+        raise StoreUnavailable(f"Redis at {redact_url(url)} failed: {error}") from error
 
 
 class RunStore:
@@ -243,16 +83,17 @@ class RunStore:
         self.redis: Any = redis.Redis.from_url(
             url, socket_connect_timeout=5, socket_timeout=30, health_check_interval=30
         )
-        self._create: Any = self.redis.register_script(scripts.CREATE)
-        self._claim: Any = self.redis.register_script(scripts.CLAIM)
-        self._renew: Any = self.redis.register_script(scripts.RENEW)
-        self._record: Any = self.redis.register_script(scripts.RECORD)
-        self._decide: Any = self.redis.register_script(scripts.DECIDE)
-        self._save: Any = self.redis.register_script(scripts.SAVE)
-        self._trace: Any = self.redis.register_script(scripts.TRACE)
-        self._read_trace: Any = self.redis.register_script(scripts.READ_TRACE)
-        self._tick_lock: Any = self.redis.register_script(scripts.TICK_LOCK)
-        self._unclaim: Any = self.redis.register_script(scripts.UNCLAIM)
+        script = self.redis.register_script
+        self._create: Any = script(lua("create"))
+        self._claim: Any = script(lua("claim"))
+        self._renew: Any = script(lua("renew"))
+        self._unclaim: Any = script(lua("unclaim"))
+        self._record: Any = script(lua("record"))
+        self._decide: Any = script(lua("decide"))
+        self._save: Any = script(lua("save"))
+        self._trace: Any = script(lua("trace"))
+        self._read_trace: Any = script(lua("read_trace"))
+        self._tick_lock: Any = script(lua("tick_lock"))
         self._durability: Durability | None = None
 
     def errors(self) -> Any:
@@ -268,20 +109,21 @@ class RunStore:
     def create(self, record: RunRecord, snapshot: str, due_ms: int, budget: int | None) -> bool:
         """Create a run; False if one with that id exists."""
         k = self.keys
-        args = [record.id, _json(record), snapshot, record.created_ms]
-        args += [advance_member(record.id), due_ms, "" if budget is None else budget]
+        args = [record.id, record_json(record), snapshot, record.created_ms]
+        args += [OutboxMember.advance(record.id), due_ms, "" if budget is None else budget]
         with self.errors():
-            created = self._create(keys=[k.run(record.id), k.runs, k.outbox], args=args)
-        return bool(created)
+            answer = self._create(keys=[k.run(record.id), k.runs, k.outbox], args=args)
+        return as_text(answer) == "created"
 
     def load(self, run_id: str) -> Loaded | None:
         """Return the run with its unapplied inbox, or None if there is no such run."""
+        fields = [RunFields.VERSION, RunFields.RECORD, RunFields.SNAPSHOT]
         with self.errors():
             pipe = self.redis.pipeline(transaction=False)
-            pipe.hmget(self.keys.run(run_id), ["v", "meta", "snap"])
+            pipe.hmget(self.keys.run(run_id), fields)
             pipe.xrange(self.keys.inbox(run_id), "-", "+", count=1_000)
             (version, meta, snap), entries = pipe.execute()
-        return _loaded(version, meta, snap, entries)
+        return loaded(version, meta, snap, entries)
 
     def read(self, run_id: str) -> tuple[RunRecord, tuple[int, int, int]] | None:
         """Return the run's record and token totals (no snapshot), or None if there is no run.
@@ -289,24 +131,30 @@ class RunStore:
         Raises:
             RunCorrupt: the stored record cannot be read.
         """
+        fields = [
+            RunFields.RECORD,
+            RunFields.PROMPT_TOKENS,
+            RunFields.COMPLETION_TOKENS,
+            RunFields.TOTAL_TOKENS,
+        ]
         with self.errors():
-            meta, *totals = self.redis.hmget(self.keys.run(run_id), ["meta", "tp", "tc", "tt"])
+            meta, *totals = self.redis.hmget(self.keys.run(run_id), fields)
         if meta is None:
             return None
         try:
             record = RunRecord.model_validate_json(meta)
         except ValidationError as error:
-            raise RunCorrupt(f"run {run_id}: {_first(error)}") from None
-        return record, (_int(totals[0]), _int(totals[1]), _int(totals[2]))
+            raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
+        return record, (as_int(totals[0]), as_int(totals[1]), as_int(totals[2]))
 
     def snapshot(self, run_id: str) -> str | None:
         with self.errors():
-            snap = self.redis.hget(self.keys.run(run_id), "snap")
-        return None if snap is None else _text(snap)
+            snap = self.redis.hget(self.keys.run(run_id), RunFields.SNAPSHOT)
+        return None if snap is None else as_text(snap)
 
     def cancelled(self, run_id: str) -> bool:
         with self.errors():
-            return bool(self.redis.hexists(self.keys.run(run_id), "cancel"))
+            return bool(self.redis.hexists(self.keys.run(run_id), RunFields.CANCEL))
 
     # --- calls: claim, renew, record ---------------------------------------------------
 
@@ -324,7 +172,7 @@ class RunStore:
     ) -> Claim:
         """Claim call `what` of the run (a tool call, or with `seq` the model call `m<seq>`).
 
-        Only a call the run's record says is due can be claimed (see scripts.CLAIM).
+        Only a call the run's record says is due can be claimed (see lua/claim.lua).
         """
         k = self.keys
         keys = [k.run(run_id), k.lease(run_id, what), k.outbox, k.run(root), k.inbox(run_id)]
@@ -334,13 +182,11 @@ class RunStore:
             answer = self._claim(keys=keys, args=args)
         status, attempts, tokens, budget, version, meta, snap, entries = answer
         budget = int(budget)
-        claimed = ClaimStatus(_text(status))
-        loaded = (
-            _loaded(version or None, meta, snap, entries)
-            if claimed is ClaimStatus.CLAIMED
-            else None
+        claimed = ClaimStatus(as_text(status))
+        found = (
+            loaded(version or None, meta, snap, entries) if claimed is ClaimStatus.CLAIMED else None
         )
-        return Claim(claimed, int(attempts), int(tokens), None if budget < 0 else budget, loaded)
+        return Claim(claimed, int(attempts), int(tokens), None if budget < 0 else budget, found)
 
     def renew(
         self,
@@ -358,7 +204,7 @@ class RunStore:
         keys = [k.lease(run_id, what), k.outbox, k.run(run_id)]
         args = [token, lease_ms, member, now_ms + lease_ms, what, attempt]
         with self.errors():
-            return bool(self._renew(keys=keys, args=args))
+            return as_text(self._renew(keys=keys, args=args)) == "kept"
 
     def durability(self) -> Durability:
         """Return how this Redis makes a claim durable (asked once per process).
@@ -376,8 +222,9 @@ class RunStore:
         """Wait until the claim of call `what` is durable; False if Redis did not confirm
         it within `timeout_ms`."""
         mode = self.durability()
+        key, field = self.keys.run(run_id), RunFields.attempts(what)
         with self.errors():
-            return wait_durable(self.redis, mode, self.keys.run(run_id), f"a:{what}", timeout_ms)
+            return wait_durable(self.redis, mode, key, field, timeout_ms)
 
     def unclaim(
         self, run_id: str, what: str, *, attempt: int, token: str, member: str, due_ms: int
@@ -386,7 +233,8 @@ class RunStore:
         k = self.keys
         keys = [k.run(run_id), k.lease(run_id, what), k.outbox]
         with self.errors():
-            return bool(self._unclaim(keys=keys, args=[what, attempt, token, member, due_ms]))
+            answer = self._unclaim(keys=keys, args=[what, attempt, token, member, due_ms])
+        return as_text(answer) == "given_back"
 
     def record(
         self,
@@ -407,10 +255,10 @@ class RunStore:
         """
         k = self.keys
         keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.lease(run_id, what)]
-        args = [what, event.model_dump_json(), member, advance_member(run_id), due_ms, token]
-        args += ["1" if counted else "0", attempt]
+        args = [what, event.model_dump_json(), member, OutboxMember.advance(run_id), due_ms]
+        args += [token, "1" if counted else "0", attempt]
         with self.errors():
-            recorded = Recorded(_text(self._record(keys=keys, args=args)))
+            recorded = Recorded(as_text(self._record(keys=keys, args=args)))
         return recorded, self.load(run_id) if recorded is Recorded.ADVANCE else None
 
     def forget_message(self, member: str) -> None:
@@ -422,56 +270,50 @@ class RunStore:
     def decide(
         self,
         run_id: str,
-        member: str,
-        field_name: str,
+        kind: PendingKind,
+        what: str,
         event: InboxEvent,
         *,
         expired: InboxEvent,
         now_ms: int,
         due_ms: int,
     ) -> Decided:
-        """Apply a decision for pending `member`, unless it came after the entry's expiry:
-        then `expired` (the event for "no decision in time") is applied instead."""
+        """Apply a decision for the pending entry (`kind`, `what`) of the run, unless it
+        came after the entry's expiry: then `expired` (the event for "no decision in
+        time") is applied instead."""
         k = self.keys
         keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.pending, k.pending_data]
-        args = [member, field_name, event.model_dump_json(), advance_member(run_id), due_ms]
-        args += [now_ms, expired.model_dump_json()]
+        args: list[str | int] = [pending_member(run_id, kind, what)]
+        args += [RunFields.decision(kind, what), event.model_dump_json()]
+        args += [OutboxMember.advance(run_id), due_ms, now_ms, expired.model_dump_json()]
         with self.errors():
-            return Decided(_text(self._decide(keys=keys, args=args)))
+            return Decided(as_text(self._decide(keys=keys, args=args)))
 
     def pending(self, limit: int = 1_000) -> list[Pending]:
         """Return what waits on a person, oldest expiry first."""
         with self.errors():
             members = self.redis.zrange(self.keys.pending, 0, limit - 1)
             values = self.redis.hmget(self.keys.pending_data, members) if members else []
-        found: list[Pending] = []
-        for value in values:
-            if value is None:
-                continue
-            try:
-                found.append(Pending.model_validate_json(value))
-            except ValidationError:
-                continue
-        return found
+        return _readable(values)
 
     def pending_of(self, members: Sequence[str]) -> list[Pending]:
         if not members:
             return []
         with self.errors():
             values = self.redis.hmget(self.keys.pending_data, list(members))
-        return [Pending.model_validate_json(v) for v in values if v is not None]
+        return _readable(values)
 
-    def pending_members_of(self, run_id: str) -> list[str]:
+    def pending_members_of(self, run_id: str) -> tuple[str, ...]:
         """Return the pending entries a run holds, found by their names (for a lost record)."""
         with self.errors():
             found = self.redis.hscan_iter(self.keys.pending_data, match=f"{run_id}|*", count=1_000)
-            return [_text(member) for member, _ in found]
+            return tuple(as_text(member) for member, _ in found)
 
     def expired_pending(self, now_ms: int, limit: int = 500) -> list[Pending]:
         with self.errors():
             members = self.redis.zrangebyscore(self.keys.pending, 0, now_ms, start=0, num=limit)
             values = self.redis.hmget(self.keys.pending_data, members) if members else []
-        return [Pending.model_validate_json(v) for v in values if v is not None]
+        return _readable(values)
 
     def append(
         self, run_id: str, event: InboxEvent, due_ms: int, *, cancel_flag: bool = False
@@ -479,87 +321,24 @@ class RunStore:
         """Append `event` to a live run's inbox and schedule its advance; False if no such run."""
         k = self.keys
         with self.errors():
-            if not self.redis.hexists(k.run(run_id), "v"):
+            if not self.redis.hexists(k.run(run_id), RunFields.VERSION):
                 return False
             pipe = self.redis.pipeline(transaction=True)
             if cancel_flag:
-                pipe.hset(k.run(run_id), "cancel", 1)
+                pipe.hset(k.run(run_id), RunFields.CANCEL, 1)
             pipe.xadd(k.inbox(run_id), {"e": event.model_dump_json()})
-            pipe.zadd(k.outbox, {advance_member(run_id): due_ms})
+            pipe.zadd(k.outbox, {OutboxMember.advance(run_id): due_ms})
             pipe.execute()
         return True
 
     # --- saving ------------------------------------------------------------------------------
 
-    def save(self, record: RunRecord, version: str, snapshot: str, fx: SaveEffects) -> Saved:
-        """Save if the run is still at `version`, with all of `fx`; say what happened."""
-        k = self.keys
-        effects = {
-            "applied": fx.applied,
-            "trace": [_line(t) for t in fx.trace],
-            "trace_max": TRACE_MAX,
-            "activity": k.activity,
-            "run": record.id,
-            "send": [[m, due] for m, due in fx.send],
-            "unsend": fx.unsend,
-            "pending_add": [
-                [pending_member(p), p.expires_ms or 2**52, p.model_dump_json()]
-                for p in fx.pending_add
-            ],
-            "pending_del": fx.pending_del,
-            "usage": [[k.run(r), p, c, t] for r, p, c, t in fx.usage],
-            "create": [
-                [
-                    k.run(c.id),
-                    c.id,
-                    c.model_dump_json(),
-                    snap,
-                    c.created_ms,
-                    advance_member(c.id),
-                    due,
-                ]
-                for c, snap, due in fx.create
-            ],
-            "deliver": [
-                [
-                    k.run(r),
-                    k.inbox(r),
-                    e.model_dump_json(),
-                    advance_member(r),
-                    due,
-                    1 if flag else 0,
-                ]
-                for r, e, due, flag in fx.deliver
-            ],
-            "advance": advance_member(record.id),
-            "retention": fx.retention,
-            "forget": fx.forget,
-            "running": fx.running,
-            "notes_key": k.schedule_notes(fx.notes[0]) if fx.notes else "",
-            "notes": fx.notes[1] if fx.notes else [],
-            "notes_max": NOTES_MAX,
-        }
-        keys = [
-            k.run(record.id),
-            k.inbox(record.id),
-            k.trace(record.id),
-            k.outbox,
-            k.pending,
-            k.pending_data,
-            k.runs,
-        ]
-        if fx.own is not None:
-            own = fx.own
-            effects["own"] = {
-                "call": own.call,
-                "attempt": str(own.attempt),
-                "lease": own.lease,
-                "token": own.token,
-                "member": own.member,
-            }
-        args = [version, _json(record), snapshot, json.dumps(effects)]
+    def save(self, advanced: Advanced, version: str, own: OwnOutcome | None = None) -> Saved:
+        """Save a step if the run is still at `version`, with all its effects and, with
+        `own`, the calling task's own outcome; say what happened."""
+        keys, args = save_arguments(self.keys, advanced, version, own)
         with self.errors():
-            return Saved(_text(self._save(keys=keys, args=args)))
+            return Saved(as_text(self._save(keys=keys, args=args)))
 
     # --- the tick ------------------------------------------------------------------------------
 
@@ -567,61 +346,19 @@ class RunStore:
         """Return 0 if `holder` ticks now (it holds the lock for one interval), else the
         milliseconds until the lock lapses and the next tick is due."""
         k = self.keys
+        keys = [k.tick_lock, k.tick_stats]
         with self.errors():
-            return int(
-                self._tick_lock(
-                    keys=[k.tick_lock, k.tick_stats], args=[holder, interval_ms, now_ms]
-                )
-            )
+            return int(self._tick_lock(keys=keys, args=[holder, interval_ms, now_ms]))
 
     def tick_stats(self) -> tuple[int, int | None, str | None]:
         """Return (ticks so far, when the last began in ms, which process ran it)."""
         with self.errors():
             count, last, by = self.redis.hmget(self.keys.tick_stats, ["n", "last_ms", "by"])
-        return _int(count), None if last is None else int(last), None if by is None else _text(by)
-
-    # --- traces, listings, the outbox ----------------------------------------------------------
-
-    def trace(self, run_id: str, start: int = 0) -> tuple[int, list[TraceEntry]]:
-        """Return (position after the last line, the run's lines from position `start` on).
-
-        Positions count every line the run ever wrote; the oldest of a long run's
-        lines may have been dropped (TRACE_MAX), and are skipped.
-        """
-        keys = [self.keys.run(run_id), self.keys.trace(run_id)]
-        with self.errors():
-            end, lines = self._read_trace(keys=keys, args=[max(0, start)])
-        return int(end), [TraceEntry.model_validate_json(line) for line in lines]
-
-    def activity_cursor(self) -> str:
-        """Return the newest entry id of the activity stream (where a follower begins)."""
-        with self.errors():
-            newest = self.redis.xrevrange(self.keys.activity, "+", "-", count=1)
-        return _text(newest[0][0]) if newest else "0-0"
-
-    def wait_activity(self, cursor: str, block_ms: int) -> tuple[str, set[str]]:
-        """Wait up to `block_ms` for runs whose trace grew after `cursor`; return (cursor, runs)."""
-        with self.errors():
-            answer = self.redis.xread({self.keys.activity: cursor}, block=block_ms, count=10_000)
-        runs: set[str] = set()
-        for _, entries in answer or []:
-            for entry_id, data in entries:
-                cursor = _text(entry_id)
-                runs.add(_text(data[b"r"]))
-        return cursor, runs
-
-    def add_trace(self, run_id: str, entry: TraceEntry) -> None:
-        k = self.keys
-        with self.errors():
-            self._trace(
-                keys=[k.run(run_id), k.trace(run_id), k.activity],
-                args=[run_id, TRACE_MAX, _line(entry)],
-            )
-
-    def runs(self, limit: int = 100) -> list[str]:
-        """Return the newest run ids first."""
-        with self.errors():
-            return [_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, limit - 1)]
+        return (
+            as_int(count),
+            None if last is None else int(last),
+            None if by is None else as_text(by),
+        )
 
     def prune_runs(self, older_than_ms: int, limit: int = 500) -> int:
         """Drop expired runs from the runs index (their keys expired on their own).
@@ -642,12 +379,9 @@ class RunStore:
                 return 0
             pipe = self.redis.pipeline(transaction=False)
             for run_id, _ in old:
-                pipe.exists(k.run(_text(run_id)))
-            gone = [
-                run_id
-                for (run_id, _), exists in zip(old, pipe.execute(), strict=True)
-                if not exists
-            ]
+                pipe.exists(k.run(as_text(run_id)))
+            alive = pipe.execute()
+            gone = [run_id for (run_id, _), exists in zip(old, alive, strict=True) if not exists]
             pipe = self.redis.pipeline(transaction=False)
             if gone:
                 pipe.zrem(k.runs, *gone)
@@ -659,7 +393,7 @@ class RunStore:
         """Return outbox members whose time to be dealt with has passed."""
         with self.errors():
             members = self.redis.zrangebyscore(self.keys.outbox, 0, now_ms, start=0, num=limit)
-        return [_text(m) for m in members]
+        return [as_text(m) for m in members]
 
     def postpone(self, members: Sequence[str], due_ms: int) -> None:
         if not members:
@@ -667,51 +401,56 @@ class RunStore:
         with self.errors():
             self.redis.zadd(self.keys.outbox, dict.fromkeys(members, due_ms), xx=True)
 
+    # --- traces and listings --------------------------------------------------------------------
 
-def _json(value: RunRecord | Pending) -> str:
-    """Stored JSON leaves out what equals its default: a parked run costs less memory."""
-    return value.model_dump_json(exclude_defaults=True)
+    def trace(self, run_id: str, start: int = 0) -> tuple[int, list[TraceEntry]]:
+        """Return (position after the last line, the run's lines from position `start` on).
 
+        Positions count every line the run ever wrote; the oldest of a long run's
+        lines may have been dropped (TRACE_MAX), and are skipped.
+        """
+        keys = [self.keys.run(run_id), self.keys.trace(run_id)]
+        with self.errors():
+            end, lines = self._read_trace(keys=keys, args=[max(0, start)])
+        return int(end), [TraceEntry.model_validate_json(line) for line in lines]
 
-def _line(entry: TraceEntry) -> str:
-    return entry.model_dump_json(exclude_defaults=True)
+    def activity_cursor(self) -> str:
+        """Return the newest entry id of the activity stream (where a follower begins)."""
+        with self.errors():
+            newest = self.redis.xrevrange(self.keys.activity, "+", "-", count=1)
+        return as_text(newest[0][0]) if newest else "0-0"
 
+    def wait_activity(self, cursor: str, block_ms: int) -> tuple[str, set[str]]:
+        """Wait up to `block_ms` for runs whose trace grew after `cursor`; return (cursor, runs)."""
+        with self.errors():
+            answer = self.redis.xread({self.keys.activity: cursor}, block=block_ms, count=10_000)
+        runs: set[str] = set()
+        for _, entries in answer or []:
+            for entry_id, data in entries:
+                cursor = as_text(entry_id)
+                runs.add(as_text(data[b"r"]))
+        return cursor, runs
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    def add_trace(self, run_id: str, entry: TraceEntry) -> None:
+        k = self.keys
+        keys = [k.run(run_id), k.trace(run_id), k.activity]
+        with self.errors():
+            self._trace(keys=keys, args=[run_id, TRACE_MAX, trace_line(entry)])
 
-
-def _int(value: bytes | None) -> int:
-    return int(value) if value else 0
-
-
-def _loaded(version: Any, meta: Any, snap: Any, entries: list[Any]) -> Loaded | None:
-    """Return a run read back from Redis, or None if there is none."""
-    if version is None:
-        return None
-    inbox = [(_text(entry_id), _event(_fields(data))) for entry_id, data in entries]
-    try:
-        record = RunRecord.model_validate_json(meta or b"")
-    except ValidationError as error:
-        return Loaded(_text(version), None, _text(snap or b""), inbox, _first(error))
-    return Loaded(_text(version), record, _text(snap or b""), inbox)
-
-
-def _fields(data: Any) -> dict[bytes, bytes]:
-    """A stream entry's fields: a dict from redis-py, a flat list from a Lua script."""
-    if isinstance(data, dict):
-        return data
-    return dict(zip(data[::2], data[1::2], strict=True))
-
-
-def _event(data: dict[bytes, bytes]) -> InboxEvent | None:
-    try:
-        return inbox_event(data[b"e"])
-    except (KeyError, ValidationError):
-        return None
+    def runs(self, limit: int = 100) -> list[str]:
+        """Return the newest run ids first."""
+        with self.errors():
+            return [as_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, limit - 1)]
 
 
-def _first(error: ValidationError) -> str:
-    details = error.errors()
-    where = ".".join(str(p) for p in details[0]["loc"]) if details else ""
-    return f"the run's record is corrupt ({where or 'not JSON'})"
+def _readable(values: list[Any]) -> list[Pending]:
+    """The pending entries that can be read (a missing or broken one is skipped)."""
+    found: list[Pending] = []
+    for value in values:
+        if value is None:
+            continue
+        try:
+            found.append(Pending.model_validate_json(value))
+        except ValidationError:
+            continue
+    return found

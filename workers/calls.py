@@ -1,0 +1,429 @@
+"""Making one call, once: claim it, do it (model or tool), save its outcome, move the run on.
+
+    relay.call_model(run, seq) / relay.run_tool(run, call)
+      1. CLAIM     the run's record must call for it; the attempt is counted and a
+                   lease taken (a duplicate finds it busy; a forgery is refused)
+      2. open      the run as the claim read it: its agent, the request or batch
+      3. produce   the I/O, on a pooled thread, the lease renewed while it runs
+      4. keep      the outcome saved with the run in one compare-and-set when the
+                   call is alone, else recorded in the inbox (the last of a batch
+                   advances the run); fenced by the attempt; held through an outage
+
+A second attempt (the first worker died, its lease lapsed) runs an idempotent
+tool again and reports any other as "outcome unknown", never running it twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
+from agent_core.text import cut
+from workers.codec import Loaded
+from workers.effects import OwnOutcome
+from workers.errors import StoreUnavailable
+from workers.holding import save_holding
+from workers.layout import OutboxMember, model_call
+from workers.leases import CallTimedOut, Lease, run_leased
+from workers.model_client import ModelCallError, ModelReply
+from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
+from workers.registry import ToolContext, ToolSpec
+from workers.scripts import ClaimStatus, Recorded, Saved
+from workers.settings import Settings
+from workers.steps import Steps
+
+__all__ = ["MAX_ATTEMPTS", "Calls", "Model"]
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3
+"""Claims of one call before Relay stops trying (each earlier worker died mid-call)."""
+
+
+class Model(Protocol):
+    """What Relay needs of a model: a reply to a request (see workers.model_client)."""
+
+    def complete(
+        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+    ) -> ModelReply: ...
+
+
+@dataclass(frozen=True)
+class CallMessage:
+    """A call a task message asks for: which run, which call, and this task's lease token."""
+
+    run_id: str
+    what: str
+    """`m<seq>` for a model call, the call id for a tool call."""
+    seq: int | None
+    """The model call's step; None for a tool call."""
+    member: str
+    token: str
+
+    def label(self, attempt: int | str = "?") -> str:
+        """The call as the log names it."""
+        kind = "model call" if self.seq is not None else "tool call"
+        return f"{kind} {self.what} of run {self.run_id} (attempt {attempt})"
+
+
+class Claimed:
+    """A call this task holds the lease of, with the run as its claim read it."""
+
+    def __init__(
+        self, asked: CallMessage, attempt: int, root: tuple[int, int | None], loaded: Loaded
+    ) -> None:
+        assert loaded.record is not None
+        self.asked = asked
+        self.attempt = attempt
+        self.root_tokens, self.root_budget = root
+        self.loaded = loaded
+        self.record: RunRecord = loaded.record
+        self._agent: Agent | None = None
+
+    @property
+    def label(self) -> str:
+        return self.asked.label(self.attempt)
+
+    def open(self, restore: Callable[[RunRecord, str], Agent]) -> bool:
+        """Restore the run's agent; False if the run cannot go on (ended, unreadable)."""
+        if self.record.state == "finished":
+            return False
+        try:
+            self._agent = restore(self.record, self.loaded.snapshot)
+        except AgentError:
+            return False
+        return True
+
+    @property
+    def agent(self) -> Agent:
+        assert self._agent is not None, "open() it first"
+        return self._agent
+
+    def take_agent(self) -> Agent | None:
+        """Hand the agent over to be advanced (which changes it); a second taker gets None
+        and restores from the snapshot again (a save tried again after an outage)."""
+        agent, self._agent = self._agent, None
+        return agent
+
+    def request(self) -> ModelRequest | None:
+        """Return the model request the run still waits on at this step, or None if stale."""
+        if self.record.seq != self.asked.seq:
+            return None
+        step = self.agent.resume()
+        return step.request if isinstance(step, Ask | Summarize) else None
+
+    def batch_call(self) -> ToolCall | None:
+        """Return this call if the run's current batch still holds it, else None (stale)."""
+        step = self.agent.resume()
+        batch = [step.call, *self.agent.queued()] if isinstance(step, Run) else []
+        return next((c for c in batch if c.id == self.asked.what), None)
+
+    def others_out(self) -> bool:
+        """Whether other calls of the batch are still out (their saves would race ours)."""
+        tracks = self.record.calls
+        return any(
+            c != self.asked.what and t.status in ("running", "child") for c, t in tracks.items()
+        )
+
+
+class _Postponed(Exception):
+    """Raised when a claimed call cannot start now; its message stays due in the outbox."""
+
+
+Produce = Callable[[Claimed], InboxEvent | None]
+
+
+class Calls:
+    """The bodies of `relay.call_model` and `relay.run_tool`."""
+
+    def __init__(
+        self,
+        steps: Steps,
+        settings: Settings,
+        spec: Callable[[str], ToolSpec | None],
+        model: Callable[[], Model],
+    ) -> None:
+        self.steps = steps
+        self.store = steps.store
+        self.settings = settings
+        self.timing = steps.timing
+        self.spec = spec
+        self.model = model
+        self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _asked(self, run_id: str, what: str, seq: int | None, member: str) -> CallMessage:
+        token = f"{self._token_prefix}-{secrets.token_hex(4)}"
+        return CallMessage(run_id, what, seq, member, token)
+
+    def call_model(self, run_id: str, seq: int) -> None:
+        """Make the model call for the run's step `seq`, once, and advance the run."""
+        member = OutboxMember.model(run_id, seq)
+        self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
+
+    def run_tool(self, run_id: str, call_id: str) -> None:
+        """Run one call of the run's batch, at most once unless its tool is idempotent."""
+        member = OutboxMember.tool(run_id, call_id)
+        self._once(self._asked(run_id, call_id, None, member), self._tool_event)
+
+    # --- claim, produce, keep ---------------------------------------------------------------
+
+    def _once(self, asked: CallMessage, produce: Produce) -> None:
+        claim = self.store.claim(
+            asked.run_id,
+            asked.what,
+            seq=asked.seq,
+            member=asked.member,
+            token=asked.token,
+            lease_ms=self.timing.lease_ms,
+            now_ms=self.steps.clock(),
+            root=asked.run_id.split(".", 1)[0],  # a child's id starts with its root's
+        )
+        if claim.status is not ClaimStatus.CLAIMED:
+            self._unclaimed(asked, claim.status)
+            return
+        assert claim.loaded is not None
+        if claim.loaded.record is None:
+            self.store.forget_message(asked.member)
+            return
+        root = (claim.root_tokens, claim.root_budget)
+        call = Claimed(asked, claim.attempts, root, claim.loaded)
+        if not call.open(self.steps.kit.restore):
+            self.store.forget_message(asked.member)
+            return
+        try:
+            event = produce(call)
+        except _Postponed:
+            return
+        if event is None:  # stale: the run moved on or ended
+            self.store.forget_message(asked.member)
+            return
+        recovery_s = self.settings.recovery_seconds
+        save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+
+    def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> None:
+        if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:
+            # Never sent by Relay for a run in this state: forged, replayed or early.
+            why = (
+                "there is no such run"
+                if status is ClaimStatus.GONE
+                else "the run's record does not call for it (not approved, not due, or the"
+                " run finished); nothing was run"
+            )
+            kind = "model call" if asked.seq is not None else "tool call"
+            log.warning("refused %s %s of run %s: %s", kind, asked.what, asked.run_id, why)
+            self.store.forget_message(asked.member)
+        elif status is ClaimStatus.DONE:
+            self.store.forget_message(asked.member)
+            self.steps.advance(asked.run_id)
+
+    def _keep(self, call: Claimed, event: InboxEvent) -> None:
+        """Save the call's outcome with the run, or record it in the inbox; advance the run."""
+        if not call.others_out() and self._save_with_run(call, event):
+            return
+        asked = call.asked
+        recorded, loaded = self.store.record(
+            asked.run_id,
+            asked.what,
+            event,
+            attempt=call.attempt,
+            member=asked.member,
+            token=asked.token,
+            due_ms=self.steps.clock() + self.timing.grace_ms,
+            counted=asked.seq is None,  # a tool's result counts down its batch
+        )
+        if recorded is Recorded.FENCED:
+            _log_fenced(call)
+        elif recorded is Recorded.ADVANCE:
+            self.steps.advance(asked.run_id, loaded)
+
+    def _save_with_run(self, call: Claimed, event: InboxEvent) -> bool:
+        """Save `event` with the run as the claim found it; False if the run changed since."""
+        asked = call.asked
+        advanced = self.steps.decide(asked.run_id, call.loaded, call.take_agent(), event)
+        own = OwnOutcome(asked.run_id, asked.what, call.attempt, asked.token, asked.member)
+        saved = self.steps.save(advanced, call.loaded.version, own)
+        if saved is Saved.FENCED:
+            _log_fenced(call)
+        return saved is not Saved.STALE  # recorded (or fenced off) already: nothing left to do
+
+    def _lease(self, call: Claimed, lease_ms: int) -> Lease:
+        """Return how to keep `call`'s lease (of `lease_ms`) while it runs."""
+        asked = call.asked
+
+        def renew() -> bool:
+            return self.store.renew(
+                asked.run_id,
+                asked.what,
+                attempt=call.attempt,
+                member=asked.member,
+                token=asked.token,
+                lease_ms=lease_ms,
+                now_ms=self.steps.clock(),
+            )
+
+        def cancelled() -> bool:
+            return self.store.cancelled(asked.run_id)
+
+        return Lease(lease_ms / 1000, renew, cancelled, call.label)
+
+    # --- model calls ----------------------------------------------------------------------
+
+    def _model_event(self, call: Claimed) -> InboxEvent | None:
+        request = call.request()
+        seq = call.asked.seq
+        if request is None or seq is None:
+            return None
+        if call.attempt > MAX_ATTEMPTS:
+            error = f"gave up after {MAX_ATTEMPTS} attempts: each worker stopped mid-call"
+            return ModelFailed(seq=seq, error=error)
+        over = _over_budget(call, request)
+        if over:
+            return ModelFailed(seq=seq, error=over, budget=True)
+        cancel = threading.Event()
+        lease = self._lease(call, self.timing.lease_ms)
+        model = self.model()
+        try:
+            reply = run_leased(
+                lambda: model.complete(request, should_stop=cancel.is_set), lease, None, cancel
+            )
+        except ModelCallError as error:
+            return ModelFailed(seq=seq, error=str(error))
+        except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
+            return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
+        return ModelReplied(seq=seq, text=reply.text, usage=reply.usage)
+
+    # --- tool calls -----------------------------------------------------------------------
+
+    def _tool_event(self, call: Claimed) -> InboxEvent | None:
+        output = self._tool_output(call)
+        return None if output is None else ToolDone(call=call.asked.what, output=output)
+
+    def _tool_output(self, call: Claimed) -> ToolOutput | None:
+        tool_call = call.batch_call()
+        if tool_call is None:
+            return None
+        spec = self.spec(tool_call.tool)
+        if spec is None:
+            return ToolOutput.error(f"the tool {tool_call.tool} is not registered on this worker")
+        refused = _not_again(spec, call.attempt)
+        if refused is not None:
+            return refused
+        if self.settings.durable_claims and not spec.idempotent:
+            self._ensure_durable(call)
+        run_id, call_id = call.asked.run_id, call.asked.what
+        context = ToolContext(run_id=run_id, call_id=call_id, attempt=call.attempt)
+        context._report = lambda text: self._progress(run_id, call_id, tool_call.tool, text)
+        lease = self._tool_lease(call, spec)
+        timeout = spec.timeout if spec.timeout is not None else self.settings.tool_timeout
+        try:
+            value = run_leased(
+                lambda: _invoke(spec, tool_call.args, context), lease, timeout, context._cancel
+            )
+        except CallTimedOut as error:
+            return ToolOutput.unknown(f"{error}; it was told to stop and may still finish")
+        except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
+            return ToolOutput.error(f"{type(error).__name__}: {error}".removesuffix(": "))
+        return _as_output(tool_call.tool, value, self.settings.tool_output_chars)
+
+    def _ensure_durable(self, call: Claimed) -> None:
+        """Return once the call's claim is durable (RELAY_DURABLE_CLAIMS); if Redis cannot
+        confirm it, give the claim back and raise _Postponed: the call has not started,
+        and the tick sends it again."""
+        asked = call.asked
+        # Within half the lease: the claim must still be ours when the call starts.
+        wait_ms = max(self.timing.lease_ms // 2, 100)
+        if self.store.make_durable(asked.run_id, asked.what, wait_ms):
+            return
+        log.warning("%s: Redis did not confirm its claim is durable; trying later", call.label)
+        self.store.unclaim(
+            asked.run_id,
+            asked.what,
+            attempt=call.attempt,
+            token=asked.token,
+            member=asked.member,
+            due_ms=self.steps.clock() + self.timing.grace_ms,
+        )
+        raise _Postponed
+
+    def _tool_lease(self, call: Claimed, spec: ToolSpec) -> Lease:
+        """Return the call's lease, lengthened for a tool that asked for a longer one."""
+        if spec.lease_seconds is None:
+            return self._lease(call, self.timing.lease_ms)
+        # A tool that may hold the GIL (C code, CPU work) cannot renew in time: it
+        # asked for a longer lease, taken now, before it starts. (Were it lost in
+        # between, the outcome would be fenced off when it is saved.)
+        lease = self._lease(call, int(spec.lease_seconds * 1000))
+        lease.renew()
+        return lease
+
+    def _progress(self, run_id: str, call_id: str, tool: str, text: str) -> None:
+        entry = TraceEntry(
+            at_ms=self.steps.clock(),
+            run=run_id,
+            kind="progress",
+            text=cut(text, 500),
+            call_id=call_id,
+            tool=tool,
+        )
+        try:
+            self.store.add_trace(run_id, entry)
+        except StoreUnavailable as error:
+            log.warning("could not record progress: %s", error)
+
+
+def _log_fenced(call: Claimed) -> None:
+    log.warning(
+        "%s lost its lease while it ran and another attempt took it over;"
+        " this attempt's outcome is discarded",
+        call.label,
+    )
+
+
+def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:
+    """Return why an earlier attempt's death stops this one, or None if it may run."""
+    if attempts > 1 and not spec.idempotent:
+        return ToolOutput.unknown(
+            "the worker running this call stopped before it reported, so it may or may not"
+            " have taken effect; it was not run again"
+        )
+    if attempts > MAX_ATTEMPTS:
+        return ToolOutput.unknown(
+            f"it was tried {MAX_ATTEMPTS} times and each worker stopped mid-call"
+        )
+    return None
+
+
+def _over_budget(call: Claimed, request: ModelRequest) -> str:
+    """Return why the tree's token budget would be passed by this call, or ''."""
+    if call.root_budget is None:
+        return ""
+    estimate = (len(request.system) + len(request.prompt)) // 4
+    if call.root_tokens + estimate <= call.root_budget:
+        return ""
+    return (
+        f"The token budget of {call.root_budget} would be passed"
+        f" ({call.root_tokens} used, about {estimate} more needed)."
+    )
+
+
+def _invoke(spec: ToolSpec, args: dict[str, object], context: ToolContext) -> object:
+    kwargs = dict(args)
+    if spec.context_param:
+        kwargs[spec.context_param] = context
+    return spec.fn(**kwargs)
+
+
+def _as_output(tool: str, value: object, limit: int) -> ToolOutput:
+    if isinstance(value, ToolOutput):
+        return ToolOutput(status=value.status, text=cut(value.text, limit))
+    if isinstance(value, str):
+        return ToolOutput.ok(cut(value, limit))
+    return ToolOutput.error(
+        f"the tool {tool} returned {type(value).__name__}, not text; a tool must return text"
+    )

@@ -1,0 +1,201 @@
+"""Where everything lives in Redis: every key, hash field and member Relay writes.
+
+This module is the map. Every key starts with `RELAY_PREFIX` (default `relay:`);
+the Lua scripts in `workers/lua/` spell the same field names, each script's
+header says which keys and arguments it takes.
+
+Per run (a root task, or a specialist's child run `<parent>.<call>`):
+
+    run:<id>        hash    the run itself (RunFields below): written by the CREATE
+                            and SAVE scripts, read by every task; expires with the run
+    inbox:<id>      stream  events not yet applied (results, decisions, cancels,
+                            children's outcomes): appended by RECORD, DECIDE and the
+                            client, deleted by the SAVE that applies them
+    trace:<id>      list    what happened, for people (`relay watch`/`show`), newest
+                            TRACE_MAX lines: written by SAVE and TRACE
+    lease:<id>:<x>  string  the token of the worker making call <x> now (a TTL):
+                            CLAIM takes it, RENEW keeps it, RECORD/SAVE release it
+
+Fleet-wide:
+
+    runs            zset    run ids by creation time (`relay runs`); pruned by the tick
+    outbox          zset    messages to send, scored by when to send them again
+                            (OutboxMember); SAVE adds, CLAIM/RENEW re-score, the
+                            tick re-sends what is due
+    pending         zset    what waits on a person, scored by its expiry (PendingMember)
+    pending:data    hash    PendingMember -> the Pending JSON
+    activity        stream  a run id per trace that grew: what `wait`/`watch` block on
+    prune-cursor    string  how far the tick's sweep of expired runs got
+    tick-lock       string  the process ticking in this interval (lapses after it)
+    tick-stats      hash    n ticks, last_ms, by whom
+    schedule-notes:<name>  list  notes a schedule's runs remembered, for the next run
+
+Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import this):
+
+    schedules       hash    name -> Schedule JSON
+    schedule-due    zset    name by its next due time
+    schedule-slot:<name>:<slot>  string  the claim on one fired slot (SET NX)
+    schedule-firing zset    "name|slot" of slots whose run is not confirmed yet
+    notifications   list    what notify-only schedules recorded, newest first
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from scheduler import ScheduleKeys
+
+__all__ = [
+    "NOTES_MAX",
+    "TRACE_MAX",
+    "Keys",
+    "OutboxMember",
+    "PendingKind",
+    "RunFields",
+    "model_call",
+    "pending_member",
+    "pending_parts",
+]
+
+TRACE_MAX = 2_000
+"""Lines a run's trace keeps (the newest); each line is cut, so a trace stays bounded."""
+NOTES_MAX = 100
+"""Notes a schedule (or a memory) keeps, the newest."""
+
+PendingKind = Literal["plan", "call", "question"]
+
+
+class RunFields:
+    """The fields of a run's hash (`run:<id>`)."""
+
+    VERSION = "v"
+    """Counts saves; SAVE is a compare-and-set on it."""
+    RECORD = "meta"
+    """The RunRecord JSON (fields equal to their default left out)."""
+    SNAPSHOT = "snap"
+    """The agent's snapshot."""
+    PROMPT_TOKENS = "tp"
+    COMPLETION_TOKENS = "tc"
+    TOTAL_TOKENS = "tt"
+    """Tokens of the run and all its descendants (SAVE adds each call's usage to every
+    ancestor)."""
+    TRACE_LINES = "tn"
+    """Trace lines ever written (the list keeps only the newest)."""
+    OUT = "out"
+    """Calls of the current batch not yet recorded: the last RECORD advances the run."""
+    BUDGET = "budget"
+    """Tokens the whole tree may use (on the root)."""
+    CANCEL = "cancel"
+    """Set when the run is cancelled: running tools see it through their lease."""
+
+    @staticmethod
+    def result(call: str) -> str:
+        """`r:<call>`: the call's outcome is recorded (in the inbox, not yet applied)."""
+        return f"r:{call}"
+
+    @staticmethod
+    def attempts(call: str) -> str:
+        """`a:<call>`: claims of the call so far (the fence: only the last may record)."""
+        return f"a:{call}"
+
+    @staticmethod
+    def decision(kind: PendingKind, what: str) -> str:
+        """`d:<call>`, `d:plan:<seq>`, `d:question:<seq>`: `decided`, or `expired`."""
+        return f"d:{what}" if kind == "call" else f"d:{kind}:{what}"
+
+
+def model_call(seq: int) -> str:
+    """The name a model call goes by in leases and fields: `m<seq>`."""
+    return f"m{seq}"
+
+
+class OutboxMember:
+    """Members of the outbox: one per message that must be sent (and re-sent if lost)."""
+
+    @staticmethod
+    def advance(run_id: str) -> str:
+        """`a|<run>`: wake the run; removed by a save that leaves its inbox empty."""
+        return f"a|{run_id}"
+
+    @staticmethod
+    def model(run_id: str, seq: int) -> str:
+        """`m|<run>|<seq>`: make the model call; removed when its outcome is saved."""
+        return f"m|{run_id}|{seq}"
+
+    @staticmethod
+    def tool(run_id: str, call_id: str) -> str:
+        """`t|<run>|<call>`: run the tool call; removed when its outcome is saved."""
+        return f"t|{run_id}|{call_id}"
+
+
+def pending_member(run_id: str, kind: PendingKind, what: str) -> str:
+    """`<run>|call|<call>`, `<run>|plan|<seq>`, `<run>|question|<seq>`: one pending entry."""
+    return f"{run_id}|{kind}|{what}"
+
+
+def pending_parts(member: str) -> tuple[str, str, str]:
+    """Return (run id, kind, what) of a pending member."""
+    run_id, kind, what = member.rsplit("|", 2)
+    return run_id, kind, what
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every key under one prefix."""
+
+    prefix: str
+
+    def _(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    @property
+    def runs(self) -> str:
+        return self._("runs")
+
+    @property
+    def outbox(self) -> str:
+        return self._("outbox")
+
+    @property
+    def pending(self) -> str:
+        return self._("pending")
+
+    @property
+    def pending_data(self) -> str:
+        return self._("pending:data")
+
+    @property
+    def activity(self) -> str:
+        return self._("activity")
+
+    @property
+    def prune_cursor(self) -> str:
+        return self._("prune-cursor")
+
+    @property
+    def tick_lock(self) -> str:
+        return self._("tick-lock")
+
+    @property
+    def tick_stats(self) -> str:
+        return self._("tick-stats")
+
+    def run(self, run_id: str) -> str:
+        return self._(f"run:{run_id}")
+
+    def inbox(self, run_id: str) -> str:
+        return self._(f"inbox:{run_id}")
+
+    def trace(self, run_id: str) -> str:
+        return self._(f"trace:{run_id}")
+
+    def lease(self, run_id: str, what: str) -> str:
+        return self._(f"lease:{run_id}:{what}")
+
+    def schedule_notes(self, schedule: str) -> str:
+        return self._(f"schedule-notes:{schedule}")
+
+    def schedules(self) -> ScheduleKeys:
+        """The scheduler's keys, under the same prefix."""
+        return ScheduleKeys.under(self.prefix)

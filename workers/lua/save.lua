@@ -1,0 +1,81 @@
+-- SAVE: save a run if nobody saved it since it was loaded (compare-and-set on `v`),
+-- with everything that goes with the step, all or nothing.
+--
+-- A call that saves its own outcome with the run (`own`) is refused if that outcome
+-- was recorded already, and fenced like RECORD's: only the attempt that claimed the
+-- call last. The effects JSON is built in one place, workers.store.RunStore.save.
+--
+-- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
+-- KEYS[5] pending index  KEYS[6] pending data  KEYS[7] runs index
+-- ARGV[1] expected version  ARGV[2] record JSON  ARGV[3] snapshot  ARGV[4] effects JSON
+-- Returns: saved, stale (someone saved first: reload and try again), duplicate (the
+-- call's own outcome was recorded already) or fenced (another attempt took it over).
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 'stale' end
+local fx = cjson.decode(ARGV[4])
+if fx.own ~= nil then
+  if redis.call('HEXISTS', KEYS[1], 'r:' .. fx.own.call) == 1 then return 'duplicate' end
+  if redis.call('HGET', KEYS[1], 'a:' .. fx.own.call) ~= fx.own.attempt then return 'fenced' end
+  if redis.call('GET', fx.own.lease) == fx.own.token then redis.call('DEL', fx.own.lease) end
+  redis.call('ZREM', KEYS[4], fx.own.member)
+end
+redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'snap', ARGV[3])
+for _, id in ipairs(fx.applied) do redis.call('XDEL', KEYS[2], id) end
+for _, f in ipairs(fx.forget) do redis.call('HDEL', KEYS[1], f) end
+local out = 0
+for _, c in ipairs(fx.running) do
+  if redis.call('HEXISTS', KEYS[1], 'r:' .. c) == 0 then out = out + 1 end
+end
+redis.call('HSET', KEYS[1], 'out', out)
+if #fx.trace > 0 then
+  redis.call('RPUSH', KEYS[3], unpack(fx.trace))
+  redis.call('LTRIM', KEYS[3], -fx.trace_max, -1)
+  redis.call('HINCRBY', KEYS[1], 'tn', #fx.trace)
+  redis.call('XADD', fx.activity, 'MAXLEN', '~', 10000, '*', 'r', fx.run)
+end
+for _, m in ipairs(fx.send) do redis.call('ZADD', KEYS[4], m[2], m[1]) end
+for _, m in ipairs(fx.unsend) do redis.call('ZREM', KEYS[4], m) end
+for _, p in ipairs(fx.pending_del) do
+  redis.call('ZREM', KEYS[5], p)
+  redis.call('HDEL', KEYS[6], p)
+end
+for _, p in ipairs(fx.pending_add) do
+  redis.call('ZADD', KEYS[5], p[2], p[1])
+  redis.call('HSET', KEYS[6], p[1], p[3])
+end
+for _, u in ipairs(fx.usage) do
+  -- An ancestor that finished and expired is not brought back without a TTL.
+  if redis.call('HEXISTS', u[1], 'v') == 1 then
+    redis.call('HINCRBY', u[1], 'tp', u[2])
+    redis.call('HINCRBY', u[1], 'tc', u[3])
+    redis.call('HINCRBY', u[1], 'tt', u[4])
+  end
+end
+for _, c in ipairs(fx.create) do
+  if redis.call('EXISTS', c[1]) == 0 then
+    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'snap', c[4], 'tp', 0, 'tc', 0, 'tt', 0)
+    redis.call('ZADD', KEYS[7], c[5], c[2])
+    redis.call('ZADD', KEYS[4], c[7], c[6])
+  end
+end
+for _, d in ipairs(fx.deliver) do
+  if redis.call('HEXISTS', d[1], 'v') == 1 then
+    redis.call('XADD', d[2], '*', 'e', d[3])
+    redis.call('ZADD', KEYS[4], d[5], d[4])
+    if d[6] == 1 then redis.call('HSET', d[1], 'cancel', 1) end
+  end
+end
+if fx.notes_key ~= '' and #fx.notes > 0 then
+  redis.call('RPUSH', fx.notes_key, unpack(fx.notes))
+  redis.call('LTRIM', fx.notes_key, -fx.notes_max, -1)
+end
+if redis.call('XLEN', KEYS[2]) == 0 then
+  redis.call('ZREM', KEYS[4], fx.advance)
+  redis.call('DEL', KEYS[2])
+end
+if fx.retention > 0 then
+  redis.call('EXPIRE', KEYS[1], fx.retention)
+  redis.call('EXPIRE', KEYS[3], fx.retention)
+  redis.call('DEL', KEYS[2])
+  redis.call('ZREM', KEYS[4], fx.advance)
+end
+return 'saved'

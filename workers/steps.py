@@ -1,0 +1,115 @@
+"""Advancing a run: load it, apply its inbox through the engine, save, send.
+
+`Steps.advance` is what `relay.advance` does. The save is a compare-and-set on
+the run's version: a worker that loses the race to another reloads and applies
+again, so an event is applied exactly once, by the save that also deletes it
+from the inbox. `decide` is shared with the calls (`workers.calls`), which save
+their own outcome with the run in the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from agent_core import Agent, AgentError
+from workers import endings, engine
+from workers.agent_kit import AgentKit
+from workers.codec import Loaded
+from workers.effects import Advanced, Message, OwnOutcome
+from workers.engine import Surroundings
+from workers.layout import OutboxMember
+from workers.records import InboxEvent
+from workers.scripts import Saved
+from workers.settings import Timing
+from workers.store import RunStore
+
+__all__ = ["SAVE_TRIES", "Steps"]
+
+log = logging.getLogger(__name__)
+
+SAVE_TRIES = 20
+"""Lost compare-and-set races before a worker leaves the run to the tick."""
+
+
+class Steps:
+    """Advances runs: one event in (or many), the next step saved, its messages sent."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        kit: AgentKit,
+        timing: Timing,
+        send: Callable[[list[Message]], None],
+        clock: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.kit = kit
+        self.timing = timing
+        self.send = send
+        self.clock = clock
+
+    def around(self) -> Surroundings:
+        t = self.timing
+        return Surroundings(
+            now_ms=self.clock(),
+            grace_ms=t.grace_ms,
+            approval_ttl_ms=t.approval_ttl_ms,
+            retention_s=t.retention_s,
+            verifier=self.kit.verifier,
+        )
+
+    def advance(self, run_id: str, loaded: Loaded | None = None) -> None:
+        """Apply the run's new inbox events and act on its next step; retries lost races."""
+        for _ in range(SAVE_TRIES):
+            if loaded is None:
+                loaded = self.store.load(run_id)
+            if loaded is None:
+                self.store.forget_message(OutboxMember.advance(run_id))
+                return
+            if self.save(self.decide(run_id, loaded), loaded.version) is not Saved.STALE:
+                return
+            loaded = None
+        log.warning(
+            "run %s: gave up saving after %d lost races; the tick will retry", run_id, SAVE_TRIES
+        )
+
+    def save(self, advanced: Advanced, version: str, own: OwnOutcome | None = None) -> Saved:
+        """Save a step; once it has landed, send what it decided."""
+        saved = self.store.save(advanced, version, own)
+        if saved is Saved.SAVED:
+            self.send(list(advanced.messages))
+        return saved
+
+    def decide(
+        self,
+        run_id: str,
+        loaded: Loaded,
+        agent: Agent | None = None,
+        own: InboxEvent | None = None,
+    ) -> Advanced:
+        """Return what to save for the run: the next step, or its end if it cannot go on.
+
+        `agent` is the run's agent when the caller restored it already (advancing
+        changes it); `own` the outcome of the calling task, applied after the inbox.
+        """
+        record = loaded.record
+        around = self.around()
+        if record is None:
+            held = self.store.pending_members_of(run_id)
+            return endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
+        if record.state == "finished":
+            return endings.finished_already(
+                record, loaded.snapshot, loaded.inbox, around.retention_s
+            )
+        if agent is None:
+            try:
+                agent = self.kit.restore(record, loaded.snapshot)
+            except AgentError as error:
+                return endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
+        try:
+            return engine.advance(record, agent, loaded.inbox, around, own)
+        except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
+            log.exception("run %s: advancing failed; the run is stopped", run_id)
+            problem = f"advancing it raised {type(error).__name__}: {error}"
+            return endings.failed_run(record, loaded.snapshot, problem, around)
