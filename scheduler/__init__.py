@@ -6,8 +6,18 @@ A `Schedule` is plain data; `ScheduleStore` keeps schedules and notifications
 in Redis and claims each (schedule, slot) exactly once.
 """
 
+from scheduler.errors import SchedulerError, StoreUnreachable
 from scheduler.schedules import Schedule
 from scheduler.store import Notification, ScheduleKeys, ScheduleStore
 from scheduler.tick import TickHost, tick
 
-__all__ = ["Notification", "Schedule", "ScheduleKeys", "ScheduleStore", "TickHost", "tick"]
+__all__ = [
+    "Notification",
+    "Schedule",
+    "ScheduleKeys",
+    "ScheduleStore",
+    "SchedulerError",
+    "StoreUnreachable",
+    "TickHost",
+    "tick",
+]

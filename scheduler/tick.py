@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from scheduler.errors import StoreUnreachable
 from scheduler.schedules import Schedule
 from scheduler.store import Due, Notification, ScheduleStore, fire_id
 
@@ -124,7 +125,7 @@ def _start(
             schedule=schedule.name,
             run_id=fire_id(schedule.name, slot_ms),
         )
-    except ConnectionError:
+    except StoreUnreachable:
         raise  # the store is away: the slot stays firing, and a later tick starts it
     except Exception as error:  # noqa: BLE001 - one schedule's failure must not stop the others
         log.warning("schedule %r: could not start its run: %s", schedule.name, error)

@@ -1,22 +1,30 @@
 """workers: the distributed runtime — the Relay object, its Celery app, tasks and client API."""
 
 from workers.errors import (
+    AppNotFound,
+    CallTimedOut,
     DecisionRefused,
+    EmbeddedError,
+    ModelCallError,
     RelayError,
     RunCorrupt,
     RunNotFound,
+    SettingsError,
     StoreUnavailable,
     ToolRegistrationError,
     WaitTimeout,
 )
-from workers.model_client import ModelCallError, ModelReply
+from workers.model_client import ModelReply
 from workers.records import Pending, RunStatus, TraceEntry, Usage
 from workers.registry import ToolContext
 from workers.relay import Relay
-from workers.settings import Settings, SettingsError
+from workers.settings import Settings
 
 __all__ = [
+    "AppNotFound",
+    "CallTimedOut",
     "DecisionRefused",
+    "EmbeddedError",
     "ModelCallError",
     "ModelReply",
     "Pending",

@@ -6,14 +6,10 @@ import importlib
 import sys
 from pathlib import Path
 
-from workers.errors import RelayError
+from workers.errors import AppNotFound
 from workers.relay import Relay
 
 __all__ = ["AppNotFound", "load_relay"]
-
-
-class AppNotFound(RelayError):
-    """Raised when `--app` does not name a Relay object that can be imported."""
 
 
 def load_relay(spec: str | None) -> Relay:

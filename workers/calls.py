@@ -27,10 +27,10 @@ from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, Too
 from agent_core.text import cut
 from workers.codec import Loaded
 from workers.effects import OwnOutcome
-from workers.errors import StoreUnavailable
+from workers.errors import CallTimedOut, StoreUnavailable
 from workers.holding import save_holding
 from workers.layout import OutboxMember, model_call
-from workers.leases import CallTimedOut, Lease, run_leased
+from workers.leases import Lease, run_leased
 from workers.model_client import ModelCallError, ModelReply
 from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
 from workers.registry import ToolContext, ToolSpec

@@ -40,18 +40,14 @@ from typing import Any
 
 import redis
 
-from workers.errors import RelayError
+from workers.errors import EmbeddedError
 
-__all__ = ["Embedded", "EmbeddedError", "redis_executable"]
+__all__ = ["Embedded", "redis_executable"]
 
 REDIS_START_SECONDS = 15.0
 WORKER_STOP_SECONDS = 5.0
 REDIS_STOP_SECONDS = 5.0
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-class EmbeddedError(RelayError):
-    """Raised when the private Redis or worker cannot start, or stops before the command ends."""
 
 
 def redis_executable() -> str | None:

@@ -1,25 +1,38 @@
 """Errors raised by the Relay runtime.
 
     RelayError
-    ├── RunNotFound         no run has that id (or it has expired)
-    ├── RunCorrupt          the run's stored record cannot be read
-    ├── DecisionRefused     an approval or answer for something not pending (or decided already)
-    ├── WaitTimeout         `wait` gave up before the run finished
-    ├── StoreUnavailable    Redis cannot be reached or answered with an error
-    └── ToolRegistrationError  a tool function that cannot be described to the model
+    ├── SettingsError         a RELAY_* variable Relay cannot use (also ValueError)
+    ├── AppNotFound           --app or RELAY_APP names no Relay that can be imported
+    ├── ToolRegistrationError a tool function that cannot be described to the model
+    ├── RunNotFound           no run has that id, or it has expired (also KeyError)
+    ├── RunCorrupt            the run's stored record cannot be read
+    ├── DecisionRefused       a decision for something not pending, decided, or too late
+    ├── WaitTimeout           `wait` gave up before the run finished (also TimeoutError)
+    ├── StoreUnavailable      Redis cannot be reached or answered with an error (also
+    │                         ConnectionError and scheduler.StoreUnreachable)
+    ├── ModelCallError        a model call failed; `retryable` says it was transient
+    ├── CallTimedOut          a call ran past its time limit (it may still be running)
+    └── EmbeddedError         the private Redis or worker of `relay run`/`demo` failed
 
-`workers.settings.SettingsError` (a bad RELAY_* variable) stands apart: it is
-raised before any Relay object exists. Errors of the pure core are
-`agent_core.AgentError`.
+Errors of the pure core are `agent_core.AgentError`; where the runtime reports
+one as its own (`Relay.start` given a task the core refuses), the core's error
+is the cause.
 """
 
 from __future__ import annotations
 
+from scheduler.errors import StoreUnreachable
+
 __all__ = [
+    "AppNotFound",
+    "CallTimedOut",
     "DecisionRefused",
+    "EmbeddedError",
+    "ModelCallError",
     "RelayError",
     "RunCorrupt",
     "RunNotFound",
+    "SettingsError",
     "StoreUnavailable",
     "ToolRegistrationError",
     "WaitTimeout",
@@ -28,6 +41,18 @@ __all__ = [
 
 class RelayError(Exception):
     """Raised for every error of the Relay runtime; the root of the tree."""
+
+
+class SettingsError(RelayError, ValueError):
+    """Raised when an environment variable has a value Relay cannot use; one line, no secrets."""
+
+
+class AppNotFound(RelayError):
+    """Raised when `--app` does not name a Relay object that can be imported."""
+
+
+class ToolRegistrationError(RelayError, TypeError):
+    """Raised when a tool function's signature cannot be described to the model."""
 
 
 class RunNotFound(RelayError, KeyError):
@@ -42,16 +67,44 @@ class RunCorrupt(RelayError):
 
 
 class DecisionRefused(RelayError):
-    """Raised when a decision names something that is not pending, or was decided already."""
+    """Raised when a decision names something that is not pending, was decided already,
+    or came after its time ran out (then it is declined)."""
 
 
 class WaitTimeout(RelayError, TimeoutError):
     """Raised when `Relay.wait` gives up before the run finished."""
 
 
-class StoreUnavailable(RelayError, ConnectionError):
+class StoreUnavailable(RelayError, ConnectionError, StoreUnreachable):
     """Raised when Redis cannot be reached or fails; the message names it without a password."""
 
 
-class ToolRegistrationError(RelayError, TypeError):
-    """Raised when a tool function's signature cannot be described to the model."""
+class ModelCallError(RelayError):
+    """Raised when a model call fails; `retryable` says the failure was transient.
+
+    `status` is the HTTP status when the server answered, else None. A transient
+    failure has already been retried as often as the settings allow.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+        """Seconds the server asked us to wait (Retry-After), if it said."""
+
+
+class CallTimedOut(RelayError):
+    """Raised when a call did not finish within its time limit (it may still be running)."""
+
+
+class EmbeddedError(RelayError):
+    """Raised when the private Redis or worker cannot start, or stops before the command ends."""

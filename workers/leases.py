@@ -17,16 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from workers.errors import StoreUnavailable
+from workers.errors import CallTimedOut, StoreUnavailable
 
-__all__ = ["CallTimedOut", "Lease", "run_leased"]
+__all__ = ["Lease", "run_leased"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class CallTimedOut(Exception):
-    """The call did not finish within its time limit (it may still be running)."""
 
 
 @dataclass

@@ -44,6 +44,7 @@ from pydantic import (
 
 from agent_core.steps import Attachment, ModelRequest
 from agent_core.text import cut
+from workers.errors import ModelCallError
 from workers.models import ModelSettings
 from workers.records import Usage
 from workers.redact import redact_url, url_secrets
@@ -70,29 +71,6 @@ class ModelReply(BaseModel):
 
     text: str
     usage: Usage = Usage()
-
-
-class ModelCallError(Exception):
-    """Raised when a model call fails; `retryable` says the failure was transient.
-
-    `status` is the HTTP status when the server answered, else None. A transient
-    failure has already been retried as often as the settings allow.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        status: int | None = None,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-        self.status = status
-        self.retry_after = retry_after
-        """Seconds the server asked us to wait (Retry-After), if it said."""
 
 
 # --- pure arithmetic and parsing -------------------------------------------------

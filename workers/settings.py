@@ -53,6 +53,7 @@ from pydantic import (
     model_validator,
 )
 
+from workers.errors import SettingsError
 from workers.models import ModelSettings, chat_completions_url, check_api_key
 from workers.redact import redact_url
 
@@ -67,10 +68,6 @@ _URL_FIELDS = ("redis_url", "broker_url", "model_url")
 def now_ms() -> int:
     """The wall clock, in milliseconds since the epoch: the one clock of the runtime."""
     return time.time_ns() // 1_000_000
-
-
-class SettingsError(ValueError):
-    """Raised when an environment variable has a value Relay cannot use; one line, no secrets."""
 
 
 # --- parsers: each takes a value from the environment (a str) or from code -------
