@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from agent_core import Daily, Every, Recipe, Trigger, Weekly
-from scheduler import Schedule, ScheduleStore, tick
+from scheduler import Schedule, ScheduleStore, StoreUnreachable, tick
 from scheduler.store import fire_id
 from scheduler.tick import REFIRE_AFTER_MS
 from tests.support.redis_server import RedisServer
@@ -50,7 +50,7 @@ class RecordingHost:
     heals: list[int] = field(default_factory=list)
     refuse: set[str] = field(default_factory=set)
     unreachable: int = 0
-    """How many more starts fail as if the store were away (ConnectionError)."""
+    """How many more starts fail as if the store were away (StoreUnreachable)."""
     ids: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -74,7 +74,7 @@ class RecordingHost:
         with self.lock:
             if self.unreachable > 0:
                 self.unreachable -= 1
-                raise ConnectionError("the store is away")
+                raise StoreUnreachable("the store is away")
             if run_id is not None and run_id in self.ids:
                 return self.ids[run_id]  # that run exists: starting it again does nothing
             self.starts.append(
@@ -375,7 +375,7 @@ def test_a_slot_whose_tick_stopped_before_the_run_is_started_later_once(
     slot = schedule.next_due_ms
     # The tick wins the slot, then cannot start the run (say Redis went away).
     host.unreachable = 1
-    with pytest.raises(ConnectionError):
+    with pytest.raises(StoreUnreachable):
         tick(host, slot)
     assert host.starts == []
     # Not before its time: the claiming tick may still be on its way.
