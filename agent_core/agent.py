@@ -31,7 +31,7 @@ from agent_core.state import (
 )
 from agent_core.steps import Ask, Attachment, Done, Plan, Question, Run, Step, Summarize
 from agent_core.text import clean
-from agent_core.toolbox import DELEGATE, MAX_DEPTH, Setup, index_tools
+from agent_core.toolbox import DELEGATE, MAX_SPECIALIST_DEPTH, Setup, index_tools
 from agent_core.tools import Tool, ToolCall, ToolOutput
 
 __all__ = ["Agent"]
@@ -265,7 +265,7 @@ class Agent:
         nested = tuple(
             s
             for s in state.specialists
-            if depth + 1 < MAX_DEPTH
+            if depth + 1 < MAX_SPECIALIST_DEPTH
             and s.name != specialist.name
             and set(s.tool_names) <= set(granted)
         )

@@ -5,7 +5,7 @@ blocks are cut with `str.find`, and the first complete JSON object is found by
 decoding at each candidate `{` and, on failure, resuming the search at the
 point where the decoder gave up (a `{` before that point lies inside text that
 already failed to parse the same way). Only a `{` followed by `"` or `}` can
-open an object, and at most MAX_ATTEMPTS candidates are decoded: the json
+open an object, and at most MAX_CANDIDATES candidates are decoded: the json
 module's error message costs time linear in the error's offset, so an unbounded
 number of failures would be quadratic. Nothing here raises: every failure is an
 `Unusable` with a reason the model is shown.
@@ -33,9 +33,11 @@ __all__ = [
 PROTOCOL_KEYS = ("plan", "tool", "tools", "final", "ask_user")
 MAX_NUMBER_DIGITS = 400
 MAX_NESTING = 500
-MAX_DEPTH = 64
+"""Deepest bracket nesting the scanner follows while looking for a candidate's end."""
+MAX_OBJECT_DEPTH = 64
 """Deepest nesting an accepted object may have; deeper data could not be saved and restored."""
-MAX_ATTEMPTS = 64
+MAX_CANDIDATES = 64
+"""Candidate objects decoded at most: the first usable one wins."""
 SHOWN_CHARS = 80
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -189,7 +191,7 @@ def first_object(text: str) -> dict[str, Any] | Unusable:
     """Return the first complete JSON object in `text`, or why there is none."""
     attempts = 0
     candidate = text.find("{")
-    while candidate != -1 and attempts < MAX_ATTEMPTS:
+    while candidate != -1 and attempts < MAX_CANDIDATES:
         if not _can_open_object(text, candidate):
             candidate = text.find("{", candidate + 1)
             continue
@@ -204,8 +206,8 @@ def first_object(text: str) -> dict[str, Any] | Unusable:
             resume = max(_past_deep_nesting(text, candidate), candidate + 1)
         else:
             if isinstance(value, dict):
-                if _depth_over(value, MAX_DEPTH):
-                    return Unusable(f"your JSON is nested more than {MAX_DEPTH} levels deep")
+                if _depth_over(value, MAX_OBJECT_DEPTH):
+                    return Unusable(f"your JSON is nested more than {MAX_OBJECT_DEPTH} levels deep")
                 return _clean_strings(value) if "\\u" in text else value
             resume = candidate + 1  # pragma: no cover - a value starting with { is a dict
         candidate = text.find("{", resume)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
+from pydantic import BaseModel, Field, NonNegativeInt, ValidationError, model_validator
 
 from agent_core.errors import SnapshotError
 from agent_core.skills import Skill
 from agent_core.specialists import Specialist
-from agent_core.steps import Attachment, Outcome, Stop
+from agent_core.steps import FROZEN, Attachment, Outcome, Stop
 from agent_core.tools import ToolCall, ToolOutput
 
 __all__ = [
@@ -42,14 +42,12 @@ __all__ = [
 FORMAT = "relay.agent"
 VERSION = 1
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
-
 
 # --- history: what the model is shown, one entry per turn -------------------------
 
 
 class CallResult(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     call: ToolCall
     output: ToolOutput
 
@@ -57,7 +55,7 @@ class CallResult(BaseModel):
 class CallsEntry(BaseModel):
     """A batch of calls and all their results: never separated."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["calls"] = "calls"
     results: tuple[CallResult, ...]
     note: str = ""
@@ -66,14 +64,14 @@ class CallsEntry(BaseModel):
 class SentBackEntry(BaseModel):
     """A final answer that was sent back, and why."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["sent_back"] = "sent_back"
     final: str
     problem: str
 
 
 class NoteEntry(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["note"] = "note"
     text: str
 
@@ -82,7 +80,7 @@ class SkillEntry(BaseModel):
     """A skill loaded with `use_skill`: its body (the first part, when long) and a note
     listing its files and how to read the rest."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["skill"] = "skill"
     name: str
     body: str
@@ -90,7 +88,7 @@ class SkillEntry(BaseModel):
 
 
 class AnswerEntry(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["answer"] = "answer"
     question: str
     answer: str
@@ -108,21 +106,21 @@ Entry = Annotated[
 class Idle(BaseModel):
     """Not started yet."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["idle"] = "idle"
 
 
 class Asking(BaseModel):
     """Waiting for the model's reply (a plan first while `AgentState.planning`)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["asking"] = "asking"
 
 
 class Summarizing(BaseModel):
     """Waiting for the model to summarise the oldest `fold` history entries."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["summarizing"] = "summarizing"
     fold: int = Field(ge=1)
 
@@ -130,14 +128,14 @@ class Summarizing(BaseModel):
 class Reviewing(BaseModel):
     """Waiting for a person to approve `AgentState.plan`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["reviewing"] = "reviewing"
 
 
 class Running(BaseModel):
     """Waiting for the results of a batch of calls, in any order."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["running"] = "running"
     batch: tuple[ToolCall, ...] = Field(min_length=1)
     results: dict[str, ToolOutput] = Field(default_factory=dict)
@@ -154,13 +152,13 @@ class Running(BaseModel):
 class Questioning(BaseModel):
     """Waiting for a person's answer to `question`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["questioning"] = "questioning"
     question: str
 
 
 class Finished(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["finished"] = "finished"
     outcome: Outcome
 
@@ -195,7 +193,7 @@ TraceKind = Literal[
 class TraceEvent(BaseModel):
     """One thing that happened. `seq` counts from 1 over the agent's whole life."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     seq: int
     kind: TraceKind
     text: str = ""
@@ -208,7 +206,7 @@ class TraceEvent(BaseModel):
 
 
 class AgentState(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
 
     task: str = ""
     context: str = ""
@@ -255,7 +253,7 @@ class AgentState(BaseModel):
 
 
 class Snapshot(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     format: Literal["relay.agent"]
     version: Literal[1]
     state: AgentState

@@ -30,7 +30,8 @@ __all__ = [
     "Summarize",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+FROZEN = ConfigDict(frozen=True, extra="forbid")
+"""The model config of every value of the core, and of the runtime's records."""
 
 
 class Attachment(BaseModel):
@@ -51,7 +52,7 @@ class Attachment(BaseModel):
 class ModelRequest(BaseModel):
     """One call to make to the model: a system text, a prompt, and any attachments."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     system: str
     prompt: str
@@ -90,7 +91,7 @@ _LABELS = {
 class Outcome(BaseModel):
     """How a run ended: the stop, a summary, the model's whole final object, calls made."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     stop: Stop
     summary: str
@@ -101,7 +102,7 @@ class Outcome(BaseModel):
 class Ask(BaseModel):
     """Call the model with `request`; answer with `agent.reply(text)` or `agent.fail(error)`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["ask"] = "ask"
     request: ModelRequest
     __match_args__ = ("request",)
@@ -110,7 +111,7 @@ class Ask(BaseModel):
 class Plan(BaseModel):
     """The model proposes these steps; answer with `agent.approve_plan(yes)`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["plan"] = "plan"
     steps: tuple[str, ...]
     __match_args__ = ("steps",)
@@ -119,7 +120,7 @@ class Plan(BaseModel):
 class Run(BaseModel):
     """Run `call` (and `agent.queued()`, the rest of its batch); answer with `agent.result`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["run"] = "run"
     call: ToolCall
     __match_args__ = ("call",)
@@ -128,7 +129,7 @@ class Run(BaseModel):
 class Question(BaseModel):
     """Ask a person `text`; answer with `agent.answer(text)`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["question"] = "question"
     text: str
     __match_args__ = ("text",)
@@ -137,7 +138,7 @@ class Question(BaseModel):
 class Summarize(BaseModel):
     """Ask the model to summarise older history; answer with `agent.reply(text)` in plain text."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["summarize"] = "summarize"
     request: ModelRequest
     __match_args__ = ("request",)
@@ -146,7 +147,7 @@ class Summarize(BaseModel):
 class Done(BaseModel):
     """The run ended; nothing more will happen unless the host calls `reject_final`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["done"] = "done"
     outcome: Outcome
     __match_args__ = ("outcome",)

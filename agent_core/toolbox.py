@@ -32,7 +32,7 @@ __all__ = [
 
 DELEGATE, REMEMBER, USE_SKILL = "delegate", "remember", "use_skill"
 READ_SKILL_FILE = "read_skill_file"
-MAX_DEPTH = 3
+MAX_SPECIALIST_DEPTH = 3
 """How deep delegation may go: a root (0) → child (1) → grandchild (2), no further."""
 
 

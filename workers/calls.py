@@ -38,11 +38,11 @@ from workers.scripts import ClaimStatus, Recorded, Saved
 from workers.settings import Settings
 from workers.steps import Steps
 
-__all__ = ["MAX_ATTEMPTS", "Calls", "Model"]
+__all__ = ["MAX_CALL_ATTEMPTS", "Calls", "Model"]
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 3
+MAX_CALL_ATTEMPTS = 3
 """Claims of one call before Relay stops trying (each earlier worker died mid-call)."""
 
 
@@ -279,8 +279,8 @@ class Calls:
         seq = call.asked.seq
         if request is None or seq is None:
             return None
-        if call.attempt > MAX_ATTEMPTS:
-            error = f"gave up after {MAX_ATTEMPTS} attempts: each worker stopped mid-call"
+        if call.attempt > MAX_CALL_ATTEMPTS:
+            error = f"gave up after {MAX_CALL_ATTEMPTS} attempts: each worker stopped mid-call"
             return ModelFailed(seq=seq, error=error)
         over = _over_budget(call, request)
         if over:
@@ -392,9 +392,9 @@ def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:
             "the worker running this call stopped before it reported, so it may or may not"
             " have taken effect; it was not run again"
         )
-    if attempts > MAX_ATTEMPTS:
+    if attempts > MAX_CALL_ATTEMPTS:
         return ToolOutput.unknown(
-            f"it was tried {MAX_ATTEMPTS} times and each worker stopped mid-call"
+            f"it was tried {MAX_CALL_ATTEMPTS} times and each worker stopped mid-call"
         )
     return None
 

@@ -38,6 +38,7 @@ from agent_core import (
     ToolOutput,
     TraceEvent,
 )
+from agent_core.toolbox import DELEGATE
 from workers.effects import (
     Advanced,
     ChildRun,
@@ -68,11 +69,9 @@ from workers.records import (
     WaitingFor,
 )
 
-__all__ = ["DELEGATE", "Surroundings", "Verifier", "Working", "advance", "finish"]
+__all__ = ["Surroundings", "Verifier", "Working", "advance", "finish", "sync_pending"]
 
 MAX_VERIFIER_REJECTIONS = 3
-DELEGATE = "delegate"
-"""The built-in tool a parent calls to hand work to a specialist (a child run)."""
 
 Verifier = Callable[[Outcome], str | None]
 

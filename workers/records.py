@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
 
 from agent_core import Config, Outcome, Risk, Stop, ToolOutput
+from agent_core.steps import FROZEN
 
 __all__ = [
     "Answer",
@@ -54,13 +55,11 @@ class Usage(BaseModel):
 RunState = Literal["running", "waiting", "finished"]
 WaitingFor = Literal["model", "tools", "children", "plan", "call", "question"]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
-
 
 class CallTrack(BaseModel):
     """The host side of one call of the current batch."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     status: Literal["running", "approval", "child"]
     tool: str
     child: str | None = None
@@ -71,7 +70,7 @@ class CallTrack(BaseModel):
 class RunRecord(BaseModel):
     """Everything about a run but its agent snapshot (kept beside it)."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     id: str
     parent: str | None = None
@@ -129,7 +128,7 @@ class TraceEntry(BaseModel):
 
 
 class ModelReplied(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["model_replied"] = "model_replied"
     seq: int
     text: str
@@ -137,7 +136,7 @@ class ModelReplied(BaseModel):
 
 
 class ModelFailed(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["model_failed"] = "model_failed"
     seq: int
     error: str
@@ -146,14 +145,14 @@ class ModelFailed(BaseModel):
 
 
 class ToolDone(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["tool_done"] = "tool_done"
     call: str
     output: ToolOutput
 
 
 class ChildDone(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["child_done"] = "child_done"
     call: str
     child: str
@@ -161,7 +160,7 @@ class ChildDone(BaseModel):
 
 
 class CallDecision(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["call_decision"] = "call_decision"
     call: str
     yes: bool
@@ -169,21 +168,21 @@ class CallDecision(BaseModel):
 
 
 class PlanDecision(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["plan_decision"] = "plan_decision"
     seq: int
     yes: bool
 
 
 class Answer(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["answer"] = "answer"
     seq: int
     text: str
 
 
 class CancelRun(BaseModel):
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["cancel"] = "cancel"
     reason: str = ""
     stop: Literal["cancelled", "budget_exceeded", "failed"] = "cancelled"
@@ -214,7 +213,7 @@ def inbox_event(text: str | bytes) -> InboxEvent:
 class Pending(BaseModel):
     """Something waiting on a person: a plan, a call or a question."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     kind: Literal["plan", "call", "question"]
     run_id: str
     root_id: str
@@ -232,7 +231,7 @@ class Pending(BaseModel):
 class RunStatus(BaseModel):
     """A run as the client API shows it."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
     id: str
     state: RunState
     waiting_for: WaitingFor | None
