@@ -21,9 +21,8 @@ from agent_core import ModelRequest
 from bench.app import CONFIG, build
 from bench.model import Task, reply_for
 from workers import Settings
-from workers.calls import Model
+from workers.chat import Model, ModelReply
 from workers.effects import Message
-from workers.model_client import ModelReply
 from workers.records import RunRecord, Usage
 from workers.runtime import Runtime
 from workers.settings import now_ms

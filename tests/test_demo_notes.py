@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from workers.demo import SAMPLE_NOTES, build, notes_folder
+from workers.cli.demo import SAMPLE_NOTES, build, notes_folder
 from workers.settings import Settings
 
 Tool = Callable[..., Any]

@@ -26,13 +26,9 @@ from tests.support.model_server import (
     refusing_url,
     scripted,
 )
-from workers.model_client import (
-    ModelCallError,
-    ModelClient,
-    ModelReply,
-    backoff_seconds,
-    parse_retry_after,
-)
+from workers.chat import ModelReply, backoff_seconds, parse_retry_after
+from workers.errors import ModelCallError
+from workers.model_client import ModelClient
 from workers.models import ModelSettings, chat_completions_url
 from workers.records import Usage
 

@@ -240,10 +240,10 @@ def test_a_fleet_of_plain_workers_ticks_once_per_interval(tmp_path: Path) -> Non
     with fleet(tmp_path, extra_env={"RELAY_TICK_SECONDS": "1"}) as f:
         workers = [f.worker("--pool", "threads", name=f"t{n}") for n in range(3)]
         store = f.relay.store
-        f.until(lambda: store.tick_stats()[0] >= 1, 30, what="a first tick")
-        first, _, _ = store.tick_stats()
+        f.until(lambda: store.upkeep.tick_stats()[0] >= 1, 30, what="a first tick")
+        first, _, _ = store.upkeep.tick_stats()
         time.sleep(6)
-        count, _, by = store.tick_stats()
+        count, _, by = store.upkeep.tick_stats()
         # Three workers, one tick per second between them (not three).
         assert 4 <= count - first <= 8, (first, count)
         assert by is not None
@@ -251,10 +251,10 @@ def test_a_fleet_of_plain_workers_ticks_once_per_interval(tmp_path: Path) -> Non
         pid = int(by.split(":")[1])
         dead = next(w for w in workers if w.process is not None and w.process.pid == pid)
         dead.kill()
-        f.until(lambda: (store.tick_stats()[2] or "").split(":")[1] != str(pid), 30)
-        before = store.tick_stats()[0]
+        f.until(lambda: (store.upkeep.tick_stats()[2] or "").split(":")[1] != str(pid), 30)
+        before = store.upkeep.tick_stats()[0]
         time.sleep(3)
-        assert store.tick_stats()[0] - before >= 2
+        assert store.upkeep.tick_stats()[0] - before >= 2
 
 
 def _holder(f: Fleet, run_id: str, call_id: str) -> RelayProcess:

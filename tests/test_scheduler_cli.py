@@ -17,7 +17,7 @@ from agent_core import Recipe
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import Relay, Settings
-from workers.cli_schedule import parse_offset, schedule
+from workers.cli.schedule import parse_offset, schedule
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from click.testing import CliRunner, Result
 
 from tests.support.skill_repos import REPO_BROKEN, REPO_SKILLS, write_repo, write_skill
 from workers.cli import cli
-from workers.cli_skills import shown
+from workers.cli.skills import shown
 
 
 def relay(*args: str) -> Result:

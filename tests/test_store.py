@@ -248,7 +248,7 @@ def test_a_claim_given_back_does_not_count(store: RunStore) -> None:
     store.redis.delete(store.keys.lease("r1", "call-1"))  # a slow wait: the lease lapsed
     assert store.unclaim("r1", "call-1", token="a", **back)  # type: ignore[arg-type]
     assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")
-    assert store.due_messages(77) == ["t|r1|call-1"]
+    assert store.upkeep.due_messages(77) == ["t|r1|call-1"]
     assert _claim(store, "call-1", "b").attempts == 1  # the next claim is a first attempt
 
 
@@ -338,11 +338,11 @@ def test_a_finished_run_expires_and_leaves_the_index(store: RunStore) -> None:
     finished = _record(state="finished", outcome=Outcome(stop=Stop.DONE, summary="ok"))
     _save(store, finished, retention_s=100)
     assert 0 < store.redis.ttl(store.keys.run("r1")) <= 100
-    assert store.due_messages(10**15) == []  # nothing left to send for it
-    assert store.prune_runs(older_than_ms=10**15) == 0  # still there: kept
-    store.prune_runs(older_than_ms=10**15)  # (a full sweep starts again from the oldest)
+    assert store.upkeep.due_messages(10**15) == []  # nothing left to send for it
+    assert store.upkeep.prune_runs(older_than_ms=10**15) == 0  # still there: kept
+    store.upkeep.prune_runs(older_than_ms=10**15)  # (a full sweep starts again from the oldest)
     store.redis.delete(store.keys.run("r1"))  # what expiry does
-    assert store.prune_runs(older_than_ms=10**15) == 1
+    assert store.upkeep.prune_runs(older_than_ms=10**15) == 1
     assert store.runs() == []
 
 
@@ -351,7 +351,7 @@ def test_pruning_gets_past_runs_that_stay_alive(store: RunStore) -> None:
         store.create(_record(f"r{n}", created_ms=1_000 + n), "snap", due_ms=5_000, budget=None)
     for n in (5, 6):
         store.redis.delete(store.keys.run(f"r{n}"))  # expired; r0..r4 are parked for weeks
-    pruned = [store.prune_runs(older_than_ms=10**15, limit=2) for _ in range(4)]
+    pruned = [store.upkeep.prune_runs(older_than_ms=10**15, limit=2) for _ in range(4)]
     assert sum(pruned) == 2, pruned
     assert sorted(store.runs()) == ["r0", "r1", "r2", "r3", "r4"]
 
@@ -400,7 +400,7 @@ def test_only_the_last_result_of_a_batch_asks_for_an_advance(store: RunStore) ->
         codes.append(_record_outcome(store, call, "x", attempt=1, counted=True))
     assert codes == [Recorded.WAITING, Recorded.WAITING, Recorded.ADVANCE]
     # The others left a late advance in the outbox, in case the last one never comes.
-    assert store.due_messages(10) == ["a|r1"]
+    assert store.upkeep.due_messages(10) == ["a|r1"]
 
 
 def test_a_save_counts_what_is_still_out(store: RunStore) -> None:
@@ -428,14 +428,14 @@ def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunS
 
 
 def test_one_process_ticks_per_interval(store: RunStore) -> None:
-    assert store.elect_ticker("a", 60_000, now_ms=1) == 0
-    wait = store.elect_ticker("b", 60_000, now_ms=2)
+    assert store.upkeep.elect_ticker("a", 60_000, now_ms=1) == 0
+    wait = store.upkeep.elect_ticker("b", 60_000, now_ms=2)
     assert 0 < wait <= 60_000  # b is told when to ask again
-    assert store.elect_ticker("a", 60_000, now_ms=3) > 0  # one tick per interval, even for a
-    assert store.tick_stats() == (1, 1, "a")
+    assert store.upkeep.elect_ticker("a", 60_000, now_ms=3) > 0  # one tick per interval, even for a
+    assert store.upkeep.tick_stats() == (1, 1, "a")
     store.redis.delete(store.keys.tick_lock)  # the interval passed (or a lapsed on dying)
-    assert store.elect_ticker("b", 60_000, now_ms=4) == 0
-    assert store.tick_stats() == (2, 4, "b")
+    assert store.upkeep.elect_ticker("b", 60_000, now_ms=4) == 0
+    assert store.upkeep.tick_stats() == (2, 4, "b")
 
 
 def test_a_run_started_twice_under_one_id_is_one_run(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""workers.terminal: what the CLI prints is safe for a terminal (the CLI itself: test_cli.py)."""
+"""workers.cli.terminal: what the CLI prints is safe for a terminal (the CLI: test_cli.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.terminal import json_text, one_line, printable
+from workers.cli.terminal import json_text, one_line, printable
 
 UNSAFE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"

@@ -1,5 +1,6 @@
 """workers: the distributed runtime — the Relay object, its Celery app, tasks and client API."""
 
+from workers.chat import ModelReply
 from workers.errors import (
     AppNotFound,
     CallTimedOut,
@@ -14,7 +15,6 @@ from workers.errors import (
     ToolRegistrationError,
     WaitTimeout,
 )
-from workers.model_client import ModelReply
 from workers.records import Pending, RunStatus, TraceEntry, Usage
 from workers.registry import ToolContext
 from workers.relay import Relay

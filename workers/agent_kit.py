@@ -13,11 +13,11 @@ from typing import Any
 
 from agent_core import Agent, Config, Risk, Skill, Specialist, Tool
 from agent_core.toolbox import READ_SKILL_FILE
-from workers.engine import Verifier
 from workers.errors import ToolRegistrationError
 from workers.records import RunRecord
 from workers.registry import ToolSpec, describe_function
 from workers.skill_tools import skill_reader
+from workers.working import Verifier
 
 __all__ = ["AgentKit"]
 

@@ -21,37 +21,28 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
+from workers.chat import Model
 from workers.codec import Loaded
 from workers.effects import OwnOutcome
-from workers.errors import CallTimedOut, StoreUnavailable
+from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
 from workers.holding import save_holding
 from workers.layout import OutboxMember, model_call
 from workers.leases import Lease, run_leased
-from workers.model_client import ModelCallError, ModelReply
 from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
-from workers.registry import ToolContext, ToolSpec
+from workers.registry import ToolContext, ToolSpec, tool_output
 from workers.scripts import ClaimStatus, Recorded, Saved
 from workers.settings import Settings
 from workers.steps import Steps
 
-__all__ = ["MAX_CALL_ATTEMPTS", "Calls", "Model"]
+__all__ = ["MAX_CALL_ATTEMPTS", "Calls"]
 
 log = logging.getLogger(__name__)
 
 MAX_CALL_ATTEMPTS = 3
 """Claims of one call before Relay stops trying (each earlier worker died mid-call)."""
-
-
-class Model(Protocol):
-    """What Relay needs of a model: a reply to a request (see workers.model_client)."""
-
-    def complete(
-        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
-    ) -> ModelReply: ...
 
 
 @dataclass(frozen=True)
@@ -323,13 +314,13 @@ class Calls:
         timeout = spec.timeout if spec.timeout is not None else self.settings.tool_timeout
         try:
             value = run_leased(
-                lambda: _invoke(spec, tool_call.args, context), lease, timeout, context._cancel
+                lambda: spec.invoke(tool_call.args, context), lease, timeout, context._cancel
             )
         except CallTimedOut as error:
             return ToolOutput.unknown(f"{error}; it was told to stop and may still finish")
         except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
             return ToolOutput.error(f"{type(error).__name__}: {error}".removesuffix(": "))
-        return _as_output(tool_call.tool, value, self.settings.tool_output_chars)
+        return tool_output(tool_call.tool, value, self.settings.tool_output_chars)
 
     def _ensure_durable(self, call: Claimed) -> None:
         """Return once the call's claim is durable (RELAY_DURABLE_CLAIMS); if Redis cannot
@@ -409,21 +400,4 @@ def _over_budget(call: Claimed, request: ModelRequest) -> str:
     return (
         f"The token budget of {call.root_budget} would be passed"
         f" ({call.root_tokens} used, about {estimate} more needed)."
-    )
-
-
-def _invoke(spec: ToolSpec, args: dict[str, object], context: ToolContext) -> object:
-    kwargs = dict(args)
-    if spec.context_param:
-        kwargs[spec.context_param] = context
-    return spec.fn(**kwargs)
-
-
-def _as_output(tool: str, value: object, limit: int) -> ToolOutput:
-    if isinstance(value, ToolOutput):
-        return ToolOutput(status=value.status, text=cut(value.text, limit))
-    if isinstance(value, str):
-        return ToolOutput.ok(cut(value, limit))
-    return ToolOutput.error(
-        f"the tool {tool} returned {type(value).__name__}, not text; a tool must return text"
     )

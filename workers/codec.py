@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.effects import Advanced, OwnOutcome
+from workers.effects import Advanced, ChildRun, Delivery, OwnOutcome
 from workers.layout import NOTES_MAX, TRACE_MAX, Keys, OutboxMember, pending_member
 from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, inbox_event
 
@@ -104,49 +104,8 @@ def save_arguments(
     keys: Keys, advanced: Advanced, version: str, own: OwnOutcome | None
 ) -> tuple[list[str], list[Any]]:
     """Return the SAVE script's KEYS and ARGV for a step (see workers/lua/save.lua)."""
-    record, fx = advanced.record, advanced.effects
-    effects: dict[str, Any] = {
-        "applied": fx.applied,
-        "trace": [trace_line(t) for t in fx.trace],
-        "trace_max": TRACE_MAX,
-        "activity": keys.activity,
-        "run": record.id,
-        "send": [[s.member, s.due_ms] for s in fx.send],
-        "unsend": fx.unsend,
-        "pending_add": [_pending_entry(p) for p in fx.pending_add],
-        "pending_del": fx.pending_del,
-        "usage": [[keys.run(u.run_id), u.prompt, u.completion, u.total] for u in fx.usage],
-        "create": [
-            [
-                keys.run(c.record.id),
-                c.record.id,
-                record_json(c.record),
-                c.snapshot,
-                c.record.created_ms,
-                OutboxMember.advance(c.record.id),
-                c.due_ms,
-            ]
-            for c in fx.create
-        ],
-        "deliver": [
-            [
-                keys.run(d.run_id),
-                keys.inbox(d.run_id),
-                d.event.model_dump_json(),
-                OutboxMember.advance(d.run_id),
-                d.due_ms,
-                1 if d.cancel_flag else 0,
-            ]
-            for d in fx.deliver
-        ],
-        "advance": OutboxMember.advance(record.id),
-        "retention": fx.retention_s,
-        "forget": fx.forget,
-        "running": fx.running,
-        "notes_key": keys.schedule_notes(fx.notes.schedule) if fx.notes else "",
-        "notes": fx.notes.notes if fx.notes else [],
-        "notes_max": NOTES_MAX,
-    }
+    record = advanced.record
+    effects = _effects(keys, advanced)
     if own is not None:
         effects["own"] = {
             "call": own.call,
@@ -166,6 +125,56 @@ def save_arguments(
     ]
     args = [version, record_json(record), advanced.snapshot, json.dumps(effects)]
     return script_keys, args
+
+
+def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
+    """The effects of a step as SAVE reads them (`fx.<name>` in the script)."""
+    record, fx = advanced.record, advanced.effects
+    return {
+        "applied": fx.applied,
+        "trace": [trace_line(t) for t in fx.trace],
+        "trace_max": TRACE_MAX,
+        "activity": keys.activity,
+        "run": record.id,
+        "send": [[s.member, s.due_ms] for s in fx.send],
+        "unsend": fx.unsend,
+        "pending_add": [_pending_entry(p) for p in fx.pending_add],
+        "pending_del": fx.pending_del,
+        "usage": [[keys.run(u.run_id), u.prompt, u.completion, u.total] for u in fx.usage],
+        "create": [_child(keys, c) for c in fx.create],
+        "deliver": [_delivery(keys, d) for d in fx.deliver],
+        "advance": OutboxMember.advance(record.id),
+        "retention": fx.retention_s,
+        "forget": fx.forget,
+        "running": fx.running,
+        "notes_key": keys.schedule_notes(fx.notes.schedule) if fx.notes else "",
+        "notes": fx.notes.notes if fx.notes else [],
+        "notes_max": NOTES_MAX,
+    }
+
+
+def _child(keys: Keys, child: ChildRun) -> list[Any]:
+    record = child.record
+    return [
+        keys.run(record.id),
+        record.id,
+        record_json(record),
+        child.snapshot,
+        record.created_ms,
+        OutboxMember.advance(record.id),
+        child.due_ms,
+    ]
+
+
+def _delivery(keys: Keys, delivery: Delivery) -> list[Any]:
+    return [
+        keys.run(delivery.run_id),
+        keys.inbox(delivery.run_id),
+        delivery.event.model_dump_json(),
+        OutboxMember.advance(delivery.run_id),
+        delivery.due_ms,
+        1 if delivery.cancel_flag else 0,
+    ]
 
 
 def _pending_entry(pending: Pending) -> list[Any]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from agent_core import Config, Outcome, Stop
 from workers.effects import Advanced, Effects
-from workers.engine import Surroundings, Working, finish, sync_pending
+from workers.engine import finish, sync_pending
 from workers.records import InboxEvent, RunRecord
+from workers.working import Surroundings, Working
 
 __all__ = ["failed_run", "finished_already", "unreadable_record", "unreadable_snapshot"]
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from workers.chat import backoff_seconds
 from workers.errors import StoreUnavailable
-from workers.model_client import backoff_seconds
 
 __all__ = ["held", "save_holding"]
 

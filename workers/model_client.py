@@ -22,216 +22,33 @@ from __future__ import annotations
 
 import json
 import logging
-import math
+import os
 import random
-import re
+import threading
 import time
-from base64 import b64encode
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from email.utils import parsedate_to_datetime
-from http import HTTPStatus
 from types import TracebackType
-from typing import Any
 
 import httpx
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    NonNegativeInt,
-    ValidationError,
-)
 
-from agent_core.steps import Attachment, ModelRequest
-from agent_core.text import cut
+from agent_core.steps import ModelRequest
+from workers.chat import (
+    Model,
+    ModelReply,
+    backoff_seconds,
+    chat_body,
+    error_for_status,
+    parse_reply,
+)
 from workers.errors import ModelCallError
 from workers.models import ModelSettings
-from workers.records import Usage
 from workers.redact import redact_url, url_secrets
+from workers.settings import Settings
 
-__all__ = [
-    "ModelCallError",
-    "ModelClient",
-    "ModelReply",
-    "backoff_seconds",
-    "chat_body",
-    "parse_retry_after",
-]
+__all__ = ["ModelClient", "ModelSource"]
 
 log = logging.getLogger(__name__)
-
-_MESSAGE_CHARS = 500  # how much of a server's error text an error carries
-_EXCERPT_CHARS = 120  # how much of an unusable body an error quotes
-
-
-class ModelReply(BaseModel):
-    """The model's text and the tokens the call used."""
-
-    model_config = ConfigDict(frozen=True)
-
-    text: str
-    usage: Usage = Usage()
-
-
-# --- pure arithmetic and parsing -------------------------------------------------
-
-
-def backoff_seconds(
-    attempt: int, retry_after: float | None, base: float, cap: float, rand: float
-) -> float:
-    """Return how long to wait before retry number `attempt` (0 for the first retry).
-
-    Full jitter: `rand` (in [0, 1)) picks a point in [0, min(cap, base * 2**attempt)],
-    so clients that failed together do not come back together. A server's
-    `retry_after` is a floor on that. The result is never more than `cap`.
-    """
-    ceiling = min(cap, base * 2.0 ** min(max(attempt, 0), 64))
-    delay = ceiling * min(max(rand, 0.0), 1.0)
-    if retry_after is not None:
-        delay = max(delay, retry_after)
-    return max(0.0, min(cap, delay))
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Return the seconds a `Retry-After` header asks for, or None if it says nothing usable.
-
-    The header is either seconds or an HTTP date; `now` (Unix seconds) turns a
-    date into a wait. A date in the past means no wait.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
-        seconds = float(text)
-        return seconds if math.isfinite(seconds) else None
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive one came without a zone
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
-def chat_body(model: str, request: ModelRequest, *, attachment_chars: int) -> dict[str, Any]:
-    """Return the JSON body of a chat completions call for `request`."""
-    content: str | list[dict[str, Any]] = request.prompt
-    if request.attachments:
-        content = [{"type": "text", "text": request.prompt}]
-        content += [_attachment_part(item, attachment_chars) for item in request.attachments]
-    return {
-        "model": model,
-        "messages": [
-            {"role": "system", "content": request.system},
-            {"role": "user", "content": content},
-        ],
-    }
-
-
-def _attachment_part(attachment: Attachment, limit: int) -> dict[str, Any]:
-    if attachment.mime.lower().startswith("image/"):
-        data = b64encode(attachment.data).decode("ascii")
-        url = f"data:{attachment.mime};base64,{data}"
-        return {"type": "image_url", "image_url": {"url": url}}
-    heading = f"Attached file {attachment.name} ({attachment.mime}"
-    try:
-        text = attachment.data.decode("utf-8")
-    except UnicodeDecodeError:
-        size = len(attachment.data)
-        return {"type": "text", "text": f"{heading}, {size} bytes): binary, not shown."}
-    return {"type": "text", "text": f"{heading}):\n{cut(text, limit)}"}
-
-
-def _parse_reply(data: bytes) -> ModelReply:
-    """Return the reply in a 200 body; raise ModelCallError (not retryable) if unusable.
-
-    An unusable body is not retried here: it is the model's (or its server's)
-    answer, and the agent's own retry budget decides whether to ask again.
-    """
-    try:
-        payload = json.loads(data)
-    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError
-        raise _unusable(f"the body is not JSON: {_excerpt(data)}") from None
-    choices = payload.get("choices") if isinstance(payload, dict) else None
-    if not isinstance(choices, list) or not choices:
-        raise _unusable(f"the reply has no choices: {_excerpt(data)}")
-    message = choices[0].get("message") if isinstance(choices[0], dict) else None
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, str):
-        kind = type(content).__name__ if content is not None else "missing"
-        raise _unusable(f"the reply's choices[0].message.content is not text ({kind})")
-    return ModelReply(text=content, usage=_parse_usage(payload.get("usage")))
-
-
-class _ServerUsage(BaseModel):
-    """The usage object as servers send it: fields may be missing or null."""
-
-    model_config = ConfigDict(strict=True)
-
-    prompt_tokens: NonNegativeInt | None = None
-    completion_tokens: NonNegativeInt | None = None
-    total_tokens: NonNegativeInt | None = None
-
-
-def _parse_usage(value: object) -> Usage:
-    if value is None:
-        return Usage()
-    try:
-        given = _ServerUsage.model_validate(value)
-    except ValidationError:
-        raise _unusable(f"the reply's usage is not whole numbers >= 0: {value!r:.200}") from None
-    prompt = given.prompt_tokens or 0
-    completion = given.completion_tokens or 0
-    total = prompt + completion if given.total_tokens is None else given.total_tokens
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
-
-
-def _unusable(message: str) -> ModelCallError:
-    return ModelCallError(
-        f"unusable reply from the model server: {message}", retryable=False, status=200
-    )
-
-
-def _error_for_status(
-    status: int, headers: Mapping[str, str], data: bytes, now: float
-) -> ModelCallError:
-    """Return the error for a non-200 answer: retryable for 408, 429 and 5xx."""
-    try:
-        phrase = HTTPStatus(status).phrase
-    except ValueError:
-        phrase = "unknown status"
-    said = _server_message(data)
-    message = f"model server answered {status} {phrase}" + (
-        f": {said}" if said and said != phrase else ""
-    )
-    retryable = status in (408, 429) or status >= 500
-    retry_after = parse_retry_after(headers.get("retry-after"), now) if retryable else None
-    return ModelCallError(message, retryable=retryable, status=status, retry_after=retry_after)
-
-
-def _server_message(data: bytes) -> str:
-    """Return the server's own words: `error.message` if the body has it, else the body."""
-    text = data.decode("utf-8", "replace")
-    try:
-        payload = json.loads(text)
-    except (ValueError, RecursionError):
-        payload = None
-    if isinstance(payload, dict):
-        error = payload.get("error")
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            text = error["message"]
-        elif isinstance(error, str):
-            text = error
-    return _one_line(text, _MESSAGE_CHARS)
-
-
-def _one_line(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _excerpt(data: bytes) -> str:
-    return repr(_one_line(data.decode("utf-8", "replace"), _EXCERPT_CHARS)) if data else "empty"
 
 
 # --- the I/O seam ----------------------------------------------------------------
@@ -410,8 +227,8 @@ class ModelClient:
             ):
                 data = _read_capped(response, settings.max_body_bytes, call.check)
             if response.status_code != 200:
-                raise _error_for_status(response.status_code, response.headers, data, self._now())
-            return _parse_reply(data)
+                raise error_for_status(response.status_code, response.headers, data, self._now())
+            return parse_reply(data)
         except ModelCallError as error:
             raise self._scrubbed(error) from None
 
@@ -497,3 +314,40 @@ def _again(error: ModelCallError, what: str) -> ModelCallError:
         status=error.status,
         retry_after=error.retry_after,
     )
+
+
+class _NoModel:
+    """Stands in when no model is configured: every call fails with a clear reason."""
+
+    def complete(
+        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+    ) -> ModelReply:
+        del request, should_stop
+        raise ModelCallError("no model is configured: set RELAY_MODEL_URL", retryable=False)
+
+
+class ModelSource:
+    """Hands out a process's model: the one given, or one HTTP client per process.
+
+    A client is made in the process that uses it (after a prefork worker forks),
+    and kept for every later call, so its connections are reused.
+    """
+
+    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+        self._settings = settings
+        self._model = model
+        self._lock = threading.Lock()
+        self._clients: dict[int, ModelClient] = {}
+
+    def get(self) -> Model:
+        if self._model is not None:
+            return self._model
+        if self._settings.model_url is None:
+            return _NoModel()
+        pid = os.getpid()
+        with self._lock:
+            client = self._clients.get(pid)
+            if client is None:
+                client = ModelClient(self._settings.model_settings())
+                self._clients = {pid: client}
+        return client

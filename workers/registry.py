@@ -17,11 +17,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
-from agent_core import Kind, Risk, Tool
+from agent_core import Kind, Risk, Tool, ToolOutput
 from agent_core.errors import AgentError
+from agent_core.text import cut
 from workers.errors import ToolRegistrationError
 
-__all__ = ["ToolContext", "ToolSpec", "describe_function"]
+__all__ = ["ToolContext", "ToolSpec", "describe_function", "tool_output"]
 
 _KINDS: dict[Any, Kind] = {
     str: Kind.TEXT,
@@ -75,6 +76,24 @@ class ToolSpec:
     context_param: str | None = None
     lease_seconds: float | None = None
     """How long a claim on one of its calls lasts between renewals (None: the default)."""
+
+    def invoke(self, args: dict[str, object], context: ToolContext) -> object:
+        """Call the tool's function with the call's arguments (and its context, if it asks)."""
+        kwargs = dict(args)
+        if self.context_param:
+            kwargs[self.context_param] = context
+        return self.fn(**kwargs)
+
+
+def tool_output(tool: str, value: object, limit: int) -> ToolOutput:
+    """Return what a tool's function returned as its output, cut to `limit` characters."""
+    if isinstance(value, ToolOutput):
+        return ToolOutput(status=value.status, text=cut(value.text, limit))
+    if isinstance(value, str):
+        return ToolOutput.ok(cut(value, limit))
+    return ToolOutput.error(
+        f"the tool {tool} returned {type(value).__name__}, not text; a tool must return text"
+    )
 
 
 def _unwrap_optional(hint: Any) -> tuple[Any, bool]:

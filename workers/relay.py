@@ -37,7 +37,6 @@ import scheduler
 from agent_core import (
     Attachment,
     Config,
-    ModelRequest,
     Outcome,
     Recipe,
     Risk,
@@ -50,19 +49,19 @@ from agent_core.errors import AgentError
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.agent_kit import AgentKit
-from workers.calls import Model
 from workers.celery_app import Queues, build_celery, register_tasks, sender
+from workers.chat import Model
 from workers.client import RunsClient
 from workers.effects import Message
-from workers.engine import Verifier
 from workers.errors import RelayError
-from workers.model_client import ModelCallError, ModelClient, ModelReply
+from workers.model_client import ModelSource
 from workers.records import Pending, RunRecord, RunStatus, TraceEntry
 from workers.runtime import Runtime
 from workers.scheduling import Scheduling
 from workers.settings import Settings, now_ms
 from workers.skill_tools import gather_skills
 from workers.store import RunStore
+from workers.working import Verifier
 
 __all__ = ["Relay"]
 
@@ -71,16 +70,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 MAX_TASK_CHARS = 100_000
 MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-class _NoModel:
-    """Stands in when no model is configured: every call fails with a clear reason."""
-
-    def complete(
-        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
-    ) -> ModelReply:
-        del request, should_stop
-        raise ModelCallError("no model is configured: set RELAY_MODEL_URL", retryable=False)
 
 
 @dataclass(frozen=True)
@@ -120,10 +109,9 @@ class Relay:
             tool_output_chars=self.settings.tool_output_chars,
         )
         self.scheduling = Scheduling(lambda: self.store, lambda: self.tools)
-        self._model = model
+        self._models = ModelSource(self.settings, model)
         self._lock = threading.Lock()
         self._parts: _Parts | None = None
-        self._clients: dict[int, ModelClient] = {}
 
     @property
     def specialists(self) -> tuple[Specialist, ...]:
@@ -219,17 +207,7 @@ class Relay:
 
     def model(self) -> Model:
         """Return this process's model backend (one HTTP client per process, made after fork)."""
-        if self._model is not None:
-            return self._model
-        if self.settings.model_url is None:
-            return _NoModel()
-        pid = os.getpid()
-        with self._lock:
-            client = self._clients.get(pid)
-            if client is None:
-                client = ModelClient(self.settings.model_settings())
-                self._clients = {pid: client}
-        return client
+        return self._models.get()
 
     # --- the parts, built on first use -------------------------------------------------------
 
@@ -305,26 +283,13 @@ class Relay:
             RelayError: the task or attachments are too large, or a tool name is unknown.
             StoreUnavailable: Redis cannot be reached.
         """
-        if not isinstance(task, str) or not task.strip():
-            raise RelayError("the task must be non-empty text")
-        if len(task) > MAX_TASK_CHARS:
-            raise RelayError(f"the task is longer than {MAX_TASK_CHARS} characters")
-        if budget is not None and (not isinstance(budget, int) or budget <= 0):
-            raise RelayError("budget must be a positive number of tokens")
-        files = tuple(attachments or ())
-        if sum(len(a.data) for a in files) > MAX_ATTACHMENT_BYTES:
-            raise RelayError(f"attachments are larger than {MAX_ATTACHMENT_BYTES} bytes in all")
-        unknown = sorted(set(tools or ()) - self.kit.names())
-        if unknown:
-            raise RelayError(f"unknown tools: {', '.join(unknown)}")
+        files = self._check_start(task, budget, attachments, tools, run_id)
         run_config = config or self.config
         try:
             agent = self.kit.new_agent(run_config, tools, notes)
             agent.start_with(task, context, files)
         except AgentError as error:
             raise RelayError(str(error)) from error
-        if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
-            raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
         chosen = run_id is not None
         run_id = run_id or secrets.token_hex(8)
         now = now_ms()
@@ -348,6 +313,31 @@ class Relay:
         if created:
             parts.runtime.send([Message("advance", run_id)])
         return run_id
+
+    def _check_start(
+        self,
+        task: object,
+        budget: object,
+        attachments: Iterable[Attachment] | None,
+        tools: Sequence[str] | None,
+        run_id: str | None,
+    ) -> tuple[Attachment, ...]:
+        """Refuse what `start` cannot take, in one line each; return the attachments."""
+        if not isinstance(task, str) or not task.strip():
+            raise RelayError("the task must be non-empty text")
+        if len(task) > MAX_TASK_CHARS:
+            raise RelayError(f"the task is longer than {MAX_TASK_CHARS} characters")
+        if budget is not None and (not isinstance(budget, int) or budget <= 0):
+            raise RelayError("budget must be a positive number of tokens")
+        files = tuple(attachments or ())
+        if sum(len(a.data) for a in files) > MAX_ATTACHMENT_BYTES:
+            raise RelayError(f"attachments are larger than {MAX_ATTACHMENT_BYTES} bytes in all")
+        unknown = sorted(set(tools or ()) - self.kit.names())
+        if unknown:
+            raise RelayError(f"unknown tools: {', '.join(unknown)}")
+        if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
+            raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
+        return files
 
     def tick(self, now: int | None = None) -> list[str]:
         """Tick once, now (schedules, then healing); return the runs it started.

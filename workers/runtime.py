@@ -16,7 +16,8 @@ import logging
 from collections.abc import Callable
 
 from workers.agent_kit import AgentKit
-from workers.calls import Calls, Model
+from workers.calls import Calls
+from workers.chat import Model
 from workers.decisions import expiry_event
 from workers.effects import Message
 from workers.records import Pending
@@ -75,9 +76,9 @@ class Runtime:
         """Re-send what was never dealt with, decline what expired; return how many were re-sent."""
         for pending in self.store.expired_pending(now):
             self._expire(pending, now)
-        self.store.prune_runs(now - self.timing.retention_s * 1000)
-        members = self.store.due_messages(now)
-        self.store.postpone(members, now + self.timing.grace_ms)
+        self.store.upkeep.prune_runs(now - self.timing.retention_s * 1000)
+        members = self.store.upkeep.due_messages(now)
+        self.store.upkeep.postpone(members, now + self.timing.grace_ms)
         messages = [m for m in (Message.of(member) for member in members) if m is not None]
         self.send(messages)
         return len(messages)

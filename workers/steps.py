@@ -17,12 +17,12 @@ from workers import endings, engine
 from workers.agent_kit import AgentKit
 from workers.codec import Loaded
 from workers.effects import Advanced, Message, OwnOutcome
-from workers.engine import Surroundings
 from workers.layout import OutboxMember
 from workers.records import InboxEvent
 from workers.scripts import Saved
 from workers.settings import Timing
 from workers.store import RunStore
+from workers.working import Surroundings
 
 __all__ = ["SAVE_TRIES", "Steps"]
 

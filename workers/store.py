@@ -42,6 +42,7 @@ from workers.layout import (
 from workers.records import InboxEvent, Pending, RunRecord, TraceEntry
 from workers.redact import redact_url
 from workers.scripts import ClaimStatus, Decided, Recorded, Saved, lua
+from workers.upkeep import Upkeep
 
 __all__ = ["Claim", "Loaded", "RunStore"]
 
@@ -93,8 +94,9 @@ class RunStore:
         self._save: Any = script(lua("save"))
         self._trace: Any = script(lua("trace"))
         self._read_trace: Any = script(lua("read_trace"))
-        self._tick_lock: Any = script(lua("tick_lock"))
         self._durability: Durability | None = None
+        self.upkeep = Upkeep(self)
+        """The fleet-wide upkeep the tick does: its lock, pruning, the outbox's due messages."""
 
     def errors(self) -> Any:
         """Return a context manager that translates Redis errors for this store."""
@@ -339,67 +341,6 @@ class RunStore:
         keys, args = save_arguments(self.keys, advanced, version, own)
         with self.errors():
             return Saved(as_text(self._save(keys=keys, args=args)))
-
-    # --- the tick ------------------------------------------------------------------------------
-
-    def elect_ticker(self, holder: str, interval_ms: int, now_ms: int) -> int:
-        """Return 0 if `holder` ticks now (it holds the lock for one interval), else the
-        milliseconds until the lock lapses and the next tick is due."""
-        k = self.keys
-        keys = [k.tick_lock, k.tick_stats]
-        with self.errors():
-            return int(self._tick_lock(keys=keys, args=[holder, interval_ms, now_ms]))
-
-    def tick_stats(self) -> tuple[int, int | None, str | None]:
-        """Return (ticks so far, when the last began in ms, which process ran it)."""
-        with self.errors():
-            count, last, by = self.redis.hmget(self.keys.tick_stats, ["n", "last_ms", "by"])
-        return (
-            as_int(count),
-            None if last is None else int(last),
-            None if by is None else as_text(by),
-        )
-
-    def prune_runs(self, older_than_ms: int, limit: int = 500) -> int:
-        """Drop expired runs from the runs index (their keys expired on their own).
-
-        Each call looks at the next `limit` entries older than `older_than_ms`,
-        after where the previous call stopped (`prune-cursor`), and starts again
-        from the oldest once it has been through them all: runs that stay alive
-        (parked for weeks) never stop the sweep from reaching the others.
-        """
-        k = self.keys
-        with self.errors():
-            cursor = float(self.redis.get(k.prune_cursor) or 0)
-            old = self.redis.zrangebyscore(
-                k.runs, f"({cursor}", older_than_ms, start=0, num=limit, withscores=True
-            )
-            if not old:
-                self.redis.delete(k.prune_cursor)  # through them all: from the oldest next time
-                return 0
-            pipe = self.redis.pipeline(transaction=False)
-            for run_id, _ in old:
-                pipe.exists(k.run(as_text(run_id)))
-            alive = pipe.execute()
-            gone = [run_id for (run_id, _), exists in zip(old, alive, strict=True) if not exists]
-            pipe = self.redis.pipeline(transaction=False)
-            if gone:
-                pipe.zrem(k.runs, *gone)
-            pipe.set(k.prune_cursor, repr(old[-1][1]))
-            pipe.execute()
-        return len(gone)
-
-    def due_messages(self, now_ms: int, limit: int = 500) -> list[str]:
-        """Return outbox members whose time to be dealt with has passed."""
-        with self.errors():
-            members = self.redis.zrangebyscore(self.keys.outbox, 0, now_ms, start=0, num=limit)
-        return [as_text(m) for m in members]
-
-    def postpone(self, members: Sequence[str], due_ms: int) -> None:
-        if not members:
-            return
-        with self.errors():
-            self.redis.zadd(self.keys.outbox, dict.fromkeys(members, due_ms), xx=True)
 
     # --- traces and listings --------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ class Ticker:
     def tick_once(self) -> float:
         """Tick if no other process has this interval; return seconds until the next try."""
         now = self._clock()
-        wait_ms = self._store.elect_ticker(self.holder, self._interval_ms, now)
+        wait_ms = self._store.upkeep.elect_ticker(self.holder, self._interval_ms, now)
         if wait_ms == 0:
             try:
                 self._tick(now)

@@ -7,7 +7,7 @@ import socket
 
 import click
 
-from workers.cli_common import Context, Failure, app_option
+from workers.cli.common import Context, Failure, app_option
 from workers.relay import Relay
 from workers.settings import SettingsError
 

@@ -17,10 +17,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from workers.cli_common import Context, Failure, app_option, json_option, print_json, row
-from workers.embedded import Embedded
-from workers.errors import DecisionRefused
-from workers.live import (
+from workers.cli.common import Context, Failure, app_option, json_option, print_json, row
+from workers.cli.embedded import Embedded
+from workers.cli.live import (
     EXIT_INTERRUPTED,
     Deciding,
     Follower,
@@ -28,10 +27,11 @@ from workers.live import (
     describe,
     usage_line,
 )
+from workers.cli.terminal import json_text, one_line, printable
+from workers.errors import DecisionRefused
 from workers.records import Pending, RunStatus
 from workers.relay import Relay
 from workers.settings import Settings, redact_url
-from workers.terminal import json_text, one_line, printable
 
 __all__ = [
     "answer",
@@ -46,7 +46,7 @@ __all__ = [
     "watch",
 ]
 
-DEMO_APP = "workers.demo:relay"
+DEMO_APP = "workers.cli.demo:relay"
 DEMO_TASK = "Look through my notes and write a short summary of the meeting notes to summary.md."
 
 # --- run and demo ---------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def demo(obj: Context, ask: bool, task: str | None) -> None:
     the command. With no RELAY_MODEL_URL, the built-in demo model plays the
     model's part, offline. The plan and the note it writes need approval;
     the demo gives it, saying so, unless you pass --ask. With RELAY_REDIS_URL
-    set, the run goes to that Redis, whose workers must serve workers.demo:relay
+    set, the run goes to that Redis, whose workers must serve workers.cli.demo:relay
     (as docker-compose.yml's do).
     """
     out = console()

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from agent_core import Skill, SkillReport
-from workers.cli_common import json_option
+from workers.cli.common import json_option
 
 __all__ = ["skills"]
 

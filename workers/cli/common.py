@@ -10,11 +10,11 @@ import click
 from rich.text import Text
 
 from agent_core.errors import AgentError
-from workers.appload import load_relay
+from workers.cli.appload import load_relay
+from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
 from workers.relay import Relay
 from workers.settings import SettingsError
-from workers.terminal import json_text, one_line
 
 __all__ = [
     "Context",

@@ -1,7 +1,7 @@
 """The app `relay demo` runs: a folder of notes, three tools, and an offline demo model.
 
     relay demo                                   # private Redis, one worker, the demo model
-    relay --app workers.demo:relay worker        # or serve it from a fleet of your own
+    relay --app workers.cli.demo:relay worker        # or serve it from a fleet of your own
 
 The notes live in RELAY_DEMO_DIR (default: `relay-demo-notes-<uid>` in the
 system's temp dir); an empty or missing folder is filled with a few sample notes
@@ -33,7 +33,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from agent_core import ModelRequest, Risk
-from workers.model_client import ModelReply
+from workers.chat import ModelReply
 from workers.records import Usage
 from workers.relay import Relay
 from workers.settings import Settings

@@ -10,7 +10,7 @@
 verb. `worker`, `beat`, `run` and `flower` need it; the verbs that only talk to
 runs use it when given and otherwise build a bare Relay from the RELAY_*
 settings. With no RELAY_REDIS_URL, `run` and `demo` bring up a private Redis
-and one worker for as long as they run (workers.embedded).
+and one worker for as long as they run (workers.cli.embedded).
 
 Errors of the runtime, of the settings and of the agent core are caught at
 this edge: one line on stderr and exit code 1, never a traceback.
@@ -23,14 +23,14 @@ from typing import Any
 import click
 
 from agent_core.errors import AgentError
-from workers.cli_common import Context, Failure
-from workers.cli_runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
-from workers.cli_schedule import schedule
-from workers.cli_serve import beat, flower, worker
-from workers.cli_skills import skills
+from workers.cli.common import Context, Failure
+from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
+from workers.cli.schedule import schedule
+from workers.cli.serve import beat, flower, worker
+from workers.cli.skills import skills
+from workers.cli.terminal import one_line
 from workers.errors import RelayError
 from workers.settings import SettingsError
-from workers.terminal import one_line
 
 __all__ = ["cli", "main"]
 
@@ -90,7 +90,3 @@ for verb in (*VERBS, schedule, skills):
 def main() -> None:
     """Run the `relay` command."""
     cli(prog_name="relay")
-
-
-if __name__ == "__main__":
-    main()

@@ -2,8 +2,8 @@
 
 With no RELAY_REDIS_URL, `relay run` and `relay demo` wrap their work in `Embedded`:
 
-    with Embedded("workers.demo:relay") as embedded:
-        relay = load_relay("workers.demo:relay")   # sees RELAY_REDIS_URL = embedded.redis_url
+    with Embedded("workers.cli.demo:relay") as embedded:
+        relay = load_relay("workers.cli.demo:relay")   # sees RELAY_REDIS_URL = embedded.redis_url
         ...
     # the worker and redis-server are stopped by pid, the temp dir is gone
 

@@ -28,9 +28,9 @@ from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
 from scheduler import Schedule
 from scheduler.schedules import local_iso
+from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
 from workers.relay import Relay
-from workers.terminal import json_text, one_line
 
 __all__ = ["parse_offset", "schedule"]
 

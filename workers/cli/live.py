@@ -29,11 +29,11 @@ from rich.status import Status
 from rich.text import Text
 
 from agent_core import Stop
-from workers.embedded import Embedded
+from workers.cli.embedded import Embedded
+from workers.cli.terminal import one_line, printable
 from workers.errors import DecisionRefused
 from workers.records import Pending, RunStatus, TraceEntry, Usage
 from workers.relay import Relay
-from workers.terminal import one_line, printable
 
 EXIT_STOPPED = 1
 """`run` and `demo`: the run ended without doing its task (declined, cancelled, failed)."""

@@ -1,0 +1,181 @@
+"""The working copy of one run while a step is decided, and what the step writes.
+
+`Working` holds what a step may change (the run's seq, state, calls, pending
+entries, usage, outcome) as typed attributes, collects what goes with the save
+(trace lines, messages, usage for ancestors, children to create, deliveries),
+and freezes it all into an `Advanced` (`done`). `workers.engine` decides; this
+is where its decisions are written down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent_core import Agent, Outcome, TraceEvent
+from workers.effects import (
+    Advanced,
+    ChildRun,
+    Delivery,
+    Effects,
+    KeptNotes,
+    Message,
+    Send,
+    UsageAdd,
+)
+from workers.records import (
+    CallTrack,
+    InboxEvent,
+    Pending,
+    RunRecord,
+    RunState,
+    TraceEntry,
+    Usage,
+    WaitingFor,
+)
+
+__all__ = ["Surroundings", "Verifier", "Working"]
+
+Verifier = Callable[[Outcome], str | None]
+"""A check of each final answer: a problem to send it back with, or None."""
+
+
+@dataclass(frozen=True)
+class Surroundings:
+    """What advancing needs from the host besides the run itself."""
+
+    now_ms: int
+    grace_ms: int
+    """How long a message may go unhandled before the tick sends it again."""
+    approval_ttl_ms: int | None
+    retention_s: int
+    verifier: Verifier | None = None
+
+
+class Working:
+    """The working copy of one run while a step is decided: what changes, and what to write."""
+
+    def __init__(self, record: RunRecord, agent: Agent | None, around: Surroundings) -> None:
+        self.record = record
+        self._agent = agent
+        self.around = around
+        self.seq = record.seq
+        self.asked = record.asked
+        self.state: RunState = record.state
+        self.waiting_for: WaitingFor | None = record.waiting_for
+        self.pending = record.pending
+        self.calls: dict[str, CallTrack] = dict(record.calls)
+        self.children = record.children
+        self.usage = record.usage
+        self.verifier_rejections = record.verifier_rejections
+        self.forced_stop = record.forced_stop
+        self.outcome = record.outcome
+        self.finished_ms = record.finished_ms
+        self.applied: list[str] = []
+        self.trace: list[TraceEntry] = []
+        self.sends: list[Send] = []
+        self.unsend: list[str] = []
+        self.pending_add: list[Pending] = []
+        self.pending_del: list[str] = []
+        self.usage_adds: list[UsageAdd] = []
+        self.create: list[ChildRun] = []
+        self.deliver_to: list[Delivery] = []
+        self.forget: list[str] = []
+        self.notes: KeptNotes | None = None
+        self.retention_s = 0
+        self.messages: list[Message] = []
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def agent(self) -> Agent:
+        assert self._agent is not None, "this run's agent could not be restored"
+        return self._agent
+
+    def due(self) -> int:
+        """When a message sent now is due to be sent again if nobody dealt with it."""
+        return self.around.now_ms + self.around.grace_ms
+
+    def note(self, kind: str, text: str = "", **data: Any) -> None:
+        """Add a runtime line to the trace."""
+        entry = TraceEntry(at_ms=self.around.now_ms, run=self.id, kind=kind, text=text, **data)
+        self.trace.append(entry)
+
+    def take_trace(self) -> None:
+        """Move the agent's new trace events to the run's trace; each batch is a new seq."""
+        events = self.agent.take_trace()
+        if events:
+            self.seq += 1
+            self.trace.extend(_entry(self.id, self.around.now_ms, e) for e in events)
+
+    def send(self, message: Message) -> None:
+        self.messages.append(message)
+        self.sends.append(Send(message.member, self.due()))
+
+    def add_usage(self, usage: Usage) -> None:
+        self.usage = self.usage + usage
+        for run in (*self.record.ancestors, self.id):
+            adds = UsageAdd(run, usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
+            self.usage_adds.append(adds)
+        self.note("usage", data={"tokens": usage.total_tokens})
+
+    def deliver(self, run: str, event: InboxEvent, *, cancel_flag: bool = False) -> None:
+        """Put `event` in another run's inbox with this save, and wake that run after it."""
+        self.deliver_to.append(Delivery(run, event, self.due(), cancel_flag))
+        self.messages.append(Message("advance", run))
+
+    def set_state(self, state: RunState, waiting_for: WaitingFor | None) -> None:
+        self.state, self.waiting_for = state, waiting_for
+
+    def done(self, snapshot: str) -> Advanced:
+        """Return what this step decided, with `snapshot` as the run's agent state."""
+        record = self.record.model_copy(
+            update={
+                "seq": self.seq,
+                "asked": self.asked,
+                "state": self.state,
+                "waiting_for": self.waiting_for,
+                "pending": self.pending,
+                "calls": self.calls,
+                "children": self.children,
+                "usage": self.usage,
+                "verifier_rejections": self.verifier_rejections,
+                "forced_stop": self.forced_stop,
+                "outcome": self.outcome,
+                "finished_ms": self.finished_ms,
+                "updated_ms": self.around.now_ms,
+            }
+        )
+        effects = Effects(
+            applied=tuple(self.applied),
+            trace=tuple(self.trace),
+            send=tuple(self.sends),
+            unsend=tuple(self.unsend),
+            pending_add=tuple(self.pending_add),
+            pending_del=tuple(self.pending_del),
+            usage=tuple(self.usage_adds),
+            create=tuple(self.create),
+            deliver=tuple(self.deliver_to),
+            retention_s=self.retention_s,
+            forget=tuple(self.forget),
+            running=tuple(c for c, t in self.calls.items() if t.status == "running"),
+            notes=self.notes,
+        )
+        return Advanced(record, snapshot, effects, tuple(self.messages))
+
+
+def _entry(run_id: str, now_ms: int, event: TraceEvent) -> TraceEntry:
+    return TraceEntry(
+        at_ms=now_ms,
+        run=run_id,
+        kind=event.kind,
+        text=event.text,
+        call_id=event.call.id if event.call else None,
+        tool=event.call.tool if event.call else None,
+        status=event.output.status if event.output else None,
+        stop=event.stop.value if event.stop else None,
+        data={"args": event.call.args} if event.call and event.kind == "call" else {},
+    )
