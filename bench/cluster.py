@@ -8,9 +8,7 @@ benchmark can take the difference over a window.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from workers.processes import stop_group
 
 __all__ = ["Counters", "Worker", "bare_worker", "relay_worker"]
 
@@ -67,15 +67,7 @@ class Worker:
         if process is None:
             return
         self.process = None
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
-        with contextlib.suppress(ProcessLookupError):  # pool children of a leader now gone
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_group(process, 20)
 
     def __enter__(self) -> Worker:
         return self

@@ -11,13 +11,12 @@ sends the call again.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from typing import Any
 
 from bench.context import Bench, median
 from bench.model import Task
+from workers.processes import kill_group
 
 __all__ = ["run"]
 
@@ -48,8 +47,8 @@ def _one_round(b: Bench, k: int) -> float:
         pid = int(first.split("-")[0])
         victim = next(w for w in workers if w.pid == pid)
         killed = time.monotonic()
-        os.killpg(pid, signal.SIGKILL)
-        victim.process = None  # gone; nothing left to stop
+        assert victim.process is not None
+        kill_group(victim.process)
         _until(lambda: _holder(b, run_id) not in (None, first), 120)
         took = time.monotonic() - killed
         b.relay.cancel(run_id)

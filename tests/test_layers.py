@@ -45,3 +45,47 @@ def test_importing_scheduler_loads_no_worker_code() -> None:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_runtime_never_imports_the_command_line() -> None:
+    # workers/cli/ sits on top of the runtime: a worker never needs click or rich.
+    offenders = {}
+    for path in sorted((ROOT / "workers").glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        modules = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        } | {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+        }
+        used = sorted(
+            m
+            for m in modules
+            if m in ("workers.cli", "click", "rich") or m.startswith("workers.cli.")
+        )
+        if used and path.name != "celery_app.py":  # the worker's own --no-tick option is click's
+            offenders[path.name] = used
+    assert offenders == {}
+
+
+@pytest.mark.parametrize(
+    ("package", "most_lines"),
+    # agent_core's transitions stay one table in one module, however long it grows.
+    [("agent_core", None), ("workers", 460), ("scheduler", 460)],
+)
+def test_modules_and_functions_stay_a_readable_size(package: str, most_lines: int | None) -> None:
+    too_long = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        source = path.read_text()
+        if most_lines is not None and source.count("\n") > most_lines:
+            too_long.append(f"{path.relative_to(ROOT)}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 60:
+                    too_long.append(f"{path.relative_to(ROOT)}: {node.name} ({length} lines)")
+    assert too_long == []

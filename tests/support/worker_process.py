@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+
+from workers.processes import kill_group, stop_group
 
 __all__ = ["RelayProcess"]
 
@@ -73,23 +74,13 @@ class RelayProcess:
 
     def kill(self) -> None:
         """SIGKILL the whole process group at once, as a crashed machine would."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(10)
+        if self.process is not None:
+            kill_group(self.process)
 
     def stop(self) -> None:
-        process = self.process
-        if process is None:
+        if self.process is None:
             return
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
-        else:
-            _reap_group(process.pid)
+        stop_group(self.process, 15)
         if self._log is not None:
             self._log.close()
         self.process = None
@@ -104,11 +95,3 @@ class RelayProcess:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _reap_group(pgid: int) -> None:
-    """Kill what is left of a process group whose leader already exited."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        return

@@ -20,7 +20,6 @@ if `relay` itself dies. SIGTERM and SIGHUP to `relay` unwind it the same way.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import importlib.util
 import os
@@ -41,6 +40,7 @@ from typing import Any
 import redis
 
 from workers.errors import EmbeddedError
+from workers.processes import stop_group
 
 __all__ = ["Embedded", "redis_executable"]
 
@@ -102,14 +102,7 @@ class _Child:
         """
         if self.process.poll() is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, first)
-        try:
-            self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(grace)
+        stop_group(self.process, grace, first)
 
 
 class Embedded:
