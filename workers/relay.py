@@ -55,6 +55,7 @@ from workers.client import RunsClient
 from workers.effects import Message
 from workers.errors import RelayError
 from workers.model_client import ModelSource
+from workers.pricing import Budget, Price, load_prices
 from workers.records import Pending, RunRecord, RunStatus, TraceEntry
 from workers.runtime import Runtime
 from workers.scheduling import Scheduling
@@ -96,9 +97,13 @@ class Relay:
         questions: bool = False,
         settings: Settings | None = None,
         model: Model | None = None,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         self.name = name
         self.settings = settings if settings is not None else Settings.from_env()
+        from_file = load_prices(self.settings.prices) if self.settings.prices else {}
+        self.prices: dict[str, Price] = {**from_file, **_checked_prices(prices)}
+        """Dollars per million tokens by model name (RELAY_PRICES, then `prices`)."""
         self.config = config or Config()
         skills_found, self.skills_report = gather_skills(skills, skills_dir)
         """`skills` and every skill under `skills_dir`; the report says what did not load."""
@@ -227,7 +232,13 @@ class Relay:
                 app = build_celery(self.name, settings, settings.broker_url or self.redis_url)
                 send = sender(app, self.queues, self._tool_timeout)
                 runtime = Runtime(
-                    settings, store, self.kit, model=self.model, send=send, tick=self.tick
+                    settings,
+                    store,
+                    self.kit,
+                    model=self.model,
+                    send=send,
+                    tick=self.tick,
+                    prices=self.prices,
                 )
                 register_tasks(app, runtime)
                 self._parts = _Parts(store, app, runtime, RunsClient(store, send, settings.timing))
@@ -265,7 +276,7 @@ class Relay:
         *,
         config: Config | None = None,
         attachments: Iterable[Attachment] | None = None,
-        budget: int | None = None,
+        budget: Budget | int | None = None,
         tools: Sequence[str] | None = None,
         notes: Sequence[str] | None = None,
         recipe: str | None = None,
@@ -274,8 +285,9 @@ class Relay:
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
-        `budget` caps the tokens the run and its children may use; `tools`
-        narrows the registered tools; `notes` enables memory with these notes.
+        `budget` caps what the run and its children may spend (a `Budget`: tokens,
+        dollars, model calls, seconds; an int is a token budget); `tools` narrows
+        the registered tools; `notes` enables memory with these notes.
         `run_id` names the run (letters and digits): starting a run whose id
         exists already does nothing and returns that id, so a retried start is safe.
 
@@ -283,7 +295,8 @@ class Relay:
             RelayError: the task or attachments are too large, or a tool name is unknown.
             StoreUnavailable: Redis cannot be reached.
         """
-        files = self._check_start(task, budget, attachments, tools, run_id)
+        files = self._check_start(task, attachments, tools, run_id)
+        limits = _budget(budget)
         run_config = config or self.config
         try:
             agent = self.kit.new_agent(run_config, tools, notes)
@@ -303,11 +316,11 @@ class Relay:
             updated_ms=now,
             config=run_config,
             tools=tuple(tools) if tools is not None else None,
-            budget=budget,
+            budget=limits,
         )
         parts = self._built()
         due = now + self.settings.timing.grace_ms
-        created = parts.store.create(record, agent.snapshot(), due, budget)
+        created = parts.store.create(record, agent.snapshot(), due)
         if not created and not chosen:
             raise RelayError(f"a run with id {run_id} exists already")  # 64 random bits: never
         if created:
@@ -317,7 +330,6 @@ class Relay:
     def _check_start(
         self,
         task: object,
-        budget: object,
         attachments: Iterable[Attachment] | None,
         tools: Sequence[str] | None,
         run_id: str | None,
@@ -327,8 +339,6 @@ class Relay:
             raise RelayError("the task must be non-empty text")
         if len(task) > MAX_TASK_CHARS:
             raise RelayError(f"the task is longer than {MAX_TASK_CHARS} characters")
-        if budget is not None and (not isinstance(budget, int) or budget <= 0):
-            raise RelayError("budget must be a positive number of tokens")
         files = tuple(attachments or ())
         if sum(len(a.data) for a in files) > MAX_ATTACHMENT_BYTES:
             raise RelayError(f"attachments are larger than {MAX_ATTACHMENT_BYTES} bytes in all")
@@ -380,6 +390,10 @@ class Relay:
     def answer(self, run_id: str, text: str) -> None:
         """Answer the question a run waits on."""
         self.runs_client.answer(run_id, text)
+
+    def extend(self, run_id: str, more: Budget) -> int:
+        """Raise the tree's budget by `more` and let its parked runs go on (see RunsClient)."""
+        return self.runs_client.extend(run_id, more)
 
     def cancel(self, run_id: str, reason: str = "") -> bool:
         """Stop a run and its children; False if it had finished already."""
@@ -434,3 +448,22 @@ class Relay:
     def schedule_notes(self, name: str) -> list[str]:
         """The notes the schedule's runs remembered, oldest first: its next run sees them."""
         return self.scheduling.schedule_notes(name)
+
+
+def _budget(given: object) -> Budget | None:
+    """A start's budget: a Budget, a number of tokens, or None; anything else refused."""
+    if given is None or isinstance(given, Budget):
+        return None if isinstance(given, Budget) and given.empty else given
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return Budget(tokens=given)
+    raise RelayError("budget must be a positive number of tokens, or a Budget")
+
+
+def _checked_prices(given: Mapping[str, Price] | None) -> dict[str, Price]:
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Price) for k, v in given.items()
+    ):
+        raise RelayError("prices maps model names to Price values")
+    return dict(given)

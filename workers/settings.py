@@ -14,6 +14,8 @@
     RELAY_MODEL_TIMEOUT          seconds without a byte from the model server (120)
     RELAY_MODEL_RETRIES          retries of a transient model failure (4)
     RELAY_MODEL_DEADLINE         seconds a whole model call may take, retries and all (600)
+    RELAY_MODEL_MAX_TOKENS       a reply's cap in tokens, sent as max_tokens; 0 = none (4096)
+    RELAY_PRICES                 a JSON or TOML file of prices per model (optional)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
     RELAY_RECOVERY_SECONDS       how soon a dead worker's call is picked up again (15):
@@ -198,6 +200,14 @@ def _app(value: object) -> str | None:
     return value
 
 
+def _path(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a file path")
+    return value
+
+
 def _prefix(value: object) -> str:
     if not isinstance(value, str) or not value or not value.isprintable():
         raise ValueError("expected a non-empty prefix")
@@ -232,6 +242,10 @@ class Settings(BaseModel):
     model_retries: Annotated[int, BeforeValidator(_count(0))] = 4
     model_deadline: _Seconds = 600.0
     """Seconds one model call may take, every attempt and wait included."""
+    model_max_tokens: Annotated[int, BeforeValidator(_count(0))] = 4096
+    """The reply's cap in tokens (0: none): what admission reserves for a reply."""
+    prices: Annotated[str | None, BeforeValidator(_path)] = None
+    """A JSON or TOML file of prices per model (RELAY_PRICES), for apps that set none."""
     tool_timeout: _Seconds = 300.0
     tool_output_chars: Annotated[int, BeforeValidator(_count(1))] = 20_000
     recovery_seconds: _Seconds = 15.0
@@ -282,6 +296,7 @@ class Settings(BaseModel):
             read_timeout=self.model_timeout,
             retries=self.model_retries,
             deadline=self.model_deadline,
+            max_tokens=self.model_max_tokens,
         )
 
     @property
