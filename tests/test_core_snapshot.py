@@ -535,7 +535,7 @@ NOT_SNAPSHOTS: dict[str, object] = {
     "no version": json.dumps({"format": "relay.agent", "state": {}}),
     "no format": json.dumps({"version": 1, "state": {}}),
     "wrong format": _with(["format"], "other.agent"),
-    "version 2": _with(["version"], 2),
+    "version 3": _with(["version"], 3),
     "version 0": _with(["version"], 0),
     "version as text": _with(["version"], "1"),
     "extra top key": _with(["extra"], 1),
@@ -667,5 +667,5 @@ def test_mutated_values_are_restored_or_refused(data: st.DataObject) -> None:
 def test_a_snapshot_stays_valid_json_with_a_format_tag() -> None:
     tree = json.loads(RICH)
     assert tree["format"] == "relay.agent"
-    assert tree["version"] == 1
+    assert tree["version"] == 2
     assert set(tree) == {"format", "version", "state"}
