@@ -19,6 +19,7 @@ from agent_core import (
     Question,
     Risk,
     Run,
+    Skill,
     Step,
     Stop,
     Summarize,
@@ -234,6 +235,27 @@ def test_the_same_question_answered_the_same_way_stops_the_run() -> None:
         assert question == Question(text="Which month?")
         step = agent.answer("March")
     assert done(step).outcome.stop is Stop.NO_PROGRESS
+
+
+def test_reading_the_same_skill_file_again_and_again_stops_the_run() -> None:
+    pdf = Skill(
+        name="pdf",
+        description="Fill PDF forms.",
+        body="# PDF",
+        folder="/skills/pdf",
+        resources=("FORMS.md",),
+    )
+    agent = agent_with().with_skills([pdf])
+    agent.start(TASK)
+    steps = []
+    for _ in range(6):
+        step = agent.reply(call("read_skill_file", skill="pdf", path="FORMS.md"))
+        assert isinstance(step, Run)
+        steps.append(agent.result(step.call.id, ToolOutput.ok("the forms")))
+    assert REPEAT_WARNING in prompt_of(steps[2])
+    outcome = done(steps[5]).outcome
+    assert outcome.stop is Stop.NO_PROGRESS
+    assert outcome.calls == 0  # skill reads are not counted against max_calls
 
 
 def test_own_turns_do_not_break_a_run_of_failures() -> None:
