@@ -34,13 +34,15 @@ class Config(BaseModel):
     policy: Policy = Policy.CAUTIOUS
     """Which risks ask a person before a call runs."""
     max_repeats: int = Field(default=3, ge=2, le=1_000)
-    """No-progress detection: at this many identical calls (same tool, same arguments,
-    same result) or failed calls in a row, the model is told once; at twice as many
-    the run stops with NO_PROGRESS."""
+    """No-progress detection, per turn: at this many identical calls (same tool, same
+    arguments, same result; remembered notes and answered questions too) or failed
+    calls in a row, the model is told once; at twice as many the turn stops with
+    NO_PROGRESS."""
     max_model_calls: int | None = Field(default=None, ge=1, le=1_000_000)
-    """Model calls (every reply or failure, summaries, questions, notes, skill loads and
-    continuations included) one turn may use; the one after the last ends the turn with
-    MODEL_CALL_LIMIT. None: `2 * max_calls + 20` (see `allowed_model_calls`)."""
+    """Model calls one turn may use: every reply or failure counts, summaries, questions,
+    notes, skill loads and continuations of cut replies included. The last one is asked
+    for the final answer; a turn that would need another ends with MODEL_CALL_LIMIT.
+    None: `2 * max_calls + 20` (see `allowed_model_calls`)."""
 
     def __init__(self, **fields: Any) -> None:
         try:
