@@ -201,7 +201,8 @@ class Agent:
         The turn's counters start again: `max_calls` calls, the model-call
         allowance, retries and loop counts (call ids go on counting, and
         `Outcome.calls` counts every turn). A root agent with `require_plan`
-        is asked for a new plan. Returns the next step (an `Ask`).
+        is asked for a new plan. Returns the next step: an `Ask` (a `Summarize`
+        first, with `summarize`, when history has grown past `history_chars`).
 
         On an agent still working, or with blank text, nothing changes and
         the step waited on is returned: the host decides whether to queue,
