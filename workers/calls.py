@@ -289,7 +289,9 @@ class Calls:
             return ModelFailed(seq=seq, error=str(error))
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
-        return ModelReplied(seq=seq, text=reply.text, usage=self.pricing.priced(reply))
+        usage = self.pricing.priced(reply)
+        cut = reply.finish_reason == "length"
+        return ModelReplied(seq=seq, text=reply.text, usage=usage, truncated=cut)
 
     # --- tool calls -----------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ class RunsClient:
             updated_ms=record.updated_ms,
             finished_ms=record.finished_ms,
             outcome=record.outcome,
-            pending=tuple(self.store.pending_of(record.pending)),
+            pending=tuple(self.store.people.pending_of(record.pending)),
         )
 
     def _budget(self, record: RunRecord) -> Budget | None:
@@ -105,11 +105,11 @@ class RunsClient:
         record, _ = self._record(run_id)
         if record.outcome is not None and record.root == record.id:
             raise RelayError(f"run {run_id} has finished: there is nothing to extend")
-        parked = self.store.pending_in_tree(record.root, "budget")
+        parked = self.store.people.pending_in_tree(record.root, "budget")
         seconds = None if more.seconds is None else int(more.seconds * 1000)
         raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
         due = now_ms() + self._timing.grace_ms
-        raised, woken = self.store.extend(record.root, raise_by, parked, due)
+        raised, woken = self.store.people.extend(record.root, raise_by, parked, due)
         if not raised:
             raise RelayError(
                 f"the budget of run {record.root} has no limit that {more.describe()} raises"
@@ -145,7 +145,7 @@ class RunsClient:
 
     def pending(self) -> list[Pending]:
         """Return what waits on a person: plans, calls and questions, oldest first."""
-        return self.store.pending()
+        return self.store.people.pending()
 
     def approve(self, run_id: str, call_id: str, yes: bool = True, reason: str = "") -> None:
         """Decide a call that waits for approval. Refused unless that call is pending.
@@ -196,7 +196,7 @@ class RunsClient:
         self, run_id: str, kind: PendingKind, what: str, event: InboxEvent, named: str
     ) -> None:
         now = now_ms()
-        decided = self.store.decide(
+        decided = self.store.people.decide(
             run_id,
             kind,
             what,

@@ -116,7 +116,7 @@ def _on_model_replied(run: Working, event: ModelReplied) -> None:
     _forget_model_call(run, event.seq)
     run.add_usage(event.usage)
     if _waiting_for_model(run, event.seq):
-        run.agent.reply(event.text)
+        run.agent.reply(event.text, truncated=event.truncated)
 
 
 def _on_model_failed(run: Working, event: ModelFailed) -> None:

@@ -162,6 +162,8 @@ class ModelReplied(BaseModel):
     seq: int
     text: str
     usage: Usage = Usage()
+    truncated: bool = False
+    """The reply was cut by its length limit: the agent asks for the rest."""
 
 
 class ModelFailed(BaseModel):

@@ -61,6 +61,7 @@ from workers.runtime import Runtime
 from workers.scheduling import Scheduling
 from workers.settings import Settings, now_ms
 from workers.skill_tools import gather_skills
+from workers.starting import check_start, checked_prices, start_budget
 from workers.store import RunStore
 from workers.working import Verifier
 
@@ -68,8 +69,6 @@ __all__ = ["Relay"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-MAX_TASK_CHARS = 100_000
-MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -102,7 +101,7 @@ class Relay:
         self.name = name
         self.settings = settings if settings is not None else Settings.from_env()
         from_file = load_prices(self.settings.prices) if self.settings.prices else {}
-        self.prices: dict[str, Price] = {**from_file, **_checked_prices(prices)}
+        self.prices: dict[str, Price] = {**from_file, **checked_prices(prices)}
         """Dollars per million tokens by model name (RELAY_PRICES, then `prices`)."""
         self.config = config or Config()
         skills_found, self.skills_report = gather_skills(skills, skills_dir)
@@ -295,8 +294,8 @@ class Relay:
             RelayError: the task or attachments are too large, or a tool name is unknown.
             StoreUnavailable: Redis cannot be reached.
         """
-        files = self._check_start(task, attachments, tools, run_id)
-        limits = _budget(budget)
+        files = check_start(task, attachments, tools, run_id, known=self.kit.names())
+        limits = start_budget(budget)
         run_config = config or self.config
         try:
             agent = self.kit.new_agent(run_config, tools, notes)
@@ -326,28 +325,6 @@ class Relay:
         if created:
             parts.runtime.send([Message("advance", run_id)])
         return run_id
-
-    def _check_start(
-        self,
-        task: object,
-        attachments: Iterable[Attachment] | None,
-        tools: Sequence[str] | None,
-        run_id: str | None,
-    ) -> tuple[Attachment, ...]:
-        """Refuse what `start` cannot take, in one line each; return the attachments."""
-        if not isinstance(task, str) or not task.strip():
-            raise RelayError("the task must be non-empty text")
-        if len(task) > MAX_TASK_CHARS:
-            raise RelayError(f"the task is longer than {MAX_TASK_CHARS} characters")
-        files = tuple(attachments or ())
-        if sum(len(a.data) for a in files) > MAX_ATTACHMENT_BYTES:
-            raise RelayError(f"attachments are larger than {MAX_ATTACHMENT_BYTES} bytes in all")
-        unknown = sorted(set(tools or ()) - self.kit.names())
-        if unknown:
-            raise RelayError(f"unknown tools: {', '.join(unknown)}")
-        if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
-            raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
-        return files
 
     def tick(self, now: int | None = None) -> list[str]:
         """Tick once, now (schedules, then healing); return the runs it started.
@@ -426,11 +403,20 @@ class Relay:
         utc_offset_minutes: int = 0,
         *,
         mode: Mode = "run",
+        budget: Budget | None = None,
         now_ms: int | None = None,
     ) -> Schedule:
-        """Schedule `recipe`, filled with `values`, to fire on `trigger` (see Scheduling)."""
+        """Schedule `recipe`, filled with `values`, to fire on `trigger`, each run within
+        `budget` (see Scheduling)."""
         return self.scheduling.schedule(
-            name, recipe, values, trigger, utc_offset_minutes, mode=mode, now_ms=now_ms
+            name,
+            recipe,
+            values,
+            trigger,
+            utc_offset_minutes,
+            mode=mode,
+            budget=budget,
+            now_ms=now_ms,
         )
 
     def schedules(self) -> list[Schedule]:
@@ -448,22 +434,3 @@ class Relay:
     def schedule_notes(self, name: str) -> list[str]:
         """The notes the schedule's runs remembered, oldest first: its next run sees them."""
         return self.scheduling.schedule_notes(name)
-
-
-def _budget(given: object) -> Budget | None:
-    """A start's budget: a Budget, a number of tokens, or None; anything else refused."""
-    if given is None or isinstance(given, Budget):
-        return None if isinstance(given, Budget) and given.empty else given
-    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
-        return Budget(tokens=given)
-    raise RelayError("budget must be a positive number of tokens, or a Budget")
-
-
-def _checked_prices(given: Mapping[str, Price] | None) -> dict[str, Price]:
-    if given is None:
-        return {}
-    if not isinstance(given, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, Price) for k, v in given.items()
-    ):
-        raise RelayError("prices maps model names to Price values")
-    return dict(given)

@@ -78,7 +78,7 @@ class Runtime:
 
     def heal(self, now: int) -> int:
         """Re-send what was never dealt with, decline what expired; return how many were re-sent."""
-        for pending in self.store.expired_pending(now):
+        for pending in self.store.people.expired_pending(now):
             self._expire(pending, now)
         for root in self.store.upkeep.deadlines_due(now):
             self._time_is_up(root, now)
@@ -101,7 +101,7 @@ class Runtime:
         """Decline (or answer for) what waited too long, and wake the run to hear it."""
         what = pending.call_id if pending.call_id is not None else str(pending.seq)
         event = expiry_event(pending.kind, what)
-        decided = self.store.decide(
+        decided = self.store.people.decide(
             pending.run_id,
             pending.kind,
             what,

@@ -10,7 +10,7 @@ hidden. Nothing here knows about agents beyond opaque snapshot text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -31,18 +31,17 @@ from workers.codec import (
 )
 from workers.durability import Durability, probe, wait_durable
 from workers.effects import Advanced, OwnOutcome
-from workers.errors import RunCorrupt, RunNotFound, StoreUnavailable
+from workers.errors import RunCorrupt, StoreUnavailable
 from workers.layout import (
     TRACE_MAX,
     Keys,
     OutboxMember,
-    PendingKind,
     RunFields,
-    pending_member,
 )
-from workers.records import BudgetExtended, InboxEvent, Pending, RunRecord, TraceEntry, Usage
+from workers.people import People
+from workers.records import InboxEvent, RunRecord, TraceEntry, Usage
 from workers.redact import redact_url
-from workers.scripts import ClaimStatus, Decided, Recorded, Saved, lua
+from workers.scripts import ClaimStatus, Recorded, Saved, lua
 from workers.upkeep import Upkeep
 
 __all__ = ["NO_ADMISSION", "Admission", "Claim", "Loaded", "Over", "RunStore", "TreeLimits"]
@@ -137,12 +136,12 @@ class RunStore:
         self._renew: Any = script(lua("renew"))
         self._unclaim: Any = script(lua("unclaim"))
         self._record: Any = script(lua("record"))
-        self._decide: Any = script(lua("decide"))
         self._save: Any = script(lua("save"))
         self._trace: Any = script(lua("trace"))
         self._read_trace: Any = script(lua("read_trace"))
-        self._extend: Any = script(lua("extend"))
         self._durability: Durability | None = None
+        self.people = People(self)
+        """What waits on a person, and the decisions and extensions that settle it."""
         self.upkeep = Upkeep(self)
         """The fleet-wide upkeep the tick does: its lock, pruning, the outbox's due messages."""
 
@@ -337,56 +336,6 @@ class RunStore:
         with self.errors():
             self.redis.zrem(self.keys.outbox, member)
 
-    # --- people ---------------------------------------------------------------------------
-
-    def decide(
-        self,
-        run_id: str,
-        kind: PendingKind,
-        what: str,
-        event: InboxEvent,
-        *,
-        expired: InboxEvent,
-        now_ms: int,
-        due_ms: int,
-    ) -> Decided:
-        """Apply a decision for the pending entry (`kind`, `what`) of the run, unless it
-        came after the entry's expiry: then `expired` (the event for "no decision in
-        time") is applied instead."""
-        k = self.keys
-        keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.pending, k.pending_data]
-        args: list[str | int] = [pending_member(run_id, kind, what)]
-        args += [RunFields.decision(kind, what), event.model_dump_json()]
-        args += [OutboxMember.advance(run_id), due_ms, now_ms, expired.model_dump_json()]
-        with self.errors():
-            return Decided(as_text(self._decide(keys=keys, args=args)))
-
-    def pending(self, limit: int = 1_000) -> list[Pending]:
-        """Return what waits on a person, oldest expiry first."""
-        with self.errors():
-            members = self.redis.zrange(self.keys.pending, 0, limit - 1)
-            values = self.redis.hmget(self.keys.pending_data, members) if members else []
-        return _readable(values)
-
-    def pending_of(self, members: Sequence[str]) -> list[Pending]:
-        if not members:
-            return []
-        with self.errors():
-            values = self.redis.hmget(self.keys.pending_data, list(members))
-        return _readable(values)
-
-    def pending_members_of(self, run_id: str) -> tuple[str, ...]:
-        """Return the pending entries a run holds, found by their names (for a lost record)."""
-        with self.errors():
-            found = self.redis.hscan_iter(self.keys.pending_data, match=f"{run_id}|*", count=1_000)
-            return tuple(as_text(member) for member, _ in found)
-
-    def expired_pending(self, now_ms: int, limit: int = 500) -> list[Pending]:
-        with self.errors():
-            members = self.redis.zrangebyscore(self.keys.pending, 0, now_ms, start=0, num=limit)
-            values = self.redis.hmget(self.keys.pending_data, members) if members else []
-        return _readable(values)
-
     def append(
         self, run_id: str, event: InboxEvent, due_ms: int, *, cancel_flag: bool = False
     ) -> bool:
@@ -402,48 +351,6 @@ class RunStore:
             pipe.zadd(k.outbox, {OutboxMember.advance(run_id): due_ms})
             pipe.execute()
         return True
-
-    def extend(
-        self,
-        root: str,
-        raise_by: tuple[int | None, int | None, int | None, int | None],
-        parked: Sequence[Pending],
-        due_ms: int,
-    ) -> tuple[bool, int]:
-        """Raise the tree's limits (tokens, micro-dollars, model calls, deadline ms; None:
-        leave it) and wake each run parked at the budget (`parked`: their pending
-        entries). Return (whether a limit was raised, how many runs were woken).
-
-        Raises:
-            RunNotFound: there is no such root.
-        """
-        k = self.keys
-        keys = [k.run(root), k.deadlines, k.pending, k.pending_data, k.outbox]
-        args: list[str | int] = ["" if n is None else n for n in raise_by]
-        args += [root, due_ms]
-        for entry in parked:
-            seq = str(entry.seq)
-            keys += [k.run(entry.run_id), k.inbox(entry.run_id)]
-            args += [pending_member(entry.run_id, "budget", seq)]
-            args += [
-                RunFields.decision("budget", seq),
-                BudgetExtended(seq=entry.seq).model_dump_json(),
-            ]
-            args += [OutboxMember.advance(entry.run_id)]
-        with self.errors():
-            raised, woken = self._extend(keys=keys, args=args)
-        if int(raised) < 0:
-            raise RunNotFound(f"no run {root!r} (it never existed, or it finished and expired)")
-        return bool(raised), int(woken)
-
-    def pending_in_tree(self, root: str, kind: PendingKind) -> list[Pending]:
-        """Return the pending entries of one kind held by the runs of a tree."""
-        with self.errors():
-            found = self.redis.hscan_iter(
-                self.keys.pending_data, match=f"{root}*|{kind}|*", count=1_000
-            )
-            values = [value for _, value in found]
-        return [p for p in _readable(values) if p.root_id == root]
 
     # --- saving ------------------------------------------------------------------------------
 
@@ -505,16 +412,3 @@ def _limits(record: RunRecord) -> list[str | int]:
     deadline = None if budget.seconds is None else record.created_ms + int(budget.seconds * 1000)
     values = (budget.tokens, cost, budget.model_calls, deadline)
     return ["" if value is None else value for value in values]
-
-
-def _readable(values: list[Any]) -> list[Pending]:
-    """The pending entries that can be read (a missing or broken one is skipped)."""
-    found: list[Pending] = []
-    for value in values:
-        if value is None:
-            continue
-        try:
-            found.append(Pending.model_validate_json(value))
-        except ValidationError:
-            continue
-    return found

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from agent_core.errors import AgentError
+from workers.cli.budget import extend
 from workers.cli.common import Context, Failure
 from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
 from workers.cli.schedule import schedule
@@ -82,7 +83,22 @@ def cli(ctx: click.Context, app: str | None) -> None:
     ctx.obj = Context(app)
 
 
-VERBS = (worker, beat, flower, run, demo, runs, show, watch, pending, approve, deny, answer, cancel)
+VERBS = (
+    worker,
+    beat,
+    flower,
+    run,
+    demo,
+    runs,
+    show,
+    watch,
+    pending,
+    approve,
+    deny,
+    answer,
+    cancel,
+    extend,
+)
 for verb in (*VERBS, schedule, skills):
     cli.add_command(verb)
 
