@@ -103,8 +103,6 @@ class RunsClient:
         if not isinstance(more, Budget) or more.empty:
             raise RelayError("extend needs a Budget that raises at least one limit")
         record, _ = self._record(run_id)
-        if record.outcome is not None and record.root == record.id:
-            raise RelayError(f"run {run_id} has finished: there is nothing to extend")
         parked = self.store.people.pending_in_tree(record.root, "budget")
         seconds = None if more.seconds is None else int(more.seconds * 1000)
         raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
