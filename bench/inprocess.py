@@ -34,9 +34,13 @@ class LocalModel:
     """The bench's fake model as a function call (no HTTP)."""
 
     def complete(
-        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
-        del should_stop
+        del should_stop, on_text
         task = Task.parse(request.prompt)
         assert task is not None, "not a bench task"
         text, _ = reply_for(task, request.prompt)

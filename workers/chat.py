@@ -1,13 +1,33 @@
 """The OpenAI-compatible chat completions wire format, with no I/O.
 
-The body a call sends (`chat_body`), the reply it reads back (`parse_reply`),
-the error a non-200 answer becomes (`error_for_status`), and the arithmetic of
-waiting before a retry (`backoff_seconds`, `parse_retry_after`). The HTTP
-client that uses them is `workers.model_client`.
+The body a call sends (`chat_body`), the reply it reads back (`parse_reply`, or
+`StreamedReply` for a reply streamed as server-sent events), the error a
+non-200 answer becomes (`error_for_status`), and the arithmetic of waiting
+before a retry (`backoff_seconds`, `parse_retry_after`). The HTTP client that
+uses them is `workers.model_client`.
+
+A streamed reply (`"stream": true`) is a series of `data: {json}` events, each
+with a piece of the text in `choices[0].delta.content`, the last with
+`finish_reason`, then (asked for with `stream_options.include_usage`) one with
+`usage`, then `data: [DONE]`. `StreamedReply` reads it as bytes arrive: lines
+are split on bytes and decoded whole, so a chunk cut inside a UTF-8 character
+or a JSON escape is read right; comments (`: keep-alive`) and other fields are
+skipped. What each stream ends as:
+
+- `[DONE]`: the reply (read to the end of the body, if the server closes it);
+- no `[DONE]`, but a `finish_reason` came: the reply (the server said it ended);
+- neither: `ModelCallError`, retryable (like a dropped connection);
+- an `error` object in an event: `ModelCallError`, retryable (the request was
+  accepted; what fails later is the server's);
+- an event that is not JSON, or a `choices` that is not a list: unusable,
+  `ModelCallError`, not retryable;
+- no `usage`: tokens are estimated (4 bytes a token), so budgets still count it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import math
 import re
@@ -25,8 +45,10 @@ from workers.errors import ModelCallError
 from workers.records import Usage
 
 __all__ = [
+    "RESTART",
     "Model",
     "ModelReply",
+    "StreamedReply",
     "backoff_seconds",
     "chat_body",
     "error_for_status",
@@ -34,6 +56,8 @@ __all__ = [
     "one_line",
     "parse_reply",
     "parse_retry_after",
+    "streaming",
+    "takes_text",
 ]
 
 MESSAGE_CHARS = 500
@@ -42,13 +66,40 @@ EXCERPT_CHARS = 120
 """How much of an unusable body an error quotes."""
 
 
+RESTART = ""
+"""What a model passes to `on_text` when its reply starts over (a retry after part of
+it was streamed): what came before is void. A piece of text is never empty."""
+
+
 class Model(Protocol):
     """What Relay needs of a model: a reply to a request (`workers.model_client.ModelClient`
-    for an HTTP server; `Relay(model=...)` takes any other)."""
+    for an HTTP server; `Relay(model=...)` takes any other).
+
+    `on_text`, when given, is called with each piece of the reply's text as it
+    arrives (on the thread making the call), and with `RESTART` when the reply
+    starts over; the pieces of the last start, joined, are the reply's text. A
+    model that cannot stream may call it once with the whole text, or never. It
+    must not raise. A model written without `on_text` still works (`takes_text`).
+    """
 
     def complete(
-        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply: ...
+
+
+def takes_text(model: object) -> bool:
+    """Whether `model.complete` accepts `on_text` (a Model written before streaming does not)."""
+    try:
+        parameters = inspect.signature(model.complete).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "on_text" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 class ModelReply(BaseModel):
@@ -121,6 +172,11 @@ def chat_body(
     return body
 
 
+def streaming(body: dict[str, Any]) -> dict[str, Any]:
+    """Return `body` asking for a streamed reply, with its usage at the end."""
+    return body | {"stream": True, "stream_options": {"include_usage": True}}
+
+
 def _attachment_part(attachment: Attachment, limit: int) -> dict[str, Any]:
     if attachment.mime.lower().startswith("image/"):
         data = b64encode(attachment.data).decode("ascii")
@@ -161,6 +217,122 @@ def parse_reply(data: bytes) -> ModelReply:
         model=model[:200] if isinstance(model, str) and model else None,
         finish_reason=finish[:40] if isinstance(finish, str) else None,
     )
+
+
+class StreamedReply:
+    """A chat completion streamed as server-sent events, read as its bytes arrive.
+
+    `feed(data)` takes the next bytes of the body and returns the pieces of text
+    they completed; `done` says `[DONE]` came; once the body ended, `end()` returns
+    the pieces of a last event with no blank line after it, and `reply(prompt_bytes)`
+    is the whole reply (raising ModelCallError if it is not complete). See the
+    module's docstring for what each kind of stream ends as. Each byte is looked
+    at once, however the body is cut.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no line end
+        self._data: list[str] = []
+        self._text: list[str] = []
+        self._usage: Usage | None = None
+        self._model: str | None = None
+        self._finish: str | None = None
+        self.done = False
+        """`data: [DONE]` came: the reply is whole."""
+
+    def feed(self, data: bytes) -> list[str]:
+        """Read the next bytes of the body; return the pieces of text they completed."""
+        pieces: list[str] = []
+        self._buffer += data
+        start = 0
+        while not self.done and (end := self._buffer.find(b"\n", self._scanned)) >= 0:
+            line = bytes(self._buffer[start:end]).rstrip(b"\r")
+            start = self._scanned = end + 1
+            self._line(line.decode("utf-8", "replace"), pieces)
+        del self._buffer[:start]
+        self._scanned = len(self._buffer)
+        return pieces
+
+    def end(self) -> list[str]:
+        """The body ended: return the pieces of text of a last event left without a blank
+        line after it (one cut short is dropped)."""
+        pieces: list[str] = []
+        if not self.done:
+            if self._buffer:
+                self._line(bytes(self._buffer).rstrip(b"\r").decode("utf-8", "replace"), pieces)
+                self._buffer.clear()
+            with contextlib.suppress(ModelCallError):  # one cut off by the body's end is none
+                self._dispatch(pieces)
+        return pieces
+
+    def _line(self, line: str, pieces: list[str]) -> None:
+        if not line:  # a blank line ends an event
+            self._dispatch(pieces)
+        elif line.startswith("data:"):
+            value = line[5:]
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        # Comments (": keep-alive") and the other fields (event, id, retry) say nothing here.
+
+    def _dispatch(self, pieces: list[str]) -> None:
+        data, self._data = "\n".join(self._data), []
+        if not data:
+            return
+        if data.strip() == "[DONE]":
+            self.done = True
+            return
+        try:
+            event = json.loads(data)
+        except (ValueError, RecursionError):
+            raise _unusable(f"a streamed event is not JSON: {excerpt(data.encode())}") from None
+        if not isinstance(event, dict):
+            raise _unusable(f"a streamed event is not an object: {excerpt(data.encode())}")
+        if "error" in event:
+            said = _server_message(data.encode())
+            raise ModelCallError(f"the model server failed mid-stream: {said}", retryable=True)
+        piece = self._read(event)
+        if piece:
+            self._text.append(piece)
+            pieces.append(piece)
+
+    def _read(self, event: dict[str, Any]) -> str:
+        """Take the event's model, usage and finish reason; return its piece of text."""
+        model = event.get("model")
+        if isinstance(model, str) and model:
+            self._model = model[:200]
+        if event.get("usage") is not None:
+            self._usage = _parse_usage(event["usage"])
+        choices = event.get("choices")
+        if choices is None:
+            return ""
+        if not isinstance(choices, list):
+            raise _unusable("a streamed event's choices is not a list")
+        first = choices[0] if choices and isinstance(choices[0], dict) else {}
+        finish = first.get("finish_reason")
+        if isinstance(finish, str) and finish:
+            self._finish = finish[:40]
+        delta = first.get("delta")
+        content = delta.get("content") if isinstance(delta, dict) else None
+        return content if isinstance(content, str) else ""
+
+    def reply(self, prompt_bytes: int) -> ModelReply:
+        """Return the whole reply once the body ended; raise ModelCallError (retryable) if
+        it ended before the reply did. A stream without usage is counted at 4 bytes a token
+        (`prompt_bytes`: the size of the request)."""
+        if not self.done and self._finish is None:
+            raise ModelCallError(
+                "the model server's stream ended before the reply was complete (no [DONE])",
+                retryable=True,
+                status=200,
+            )
+        text = "".join(self._text)
+        usage = self._usage
+        if usage is None:
+            prompt, completion = -(-prompt_bytes // 4), -(-len(text.encode()) // 4)
+            usage = Usage(
+                prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+            )
+        return ModelReply(text=text, usage=usage, model=self._model, finish_reason=self._finish)
 
 
 class _PromptDetails(BaseModel):

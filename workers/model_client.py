@@ -5,6 +5,14 @@ One `ModelClient` per worker process holds one httpx sync client, so the TCP
 `POST {url}` with a system and a user message; image attachments go beside the
 prompt as image parts, other files as text parts.
 
+Given `on_text`, a call asks for a streamed reply (`"stream": true`) and hands
+each piece of text to `on_text` as it arrives (`workers.chat.StreamedReply`
+reads the server-sent events). A server that answers with a plain body anyway
+is read as usual and its text handed over whole; one that refuses `stream`
+(400 or 422) is asked again plainly at once, and, if that works, this client
+stops asking it for streams. A retry after text was handed over first hands
+over `RESTART`, so the caller never glues two replies together.
+
 A whole call, retries included, ends by `ModelSettings.deadline`
 (RELAY_MODEL_DEADLINE): a server that trickles its reply a byte at a time
 cannot hold a worker past it; and the caller's `should_stop` is asked while
@@ -29,17 +37,21 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import Any
 
 import httpx
 
 from agent_core.steps import ModelRequest
 from workers.chat import (
+    RESTART,
     Model,
     ModelReply,
+    StreamedReply,
     backoff_seconds,
     chat_body,
     error_for_status,
     parse_reply,
+    streaming,
 )
 from workers.errors import ModelCallError
 from workers.models import ModelSettings
@@ -49,6 +61,9 @@ from workers.settings import Settings
 __all__ = ["ModelClient", "ModelSource"]
 
 log = logging.getLogger(__name__)
+
+DRAIN_BYTES = 64 * 1024
+"""What a stream may send after `[DONE]` before the connection is dropped unread."""
 
 
 # --- the I/O seam ----------------------------------------------------------------
@@ -115,6 +130,20 @@ def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]
     return b"".join(chunks)
 
 
+def _drain(chunks: Iterator[bytes], call: _Call) -> None:
+    """Read what a server sends after `[DONE]` (the body's end, so the connection can be
+    kept), up to DRAIN_BYTES; the reply is whole already, so a failure here is ignored."""
+    size = 0
+    try:
+        for chunk in chunks:
+            size += len(chunk)
+            if size > DRAIN_BYTES:
+                return  # it says nothing: the connection is dropped instead
+            call.check()
+    except (httpx.HTTPError, ModelCallError):
+        return
+
+
 def _too_big(response: httpx.Response, limit: int) -> ModelCallError:
     message = f"the model server's reply is larger than {limit} bytes"
     return ModelCallError(message, retryable=False, status=response.status_code)
@@ -156,10 +185,16 @@ class ModelClient:
         self._secrets = sorted(secrets, key=len, reverse=True)
         url = httpx.URL(settings.url)
         self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+        self._streams = True
+        """Whether to ask this server for streamed replies (False once it refused one)."""
         _hide_secrets_in_httpx_logs()
 
     def complete(
-        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
 
@@ -168,20 +203,19 @@ class ModelClient:
         and the body is checked as it comes in, so a server trickling a byte now
         and then cannot hold it longer. `should_stop` is asked as the body comes
         in and before and after every wait between attempts, so a cancelled run
-        stops. Raises ModelCallError: the permanent failure at once, the last
-        transient one when the retries are spent, or why it ended early (stopped,
-        or past its deadline).
+        stops. `on_text` gets the reply's text piece by piece as it arrives (see
+        `workers.chat.Model`). Raises ModelCallError: the permanent failure at
+        once, the last transient one when the retries are spent, or why it ended
+        early (stopped, or past its deadline).
         """
         settings = self._settings
-        body = json.dumps(
-            chat_body(
-                settings.model,
-                request,
-                attachment_chars=settings.attachment_chars,
-                max_tokens=settings.max_tokens,
-            )
-        ).encode("utf-8")
-        call = _Call(settings.deadline, settings.retries + 1, should_stop)
+        body = chat_body(
+            settings.model,
+            request,
+            attachment_chars=settings.attachment_chars,
+            max_tokens=settings.max_tokens,
+        )
+        call = _Call(settings.deadline, settings.retries + 1, should_stop, on_text)
         for attempt in range(call.attempts):
             call.attempt = attempt
             try:
@@ -217,7 +251,23 @@ class ModelClient:
         if call.stopped():
             raise call.stop(error)
 
-    def _attempt(self, body: bytes, call: _Call) -> ModelReply:
+    def _attempt(self, body: dict[str, Any], call: _Call) -> ModelReply:
+        """Make one attempt: streamed when the caller takes text and the server may stream."""
+        if call.streamed:
+            call.text(RESTART)
+        if call.on_text is None or not self._streams:
+            return self._request(body, call, streamed=False)
+        try:
+            return self._request(body, call, streamed=True)
+        except ModelCallError as error:
+            if error.status not in (400, 422):
+                raise
+        reply = self._request(body, call, streamed=False)  # the server refused `stream`
+        self._streams = False
+        log.info("%s refused a streamed reply; asking it plainly from now on", self._where)
+        return reply
+
+    def _request(self, body: dict[str, Any], call: _Call, *, streamed: bool) -> ModelReply:
         """Make one HTTP request; raise ModelCallError (with the key scrubbed) if it fails."""
         left = call.left()
         if left <= 0:
@@ -225,17 +275,46 @@ class ModelClient:
         settings = self._settings
         connect = min(settings.connect_timeout, left)
         timeout = httpx.Timeout(min(settings.read_timeout, left), connect=connect, pool=connect)
+        content = json.dumps(streaming(body) if streamed else body).encode("utf-8")
         try:
             with (
                 _translating_errors(self._where, timeout),
-                self._http.stream("POST", settings.url, content=body, timeout=timeout) as response,
+                self._http.stream(
+                    "POST", settings.url, content=content, timeout=timeout
+                ) as response,
             ):
+                kind = response.headers.get("content-type", "")
+                if response.status_code == 200 and kind.startswith("text/event-stream"):
+                    return self._read_events(response, call, len(content))
                 data = _read_capped(response, settings.max_body_bytes, call.check)
             if response.status_code != 200:
                 raise error_for_status(response.status_code, response.headers, data, self._now())
-            return parse_reply(data)
+            reply = parse_reply(data)
         except ModelCallError as error:
             raise self._scrubbed(error) from None
+        if reply.text:
+            call.text(reply.text)  # a reply that came whole is handed over whole
+        return reply
+
+    def _read_events(self, response: httpx.Response, call: _Call, sent: int) -> ModelReply:
+        """Read a streamed reply, handing each piece of text over as it arrives."""
+        events = StreamedReply()
+        limit, size = self._settings.max_body_bytes, 0
+        call.check()
+        chunks = response.iter_bytes()
+        for chunk in chunks:
+            call.check()
+            size += len(chunk)
+            if size > limit:
+                raise _too_big(response, limit)
+            for piece in events.feed(chunk):
+                call.text(piece)
+            if events.done:
+                _drain(chunks, call)
+                break
+        for piece in events.end():
+            call.text(piece)
+        return events.reply(sent)
 
     def _scrubbed(self, error: ModelCallError) -> ModelCallError:
         """Return `error` without the key or the URL's secrets, in case a server echoed them."""
@@ -273,14 +352,27 @@ class _Call:
     """One call's limits: when it must end, how many attempts it may make, who may stop it."""
 
     def __init__(
-        self, deadline: float, attempts: int, should_stop: Callable[[], bool] | None
+        self,
+        deadline: float,
+        attempts: int,
+        should_stop: Callable[[], bool] | None,
+        on_text: Callable[[str], None] | None = None,
     ) -> None:
         self.deadline = deadline
         self.ends_at = time.monotonic() + deadline
         self.attempts = attempts
         self.should_stop = should_stop
+        self.on_text = on_text
+        self.streamed = False
+        """Text was handed over since the reply last (re)started."""
         self.attempt = 0
         """The attempt under way (0 for the first)."""
+
+    def text(self, piece: str) -> None:
+        """Hand a piece of the reply (or RESTART) to the caller, if it takes text."""
+        if self.on_text is not None:
+            self.streamed = piece != RESTART
+            self.on_text(piece)
 
     def left(self) -> float:
         return self.ends_at - time.monotonic()
@@ -325,9 +417,13 @@ class _NoModel:
     """Stands in when no model is configured: every call fails with a clear reason."""
 
     def complete(
-        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
-        del request, should_stop
+        del request, should_stop, on_text
         raise ModelCallError("no model is configured: set RELAY_MODEL_URL", retryable=False)
 
 

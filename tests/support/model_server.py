@@ -7,6 +7,15 @@ It plays scripted replies, latency and faults:
         ...
         assert len(server.calls) == 2
 
+A call that asks for a stream (`"stream": true`) gets one, as server-sent events
+over a chunked body: the text in pieces of `Reply.piece_chars`, `Reply.gap`
+seconds apart, then the finish reason, the usage (if asked for) and `[DONE]`.
+`Reply.sse` sends raw event bytes instead, chunk by chunk (a chunk cut inside a
+UTF-8 character or an escape, a stream with no `[DONE]`); `Reply.endless`
+streams until the client goes away. `ModelServer(..., streams=False)` answers
+every call with a plain body (a server that cannot stream), `refuse_streams=True`
+answers a stream request with a 400 (one that refuses the parameter).
+
 The server runs in a background thread of the test process (one handler thread
 per connection, HTTP/1.1 keep-alive), binds only 127.0.0.1 on a free port, and
 on `stop()` releases handlers that hang or wait, closes every connection and
@@ -69,7 +78,11 @@ class Reply:
     `hang` never answers (until the server stops); `close` drops the connection
     without an answer; `raw_body` is sent as is instead of the JSON the server builds;
     `trickle` sends the body one byte at a time, that many seconds apart (the
-    headers, with the whole length, go at once).
+    headers, with the whole length, go at once). Streamed (when the call asks for a
+    stream): `piece_chars` characters an event, `gap` seconds between events;
+    `sse` raw event bytes sent as given, one chunk each; `endless` more text until
+    the client hangs up; `done=False` leaves out `[DONE]`; `drop_after` ends the
+    body after that many text events (no finish reason, no `[DONE]`).
     """
 
     text: str = ""
@@ -85,6 +98,12 @@ class Reply:
     model: str = ""
     """The model name the reply reports (default: the one asked for)."""
     trickle: float = 0.0
+    piece_chars: int = 4
+    gap: float = 0.0
+    sse: tuple[bytes, ...] | None = None
+    endless: bool = False
+    done: bool = True
+    drop_after: int | None = None
 
 
 Responder = Callable[[ChatCall], "Reply | str"]
@@ -119,8 +138,15 @@ def refusing_url() -> Iterator[str]:
 class ModelServer:
     """An OpenAI-compatible server on 127.0.0.1; use it as a context manager."""
 
-    def __init__(self, responder: Responder) -> None:
+    def __init__(
+        self, responder: Responder, *, streams: bool = True, refuse_streams: bool = False
+    ) -> None:
         self._responder = responder
+        self.streams = streams
+        """Whether a call that asks for a stream gets one."""
+        self.refuse_streams = refuse_streams
+        """Whether a call that asks for a stream is refused with a 400."""
+        self._first_events: list[float] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._calls: list[ChatCall] = []
@@ -199,6 +225,13 @@ class ModelServer:
         with self._lock:
             return self._usage
 
+    @property
+    def first_events(self) -> list[float]:
+        """time.monotonic() just before the first text event of each streamed reply was
+        written, in order."""
+        with self._lock:
+            return list(self._first_events)
+
     def set_responder(self, responder: Responder) -> None:
         """Answer the calls from now on with `responder`."""
         with self._lock:
@@ -229,7 +262,8 @@ class ModelServer:
             return Reply(text=f"responder failed: {error!r}", status=500)
         return Reply(text=reply) if isinstance(reply, str) else reply
 
-    def _completion(self, call: ChatCall, reply: Reply) -> bytes:
+    def _settle(self, call: ChatCall, reply: Reply) -> tuple[str, str, tuple[int, int]]:
+        """The reply's text, finish reason and usage, as billed."""
         text, finish = reply.text, "stop"
         usage = reply.usage or (len(call.system + call.prompt) // 4 + 1, len(text) // 4 + 1)
         cap = call.body.get("max_tokens")
@@ -239,7 +273,19 @@ class ModelServer:
         with self._lock:
             self._usage = (self._usage[0] + usage[0], self._usage[1] + usage[1])
             self._billed.append((call.prompt, usage[0], usage[1]))
+        return text, finish, usage
+
+    def _usage_json(self, reply: Reply, usage: tuple[int, int]) -> dict[str, Any]:
         details = {"prompt_tokens_details": {"cached_tokens": reply.cached}} if reply.cached else {}
+        return {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1],
+            **details,
+        }
+
+    def _completion(self, call: ChatCall, reply: Reply) -> bytes:
+        text, finish, usage = self._settle(call, reply)
         return _json(
             {
                 "id": f"chatcmpl-{next(self._ids)}",
@@ -253,14 +299,45 @@ class ModelServer:
                         "finish_reason": finish,
                     }
                 ],
-                "usage": {
-                    "prompt_tokens": usage[0],
-                    "completion_tokens": usage[1],
-                    "total_tokens": usage[0] + usage[1],
-                    **details,
-                },
+                "usage": self._usage_json(reply, usage),
             }
         )
+
+    def _events(self, call: ChatCall, reply: Reply) -> Iterator[bytes]:
+        """The server-sent events of a streamed reply, one at a time."""
+        if reply.sse is not None:
+            yield from reply.sse
+            return
+        text, finish, usage = self._settle(call, reply)
+        head = {
+            "id": f"chatcmpl-{next(self._ids)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": reply.model or call.body.get("model", ""),
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return _event(head | {"choices": [choice]})
+
+        yield chunk({"role": "assistant", "content": ""})
+        size = max(1, reply.piece_chars)
+        pieces: Iterator[str] = (text[i : i + size] for i in range(0, len(text), size))
+        if reply.endless:
+            pieces = itertools.chain(pieces, itertools.repeat("more "))
+        for index, piece in enumerate(pieces):
+            if index == reply.drop_after:
+                return
+            if index == 0:
+                with self._lock:
+                    self._first_events.append(time.monotonic())
+            yield chunk({"content": piece})
+        yield chunk({}, finish)
+        options = call.body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            yield _event(head | {"choices": [], "usage": self._usage_json(reply, usage)})
+        if reply.done:
+            yield b"data: [DONE]\n\n"
 
 
 class _Server(ThreadingHTTPServer):
@@ -307,12 +384,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, _error_body("the body is not a chat completions request"))
             return
         owner = self.server.owner
+        asks_stream = call.body.get("stream") is True
+        if asks_stream and owner.refuse_streams:
+            self._send(400, _error_body("stream is not supported by this server"))
+            return
         reply = owner._reply_to(call)
         stopped = owner._stopping.wait(reply.delay) if reply.delay > 0 else False
         if reply.hang:
             stopped = owner._stopping.wait()
         if stopped or reply.close:
             self.close_connection = True  # the handler ends; the socket closes unanswered
+            return
+        if reply.sse is not None or (
+            asks_stream and owner.streams and reply.status == 200 and reply.raw_body is None
+        ):
+            self._stream(owner._events(call, reply), reply.gap)
             return
         if reply.raw_body is not None:
             body = reply.raw_body
@@ -345,6 +431,29 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             self.wfile.write(body[index : index + 1])  # an OSError: the client hung up
+
+    def _stream(self, events: Iterator[bytes], gap: float) -> None:
+        """Send `events` as a chunked text/event-stream body, `gap` seconds apart."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        stopping = self.server.owner._stopping
+        try:
+            for index, event in enumerate(events):
+                if (index and gap > 0 and stopping.wait(gap)) or stopping.is_set():
+                    self.close_connection = True
+                    return
+                if event:  # an empty chunk would end the body
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client hung up (it had enough, or it stopped)
+            self.close_connection = True
+
+
+def _event(value: object) -> bytes:
+    return b"data: " + _json(value) + b"\n\n"
 
 
 def _parse_call(raw: bytes, headers: Any, port: int) -> ChatCall | None:

@@ -1,0 +1,337 @@
+"""Streamed replies: the model client reads server-sent events as they arrive.
+
+Against the loopback server (which streams with gaps between events, and plays
+hostile streams byte for byte) and, for the parser alone, any cut of a body.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent_core.steps import ModelRequest
+from tests.support.model_server import ModelServer, Reply, scripted
+from workers.chat import RESTART, StreamedReply, takes_text
+from workers.errors import ModelCallError
+from workers.model_client import ModelClient
+from workers.models import ModelSettings
+
+REQUEST = ModelRequest(system="You are terse.", prompt="Say hi.")
+ANSWER = '{"final": "Héllo wörld, streamed in pieces ✓"}'
+
+
+@pytest.fixture
+def server() -> Iterator[Callable[..., ModelServer]]:
+    servers: list[ModelServer] = []
+
+    def start(*script: Reply | str, **options: Any) -> ModelServer:
+        servers.append(ModelServer(scripted(*script), **options).start())
+        return servers[-1]
+
+    yield start
+    for running in servers:
+        running.stop()
+
+
+class Pieces:
+    """An `on_text` that keeps what it was given and when."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.at: list[float] = []
+
+    def __call__(self, piece: str) -> None:
+        self.seen.append(piece)
+        self.at.append(time.monotonic())
+
+    def last_start(self) -> str:
+        """The text since the last RESTART: what a reader shows in the end."""
+        after = len(self.seen) - self.seen[::-1].index(RESTART) if RESTART in self.seen else 0
+        return "".join(self.seen[after:])
+
+
+def client(url: str, **settings: Any) -> ModelClient:
+    options = {"read_timeout": 5.0, "retries": 2, "backoff_base": 0.01} | settings
+    return ModelClient(ModelSettings(url=url, **options))
+
+
+# --- a stream as it should be ------------------------------------------------------------
+
+
+def test_pieces_arrive_while_the_server_is_still_writing(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply(ANSWER, gap=0.05, piece_chars=6, usage=(20, 9)))
+    pieces = Pieces()
+    with client(model.url) as http:
+        reply = http.complete(REQUEST, on_text=pieces)
+        done = time.monotonic()
+    assert "".join(pieces.seen) == reply.text == ANSWER
+    assert len(pieces.seen) == -(-len(ANSWER) // 6)
+    assert RESTART not in pieces.seen
+    # The first piece came long before the last: it was handed over as it arrived.
+    assert done - pieces.at[0] > 0.05 * (len(pieces.seen) - 2)
+    assert reply.usage.total_tokens == 29
+    assert reply.finish_reason == "stop"
+    [call] = model.calls
+    assert call.body["stream"] is True
+    assert call.body["stream_options"] == {"include_usage": True}
+
+
+def test_without_on_text_the_call_is_plain(server: Callable[..., ModelServer]) -> None:
+    model = server(Reply(ANSWER))
+    with client(model.url) as http:
+        assert http.complete(REQUEST).text == ANSWER
+    assert "stream" not in model.calls[0].body
+
+
+def test_streamed_calls_share_one_kept_alive_connection(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply(ANSWER), Reply(ANSWER))
+    with client(model.url) as http:
+        for _ in range(2):
+            http.complete(REQUEST, on_text=Pieces())
+    assert len({call.port for call in model.calls}) == 1
+
+
+def test_a_server_that_does_not_stream_hands_the_text_over_whole(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply(ANSWER), streams=False)
+    pieces = Pieces()
+    with client(model.url) as http:
+        assert http.complete(REQUEST, on_text=pieces).text == ANSWER
+    assert pieces.seen == [ANSWER]
+
+
+def test_a_server_that_refuses_streams_is_asked_plainly_from_then_on(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply(ANSWER), Reply("second"), refuse_streams=True)
+    first, second = Pieces(), Pieces()
+    with client(model.url) as http:
+        assert http.complete(REQUEST, on_text=first).text == ANSWER
+        assert http.complete(REQUEST, on_text=second).text == "second"
+    assert [first.seen, second.seen] == [[ANSWER], ["second"]]
+    # The refused stream request never reached the script: two replies, two plain calls.
+    assert ["stream" in call.body for call in model.calls] == [False, False]
+
+
+def test_a_retry_after_part_of_a_reply_restarts_it(server: Callable[..., ModelServer]) -> None:
+    model = server(Reply("first attempt, cut short", drop_after=2), Reply(ANSWER))
+    pieces = Pieces()
+    with client(model.url) as http:
+        reply = http.complete(REQUEST, on_text=pieces)
+    assert reply.text == ANSWER
+    assert pieces.seen[:3] == ["firs", "t at", RESTART]
+    assert pieces.last_start() == ANSWER
+    assert len(model.calls) == 2
+
+
+def test_a_reply_cut_by_the_length_limit_says_so(server: Callable[..., ModelServer]) -> None:
+    model = server(Reply("x" * 100))
+    pieces = Pieces()
+    with client(model.url, max_tokens=5) as http:
+        reply = http.complete(REQUEST, on_text=pieces)
+    assert reply.finish_reason == "length"
+    assert reply.text == "".join(pieces.seen) == "x" * 20
+
+
+def test_should_stop_ends_a_stream(server: Callable[..., ModelServer]) -> None:
+    model = server(Reply(ANSWER * 20, gap=0.05))
+    pieces = Pieces()
+    stop = threading.Event()
+
+    def on_text(piece: str) -> None:
+        pieces(piece)
+        if len(pieces.seen) == 3:
+            stop.set()
+
+    with client(model.url) as http, pytest.raises(ModelCallError, match="told to stop"):
+        http.complete(REQUEST, should_stop=stop.is_set, on_text=on_text)
+    assert len(pieces.seen) == 3
+
+
+# --- hostile streams: each gets a stated outcome --------------------------------------------
+
+
+def _sse(*events: object) -> list[bytes]:
+    return [
+        b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n"
+        for e in events
+    ]
+
+
+def _delta(text: str, finish: str | None = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+
+def test_a_chunk_cut_inside_a_utf8_character_or_an_escape(
+    server: Callable[..., ModelServer],
+) -> None:
+    raw = b'data: {"choices": [{"delta": {"content": "caf\xc3\xa9 \xe2\x9c\x93 "}}]}\n\n'
+    escaped = b'data: {"choices": [{"delta": {"content": "\\u00e9!"}, "finish_reason": "stop"}]}'
+    body = raw + escaped + b"\n\ndata: [DONE]\n\n"
+    in_utf8 = body.index(b"\xe2\x9c\x93") + 1  # between the bytes of the check mark
+    in_escape = body.index(b"\\u00e9") + 3  # between \u0 and 0e9
+    chunks = (body[:in_utf8], body[in_utf8:in_escape], body[in_escape:])
+    model = server(Reply(sse=chunks, gap=0.02))
+    pieces = Pieces()
+    with client(model.url) as http:
+        reply = http.complete(REQUEST, on_text=pieces)
+    assert reply.text == "caf\u00e9 \u2713 \u00e9!"
+    assert pieces.seen == ["caf\u00e9 \u2713 ", "\u00e9!"]
+
+
+def test_a_stream_that_never_ends_is_cut_at_the_deadline(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply("go on ", endless=True, gap=0.01))
+    pieces = Pieces()
+    started = time.monotonic()
+    with client(model.url, deadline=1.0) as http, pytest.raises(ModelCallError) as caught:
+        http.complete(REQUEST, on_text=pieces)
+    assert "passed its deadline of 1 s" in caught.value.message
+    assert time.monotonic() - started < 5
+    assert len(pieces.seen) > 10
+
+
+def test_a_stream_that_never_ends_is_cut_at_the_body_cap(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply("go on ", endless=True, piece_chars=1_000))
+    with client(model.url, max_body_bytes=200_000) as http, pytest.raises(ModelCallError) as caught:
+        http.complete(REQUEST, on_text=Pieces())
+    assert "larger than 200000 bytes" in caught.value.message
+    assert not caught.value.retryable
+
+
+def test_a_ten_megabyte_stream_is_refused_past_the_body_cap(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply("y" * 10 * 1024 * 1024, piece_chars=64 * 1024))
+    pieces = Pieces()
+    with client(model.url, max_tokens=0) as http, pytest.raises(ModelCallError) as caught:
+        http.complete(REQUEST, on_text=pieces)
+    assert "larger than 8388608 bytes" in caught.value.message  # RELAY's default cap, 8 MB
+    assert not caught.value.retryable
+    assert len(model.calls) == 1  # not retried: the same reply would come again
+    assert 7 * 1024 * 1024 < sum(map(len, pieces.seen)) <= 8 * 1024 * 1024
+
+
+def test_a_stream_with_a_finish_reason_but_no_done_is_a_reply(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply(ANSWER, done=False))
+    with client(model.url) as http:
+        assert http.complete(REQUEST, on_text=Pieces()).text == ANSWER
+
+
+def test_a_stream_that_ends_without_its_reply_is_retried(
+    server: Callable[..., ModelServer],
+) -> None:
+    cut = Reply(sse=tuple(_sse(_delta("half a rep"))))
+    model = server(cut, cut, cut)
+    pieces = Pieces()
+    with client(model.url) as http, pytest.raises(ModelCallError) as caught:
+        http.complete(REQUEST, on_text=pieces)
+    assert "ended before the reply was complete" in caught.value.message
+    assert caught.value.retryable
+    assert pieces.seen == ["half a rep", RESTART, "half a rep", RESTART, "half a rep"]
+
+
+def test_an_error_mid_stream_is_retried(server: Callable[..., ModelServer]) -> None:
+    broken = Reply(sse=tuple(_sse(_delta("so far"), {"error": {"message": "overloaded"}})))
+    model = server(broken, Reply(ANSWER))
+    pieces = Pieces()
+    with client(model.url) as http:
+        assert http.complete(REQUEST, on_text=pieces).text == ANSWER
+    assert pieces.seen[:2] == ["so far", RESTART]
+
+
+def test_an_event_that_is_not_json_is_an_unusable_reply(
+    server: Callable[..., ModelServer],
+) -> None:
+    model = server(Reply(sse=(b"data: {not json\n\n",)))
+    with client(model.url) as http, pytest.raises(ModelCallError) as caught:
+        http.complete(REQUEST, on_text=Pieces())
+    assert "a streamed event is not JSON" in caught.value.message
+    assert not caught.value.retryable
+    assert len(model.calls) == 1
+
+
+def test_a_stream_without_usage_is_counted_by_its_size(server: Callable[..., ModelServer]) -> None:
+    events = (*_sse(_delta("x" * 40, "stop")), b"data: [DONE]\n\n")
+    model = server(Reply(sse=events))
+    with client(model.url, max_tokens=0) as http:
+        reply = http.complete(REQUEST, on_text=Pieces())
+    assert reply.usage.completion_tokens == 10
+    assert reply.usage.prompt_tokens > 0
+
+
+# --- the parser alone --------------------------------------------------------------------------
+
+BODY = (
+    b": keep-alive\r\n\r\n"
+    b'data: {"model": "m1", "choices": [{"delta": {"role": "assistant", "content": ""}}]}\r\n\r\n'
+    + b"".join(_sse(_delta("h\u00e9"), _delta(" \u2713 \\"), _delta('"q"', "stop")))
+    + b'event: ping\ndata: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}'
+    + b"\n\ndata: [DONE]\n\nafter the end"
+)
+
+
+def _read(chunks: list[bytes]) -> tuple[list[str], StreamedReply]:
+    events = StreamedReply()
+    pieces = [p for chunk in chunks for p in events.feed(chunk)]
+    return pieces + events.end(), events
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(BODY)), max_size=12))
+def test_any_cut_of_a_body_reads_the_same(cuts: list[int]) -> None:
+    points = [0, *sorted(cuts), len(BODY)]
+    pieces, events = _read([BODY[a:b] for a, b in itertools.pairwise(points)])
+    assert pieces == ["h\u00e9", " \u2713 \\", '"q"']
+    reply = events.reply(100)
+    assert reply.text == 'h\u00e9 \u2713 \\"q"'
+    assert (reply.model, reply.finish_reason) == ("m1", "stop")
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (3, 4)
+
+
+def test_a_last_event_without_a_blank_line_is_read_and_one_cut_short_dropped() -> None:
+    pieces, events = _read([b'data: {"choices": [{"delta": {"content": "end"}, "finish_reason":'])
+    assert pieces == []
+    with pytest.raises(ModelCallError, match="ended before"):
+        events.reply(0)
+    pieces, events = _read([b'data: {"choices": [{"delta": {"content": "end"}}]}'])
+    assert pieces == ["end"]
+    with pytest.raises(ModelCallError, match="ended before"):
+        events.reply(0)
+
+
+def test_a_long_body_in_one_byte_chunks_is_read_in_linear_time() -> None:
+    body = b"data: " + json.dumps(_delta("z" * 200_000, "stop")).encode() + b"\n\n"
+    started = time.monotonic()
+    pieces, _ = _read([body[i : i + 1] for i in range(len(body))])
+    assert pieces == ["z" * 200_000]
+    assert time.monotonic() - started < 10  # quadratic would take minutes
+
+
+def test_models_written_before_streaming_are_told_apart() -> None:
+    class Old:
+        def complete(self, request: ModelRequest, *, should_stop: object = None) -> None: ...
+
+    class Wide:
+        def complete(self, request: ModelRequest, **options: object) -> None: ...
+
+    assert not takes_text(Old())
+    assert takes_text(Wide())
+    assert takes_text(client("http://127.0.0.1:9/v1"))
