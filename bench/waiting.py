@@ -70,7 +70,7 @@ def _slots_held(b: Bench) -> dict[str, int]:
 def _approve(b: Bench, markers: dict[str, str], count: int) -> list[float]:
     """Approve `count` parked runs one at a time; return each approve → model call in ms."""
     waits = []
-    for pending in b.relay.store.pending(limit=count):
+    for pending in b.relay.store.people.pending(limit=count):
         assert pending.call_id is not None
         marker = markers[pending.run_id]
         began = time.monotonic()

@@ -34,6 +34,7 @@ WORKERS = [
     "Settings",
     "SettingsError",
     "StoreUnavailable",
+    "StreamEvent",
     "ToolContext",
     "ToolRegistrationError",
     "TraceEntry",

@@ -16,7 +16,7 @@ from workers.errors import (
     WaitTimeout,
 )
 from workers.pricing import Budget, Price
-from workers.records import Pending, RunStatus, TraceEntry, Usage
+from workers.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.registry import ToolContext
 from workers.relay import Relay
 from workers.settings import Settings
@@ -39,6 +39,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "StoreUnavailable",
+    "StreamEvent",
     "ToolContext",
     "ToolRegistrationError",
     "TraceEntry",

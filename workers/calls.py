@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
 from workers.budgets import Pricing, not_admitted
-from workers.chat import Model
+from workers.chat import Model, takes_text
 from workers.codec import Loaded
 from workers.effects import OwnOutcome
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
 from workers.holding import save_holding
 from workers.layout import OutboxMember, model_call
 from workers.leases import Lease, run_leased
+from workers.live import ReplyStream
 from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
 from workers.registry import ToolContext, ToolSpec, tool_output
 from workers.scripts import ClaimStatus, Recorded, Saved
@@ -281,9 +282,16 @@ class Calls:
         cancel = threading.Event()
         lease = self._lease(call, self.timing.lease_ms)
         model = self.model()
+        # The reply goes to the tree's live stream as it is written ("restarted" first
+        # when an earlier attempt's worker died mid-reply).
+        live = ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt)
+        streams = {"on_text": live} if takes_text(model) else {}
         try:
             reply = run_leased(
-                lambda: model.complete(request, should_stop=cancel.is_set), lease, None, cancel
+                lambda: model.complete(request, should_stop=cancel.is_set, **streams),
+                lease,
+                None,
+                cancel,
             )
         except ModelCallError as error:
             return ModelFailed(seq=seq, error=str(error))

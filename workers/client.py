@@ -1,8 +1,11 @@
 """The client API to runs that exist: where they are, what waits on a person, the
-decisions that wake them, their traces, and cancelling them.
+decisions that wake them, their traces and live streams, steering them, and
+cancelling them.
 
 Every method talks to Redis directly and wakes a run with a small `relay.advance`
-message; none waits on a worker.
+message; none waits on a worker. A person's steering (`send`, `pause`, `resume`,
+`reply`) is an event in the run's inbox, applied once by the run's next step
+(`workers.steering` says what each does).
 """
 
 from __future__ import annotations
@@ -11,20 +14,28 @@ import time
 from collections.abc import Callable, Iterator
 
 from agent_core import Outcome
+from workers.codec import as_text
 from workers.decisions import expiry_event
 from workers.effects import Message
 from workers.errors import DecisionRefused, RelayError, RunCorrupt, RunNotFound, WaitTimeout
 from workers.layout import PendingKind, pending_parts
+from workers.live import stream_id
 from workers.pricing import Budget
 from workers.records import (
     Answer,
     CallDecision,
     CancelRun,
+    FollowUp,
     InboxEvent,
+    PauseRun,
     Pending,
     PlanDecision,
+    ReplyStrategy,
+    ResumeRun,
     RunRecord,
     RunStatus,
+    StreamEvent,
+    Told,
     TraceEntry,
     Usage,
 )
@@ -32,7 +43,11 @@ from workers.scripts import Decided
 from workers.settings import Timing, now_ms
 from workers.store import RunStore
 
-__all__ = ["RunsClient"]
+__all__ = ["MESSAGE_CHARS", "RunsClient"]
+
+MESSAGE_CHARS = 20_000
+"""A person's message or follow-up is cut to this (the agent shows less of it)."""
+STRATEGIES = ("enqueue", "reject", "interrupt")
 
 
 class RunsClient:
@@ -72,6 +87,8 @@ class RunsClient:
             finished_ms=record.finished_ms,
             outcome=record.outcome,
             pending=tuple(self.store.people.pending_of(record.pending)),
+            paused=record.paused,
+            queued=record.queued,
         )
 
     def _budget(self, record: RunRecord) -> Budget | None:
@@ -263,8 +280,9 @@ class RunsClient:
                     if isinstance(child, str) and child not in positions:
                         positions[child] = 0
                         due.add(child)
-                    finished = finished or (run == run_id and entry.kind == "finished")
                     yield entry
+                if run == run_id and entries:  # a reopened run goes on after a "finished"
+                    finished = entries[-1].kind == "finished"
             if finished or (deadline is not None and time.monotonic() > deadline):
                 return
             cursor, grew = self.store.wait_activity(cursor, 500)
@@ -275,6 +293,129 @@ class RunsClient:
                 look_again = time.monotonic() + 2.0
                 finished = self._record(run_id)[0].state == "finished"
                 due = set(positions)
+
+    # --- live: the stream, and steering -------------------------------------------------
+
+    def stream(
+        self, run_id: str, after: str = "0", *, timeout: float | None = None
+    ) -> Iterator[StreamEvent]:
+        """Yield the live events of a run and its specialists, after the event id `after`
+        ("0": from the start), until the run finishes (its "done"), or `timeout` passes.
+
+        Pass the last id seen as `after` to resume: nothing is missed (unless the
+        reader fell more than STREAM_MAX events behind) and nothing comes twice. A run
+        whose stream is gone (its model never streamed, or it finished more than
+        STREAM_KEEP_S ago) ends with a "done" of its own, whose id is `after`'s.
+
+        Raises:
+            RelayError: `after` is not a stream id.
+            RunNotFound: there is no such run.
+        """
+        cursor = stream_id(after)
+        if cursor is None:
+            raise RelayError("after must be a stream id such as '0' or '1700000000000-0'")
+        self._record(run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        look_again = time.monotonic() + 1.0
+        while deadline is None or time.monotonic() < deadline:
+            events = self.store.live.read(run_id, cursor, block_ms=500)
+            for event in events:
+                cursor = event.id
+                if event.run_id == run_id or event.run_id.startswith(f"{run_id}."):
+                    yield event
+                if event.run_id == run_id and event.kind == "done" and self._ended(run_id, cursor):
+                    return
+            if not events and time.monotonic() >= look_again:
+                look_again = time.monotonic() + 1.0
+                record, _ = self._record(run_id)
+                if record.outcome is not None and self._ended(run_id, cursor):
+                    yield StreamEvent(
+                        id=cursor, kind="done", run_id=run_id, text=record.outcome.summary
+                    )
+                    return
+
+    def _ended(self, run_id: str, cursor: str) -> bool:
+        """Whether the run is finished and its tree's stream holds nothing after `cursor`
+        (a follow-up may have reopened it since the "done" read)."""
+        if self.store.live.read(run_id, cursor, block_ms=None):
+            return False
+        return self._record(run_id)[0].state == "finished"
+
+    def send(self, run_id: str, text: str) -> None:
+        """Give the run a person's message, shown to the model at its next call (kept while
+        the run is parked, on a plan, a call, a question, its budget or a pause).
+
+        Raises:
+            DecisionRefused: the run has finished (`reply` starts a new turn).
+            RelayError: the message is blank.
+            RunNotFound: there is no such run.
+        """
+        _check_text(text, "a message")
+        self._steer(run_id, Told(text=text[:MESSAGE_CHARS]), "send a message to")
+
+    def pause(self, run_id: str) -> bool:
+        """Pause the run and its specialists at their next step: no model call, tool call
+        or specialist is sent until `resume` (calls under way finish and are applied).
+        Returns False if it had finished already."""
+        return self._steer(run_id, PauseRun(), "")
+
+    def resume(self, run_id: str) -> bool:
+        """Let a paused run go on (what it held is sent); returns False if it had finished."""
+        return self._steer(run_id, ResumeRun(), "")
+
+    def _steer(self, run_id: str, event: Told | PauseRun | ResumeRun, refuse: str) -> bool:
+        """Append a person's event to a live run's inbox and wake it; False for a finished
+        run (or DecisionRefused, naming what was refused, when `refuse` says it)."""
+        record, _ = self._record(run_id)
+        if record.state == "finished":
+            if refuse:
+                raise DecisionRefused(
+                    f"cannot {refuse} run {run_id}: it has finished (reply to it to go on)"
+                )
+            return False
+        if not self.store.append(run_id, event, now_ms() + self._timing.grace_ms):
+            raise RunNotFound(f"no run {run_id!r}")
+        self._send([Message("advance", run_id)])
+        return True
+
+    def reply(self, run_id: str, text: str, strategy: ReplyStrategy = "enqueue") -> None:
+        """Continue a run with a person's next request: a new turn, with its history.
+
+        A finished run is reopened at once, whatever `strategy`. While it still works:
+        `"enqueue"` begins the new turn when this one ends, `"reject"` refuses, and
+        `"interrupt"` stops this turn (its calls and specialists, as cancel does) and
+        begins the new one now. Only a root run takes a reply (a specialist reports
+        to the run that started it).
+
+        Raises:
+            DecisionRefused: `reject`, and the run is still working (or another
+                follow-up is on its way to it).
+            RelayError: the text is blank, the strategy unknown, or the run a specialist's.
+            RunNotFound: there is no such run.
+        """
+        _check_text(text, "a reply")
+        if strategy not in STRATEGIES:
+            raise RelayError(f"strategy is one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        event = FollowUp(text=text[:MESSAGE_CHARS], strategy=strategy)
+        answer = self.store.live.reply(run_id, event, now_ms() + self._timing.grace_ms)
+        if answer == "sent":
+            self._send([Message("advance", run_id)])
+            return
+        if answer == "busy":
+            raise DecisionRefused(
+                f"run {run_id} is still working: reply with strategy='enqueue' to go on when"
+                " it finishes, or 'interrupt' to stop this turn"
+            )
+        if answer == "specialist":
+            raise RelayError(f"run {run_id} is a specialist's: reply to the run that started it")
+        self._record(run_id)  # RunNotFound or RunCorrupt
+        raise RunCorrupt(f"run {run_id}: its record cannot be read")
+
+    def memory(self, name: str) -> list[str]:
+        """Return the notes kept under a memory's name, oldest first."""
+        with self.store.errors():
+            found = self.store.redis.lrange(self.store.keys.memory(name), 0, -1)
+        return [as_text(note) for note in found]
 
     def runs(self, limit: int = 100) -> list[RunStatus]:
         """Return the newest runs first (those not yet expired)."""
@@ -291,3 +432,8 @@ def _check_yes(yes: object) -> None:
     # bool("no") is True: a decision must be a real bool, never a guess.
     if not isinstance(yes, bool):
         raise DecisionRefused(f"a decision is True or False, got {yes!r}")
+
+
+def _check_text(text: object, what: str) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise RelayError(f"{what} must be non-empty text")

@@ -15,8 +15,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workers.effects import Advanced, ChildRun, Delivery, OwnOutcome
-from workers.layout import NOTES_MAX, TRACE_MAX, Keys, OutboxMember, pending_member
+from workers.effects import Advanced, ChildRun, Delivery, KeptNotes, OwnOutcome
+from workers.layout import (
+    NOTES_MAX,
+    STREAM_KEEP_S,
+    STREAM_MAX,
+    TRACE_MAX,
+    Keys,
+    OutboxMember,
+    pending_member,
+)
 from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage, inbox_event
 
 __all__ = [
@@ -150,10 +158,20 @@ def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "retention": fx.retention_s,
         "forget": fx.forget,
         "running": fx.running,
-        "notes_key": keys.schedule_notes(fx.notes.schedule) if fx.notes else "",
+        "notes_key": _notes_key(keys, fx.notes) if fx.notes else "",
         "notes": fx.notes.notes if fx.notes else [],
         "notes_max": NOTES_MAX,
+        "live": keys.live(record.id),
+        "live_max": STREAM_MAX,
+        "live_keep": min(STREAM_KEEP_S, fx.retention_s) if fx.retention_s else STREAM_KEEP_S,
+        "root": record.parent is None,
+        "done": [] if fx.done is None else [fx.done],
+        "revive": fx.revive,
     }
+
+
+def _notes_key(keys: Keys, notes: KeptNotes) -> str:
+    return keys.memory(notes.name) if notes.kind == "memory" else keys.schedule_notes(notes.name)
 
 
 def _counts(usage: Usage) -> list[int]:

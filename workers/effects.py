@@ -98,10 +98,12 @@ class Delivery:
 
 @dataclass(frozen=True)
 class KeptNotes:
-    """Notes a finished run remembered, kept for the next run of its schedule."""
+    """Notes a finished run remembered, kept for the next run of its schedule, or of its
+    memory (`Relay.start(memory=name)`)."""
 
-    schedule: str
+    name: str
     notes: tuple[str, ...]
+    kind: Literal["schedule", "memory"] = "schedule"
 
 
 @dataclass(frozen=True)
@@ -141,6 +143,10 @@ class Effects:
     """(root id, reservation field) of model calls whose reservation on the tree's
     budget goes now (their outcome is in, or the run ended)."""
     notes: KeptNotes | None = None
+    done: str | None = None
+    """The run finished: its summary, for a "done" event in its tree's live stream."""
+    revive: bool = False
+    """A follow-up reopened the finished run: its keys lose their TTLs."""
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ then looks at the step the agent waits on and decides what must happen next:
                                                        a pending entry per call that does
     Plan, Question       waiting for plan / question   (a pending entry)
     Done                 finished                      its parent told, its children stopped
+    Done, a turn queued  running                       (the next turn begins: see above)
+
+A paused run (`workers.steering`: people's messages, pause, resume, follow-ups)
+sends nothing new: an Ask waits (waiting for pause), and a batch's calls wait
+as `held` until it is resumed; what was sent before the pause goes on.
 
 Duplicate and stale events change nothing: a model reply names the step (`seq`)
 it answers, results name their call, and the agent ignores what it is not
@@ -38,6 +43,7 @@ from agent_core import (
     ToolOutput,
 )
 from agent_core.toolbox import DELEGATE
+from workers import steering
 from workers.effects import (
     Advanced,
     ChildRun,
@@ -66,6 +72,8 @@ from workers.working import Surroundings, Working
 __all__ = ["advance", "finish", "sync_pending"]
 
 MAX_VERIFIER_REJECTIONS = 3
+FINAL_CHARS = 4_000
+"""Characters of a run's summary its "done" stream event carries."""
 
 
 def advance(
@@ -165,6 +173,7 @@ def _on_answer(run: Working, event: Answer) -> None:
 
 
 def _on_cancel(run: Working, event: CancelRun) -> None:
+    run.queued = ()  # a stopped run takes no next turn
     _force_stop(run, Stop(event.stop), event.reason or "Cancelled.")
 
 
@@ -173,8 +182,10 @@ def _on_call_decision(run: Working, event: CallDecision) -> None:
     if track is None or track.status != "approval":
         return
     if event.yes:
-        run.calls[event.call] = track.model_copy(update={"status": "running", "expires_ms": None})
-        run.send(Message("run_tool", run.id, call=event.call, tool=track.tool))
+        status = "held" if run.paused else "running"  # a paused run sends it when resumed
+        run.calls[event.call] = track.model_copy(update={"status": status, "expires_ms": None})
+        if not run.paused:
+            run.send(Message("run_tool", run.id, call=event.call, tool=track.tool))
         run.note("approved", call_id=event.call, tool=track.tool)
         return
     run.calls.pop(event.call)
@@ -193,6 +204,10 @@ _HANDLERS: dict[str, Callable[[Working, Any], None]] = {
     "cancel": _on_cancel,
     "budget_reached": _on_budget_reached,
     "budget_extended": _on_budget_extended,
+    "told": steering.on_told,
+    "pause": steering.on_pause,
+    "resume": steering.on_resume,
+    "follow_up": steering.on_follow_up,
 }
 
 
@@ -217,21 +232,15 @@ def _settle(run: Working) -> None:
     """Act on the step the agent now waits on (a verifier may send a final back first)."""
     while True:
         step = run.agent.resume()
-        if isinstance(step, Done) and _verifier_rejects(run, step.outcome):
+        if isinstance(step, Done) and (
+            _verifier_rejects(run, step.outcome) or steering.next_turn(run, step.outcome)
+        ):
             continue
         break
     wanted: list[Pending] = []
     match step:
         case Ask(request=request) | Summarize(request=request):
-            if run.parked is not None:
-                wanted = [_pending(run, "budget", run.parked)]
-                run.set_state("waiting", "budget")
-            else:
-                if run.asked != run.seq:
-                    run.asked = run.seq
-                    run.asked_bytes = request_bytes(request)
-                    run.send(Message("call_model", run.id, seq=run.seq))
-                run.set_state("running", "model")
+            wanted = _ask(run, request)
         case Run(call=call):
             wanted = _dispatch(run, [call, *run.agent.queued()])
         case Plan(steps=steps):
@@ -243,6 +252,22 @@ def _settle(run: Working) -> None:
         case Done(outcome=outcome):
             finish(run, outcome, run.agent.new_notes())
     sync_pending(run, wanted)
+
+
+def _ask(run: Working, request: ModelRequest) -> list[Pending]:
+    """Send the model call for this step (once), unless the run is parked or paused."""
+    if run.parked is not None:
+        run.set_state("waiting", "budget")
+        return [_pending(run, "budget", run.parked)]
+    if run.asked != run.seq:
+        if run.paused:  # (a call sent before the pause goes on)
+            run.set_state("waiting", "pause")
+            return []
+        run.asked = run.seq
+        run.asked_bytes = request_bytes(request)
+        run.send(Message("call_model", run.id, seq=run.seq))
+    run.set_state("running", "model")
+    return []
 
 
 def _verifier_rejects(run: Working, outcome: Outcome) -> bool:
@@ -274,17 +299,20 @@ def _dispatch(run: Working, batch: list[ToolCall]) -> list[Pending]:
     """Send each call of the batch not yet under way; park the ones that need a yes."""
     now = run.around.now_ms
     for call in batch:
-        if call.id in run.calls:
+        track = run.calls.get(call.id)
+        if track is not None and (track.status != "held" or run.paused):
             continue
-        if call.tool == DELEGATE:
-            _start_child(run, call)
-        elif call.ask:
+        if call.ask and track is None:
             ttl = run.around.approval_ttl_ms
             expires = None if ttl is None else now + ttl
             run.calls[call.id] = CallTrack(
                 status="approval", tool=call.tool, created_ms=now, expires_ms=expires
             )
             run.note("waiting", call.summary, call_id=call.id, tool=call.tool)
+        elif run.paused:
+            run.calls[call.id] = CallTrack(status="held", tool=call.tool, created_ms=now)
+        elif call.tool == DELEGATE:
+            _start_child(run, call)
         else:
             run.calls[call.id] = CallTrack(status="running", tool=call.tool, created_ms=now)
             run.send(Message("run_tool", run.id, call=call.id, tool=call.tool))
@@ -294,7 +322,7 @@ def _dispatch(run: Working, batch: list[ToolCall]) -> list[Pending]:
     elif "child" in statuses:
         run.set_state("running", "children")
     else:
-        run.set_state("waiting", "call")
+        run.set_state("waiting", "pause" if "held" in statuses else "call")
     by_id = {c.id: c for c in batch}
     return [
         _call_pending(run, by_id[call_id], track)
@@ -391,17 +419,7 @@ def finish(run: Working, outcome: Outcome, notes: list[str]) -> None:
     run.outcome = outcome
     run.finished_ms = run.around.now_ms
     run.set_state("finished", None)
-    for call_id, track in run.calls.items():
-        if track.status == "child" and track.child:
-            stopped = CancelRun(reason="The run that started it stopped.")
-            run.deliver(track.child, stopped, cancel_flag=True)
-        if track.status == "running":
-            run.unsend.append(Message("run_tool", run.id, call=call_id).member)
-    if run.asked is not None:
-        run.unsend.append(Message("call_model", run.id, seq=run.asked).member)
-        held = RunFields.reservation(run.id, model_call(run.asked))
-        run.settle.append((run.record.root, held))
-    run.calls = {}
+    steering.stop(run, fence=False)
     record = run.record
     if record.parent and record.parent_call:
         run.deliver(
@@ -410,7 +428,22 @@ def finish(run: Working, outcome: Outcome, notes: list[str]) -> None:
     if outcome.stop is Stop.BUDGET_EXCEEDED and record.root != run.id:
         spent = CancelRun(reason=outcome.summary, stop="budget_exceeded")
         run.deliver(record.root, spent, cancel_flag=True)
-    if record.schedule and record.parent is None and notes:
-        run.notes = KeptNotes(record.schedule, tuple(notes))
+    run.notes = _kept_notes(run, notes)
     run.retention_s = run.around.retention_s
+    run.done_text = outcome.summary[:FINAL_CHARS]
     run.note("finished", outcome.summary, stop=outcome.stop.value)
+
+
+def _kept_notes(run: Working, notes: list[str]) -> KeptNotes | None:
+    """The notes a root run's turn remembered that are not kept yet, to keep under its
+    memory (or its schedule's name)."""
+    record = run.record
+    name = record.memory or record.schedule
+    if name is None or record.parent is not None:
+        return None
+    if run.kept_note in notes:  # an earlier turn kept those up to it
+        notes = notes[len(notes) - notes[::-1].index(run.kept_note) :]
+    if not notes:
+        return None
+    run.kept_note = notes[-1]
+    return KeptNotes(name, tuple(notes), "memory" if record.memory else "schedule")

@@ -16,6 +16,19 @@ Per run (a root task, or a specialist's child run `<parent>.<call>`):
     lease:<id>:<x>  string  the token of the worker making call <x> now (a TTL):
                             CLAIM takes it, RENEW keeps it, RECORD/SAVE release it
 
+A run's hash (and trace) get a TTL when, and only when, the run finishes (SAVE);
+a follow-up that reopens it removes them again. STREAM relies on that.
+
+Per tree (keyed by the root's id, so one cursor follows a run and its specialists):
+
+    live:<root>     stream  the tree's live events, `StreamEvent` (fields k kind, r run,
+                            t text): pieces of model replies as they arrive, "step",
+                            "restarted" (STREAM, from the worker making the call) and
+                            "done" (SAVE, when a run of the tree finishes). Made by the
+                            first piece, so a tree whose model never streams has none
+                            (a stream's first node costs 4 KB); capped at STREAM_MAX
+                            entries; expires STREAM_KEEP_S after its root finishes
+
 Fleet-wide:
 
     runs            zset    run ids by creation time (`relay runs`); pruned by the tick
@@ -31,6 +44,7 @@ Fleet-wide:
     tick-lock       string  the process ticking in this interval (lapses after it)
     tick-stats      hash    n ticks, last_ms, by whom
     schedule-notes:<name>  list  notes a schedule's runs remembered, for the next run
+    memory:<name>   list    notes runs started with memory=<name> remembered, for the next
 
 Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import this):
 
@@ -50,6 +64,9 @@ from scheduler import ScheduleKeys
 
 __all__ = [
     "NOTES_MAX",
+    "STREAM_CALL_CHARS",
+    "STREAM_KEEP_S",
+    "STREAM_MAX",
     "TRACE_MAX",
     "Keys",
     "OutboxMember",
@@ -64,6 +81,15 @@ TRACE_MAX = 2_000
 """Lines a run's trace keeps (the newest); each line is cut, so a trace stays bounded."""
 NOTES_MAX = 100
 """Notes a schedule (or a memory) keeps, the newest."""
+STREAM_MAX = 10_000
+"""Entries a tree's live stream keeps (about: trimmed a node at a time), the newest; a
+reader further behind than that misses the oldest."""
+STREAM_KEEP_S = 3_600
+"""Seconds a tree's live stream is kept after its root finished (or the retention, if
+shorter): long enough for a reader to catch up, short enough to cost little."""
+STREAM_CALL_CHARS = 60_000
+"""Characters of one model call's reply that go into the live stream (the agent refuses
+a longer reply anyway); the rest is not streamed."""
 
 PendingKind = Literal["plan", "call", "question", "budget"]
 
@@ -112,6 +138,9 @@ class RunFields:
     """Calls of the current batch not yet recorded: the last RECORD advances the run."""
     CANCEL = "cancel"
     """Set when the run is cancelled: running tools see it through their lease."""
+    FOLLOW_UP = "fu"
+    """Set while a follow-up is in the inbox, not yet applied (REPLY sets it, the SAVE
+    that applies it clears it): a `reject` reply is refused meanwhile."""
 
     @staticmethod
     def result(call: str) -> str:
@@ -228,6 +257,13 @@ class Keys:
 
     def schedule_notes(self, schedule: str) -> str:
         return self._(f"schedule-notes:{schedule}")
+
+    def memory(self, name: str) -> str:
+        return self._(f"memory:{name}")
+
+    def live(self, run_id: str) -> str:
+        """The live stream of the tree `run_id` belongs to (its root's)."""
+        return self._(f"live:{run_id.split('.', 1)[0]}")
 
     def schedules(self) -> ScheduleKeys:
         """The scheduler's keys, under the same prefix."""

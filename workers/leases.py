@@ -101,8 +101,8 @@ def run_leased(
 ) -> T:
     """Return `fn()`, renewing `lease` while it runs.
 
-    Sets `cancel` when the run is cancelled or the time limit passes (so the
-    call can notice and stop).
+    Sets `cancel` when the run is cancelled, the lease is lost (its outcome would
+    be discarded) or the time limit passes (so the call can notice and stop).
 
     Raises:
         CallTimedOut: `timeout_s` passed before `fn` returned.
@@ -131,10 +131,12 @@ def _keep(lease: Lease, cancel: threading.Event) -> None:
     try:
         if not lease.renew():
             log.warning(
-                "%s lost its lease while it ran (another attempt took it over, or its"
-                " outcome is in); whatever it finds will be discarded",
+                "%s lost its lease while it ran (another attempt took it over, its"
+                " outcome is in, or a person stopped its turn); it is told to stop, and"
+                " whatever it finds will be discarded",
                 lease.label,
             )
+            cancel.set()
         if lease.cancelled():
             cancel.set()
     except StoreUnavailable as error:

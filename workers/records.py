@@ -22,14 +22,21 @@ __all__ = [
     "CallTrack",
     "CancelRun",
     "ChildDone",
+    "FollowUp",
     "InboxEvent",
     "ModelFailed",
     "ModelReplied",
+    "PauseRun",
     "Pending",
     "PlanDecision",
+    "ReplyStrategy",
+    "ResumeRun",
     "RunRecord",
     "RunState",
     "RunStatus",
+    "StreamEvent",
+    "StreamKind",
+    "Told",
     "ToolDone",
     "TraceEntry",
     "Usage",
@@ -76,14 +83,18 @@ class Usage(BaseModel):
 
 
 RunState = Literal["running", "waiting", "finished"]
-WaitingFor = Literal["model", "tools", "children", "plan", "call", "question", "budget"]
+WaitingFor = Literal["model", "tools", "children", "plan", "call", "question", "budget", "pause"]
+ReplyStrategy = Literal["enqueue", "reject", "interrupt"]
+"""What `relay.reply` does when the run is still working: queue the new turn after the
+current one, refuse it, or stop the current turn and begin the new one now."""
 
 
 class CallTrack(BaseModel):
-    """The host side of one call of the current batch."""
+    """The host side of one call of the current batch (`held`: it may run, but the run
+    is paused: it is sent when the run is resumed)."""
 
     model_config = FROZEN
-    status: Literal["running", "approval", "child"]
+    status: Literal["running", "approval", "child", "held"]
     tool: str
     child: str | None = None
     created_ms: int
@@ -136,6 +147,16 @@ class RunRecord(BaseModel):
     forced_stop: Stop | None = None
     """A stop the host imposed (budget spent, run failed) in place of the agent's CANCELLED."""
     outcome: Outcome | None = None
+    paused: bool = False
+    """A person paused the run: no new model call, tool call or specialist is sent until
+    they resume it."""
+    queued: tuple[str, ...] = ()
+    """Follow-ups a person sent while the run worked (`enqueue`): the next turns, in order."""
+    memory: str | None = None
+    """The name its notes are kept under (`Relay.start(memory=...)`), for later runs."""
+    kept_note: str | None = None
+    """The last note kept (under `memory` or the schedule): a later turn keeps only the
+    notes after it."""
 
 
 class TraceEntry(BaseModel):
@@ -238,6 +259,37 @@ class CancelRun(BaseModel):
     stop: Literal["cancelled", "budget_exceeded", "failed"] = "cancelled"
 
 
+class Told(BaseModel):
+    """A person's message for the model, shown at the run's next model call."""
+
+    model_config = FROZEN
+    kind: Literal["told"] = "told"
+    text: str
+
+
+class PauseRun(BaseModel):
+    """A person paused the run (and its specialists) at its next step."""
+
+    model_config = FROZEN
+    kind: Literal["pause"] = "pause"
+
+
+class ResumeRun(BaseModel):
+    """A person let a paused run (and its specialists) go on."""
+
+    model_config = FROZEN
+    kind: Literal["resume"] = "resume"
+
+
+class FollowUp(BaseModel):
+    """A person's next request: a new turn of the run, with its history."""
+
+    model_config = FROZEN
+    kind: Literal["follow_up"] = "follow_up"
+    text: str
+    strategy: ReplyStrategy = "enqueue"
+
+
 InboxEvent = Annotated[
     ModelReplied
     | ModelFailed
@@ -248,7 +300,11 @@ InboxEvent = Annotated[
     | Answer
     | BudgetReached
     | BudgetExtended
-    | CancelRun,
+    | CancelRun
+    | Told
+    | PauseRun
+    | ResumeRun
+    | FollowUp,
     Field(discriminator="kind"),
 ]
 _INBOX_EVENT: TypeAdapter[InboxEvent] = TypeAdapter(InboxEvent)
@@ -304,3 +360,30 @@ class RunStatus(BaseModel):
     pending: tuple[Pending, ...] = ()
     budget: Budget | None = None
     """The whole tree's budget as it stands (extensions included); None: no limits."""
+    paused: bool = False
+    """A person paused it: it sends nothing new until resumed (`waiting_for` is "pause"
+    once what was under way is done)."""
+    queued: tuple[str, ...] = ()
+    """Follow-ups waiting for the current turn to end, in order."""
+
+
+StreamKind = Literal["text", "step", "restarted", "done"]
+
+
+class StreamEvent(BaseModel):
+    """One event of a run's live stream (`relay.stream`).
+
+    `kind`: `"text"`, a piece of a model reply as it arrives (the raw reply: feed
+    it to `agent_core.FinalStream` for the final answer's text); `"step"`, a model
+    call begins its reply (`text` names the call, `m<seq>`): what follows is a new
+    reply; `"restarted"`, the same call's reply starts over (its worker died, or
+    the server failed mid-reply): forget its text so far; `"done"`, the run
+    finished (`text`: its outcome's summary). `run_id` is the run (or specialist)
+    it is about; `id` the stream's id of the event, to resume after.
+    """
+
+    model_config = FROZEN
+    id: str
+    kind: StreamKind
+    run_id: str
+    text: str = ""

@@ -15,7 +15,8 @@ A Relay is made of explicit parts, each built on first use:
     relay.store        its Redis (RunStore)
     relay.celery       its Celery app, with the tasks (`celery -A mymodule:app worker`)
     relay.runtime      what the tasks do (Runtime)
-    relay.runs_client  the client API to runs: status, wait, decisions, traces (RunsClient)
+    relay.runs_client  the client API to runs: status, wait, decisions, traces, live
+                       streams and steering (RunsClient)
     relay.scheduling   ... and to schedules (Scheduling)
 
 `start` and `tick` are here; the other client methods hand over to `runs_client`
@@ -25,7 +26,6 @@ and `scheduling`.
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,18 +34,7 @@ from typing import Any, TypeVar, overload
 from celery import Celery
 
 import scheduler
-from agent_core import (
-    Attachment,
-    Config,
-    Outcome,
-    Recipe,
-    Risk,
-    Skill,
-    Specialist,
-    Tool,
-    Trigger,
-)
-from agent_core.errors import AgentError
+from agent_core import Attachment, Config, Outcome, Recipe, Risk, Skill, Specialist, Tool, Trigger
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.agent_kit import AgentKit
@@ -56,12 +45,12 @@ from workers.effects import Message
 from workers.errors import RelayError
 from workers.model_client import ModelSource
 from workers.pricing import Budget, Price, load_prices
-from workers.records import Pending, RunRecord, RunStatus, TraceEntry
+from workers.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
 from workers.runtime import Runtime
 from workers.scheduling import Scheduling
 from workers.settings import Settings, now_ms
 from workers.skill_tools import gather_skills
-from workers.starting import check_start, checked_prices, start_budget
+from workers.starting import check_memory, checked_prices, new_run
 from workers.store import RunStore
 from workers.working import Verifier
 
@@ -281,50 +270,47 @@ class Relay:
         recipe: str | None = None,
         schedule: str | None = None,
         run_id: str | None = None,
+        memory: str | None = None,
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
         `budget` caps what the run and its children may spend (a `Budget`: tokens,
         dollars, model calls, seconds; an int is a token budget); `tools` narrows
-        the registered tools; `notes` enables memory with these notes.
+        the registered tools; `notes` enables memory with these notes; `memory`
+        names where the notes it remembers are kept (the newest 100), shown to the
+        next runs started with that name (before `notes`).
         `run_id` names the run (letters and digits): starting a run whose id
         exists already does nothing and returns that id, so a retried start is safe.
 
         Raises:
-            RelayError: the task or attachments are too large, or a tool name is unknown.
+            RelayError: the task or attachments are too large, or a tool or memory name
+                is unusable.
             StoreUnavailable: Redis cannot be reached.
         """
-        files = check_start(task, attachments, tools, run_id, known=self.kit.names())
-        limits = start_budget(budget)
-        run_config = config or self.config
-        try:
-            agent = self.kit.new_agent(run_config, tools, notes)
-            agent.start_with(task, context, files)
-        except AgentError as error:
-            raise RelayError(str(error)) from error
-        chosen = run_id is not None
-        run_id = run_id or secrets.token_hex(8)
-        now = now_ms()
-        record = RunRecord(
-            id=run_id,
-            root=run_id,
-            task=task[:2_000],
+        if memory is not None:
+            notes = [*self.memory(check_memory(memory)), *(notes or ())]
+        record, snapshot = new_run(
+            self.kit,
+            task,
+            context,
+            config or self.config,
+            attachments=attachments,
+            budget=budget,
+            tools=tools,
+            notes=notes,
             recipe=recipe,
             schedule=schedule,
-            created_ms=now,
-            updated_ms=now,
-            config=run_config,
-            tools=tuple(tools) if tools is not None else None,
-            budget=limits,
+            run_id=run_id,
+            memory=memory,
         )
         parts = self._built()
-        due = now + self.settings.timing.grace_ms
-        created = parts.store.create(record, agent.snapshot(), due)
-        if not created and not chosen:
-            raise RelayError(f"a run with id {run_id} exists already")  # 64 random bits: never
+        due = record.created_ms + self.settings.timing.grace_ms
+        created = parts.store.create(record, snapshot, due)
+        if not created and run_id is None:  # 64 random bits: never
+            raise RelayError(f"a run with id {record.id} exists already")
         if created:
-            parts.runtime.send([Message("advance", run_id)])
-        return run_id
+            parts.runtime.send([Message("advance", record.id)])
+        return record.id
 
     def tick(self, now: int | None = None) -> list[str]:
         """Tick once, now (schedules, then healing); return the runs it started.
@@ -387,6 +373,36 @@ class Relay:
     def runs(self, limit: int = 100) -> list[RunStatus]:
         """The newest runs first (those not yet expired)."""
         return self.runs_client.runs(limit)
+
+    def memory(self, name: str) -> list[str]:
+        """The notes kept under a memory's name, oldest first (its next run sees them)."""
+        return self.runs_client.memory(name)
+
+    # --- live runs: streaming and steering (workers.client.RunsClient) ------------------------
+
+    def stream(
+        self, run_id: str, after: str = "0", *, timeout: float | None = None
+    ) -> Iterator[StreamEvent]:
+        """Follow a run's live events (and its specialists'): its replies as they are
+        written, resumable after any event id, until it finishes."""
+        return self.runs_client.stream(run_id, after, timeout=timeout)
+
+    def send(self, run_id: str, text: str) -> None:
+        """Give a working (or parked) run a person's message, seen at its next model call."""
+        self.runs_client.send(run_id, text)
+
+    def pause(self, run_id: str) -> bool:
+        """Park the run at its next step, holding no worker; False if it had finished."""
+        return self.runs_client.pause(run_id)
+
+    def resume(self, run_id: str) -> bool:
+        """Let a paused run go on; False if it had finished."""
+        return self.runs_client.resume(run_id)
+
+    def reply(self, run_id: str, text: str, strategy: ReplyStrategy = "enqueue") -> None:
+        """Continue a run as a new turn with its history; `strategy` says what happens while
+        it still works: "enqueue" after this turn, "reject", or "interrupt" it."""
+        self.runs_client.reply(run_id, text, strategy)
 
     # --- schedules (workers.scheduling.Scheduling) -----------------------------------------------
 

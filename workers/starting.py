@@ -1,23 +1,30 @@
-"""What `Relay.start` and `Relay(...)` are handed, checked before anything is written.
+"""What `Relay.start` and `Relay(...)` are handed, checked before anything is written,
+and the new run's record and agent.
 
 Each refusal is one `RelayError` line naming what is wrong.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from agent_core import Attachment
+from agent_core import AgentError, Attachment, Config
+from workers.agent_kit import AgentKit
 from workers.errors import RelayError
 from workers.pricing import Budget, Price
+from workers.records import RunRecord
+from workers.settings import now_ms
 
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
     "MAX_TASK_CHARS",
+    "check_memory",
     "check_start",
     "checked_prices",
+    "new_run",
     "start_budget",
 ]
 
@@ -50,6 +57,13 @@ def check_start(
     return files
 
 
+def check_memory(name: object) -> str:
+    """A memory's name: 1 to 200 printable characters."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
+        raise RelayError(f"a memory is named by 1 to 200 printable characters, got {name!r}")
+    return name
+
+
 def start_budget(given: object) -> Budget | None:
     """A start's budget: a Budget, a number of tokens, a schedule's budget (the fields of
     a Budget, as plain data), or None; anything else refused."""
@@ -73,3 +87,49 @@ def checked_prices(given: Mapping[str, Price] | None) -> dict[str, Price]:
     ):
         raise RelayError("prices maps model names to Price values")
     return dict(given)
+
+
+def new_run(
+    kit: AgentKit,
+    task: str,
+    context: str,
+    config: Config,
+    *,
+    attachments: Iterable[Attachment] | None,
+    budget: Budget | int | None,
+    tools: Sequence[str] | None,
+    notes: Sequence[str] | None,
+    recipe: str | None,
+    schedule: str | None,
+    run_id: str | None,
+    memory: str | None,
+) -> tuple[RunRecord, str]:
+    """Check what a start was given; return the new root run's record (its id made up
+    unless given) and its started agent's snapshot.
+
+    Raises:
+        RelayError: something given is refused (one line saying what).
+    """
+    files = check_start(task, attachments, tools, run_id, known=kit.names())
+    limits = start_budget(budget)
+    try:
+        agent = kit.new_agent(config, tools, notes)
+        agent.start_with(task, context, files)
+    except AgentError as error:
+        raise RelayError(str(error)) from error
+    run_id = run_id or secrets.token_hex(8)
+    now = now_ms()
+    record = RunRecord(
+        id=run_id,
+        root=run_id,
+        task=task[:2_000],
+        recipe=recipe,
+        schedule=schedule,
+        created_ms=now,
+        updated_ms=now,
+        config=config,
+        tools=tuple(tools) if tools is not None else None,
+        budget=limits,
+        memory=memory,
+    )
+    return record, agent.snapshot()

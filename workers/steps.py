@@ -4,7 +4,8 @@
 the run's version: a worker that loses the race to another reloads and applies
 again, so an event is applied exactly once, by the save that also deletes it
 from the inbox. `decide` is shared with the calls (`workers.calls`), which save
-their own outcome with the run in the same way.
+their own outcome with the run in the same way. A finished run's inbox is
+dropped unread, unless it holds a person's follow-up: a new turn reopens it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from workers.agent_kit import AgentKit
 from workers.codec import Loaded
 from workers.effects import Advanced, Message, OwnOutcome
 from workers.layout import OutboxMember
-from workers.records import InboxEvent
+from workers.records import FollowUp, InboxEvent
 from workers.scripts import Saved
 from workers.settings import Timing
 from workers.store import RunStore
@@ -98,7 +99,7 @@ class Steps:
         if record is None:
             held = self.store.people.pending_members_of(run_id)
             return endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
-        if record.state == "finished":
+        if record.state == "finished" and not _reopens(loaded):
             return endings.finished_already(
                 record, loaded.snapshot, loaded.inbox, around.retention_s
             )
@@ -113,3 +114,8 @@ class Steps:
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"
             return endings.failed_run(record, loaded.snapshot, problem, around)
+
+
+def _reopens(loaded: Loaded) -> bool:
+    """Whether a finished run's inbox holds a follow-up: a new turn reopens it."""
+    return any(isinstance(event, FollowUp) for _, event in loaded.inbox)

@@ -38,6 +38,7 @@ from workers.layout import (
     OutboxMember,
     RunFields,
 )
+from workers.live import LiveStreams
 from workers.people import People
 from workers.records import InboxEvent, RunRecord, TraceEntry, Usage
 from workers.redact import redact_url
@@ -144,6 +145,8 @@ class RunStore:
         """What waits on a person, and the decisions and extensions that settle it."""
         self.upkeep = Upkeep(self)
         """The fleet-wide upkeep the tick does: its lock, pruning, the outbox's due messages."""
+        self.live = LiveStreams(self)
+        """The trees' live streams (replies as they are written), and follow-ups."""
 
     def errors(self) -> Any:
         """Return a context manager that translates Redis errors for this store."""

@@ -85,8 +85,13 @@ class Working:
         self.settle: list[tuple[str, str]] = []
         self.parked = record.parked
         self.asked_bytes = record.asked_bytes
+        self.paused = record.paused
+        self.queued = record.queued
+        self.kept_note = record.kept_note
         self.notes: KeptNotes | None = None
         self.retention_s = 0
+        self.done_text: str | None = None
+        self.revived = False
         self.messages: list[Message] = []
 
     @property
@@ -153,6 +158,9 @@ class Working:
                 "outcome": self.outcome,
                 "finished_ms": self.finished_ms,
                 "updated_ms": self.around.now_ms,
+                "paused": self.paused,
+                "queued": self.queued,
+                "kept_note": self.kept_note,
             }
         )
         effects = Effects(
@@ -170,6 +178,8 @@ class Working:
             running=tuple(c for c, t in self.calls.items() if t.status == "running"),
             settle=tuple(self.settle),
             notes=self.notes,
+            done=self.done_text,
+            revive=self.revived,
         )
         return Advanced(record, snapshot, effects, tuple(self.messages))
 

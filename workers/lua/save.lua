@@ -5,6 +5,10 @@
 -- was recorded already, and fenced like RECORD's: only the attempt that claimed the
 -- call last. The effects JSON is built in one place, workers.store.RunStore.save.
 --
+-- A run that finishes gets a TTL (the retention) on its hash and trace, and a "done"
+-- event in its tree's live stream if there is one; a finished root's stream expires
+-- after fx.live_keep. A run a follow-up reopens loses those TTLs again.
+--
 -- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
 -- KEYS[5] pending index  KEYS[6] pending data  KEYS[7] runs index
 -- ARGV[1] expected version  ARGV[2] record JSON  ARGV[3] snapshot  ARGV[4] effects JSON
@@ -85,10 +89,22 @@ if redis.call('XLEN', KEYS[2]) == 0 then
   redis.call('ZREM', KEYS[4], fx.advance)
   redis.call('DEL', KEYS[2])
 end
+if #fx.done > 0 and redis.call('EXISTS', fx.live) == 1 then
+  -- Followers of the tree's live stream learn the run ended; a tree that never
+  -- streamed gets no stream for it.
+  redis.call('XADD', fx.live, 'MAXLEN', '~', fx.live_max, '*', 'k', 'done', 'r', fx.run,
+    't', fx.done[1])
+  if fx.root then redis.call('EXPIRE', fx.live, fx.live_keep) end
+end
 if fx.retention > 0 then
   redis.call('EXPIRE', KEYS[1], fx.retention)
   redis.call('EXPIRE', KEYS[3], fx.retention)
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[4], fx.advance)
+elseif fx.revive then
+  -- A follow-up reopened a finished run: it (and its tree's stream) lives again.
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[3])
+  redis.call('PERSIST', fx.live)
 end
 return 'saved'

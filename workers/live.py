@@ -1,0 +1,132 @@
+"""Live runs in Redis: a tree's stream of model replies as they are written, and the
+follow-ups people send.
+
+One stream per tree (`live:<root>`, see `workers.layout`), so a reader follows a
+run and its specialists with one cursor, in the order things happened, and
+resumes from any id. `ReplyStream` is what a model call hands its `on_text`:
+it writes each piece of the reply as it arrives (STREAM), after a `"step"`
+that says a new reply begins, or a `"restarted"` when this call's reply starts
+over (a second attempt after its worker died, or the server failed mid-reply),
+so a reader never glues two replies together. The SAVE that finishes a run
+adds its `"done"`. `LiveStreams` (`RunStore.live`) reads the stream back as
+`StreamEvent`s and sends follow-ups (REPLY).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from workers.chat import RESTART
+from workers.codec import as_text
+from workers.errors import StoreUnavailable
+from workers.layout import STREAM_CALL_CHARS, STREAM_MAX, OutboxMember, model_call
+from workers.records import FollowUp, StreamEvent
+from workers.scripts import lua
+
+if TYPE_CHECKING:
+    from workers.store import RunStore
+
+__all__ = ["LiveStreams", "ReplyStream", "stream_id"]
+
+log = logging.getLogger(__name__)
+
+_STREAM_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
+_KINDS = frozenset({"text", "step", "restarted", "done"})
+
+
+def stream_id(value: object) -> str | None:
+    """Return `value` if it is a stream id to read after (`"0"`, `"1700000000000-3"`)."""
+    return value if isinstance(value, str) and _STREAM_ID.fullmatch(value) else None
+
+
+class LiveStreams:
+    """The live streams of run trees, and follow-ups, on a RunStore's Redis."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self._add: Any = store.redis.register_script(lua("stream"))
+        self._reply: Any = store.redis.register_script(lua("reply"))
+
+    def add(self, run_id: str, events: list[tuple[str, str]]) -> bool:
+        """Append (kind, text) events of `run_id` to its tree's stream; False if the tree's
+        root has finished (or is gone), and nothing was written."""
+        k = self._store.keys
+        root = run_id.split(".", 1)[0]
+        args: list[str | int] = [STREAM_MAX]
+        for kind, text in events:
+            args += [kind, run_id, text]
+        with self._store.errors():
+            return as_text(self._add(keys=[k.run(root), k.live(root)], args=args)) == "added"
+
+    def read(self, run_id: str, after: str, block_ms: int | None) -> list[StreamEvent]:
+        """Return the events of `run_id`'s tree after id `after` (waiting up to `block_ms`
+        for one; None: not at all), oldest first, at most 1,000."""
+        key = self._store.keys.live(run_id)
+        with self._store.errors():
+            answer = self._store.redis.xread({key: after}, count=1_000, block=block_ms)
+        found = []
+        for _, entries in answer or []:
+            for entry_id, data in entries:
+                kind = as_text(data.get(b"k", b""))
+                found.append(
+                    StreamEvent(
+                        id=as_text(entry_id),
+                        kind=kind if kind in _KINDS else "text",
+                        run_id=as_text(data.get(b"r", b"")),
+                        text=as_text(data.get(b"t", b"")),
+                    )
+                )
+        return found
+
+    def reply(self, run_id: str, event: FollowUp, due_ms: int) -> str:
+        """Put a follow-up in a root run's inbox unless its strategy refuses; return REPLY's
+        answer: sent, busy, specialist, corrupt or gone."""
+        k = self._store.keys
+        keys = [k.run(run_id), k.inbox(run_id), k.outbox]
+        args = [event.model_dump_json(), event.strategy, OutboxMember.advance(run_id), due_ms]
+        with self._store.errors():
+            return as_text(self._reply(keys=keys, args=args))
+
+
+class ReplyStream:
+    """The `on_text` of one model call: its pieces go to the tree's live stream.
+
+    Best effort: the reply itself is saved with the run whatever happens here. At
+    most STREAM_CALL_CHARS characters of a reply are written; if Redis fails, or the
+    tree's root has finished, the call's streaming stops (the call goes on).
+    """
+
+    def __init__(self, live: LiveStreams, run_id: str, seq: int, attempt: int) -> None:
+        self._live = live
+        self._run = run_id
+        self._call = model_call(seq)
+        self._again = attempt > 1
+        self._begun = False
+        self._chars = 0
+        self._stopped = False
+
+    def __call__(self, piece: str) -> None:
+        if self._stopped:
+            return
+        events: list[tuple[str, str]] = []
+        if piece == RESTART:
+            if not self._chars:
+                return
+            events.append(("restarted", self._call))
+            self._chars = 0
+        else:
+            piece = piece[: STREAM_CALL_CHARS - self._chars]
+            if not piece:
+                return
+            if not self._begun:
+                events.append(("restarted" if self._again else "step", self._call))
+                self._begun = True
+            events.append(("text", piece))
+            self._chars += len(piece)
+        try:
+            self._stopped = not self._live.add(self._run, events)
+        except StoreUnavailable as error:
+            log.warning("streaming %s of run %s stopped: %s", self._call, self._run, error)
+            self._stopped = True
