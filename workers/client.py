@@ -317,22 +317,26 @@ class RunsClient:
         self._record(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         look_again = time.monotonic() + 1.0
+        done = False  # the run's last event read is its "done"
         while deadline is None or time.monotonic() < deadline:
             events = self.store.live.read(run_id, cursor, block_ms=500)
             for event in events:
                 cursor = event.id
                 if event.run_id == run_id or event.run_id.startswith(f"{run_id}."):
                     yield event
-                if event.run_id == run_id and event.kind == "done" and self._ended(run_id, cursor):
-                    return
-            if not events and time.monotonic() >= look_again:
-                look_again = time.monotonic() + 1.0
-                record, _ = self._record(run_id)
-                if record.outcome is not None and self._ended(run_id, cursor):
+                done = event.kind == "done" if event.run_id == run_id else done
+            if events and not (done and self._ended(run_id, cursor)):
+                continue
+            if not done and time.monotonic() < look_again:
+                continue
+            look_again = time.monotonic() + 1.0
+            record, _ = self._record(run_id)
+            if record.outcome is not None and self._ended(run_id, cursor):
+                if not done:  # its stream is gone, or never was
                     yield StreamEvent(
                         id=cursor, kind="done", run_id=run_id, text=record.outcome.summary
                     )
-                    return
+                return
 
     def _ended(self, run_id: str, cursor: str) -> bool:
         """Whether the run is finished and its tree's stream holds nothing after `cursor`

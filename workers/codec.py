@@ -18,8 +18,10 @@ from pydantic import ValidationError
 from workers.effects import Advanced, ChildRun, Delivery, KeptNotes, OwnOutcome
 from workers.layout import (
     NOTES_MAX,
+    STREAM_IDLE_S,
     STREAM_KEEP_S,
     STREAM_MAX,
+    STREAM_PARKED_S,
     TRACE_MAX,
     Keys,
     OutboxMember,
@@ -163,11 +165,21 @@ def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "notes_max": NOTES_MAX,
         "live": keys.live(record.id),
         "live_max": STREAM_MAX,
-        "live_keep": min(STREAM_KEEP_S, fx.retention_s) if fx.retention_s else STREAM_KEEP_S,
-        "root": record.parent is None,
+        "live_ttl": _live_ttl(advanced),
+        "parks": record.state == "waiting",
         "done": [] if fx.done is None else [fx.done],
         "revive": fx.revive,
     }
+
+
+def _live_ttl(advanced: Advanced) -> int:
+    """Seconds the tree's live stream is kept after this save (see workers.layout)."""
+    record, fx = advanced.record, advanced.effects
+    if fx.done is None:
+        return STREAM_PARKED_S
+    if record.parent is None:
+        return min(STREAM_KEEP_S, fx.retention_s or STREAM_KEEP_S)
+    return STREAM_IDLE_S
 
 
 def _notes_key(keys: Keys, notes: KeptNotes) -> str:

@@ -25,9 +25,12 @@ Per tree (keyed by the root's id, so one cursor follows a run and its specialist
                             t text): pieces of model replies as they arrive, "step",
                             "restarted" (STREAM, from the worker making the call) and
                             "done" (SAVE, when a run of the tree finishes). Made by the
-                            first piece, so a tree whose model never streams has none
-                            (a stream's first node costs 4 KB); capped at STREAM_MAX
-                            entries; expires STREAM_KEEP_S after its root finishes
+                            first piece, so a tree whose model never streams has none;
+                            capped at STREAM_MAX entries. A stream's first node costs
+                            4 KB, more than a parked run, so it does not stay: it
+                            expires STREAM_IDLE_S after its last event, STREAM_PARKED_S
+                            after a run of the tree parks for a person (unless another
+                            event renews it), and STREAM_KEEP_S after its root finishes
 
 Fleet-wide:
 
@@ -65,8 +68,10 @@ from scheduler import ScheduleKeys
 __all__ = [
     "NOTES_MAX",
     "STREAM_CALL_CHARS",
+    "STREAM_IDLE_S",
     "STREAM_KEEP_S",
     "STREAM_MAX",
+    "STREAM_PARKED_S",
     "TRACE_MAX",
     "Keys",
     "OutboxMember",
@@ -87,6 +92,12 @@ reader further behind than that misses the oldest."""
 STREAM_KEEP_S = 3_600
 """Seconds a tree's live stream is kept after its root finished (or the retention, if
 shorter): long enough for a reader to catch up, short enough to cost little."""
+STREAM_IDLE_S = 600
+"""Seconds a tree's live stream is kept after its last event (each event renews it)."""
+STREAM_PARKED_S = 60
+"""Seconds a tree's live stream is kept once one of its runs parks for a person (a plan,
+a call, a question, a budget, a pause), unless another event renews it: a reader
+catches up meanwhile, and thousands of parked runs cost no stream each."""
 STREAM_CALL_CHARS = 60_000
 """Characters of one model call's reply that go into the live stream (the agent refuses
 a longer reply anyway); the rest is not streamed."""

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 from workers.chat import RESTART
 from workers.codec import as_text
 from workers.errors import StoreUnavailable
-from workers.layout import STREAM_CALL_CHARS, STREAM_MAX, OutboxMember, model_call
+from workers.layout import (
+    STREAM_CALL_CHARS,
+    STREAM_IDLE_S,
+    STREAM_MAX,
+    OutboxMember,
+    model_call,
+)
 from workers.records import FollowUp, StreamEvent
 from workers.scripts import lua
 
@@ -54,7 +60,7 @@ class LiveStreams:
         root has finished (or is gone), and nothing was written."""
         k = self._store.keys
         root = run_id.split(".", 1)[0]
-        args: list[str | int] = [STREAM_MAX]
+        args: list[str | int] = [STREAM_MAX, STREAM_IDLE_S]
         for kind, text in events:
             args += [kind, run_id, text]
         with self._store.errors():

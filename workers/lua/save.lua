@@ -6,8 +6,10 @@
 -- call last. The effects JSON is built in one place, workers.store.RunStore.save.
 --
 -- A run that finishes gets a TTL (the retention) on its hash and trace, and a "done"
--- event in its tree's live stream if there is one; a finished root's stream expires
--- after fx.live_keep. A run a follow-up reopens loses those TTLs again.
+-- event in its tree's live stream if there is one (which then expires after
+-- fx.live_ttl: STREAM_KEEP_S for a root, STREAM_IDLE_S for a specialist); a run that
+-- parks for a person shortens its tree's stream's TTL to fx.live_ttl (STREAM_PARKED_S).
+-- A run a follow-up reopens loses its TTLs again.
 --
 -- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
 -- KEYS[5] pending index  KEYS[6] pending data  KEYS[7] runs index
@@ -94,7 +96,10 @@ if #fx.done > 0 and redis.call('EXISTS', fx.live) == 1 then
   -- streamed gets no stream for it.
   redis.call('XADD', fx.live, 'MAXLEN', '~', fx.live_max, '*', 'k', 'done', 'r', fx.run,
     't', fx.done[1])
-  if fx.root then redis.call('EXPIRE', fx.live, fx.live_keep) end
+  redis.call('EXPIRE', fx.live, fx.live_ttl)
+elseif fx.parks then
+  -- A run parked for a person: its tree's stream goes soon, unless an event renews it.
+  redis.call('EXPIRE', fx.live, fx.live_ttl, 'LT')
 end
 if fx.retention > 0 then
   redis.call('EXPIRE', KEYS[1], fx.retention)
@@ -102,9 +107,8 @@ if fx.retention > 0 then
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[4], fx.advance)
 elseif fx.revive then
-  -- A follow-up reopened a finished run: it (and its tree's stream) lives again.
+  -- A follow-up reopened a finished run: it lives again.
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[3])
-  redis.call('PERSIST', fx.live)
 end
 return 'saved'
