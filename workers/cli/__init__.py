@@ -4,6 +4,7 @@
     relay --app mymodule:relay worker           # serve an app: every queue, or --queues
     relay --app mymodule:relay run "task"       # start a run and follow it live
     relay runs | show RUN | watch RUN | pending | approve RUN [CALL] | deny | answer | cancel
+    relay send RUN "text" | pause RUN | resume RUN | reply RUN "next request"
     relay skills list|check PATH                # the Agent Skills in a folder
 
 `--app module:attr` (or RELAY_APP) names the Relay object, before or after the
@@ -29,6 +30,7 @@ from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, 
 from workers.cli.schedule import schedule
 from workers.cli.serve import beat, flower, worker
 from workers.cli.skills import skills
+from workers.cli.steer import pause, reply, resume, send
 from workers.cli.terminal import one_line
 from workers.errors import RelayError
 from workers.settings import SettingsError
@@ -98,6 +100,10 @@ VERBS = (
     answer,
     cancel,
     extend,
+    send,
+    pause,
+    resume,
+    reply,
 )
 for verb in (*VERBS, schedule, skills):
     cli.add_command(verb)

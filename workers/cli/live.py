@@ -1,5 +1,6 @@
-"""Following a run live in the terminal: its trace as readable lines, a spinner while
-the model thinks, and the person asked at the prompt for approvals and answers."""
+"""Following a run live in the terminal: its trace as readable lines, its answer as
+the model writes it, a spinner while the model thinks, and the person asked at the
+prompt for approvals and answers."""
 
 from __future__ import annotations
 
@@ -29,10 +30,12 @@ from rich.status import Status
 from rich.text import Text
 
 from agent_core import Stop
+from workers.cli.answer import Answer, pump_stream
 from workers.cli.embedded import Embedded
+from workers.cli.lines import describe
 from workers.cli.terminal import one_line, printable
 from workers.errors import DecisionRefused
-from workers.records import Pending, RunStatus, TraceEntry, Usage
+from workers.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.relay import Relay
 
 EXIT_STOPPED = 1
@@ -40,7 +43,6 @@ EXIT_STOPPED = 1
 EXIT_INTERRUPTED = 130
 QUIET_SECONDS = 15.0
 """After this long without a trace line, `run` and `watch` ask whether a worker is up."""
-FINAL_CHARS = 4_000
 ASKS = frozenset({"plan", "waiting", "question"})
 """Trace kinds written in the same save that parks a run on a person."""
 
@@ -50,79 +52,6 @@ def console(*, stderr: bool = False) -> Console:
 
 
 # --- following a run live ---------------------------------------------------------------------
-
-_LINES: dict[str, tuple[str, str]] = {
-    "started": ("▶ {text}", "bold"),
-    "plan_approved": ("✓ plan approved", "green"),
-    "plan_declined": ("✗ plan declined", "red"),
-    "call": ("→ {text}", "cyan"),
-    "waiting": ("⏸ {call} ({tool}) needs approval", "yellow"),
-    "approved": ("✓ {call} ({tool}) approved", "green"),
-    "declined": ("✗ {call} ({tool}) declined: {text}", "yellow"),
-    "question": ("? {text}", "yellow"),
-    "answer": ("  answered: {text}", ""),
-    "retry": ("↻ unusable reply, asked again: {text}", "dim"),
-    "model_failed": ("↻ the model call failed, trying again: {text}", "yellow"),
-    "sent_back": ("↩ final answer sent back: {text}", "yellow"),
-    "note": ("✎ remembered: {text}", "dim"),
-    "skill": ("◆ loaded the skill {text}", "dim"),
-    "summary": ("… earlier work summarised", "dim"),
-    "child": ("⇉ handed to the specialist {text}", "magenta"),
-    "progress": ("  … {tool}: {text}", "dim"),
-    "rejected": ("↩ the final answer was sent back: {text}", "yellow"),
-    "verifier_failed": ("✗ the final answer could not be checked: {text}", "red"),
-    "ignored": ("  ignored: {text}", "dim"),
-    "budget": ("⏸ the budget is spent: {text}", "yellow"),
-    "budget_extended": ("✓ the budget was extended", "green"),
-    "warning": ("! {text}", "yellow"),
-    "message": ("✉ the person said: {text}", "cyan"),
-    "follow_up": ("▶ next turn: {text}", "bold"),
-    "continued": ("… the reply was cut; asked for the rest", "dim"),
-}
-_HIDDEN = frozenset({"usage", "stop"})
-_RESULT_STYLES = {"ok": "green", "error": "red", "declined": "yellow", "unknown": "magenta"}
-
-
-def _stop_label(stop: str | None) -> str:
-    try:
-        return Stop(stop or "").label()
-    except ValueError:
-        return str(stop)
-
-
-def describe(entry: TraceEntry, root: str) -> Text | None:
-    """Return how one trace entry reads in a terminal (None: bookkeeping, not shown).
-
-    Lines of a specialist's run are indented under the run that started it.
-    """
-    indent = "  " * max(0, entry.run.count(".") - root.count("."))
-    text = one_line(entry.text, 200)
-    if entry.kind in _HIDDEN:
-        return None
-    if entry.kind == "plan":
-        steps = [s for s in entry.text.splitlines() if s.strip()]
-        lines = "\n".join(f"{indent}  {n}. {one_line(s, 160)}" for n, s in enumerate(steps, 1))
-        return Text(f"{indent}Plan:\n{lines}", style="bold")
-    if entry.kind == "result":
-        status = entry.status or "ok"
-        shown = text if status == "ok" else f"{status}: {text}".rstrip(": ")
-        return Text(f"{indent}  ← {shown}", style=_RESULT_STYLES.get(status, ""))
-    if entry.kind == "finished":
-        # The final answer is what the run was for: shown whole, line breaks kept.
-        done = entry.stop == Stop.DONE.value
-        style = "bold green" if done else "bold red"
-        label = _stop_label(entry.stop)
-        body = printable(entry.text.strip()[:FINAL_CHARS])
-        head = f"{indent}■ {label.capitalize()}:"
-        if not done and body.casefold().startswith(label.casefold()):
-            head = f"{indent}■"  # the summary names the stop already: say it once
-        if "\n" in body:
-            return Text(head, style=style) + Text("\n" + body)
-        return Text(f"{head} {body}", style=style)
-    template, style = _LINES.get(entry.kind, (f"{one_line(entry.kind, 40)}: {{text}}", "dim"))
-    tool, call = one_line(entry.tool or "", 80), one_line(entry.call_id or "", 80)
-    line = template.format(text=text, tool=tool, call=call)
-    return Text(indent + line.rstrip(": "), style=style)
 
 
 def _activity(entry: TraceEntry, waiting: bool) -> str:
@@ -170,6 +99,7 @@ class Follower:
         self.quiet = quiet
         self.tty = sys.stdin.isatty()
         self._entries: queue.Queue[object] = queue.Queue()
+        self._answer = Answer(run_id) if self.out.is_terminal and not quiet else None
         self._settled: set[str] = set()
         self._spinner: Status | None = None
         self._last = time.monotonic()
@@ -183,6 +113,11 @@ class Follower:
         """Show the run until it finishes; return its status then."""
         pump = threading.Thread(target=self._pump, name="relay-watch", daemon=True)
         pump.start()
+        if self._answer is not None:
+            args = (self.relay, self.run_id, self._entries)
+            threading.Thread(
+                target=pump_stream, args=args, name="relay-stream", daemon=True
+            ).start()
         self._spin("the model is thinking…")
         try:
             while (item := self._next()) is not _END:
@@ -192,6 +127,8 @@ class Follower:
                     raise item
                 if isinstance(item, TraceEntry):
                     self._show(item)
+                elif isinstance(item, StreamEvent):
+                    self._text(item)
         finally:
             self._spin(None)
         return self.relay.status(self.run_id)
@@ -230,6 +167,12 @@ class Follower:
                 "yellow",
             )
 
+    def _text(self, event: StreamEvent) -> None:
+        assert self._answer is not None
+        if self._answer.show(event) and not self._waiting:
+            self._last = time.monotonic()
+            self._spin(self._answer.view() if self._answer.text else "the model is thinking…")
+
     def _show(self, entry: TraceEntry) -> None:
         self._last = time.monotonic()
         line = describe(entry, self.run_id)
@@ -244,7 +187,7 @@ class Follower:
                     self._settle(pending)
         self._spin(_activity(entry, self._waiting))
 
-    def _spin(self, text: str | None) -> None:
+    def _spin(self, text: str | Text | None) -> None:
         if self.quiet or not self.out.is_terminal:
             return
         if text is None:
