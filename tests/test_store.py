@@ -353,20 +353,20 @@ def test_extending_raises_the_limits_it_has_and_wakes_the_parked_runs(store: Run
     )
     child = _record("root.call-1", parent="root", root="root", pending=(pending_member(parked),))
     _save(store, child, pending_add=(parked,))
-    assert store.pending_in_tree("root", "budget") == [parked]
-    raised, woken = store.extend("root", (500, 7_000, None, 5_000), [parked], due_ms=9)
+    assert store.people.pending_in_tree("root", "budget") == [parked]
+    raised, woken = store.people.extend("root", (500, 7_000, None, 5_000), [parked], due_ms=9)
     assert (raised, woken) == (True, 1)
     limits = store.limits("root")
     assert limits is not None
     # The tokens and the deadline were raised; the tree had no dollar limit: still none.
     assert (limits.tokens, limits.cost_micro, limits.deadline_ms) == (1_500, None, 16_000)
-    assert store.pending() == []
+    assert store.people.pending() == []
     loaded = store.load("root.call-1")
     assert loaded is not None
     assert [e for _, e in loaded.inbox] == [BudgetExtended(seq=1)]
     # Used once: a second extension raises the limits but wakes nobody.
-    assert store.extend("root", (1, None, None, None), [parked], due_ms=9) == (True, 0)
-    assert store.extend("root", (None, 1, None, None), [], due_ms=9) == (False, 0)
+    assert store.people.extend("root", (1, None, None, None), [parked], due_ms=9) == (True, 0)
+    assert store.people.extend("root", (None, 1, None, None), [], due_ms=9) == (False, 0)
 
 
 def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:
@@ -385,7 +385,7 @@ def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:
 
 
 def _decide(store: RunStore, call: str, now_ms: int, yes: bool = True) -> Decided:
-    return store.decide(
+    return store.people.decide(
         "r1",
         "call",
         call,
@@ -398,13 +398,13 @@ def _decide(store: RunStore, call: str, now_ms: int, yes: bool = True) -> Decide
 
 def test_a_decision_is_used_once(store: RunStore) -> None:
     pending = _pending_call(store)
-    assert store.pending() == [pending]
+    assert store.people.pending() == [pending]
     assert _decide(store, "call-1", now_ms=5) is Decided.APPLIED
-    assert store.pending() == []
+    assert store.people.pending() == []
     assert _decide(store, "call-1", now_ms=5, yes=False) is Decided.DECIDED
     assert _decide(store, "call-2", now_ms=5) is Decided.NOT_PENDING
     assert (
-        store.decide(
+        store.people.decide(
             "gone",
             "call",
             "call-1",
@@ -423,7 +423,7 @@ def test_a_decision_is_used_once(store: RunStore) -> None:
 def test_a_decision_after_the_expiry_is_refused_and_declines(store: RunStore) -> None:
     _pending_call(store, expires_ms=1_000)
     assert _decide(store, "call-1", now_ms=1_000) is Decided.EXPIRED
-    assert store.pending() == []
+    assert store.people.pending() == []
     loaded = store.load("r1")
     assert loaded is not None
     declined = CallDecision(call="call-1", yes=False, reason="no decision came in time")
