@@ -23,11 +23,13 @@ from urllib.parse import quote, urlsplit
 import httpx
 import pytest
 
-__all__ = ["AMQP_URL", "rabbit_vhost", "require_rabbitmq"]
+__all__ = ["AMQP_URL", "VHOSTS_MADE", "rabbit_vhost", "require_rabbitmq"]
 
 AMQP_URL = os.environ.get("RELAY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672")
 """The shared server, without a vhost."""
 MANAGEMENT_PORT = 15672
+VHOSTS_MADE: list[str] = []
+"""Every vhost made so far in this process (each deleted again), in order."""
 
 
 def _answers(host: str, port: int) -> bool:
@@ -109,6 +111,7 @@ def rabbit_vhost() -> Iterator[str]:
     admin = _admin()
     vhost = f"relay-test-{os.getpid()}-{secrets.token_hex(4)}"
     admin.add(vhost)
+    VHOSTS_MADE.append(vhost)
     try:
         yield f"{AMQP_URL.rstrip('/')}/{quote(vhost, safe='')}"
     finally:
