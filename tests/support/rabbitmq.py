@@ -1,4 +1,5 @@
-"""A private vhost on the machine's RabbitMQ for one test, removed when the test ends.
+"""A private vhost on the machine's RabbitMQ for one test, removed when the test ends
+(or, for a test of the server's own configuration, a private RabbitMQ node).
 
 The server itself is shared (127.0.0.1:5672, guest/guest, or RELAY_TEST_AMQP_URL):
 each test gets a vhost of its own, so its queues, exchanges and messages are
@@ -11,19 +12,27 @@ RELAY_TEST_REQUIRE_AMQP=1 (CI sets it), which makes them fail instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
 
-__all__ = ["AMQP_URL", "VHOSTS_MADE", "rabbit_vhost", "require_rabbitmq"]
+from tests.support.redis_server import free_port
+
+__all__ = ["AMQP_URL", "VHOSTS_MADE", "private_node", "rabbit_vhost", "require_rabbitmq"]
 
 AMQP_URL = os.environ.get("RELAY_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672")
 """The shared server, without a vhost."""
@@ -116,3 +125,77 @@ def rabbit_vhost() -> Iterator[str]:
         yield f"{AMQP_URL.rstrip('/')}/{quote(vhost, safe='')}"
     finally:
         admin.delete(vhost)
+
+
+@contextmanager
+def private_node(config: str) -> Iterator[tuple[str, int, int]]:
+    """Run a RabbitMQ node of its own with `config` (rabbitmq.conf text); yield (node, port, pid).
+
+    It listens on a free loopback port, keeps its data in a temporary folder, and
+    is stopped (by its pid) and removed on exit. The machine's `rabbitmq-server`
+    runs as the `rabbitmq` user: when the tests run as root, the folder is given
+    to that user; other users cannot start one, and the test is skipped.
+    """
+    executable = shutil.which("rabbitmq-server")
+    if executable is None or os.geteuid() != 0:
+        message = "a RabbitMQ node of its own needs rabbitmq-server and root"
+        if os.environ.get("RELAY_TEST_REQUIRE_AMQP") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    directory = Path(tempfile.mkdtemp(prefix="relay-rabbitmq-"))
+    port, distribution = free_port(), free_port()
+    node = f"relay-test-{port}@localhost"
+    conf = directory / "rabbitmq.conf"
+    conf.write_text(f"{config}\nlisteners.tcp.default = 127.0.0.1:{port}\n")
+    owner = pwd.getpwnam("rabbitmq")
+    for path in (directory, conf):
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+    env = {
+        **os.environ,
+        "RABBITMQ_NODENAME": node,
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(distribution),
+        "RABBITMQ_CONFIG_FILE": str(conf),
+        "RABBITMQ_MNESIA_BASE": str(directory / "data"),
+        "RABBITMQ_LOG_BASE": str(directory / "log"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(directory / "enabled_plugins"),
+        "RABBITMQ_PID_FILE": str(directory / "node.pid"),
+    }
+    with (directory / "out.log").open("wb") as out:
+        launcher = subprocess.Popen(
+            [executable],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    pid_file = directory / "node.pid"
+    try:
+        deadline = time.monotonic() + 60
+        while not (_answers("127.0.0.1", port) and pid_file.exists()):
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((directory / "out.log").read_text(errors="replace")[-3000:])
+            time.sleep(0.2)
+        yield node, port, int(pid_file.read_text().strip())
+    finally:
+        _stop_node(launcher, pid_file)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _stop_node(launcher: subprocess.Popen[bytes], pid_file: Path) -> None:
+    """Stop the node by the pid it wrote (the launcher's `su` runs it in a session of its
+    own), then its launcher."""
+    if pid_file.exists():
+        pid = int(pid_file.read_text().strip())
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    try:
+        launcher.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=10)
