@@ -6,7 +6,8 @@ worker killed mid-call, every message delivered twice, and a schedule firing
 once. On RabbitMQ each fleet gets a vhost of its own on the machine's server,
 removed when the test ends (tests/support/rabbitmq.py). Then what only
 RabbitMQ has: its queues, a dead worker's message handed back at once, a
-countdown kept by the broker, and the worker's one-line refusals.
+countdown kept by the broker, a move from Redis that loses nothing, and the
+worker's one-line refusals.
 """
 
 from __future__ import annotations
@@ -176,6 +177,20 @@ def test_on_rabbitmq_a_countdown_waits_in_the_broker(rabbit: Fleet) -> None:
     # Native delayed delivery: the worker is handed the message when it is due,
     # rather than holding it (and its one prefetch slot) until then.
     assert time.monotonic() - sent >= 1.9
+
+
+def test_moving_the_broker_to_rabbitmq_loses_nothing(rabbit: Fleet) -> None:
+    f = rabbit
+    f.brain.script("MOVED", {0: call("read_note", name="m.txt"), 1: final("moved")})
+    on_redis = build(Settings.from_env({**f.env, "RELAY_BROKER_URL": f.env["RELAY_REDIS_URL"]}))
+    run_id = on_redis.start("MOVED: read a note")  # its wake-up waits in Redis, for no one
+    started = time.monotonic()
+    f.worker("--concurrency", "1")  # the fleet, moved to RabbitMQ
+    outcome = f.relay.wait(run_id, timeout=60)
+    assert outcome.stop is Stop.DONE, f.logs()
+    # The tick sent it again from the run's outbox: the old message is still in Redis.
+    assert f.redis.client().llen(f.relay.queues.advance) == 1
+    print(f"picked up on RabbitMQ {time.monotonic() - started:.1f} s after the move")
 
 
 def test_relay_worker_refuses_a_broker_it_cannot_use_in_one_line(tmp_path: Path) -> None:
