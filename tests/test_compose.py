@@ -230,14 +230,14 @@ def _start(
     return process.start()
 
 
-def test_every_command_runs_the_demo_end_to_end(
-    services: dict[str, Any], compose_redis: str, tmp_path: Path
-) -> None:
-    services = copy.deepcopy(services)
+def _flower_on_loopback(services: dict[str, Any]) -> int:
+    """Make the flower service listen on 127.0.0.1 and a free port; return the port.
+
+    The container listens on every address, Docker publishes it on 127.0.0.1 only;
+    here, with no container around it, it listens on 127.0.0.1 itself.
+    """
     flower = services["flower"]["command"]
     port = free_port()
-    # The container listens on every address, Docker publishes it on 127.0.0.1 only;
-    # here, with no container around it, it listens on 127.0.0.1 itself.
     services["flower"]["command"] = [
         *flower[: flower.index("--address")],
         "--address",
@@ -245,6 +245,22 @@ def test_every_command_runs_the_demo_end_to_end(
         "--port",
         str(port),
     ]
+    return port
+
+
+def _workers_in_flower(port: int) -> set[str]:
+    password = SECRETS["RELAY_FLOWER_PASSWORD"]
+    workers = httpx.get(
+        f"http://127.0.0.1:{port}/api/workers?refresh=1", auth=("admin", password), timeout=10
+    ).json()
+    return {name.split("@")[0] for name in workers}
+
+
+def test_every_command_runs_the_demo_end_to_end(
+    services: dict[str, Any], compose_redis: str, tmp_path: Path
+) -> None:
+    services = copy.deepcopy(services)
+    port = _flower_on_loopback(services)
     started: list[RelayProcess] = []
     try:
         started.append(_start(services, "worker-model", compose_redis, tmp_path, "ready."))
@@ -252,11 +268,7 @@ def test_every_command_runs_the_demo_end_to_end(
         assert all("durable claims on" in p.output() for p in started)
         started.append(_start(services, "flower", compose_redis, tmp_path, "Visit me at"))
         assert httpx.get(f"http://127.0.0.1:{port}/api/workers", timeout=10).status_code == 401
-        password = SECRETS["RELAY_FLOWER_PASSWORD"]
-        workers = httpx.get(
-            f"http://127.0.0.1:{port}/api/workers?refresh=1", auth=("admin", password), timeout=10
-        ).json()
-        assert {name.split("@")[0] for name in workers} == {"model", "tools"}
+        assert _workers_in_flower(port) == {"model", "tools"}
 
         demo = services["demo"]
         env = clean_env(**{**demo["environment"], "RELAY_REDIS_URL": compose_redis})
@@ -315,7 +327,8 @@ def test_the_rabbitmq_profile_is_wired_to_every_relay_service(
 def test_the_rabbitmq_profile_runs_the_demo_end_to_end(
     rabbit_compose: dict[str, Any], compose_redis: str, tmp_path: Path
 ) -> None:
-    services = rabbit_compose["services"]
+    services = copy.deepcopy(rabbit_compose["services"])
+    flower_port = _flower_on_loopback(services)
     rabbit = services["rabbitmq"]
     content = rabbit_compose["configs"]["rabbitmq-conf"]["content"]
     with private_node(content) as (node, port, pid):
@@ -339,6 +352,10 @@ def test_the_rabbitmq_profile_runs_the_demo_end_to_end(
                     _start(services, name, compose_redis, tmp_path, "ready.", broker=on_rabbit)
                 )
                 assert "relay: broker RabbitMQ" in started[-1].output()
+            started.append(
+                _start(services, "flower", compose_redis, tmp_path, "Visit me at", broker=on_rabbit)
+            )
+            assert _workers_in_flower(flower_port) == {"model", "tools"}  # over RabbitMQ
             demo = services["demo"]
             env = clean_env(
                 **{**demo["environment"], "RELAY_REDIS_URL": compose_redis, **on_rabbit}
