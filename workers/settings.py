@@ -3,7 +3,9 @@
     RELAY_REDIS_URL              redis://, rediss:// or unix:// URL; unset: the CLI
                                  starts an embedded Redis
     RELAY_BROKER_URL             Celery's broker; default: the Redis URL (a unix://
-                                 URL becomes kombu's redis+socket://)
+                                 URL becomes kombu's redis+socket://); amqp:// or
+                                 amqps:// for RabbitMQ (see workers.brokers)
+    RELAY_QUEUE_TYPE             RabbitMQ's queue type: quorum (default) or classic
     RELAY_MODEL_URL              OpenAI-compatible base URL (http://localhost:11434/v1)
                                  or its /chat/completions URL; unset: the demo model
     RELAY_MODEL                  model name sent with each call (default "default")
@@ -43,7 +45,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -137,7 +139,7 @@ def _count(minimum: int) -> Callable[[object], int]:
     return parse
 
 
-def _redis_url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
+def _url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
     names = [f"{scheme}://" for scheme in schemes]
     expected = f"expected a {', '.join(names[:-1])} or {names[-1]} URL"
 
@@ -161,6 +163,13 @@ def _redis_url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
         return value
 
     return parse
+
+
+def _queue_type(value: object) -> str:
+    kind = str(value).strip().lower()
+    if kind not in ("quorum", "classic"):
+        raise ValueError("expected quorum or classic")
+    return kind
 
 
 def _model_url(value: object) -> str | None:
@@ -218,9 +227,10 @@ def _prefix(value: object) -> str:
 
 
 _Seconds = Annotated[float, BeforeValidator(_seconds)]
-_RedisUrl = Annotated[str | None, BeforeValidator(_redis_url(("redis", "rediss", "unix")))]
+_RedisUrl = Annotated[str | None, BeforeValidator(_url(("redis", "rediss", "unix")))]
 _BrokerUrl = Annotated[
-    str | None, BeforeValidator(_redis_url(("redis", "rediss", "redis+socket", "unix")))
+    str | None,
+    BeforeValidator(_url(("redis", "rediss", "redis+socket", "unix", "amqp", "amqps"))),
 ]
 
 
@@ -231,6 +241,8 @@ class Settings(BaseModel):
 
     redis_url: _RedisUrl = None
     broker_url: _BrokerUrl = None
+    queue_type: Annotated[Literal["quorum", "classic"], BeforeValidator(_queue_type)] = "quorum"
+    """On RabbitMQ: quorum queues, or classic ones for a server without them."""
     model_url: Annotated[str | None, BeforeValidator(_model_url)] = None
     """The chat completions endpoint (a base URL is completed); None: the demo model."""
     model: Annotated[str, BeforeValidator(_model_name)] = "default"
