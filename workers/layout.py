@@ -32,6 +32,18 @@ Fleet-wide:
     tick-stats      hash    n ticks, last_ms, by whom
     schedule-notes:<name>  list  notes a schedule's runs remembered, for the next run
 
+Per model route (`workers.limits`; every worker shares them):
+
+    route:<r>                hash    GCRA times for rpm (`tat`) and tpm (`ttat`), `paused`
+                                     until (a 429), the circuit (`circuit`, `failures`,
+                                     `probe`: when the next probe may go), the last `error`
+    route:<r>:inflight       zset    calls in flight on the route, by lease deadline
+    route:<r>:slots          zset    waiting calls by their turn (ms)
+    route:<r>:slot-keys      hash    waiting call -> its key
+    route:<r>:waiting        hash    key -> how many of its calls wait
+    route:<r>:served         zset    key -> when it was last served (round-robin order)
+    key-inflight:<key>       zset    a key's model calls in flight, by lease deadline
+
 Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import this):
 
     schedules       hash    name -> Schedule JSON
@@ -228,6 +240,13 @@ class Keys:
 
     def schedule_notes(self, schedule: str) -> str:
         return self._(f"schedule-notes:{schedule}")
+
+    def route(self, name: str, part: str = "") -> str:
+        """`route:<name>` or `route:<name>:<part>` (see the map above)."""
+        return self._(f"route:{name}" + (f":{part}" if part else ""))
+
+    def key_inflight(self, key: str) -> str:
+        return self._(f"key-inflight:{key}")
 
     def schedules(self) -> ScheduleKeys:
         """The scheduler's keys, under the same prefix."""

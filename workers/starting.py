@@ -17,6 +17,8 @@ __all__ = [
     "MAX_ATTACHMENT_BYTES",
     "MAX_TASK_CHARS",
     "check_start",
+    "checked_concurrency",
+    "checked_key",
     "checked_prices",
     "start_budget",
 ]
@@ -73,3 +75,20 @@ def checked_prices(given: Mapping[str, Price] | None) -> dict[str, Price]:
     ):
         raise RelayError("prices maps model names to Price values")
     return dict(given)
+
+
+def checked_key(given: object) -> str | None:
+    """A run's key: 1 to 128 printable characters, or None (the app's name)."""
+    if given is None:
+        return None
+    if not isinstance(given, str) or not 0 < len(given) <= 128 or not given.isprintable():
+        raise RelayError(f"a key is 1 to 128 printable characters, got {given!r:.80}")
+    return given
+
+
+def checked_concurrency(given: object) -> int | None:
+    if given is None:
+        return None
+    if not isinstance(given, int) or isinstance(given, bool) or given < 1:
+        raise RelayError("key_concurrency is a whole number of calls, 1 or more")
+    return given
