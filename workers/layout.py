@@ -36,12 +36,13 @@ Per model route (`workers.limits`; every worker shares them):
 
     route:<r>                hash    GCRA times for rpm (`tat`) and tpm (`ttat`), `paused`
                                      until (a 429), the circuit (`circuit`, `failures`,
-                                     `probe`: when the next probe may go), the last `error`
+                                     `probe`: when the next probe may go), the last `error`,
+                                     `round` (the last waiting tag admitted), `seq`
     route:<r>:inflight       zset    calls in flight on the route, by lease deadline
-    route:<r>:slots          zset    waiting calls by their turn (ms)
-    route:<r>:slot-keys      hash    waiting call -> its key
-    route:<r>:waiting        hash    key -> how many of its calls wait
-    route:<r>:served         zset    key -> when it was last served (round-robin order)
+    route:<r>:queue          zset    waiting calls in turn order (tag * 1e6 + arrival)
+    route:<r>:queue-keys     hash    waiting call -> its key
+    route:<r>:tags           hash    key -> the tag of its last waiting call
+    route:<r>:told           zset    waiting call -> when it was told to come back (ms)
     key-inflight:<key>       zset    a key's model calls in flight, by lease deadline
 
 Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import this):

@@ -3,7 +3,7 @@
 `admit` (lua/route_admit.lua) says whether a model call may use a route now: the
 route may be paused by a 429, its circuit open (one probe per interval gets
 through), its or the key's calls in flight at their cap, or its requests and
-tokens per minute spent; waiting calls get turns round-robin between keys.
+tokens per minute spent; waiting calls queue fairly between keys.
 `done` (lua/route_done.lua) gives the call's slots back and tells the circuit and
 the pause what happened. Every worker shares these, so limits hold for the fleet,
 not per process; a worker that dies holding a slot loses it when its lease lapses.
@@ -21,12 +21,26 @@ if TYPE_CHECKING:
     from workers.routes import ModelRoute
     from workers.store import RunStore
 
-__all__ = ["FAILURES_TO_OPEN", "PROBE_INTERVAL_MS", "Admitted", "RouteLimits"]
+__all__ = [
+    "ABSENT_MS",
+    "FAILURES_TO_OPEN",
+    "PROBE_INTERVAL_MS",
+    "SPACING_MARGIN",
+    "STALE_MS",
+    "Admitted",
+    "RouteLimits",
+]
 
 FAILURES_TO_OPEN = 5
 """Failures in a row (server errors, timeouts, refusals, 429s) that open a route's circuit."""
 PROBE_INTERVAL_MS = 10_000
 """While a circuit is open, one call per interval is let through to probe the route."""
+SPACING_MARGIN = 1.02
+"""Calls are spaced 2% wider than a route's limits: a provider counting its own minute
+from slightly different moments (network jitter) still never sees one call too many."""
+ABSENT_MS = 1_000
+"""A waiting call this late for its turn (its worker busy, its countdown late) does not
+hold back the calls queued behind it; it keeps its place for when it comes."""
 STALE_MS = 30_000
 """A waiting call that has not come back this long after its turn has gone elsewhere."""
 
@@ -60,10 +74,10 @@ class RouteLimits:
             k.route(route),
             k.route(route, "inflight"),
             k.key_inflight(key),
-            k.route(route, "slots"),
-            k.route(route, "slot-keys"),
-            k.route(route, "waiting"),
-            k.route(route, "served"),
+            k.route(route, "queue"),
+            k.route(route, "queue-keys"),
+            k.route(route, "tags"),
+            k.route(route, "told"),
         ]
 
     def admit(
@@ -78,11 +92,11 @@ class RouteLimits:
         now_ms: int,
     ) -> Admitted:
         """Ask whether the call `holder` of `key`, which may use `tokens`, may go now."""
-        per_request = 60_000 / route.rpm if route.rpm else 0
-        per_token = 60_000 / route.tpm if route.tpm else 0
+        per_request = SPACING_MARGIN * 60_000 / route.rpm if route.rpm else 0
+        per_token = SPACING_MARGIN * 60_000 / route.tpm if route.tpm else 0
         args = [now_ms, holder, key, per_request, tokens, per_token]
         args += [route.max_concurrency or 0, key_concurrency or 0, lease_ms]
-        args += [PROBE_INTERVAL_MS, STALE_MS]
+        args += [PROBE_INTERVAL_MS, STALE_MS, ABSENT_MS]
         with self._store.errors():
             verdict, at = self._admit(keys=self._keys(route.name, key), args=args)
         return Admitted(as_text(verdict), int(float(at)))  # type: ignore[arg-type]
@@ -100,7 +114,7 @@ class RouteLimits:
         error: str = "",
     ) -> str:
         """Tell the route what came of an admitted call; return its circuit's state."""
-        per_token = 60_000 / route.tpm if route.tpm else 0
+        per_token = SPACING_MARGIN * 60_000 / route.tpm if route.tpm else 0
         args = [now_ms, holder, outcome, paused_until_ms, max(tokens_back, 0), per_token]
         args += [FAILURES_TO_OPEN, PROBE_INTERVAL_MS, error[:300]]
         with self._store.errors():
@@ -114,7 +128,7 @@ class RouteLimits:
             pipe = self._store.redis.pipeline(transaction=False)
             pipe.hgetall(k.route(route.name))
             pipe.zcount(k.route(route.name, "inflight"), now_ms, "+inf")
-            pipe.zcard(k.route(route.name, "slots"))
+            pipe.zcard(k.route(route.name, "queue"))
             found, inflight, waiting = pipe.execute()
         fields = {as_text(f): as_text(v) for f, v in found.items()}
         paused = int(float(fields.get("paused", "0")))

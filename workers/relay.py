@@ -45,7 +45,6 @@ from agent_core import (
     Tool,
     Trigger,
 )
-from agent_core.errors import AgentError
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.agent_kit import AgentKit
@@ -68,6 +67,7 @@ from workers.starting import (
     checked_key,
     checked_prices,
     start_budget,
+    started_agent,
 )
 from workers.store import RunStore
 from workers.working import Verifier
@@ -316,11 +316,7 @@ class Relay:
         files = check_start(task, attachments, tools, run_id, known=self.kit.names())
         limits = start_budget(budget)
         run_config = config or self.config
-        try:
-            agent = self.kit.new_agent(run_config, tools, notes)
-            agent.start_with(task, context, files)
-        except AgentError as error:
-            raise RelayError(str(error)) from error
+        agent = started_agent(self.kit, run_config, (task, context, files), tools, notes)
         chosen = run_id is not None
         run_id = run_id or secrets.token_hex(8)
         now = now_ms()

@@ -5,22 +5,30 @@
 -- the route's and the key's calls in flight are capped (each holder expires with its
 -- lease, so a dead worker's slot comes back); requests and tokens per minute are
 -- spaced evenly (GCRA: each admission moves the route's theoretical arrival time on
--- by one request's, or its tokens', share of a minute). While calls wait, each gets a
--- slot in turn, the waiting keys round-robin (a key's n-th waiting call after every
--- other waiting key's n-th), so one key's thousand calls do not starve another's five;
--- a call is admitted at its slot. A slot not come back for within `stale` goes.
+-- by one request's, or its tokens', share of a minute).
 --
--- KEYS[1] route hash (tat, ttat, paused, circuit, probe, failures, error)
+-- Calls that must wait queue fairly between keys (start-time fair queuing): a key's
+-- next waiting call gets the tag after its previous one, or after the tag last
+-- admitted, whichever is later; calls go in tag order (ties by arrival). So a key
+-- with a thousand waiting calls and one with five take turns, and a key that shows
+-- up late is not put behind the whole backlog. A waiting call is told when to come
+-- back (its place in the queue times the spacing); one that has not come back
+-- `absent` ms after that does not hold the calls behind it, and after `stale` ms
+-- its place is gone.
+--
+-- KEYS[1] route hash (tat, ttat, paused, circuit, probe, failures, error, round, seq)
 -- KEYS[2] route's calls in flight (zset holder -> deadline)
 -- KEYS[3] key's calls in flight (zset holder -> deadline)
--- KEYS[4] waiting slots (zset holder -> slot ms)  KEYS[5] waiting holder -> key (hash)
--- KEYS[6] waiting calls per key (hash)  KEYS[7] keys by when last served (zset)
+-- KEYS[4] waiting calls (zset holder -> tag * 1e6 + arrival)
+-- KEYS[5] waiting holder -> key (hash)  KEYS[6] key -> its last tag (hash)
+-- KEYS[7] waiting holder -> when it was told to come back (zset)
 -- ARGV[1] now  ARGV[2] holder  ARGV[3] key  ARGV[4] ms per request (0: no rpm)
 -- ARGV[5] tokens this call may use  ARGV[6] ms per token (0: no tpm)
 -- ARGV[7] route's max calls in flight (0: none)  ARGV[8] key's (0: none)
 -- ARGV[9] lease (ms)  ARGV[10] probe interval (ms)  ARGV[11] stale (ms)
+-- ARGV[12] absent (ms)
 -- Returns: {verdict, ms}: admitted (ms 1 if it is the circuit's probe), paused (until),
--- open (next probe), or wait (until its slot, or a free slot).
+-- open (next probe), or wait (until its turn, or a free slot).
 local now, holder, key = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 local per_request, tokens, per_token = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local state = redis.call('HMGET', KEYS[1], 'tat', 'ttat', 'paused', 'circuit', 'probe')
@@ -44,23 +52,55 @@ for _, cap in ipairs(caps) do
   end
 end
 
--- Waiting calls whose slot passed long ago gave up (their run moved on, or died).
-local stale = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[11]))
-for _, gone in ipairs(stale) do
+local SCALE, LOOK_AHEAD = 1000000, 32
+
+local function forget(gone)
   local owner = redis.call('HGET', KEYS[5], gone)
-  if owner and redis.call('HINCRBY', KEYS[6], owner, -1) <= 0 then
-    redis.call('HDEL', KEYS[6], owner)
+  local score = tonumber(redis.call('ZSCORE', KEYS[4], gone) or '0')
+  if owner and tonumber(redis.call('HGET', KEYS[6], owner) or '-1') == math.floor(score / SCALE) then
+    redis.call('HDEL', KEYS[6], owner)  -- its key's last waiting call: nothing to follow
   end
   redis.call('HDEL', KEYS[5], gone)
   redis.call('ZREM', KEYS[4], gone)
+  redis.call('ZREM', KEYS[7], gone)
+  return score
+end
+
+-- Waiting calls told to come back long ago gave up (their run moved on, or died).
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - tonumber(ARGV[11]))) do
+  forget(gone)
 end
 
 local tat = math.max(tonumber(state[1] or '0'), now)
 local ttat = math.max(tonumber(state[2] or '0'), now)
 local due = math.max(per_request > 0 and tat or now, per_token > 0 and ttat or now)
-local slot = tonumber(redis.call('ZSCORE', KEYS[4], holder) or '-1')
+local step = math.max(per_request, per_token > 0 and tokens * per_token or 0, 1)
 local waiting = redis.call('ZCARD', KEYS[4])
-if due <= now and (waiting == 0 or (slot >= 0 and slot <= now)) then
+local place = redis.call('ZRANK', KEYS[4], holder)
+if not place and (waiting > 0 or due > now) then
+  -- A new waiter: after its key's last waiting call, or after the last admitted.
+  local round = tonumber(redis.call('HGET', KEYS[1], 'round') or '0')
+  local tag = math.max(tonumber(redis.call('HGET', KEYS[6], key) or '0'), round) + 1
+  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1) % SCALE
+  redis.call('HSET', KEYS[6], key, tag)
+  redis.call('HSET', KEYS[5], holder, key)
+  redis.call('ZADD', KEYS[4], tag * SCALE + seq, holder)
+  place = redis.call('ZRANK', KEYS[4], holder)
+end
+
+-- Calls ahead in the queue that are here (not absent past their turn) go first.
+local ahead = place or 0
+if place and place > 0 and place <= LOOK_AHEAD then
+  ahead = 0
+  local absent_before = now - tonumber(ARGV[12])
+  for _, other in ipairs(redis.call('ZRANGE', KEYS[4], 0, place - 1)) do
+    if tonumber(redis.call('ZSCORE', KEYS[7], other) or '0') >= absent_before then
+      ahead = ahead + 1
+    end
+  end
+end
+
+if due <= now and ahead == 0 then
   if per_request > 0 then redis.call('HSET', KEYS[1], 'tat', tat + per_request) end
   if per_token > 0 then redis.call('HSET', KEYS[1], 'ttat', ttat + tokens * per_token) end
   if probe == 1 then
@@ -68,30 +108,15 @@ if due <= now and (waiting == 0 or (slot >= 0 and slot <= now)) then
   end
   redis.call('ZADD', KEYS[2], lease_end, holder)
   redis.call('ZADD', KEYS[3], lease_end, holder)
-  if slot >= 0 then
-    if redis.call('HINCRBY', KEYS[6], key, -1) <= 0 then redis.call('HDEL', KEYS[6], key) end
-    redis.call('HDEL', KEYS[5], holder)
-    redis.call('ZREM', KEYS[4], holder)
+  if place then
+    local round = math.floor(forget(holder) / SCALE)
+    if round > tonumber(redis.call('HGET', KEYS[1], 'round') or '0') then
+      redis.call('HSET', KEYS[1], 'round', round)
+    end
   end
-  redis.call('ZADD', KEYS[7], now, key)
   return {'admitted', probe}
 end
 
-if slot < 0 then
-  -- A new waiter: its turn comes after every other waiting key's turn at its depth.
-  local depth = redis.call('HINCRBY', KEYS[6], key, 1)
-  local keys = redis.call('HLEN', KEYS[6])
-  redis.call('ZREMRANGEBYSCORE', KEYS[7], 1, now - 600000)  -- keys long gone
-  if not redis.call('ZSCORE', KEYS[7], key) then redis.call('ZADD', KEYS[7], 0, key) end
-  local rank = 0
-  local ahead = redis.call('ZRANGE', KEYS[7], 0, -1)
-  for _, other in ipairs(ahead) do
-    if other == key then break end
-    if redis.call('HEXISTS', KEYS[6], other) == 1 then rank = rank + 1 end
-  end
-  local step = math.max(per_request, per_token > 0 and tokens * per_token or 0, 1)
-  slot = math.max(due, now) + ((depth - 1) * keys + rank) * step
-  redis.call('ZADD', KEYS[4], slot, holder)
-  redis.call('HSET', KEYS[5], holder, key)
-end
-return {'wait', math.max(slot, due)}
+local back = math.max(due, now) + ahead * step
+redis.call('ZADD', KEYS[7], back, holder)
+return {'wait', back}
