@@ -109,7 +109,7 @@ def test_a_reply_comes_back_with_its_usage(serve: Serve, connect: Callable[..., 
             {"role": "system", "content": "You are terse."},
             {"role": "user", "content": "Say hi."},
         ],
-        "max_tokens": 4096,
+        "max_tokens": 4096,  # the reply's cap, which budgets reserve for
     }
     assert "authorization" not in call.headers
     assert server.usage_total() == (12, 3)

@@ -19,6 +19,7 @@ from workers.pricing import Budget, Price
 from workers.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.registry import ToolContext
 from workers.relay import Relay
+from workers.routes import ModelRoute
 from workers.settings import Settings
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "EmbeddedError",
     "ModelCallError",
     "ModelReply",
+    "ModelRoute",
     "Pending",
     "Price",
     "Relay",

@@ -21,13 +21,14 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
 from workers.budgets import Pricing, not_admitted
-from workers.chat import Model, takes_text
+from workers.chat import Model, ModelReply, takes_text
 from workers.codec import Loaded
-from workers.effects import OwnOutcome
+from workers.effects import Message, OwnOutcome
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
 from workers.holding import save_holding
 from workers.layout import OutboxMember, model_call
@@ -35,6 +36,8 @@ from workers.leases import Lease, run_leased
 from workers.live import ReplyStream
 from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
 from workers.registry import ToolContext, ToolSpec, tool_output
+from workers.router import ModelRouter, Requeue
+from workers.routes import ModelRoute
 from workers.scripts import ClaimStatus, Recorded, Saved
 from workers.settings import Settings
 from workers.steps import Steps
@@ -139,9 +142,12 @@ class Calls:
         self,
         steps: Steps,
         settings: Settings,
+        *,
         spec: Callable[[str], ToolSpec | None],
         model: Callable[[], Model],
         pricing: Pricing,
+        router: ModelRouter | None = None,
+        key: str = "relay",
     ) -> None:
         self.steps = steps
         self.store = steps.store
@@ -150,6 +156,9 @@ class Calls:
         self.spec = spec
         self.model = model
         self.pricing = pricing
+        self.router = router
+        self.settings_key = key
+        """The key of runs started without one (the app's name)."""
         self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
 
     def _asked(self, run_id: str, what: str, seq: int | None, member: str) -> CallMessage:
@@ -281,25 +290,61 @@ class Calls:
             return not_admitted(seq, call.over)
         cancel = threading.Event()
         lease = self._lease(call, self.timing.lease_ms)
-        model = self.model()
         # The reply goes to the tree's live stream as it is written ("restarted" first
         # when an earlier attempt's worker died mid-reply).
         live = ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt)
-        streams = {"on_text": live} if takes_text(model) else {}
         try:
-            reply = run_leased(
-                lambda: model.complete(request, should_stop=cancel.is_set, **streams),
-                lease,
-                None,
-                cancel,
+            reply, route = run_leased(
+                lambda: self._ask(call, request, cancel, live), lease, None, cancel
             )
+        except Requeue as later:
+            self._come_back(call, later)
         except ModelCallError as error:
             return ModelFailed(seq=seq, error=str(error))
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
-        usage = self.pricing.priced(reply)
+        usage = self.pricing.priced(reply, route)
         cut = reply.finish_reason == "length"
-        return ModelReplied(seq=seq, text=reply.text, usage=usage, truncated=cut)
+        name = route.name if route is not None else ""
+        return ModelReplied(seq=seq, text=reply.text, usage=usage, route=name, truncated=cut)
+
+    def _ask(
+        self, call: Claimed, request: ModelRequest, cancel: threading.Event, live: ReplyStream
+    ) -> tuple[ModelReply, ModelRoute | None]:
+        """Make the model call: on the app's own model, or on the first route that takes it;
+        its text goes to `live` as it comes (a model written without `on_text` gives none)."""
+        if self.router is None:
+            model = self.model()
+            streams = {"on_text": live} if takes_text(model) else {}
+            return model.complete(request, should_stop=cancel.is_set, **streams), None
+        prompt = -(-call.record.asked_bytes // 2)  # what admission reserved for: bytes / 2
+        routed = self.router.complete(
+            request,
+            key=call.record.key or self.settings_key,
+            holder=call.asked.token,
+            tokens=prompt + self.pricing.max_tokens,
+            should_stop=cancel.is_set,
+            on_text=live,
+        )
+        return routed.reply, routed.route
+
+    def _come_back(self, call: Claimed, later: Requeue) -> NoReturn:
+        """No route takes the call soon: give its claim back, and send it again when its
+        turn comes (the task ends; no worker waits meanwhile)."""
+        asked, now = call.asked, self.steps.clock()
+        self.store.unclaim(
+            asked.run_id,
+            asked.what,
+            attempt=call.attempt,
+            token=asked.token,
+            member=asked.member,
+            due_ms=later.at_ms + self.timing.grace_ms,
+        )
+        delay = max(later.at_ms - now, 0)
+        assert asked.seq is not None
+        self.steps.send([Message("call_model", asked.run_id, seq=asked.seq, delay_ms=delay)])
+        log.info("%s waits %d ms for a model route (%s)", call.label, delay, later.why)
+        raise _Postponed
 
     # --- tool calls -----------------------------------------------------------------------
 

@@ -4,8 +4,10 @@ One explicit app per Relay (never `current_app`). JSON only; late acks with
 reject-on-worker-lost, so a message whose worker dies is delivered again;
 prefetch 1, so a slow call never holds messages another worker could take.
 Relay's own leases and the tick recover a dead worker's call within
-`RELAY_RECOVERY_SECONDS`; the broker's visibility timeout is kept longer than
-any task can run, so it never hands a live task to a second worker.
+`RELAY_RECOVERY_SECONDS`; the broker's visibility timeout (on RabbitMQ, the
+consumer timeout) is kept longer than any task can run, so it never hands a live
+task to a second worker. How the queues are declared on Redis or RabbitMQ:
+`workers.brokers`.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any, Protocol
 import click
 from celery import Celery, bootsteps
 from celery.signals import worker_shutting_down
-from kombu import Queue
 
+from workers.brokers import broker_conf
 from workers.effects import Message
 from workers.holding import held
 from workers.settings import Settings
@@ -76,7 +78,8 @@ class RuntimeLike(Protocol):
 
 
 def visibility_timeout(settings: Settings) -> int:
-    """Seconds a delivered message stays invisible: longer than the longest task."""
+    """Seconds a delivered message stays invisible (Redis) or may stay unacknowledged
+    (RabbitMQ): longer than the longest task."""
     model_s = (settings.model_timeout + 30) * (settings.model_retries + 1)
     return int(max(model_s, settings.tool_timeout) + VISIBILITY_MARGIN_S)
 
@@ -110,11 +113,18 @@ def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
     """Return the configured Celery app (`register_tasks` gives it its tasks)."""
     queues = Queues.under(settings.prefix)
     app = Celery(name, broker=broker_url, set_as_current=False)
+    timeout_s = visibility_timeout(settings)
+    # Declared, so a plain `celery -A mymodule:app worker` consumes all four.
+    declared = broker_conf(
+        broker_url,
+        queues.all(),
+        prefix=settings.prefix,
+        queue_type=settings.queue_type,
+        visibility_timeout_s=timeout_s,
+    )
     app.conf.update(
-        **delivery_settings(visibility_timeout(settings), events=settings.events),
+        **{**delivery_settings(timeout_s, events=settings.events), **declared},
         task_default_queue=queues.advance,
-        # Declared, so a plain `celery -A mymodule:app worker` consumes all four.
-        task_queues=[Queue(name) for name in queues.all()],
         task_routes={
             "relay.advance": {"queue": queues.advance},
             "relay.tick": {"queue": queues.tick},
@@ -266,6 +276,7 @@ def _send_one(
             task_id=f"{m.run}:m{m.seq}",
             argsrepr=f"run={m.run} step={m.seq}",
             queue=queues.model,
+            countdown=m.delay_ms / 1000 if m.delay_ms > 0 else None,
         )
     elif m.kind == "run_tool":
         app.send_task(

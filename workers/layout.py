@@ -49,6 +49,19 @@ Fleet-wide:
     schedule-notes:<name>  list  notes a schedule's runs remembered, for the next run
     memory:<name>   list    notes runs started with memory=<name> remembered, for the next
 
+Per model route (`workers.limits`; every worker shares them):
+
+    route:<r>                hash    GCRA times for rpm (`tat`) and tpm (`ttat`), `paused`
+                                     until (a 429), the circuit (`circuit`, `failures`,
+                                     `probe`: when the next probe may go), the last `error`,
+                                     `round` (the last waiting tag admitted), `seq`
+    route:<r>:inflight       zset    calls in flight on the route, by lease deadline
+    route:<r>:queue          zset    waiting calls in turn order (tag * 1e6 + arrival)
+    route:<r>:queue-keys     hash    waiting call -> its key
+    route:<r>:tags           hash    key -> the tag of its last waiting call
+    route:<r>:told           zset    waiting call -> when it was told to come back (ms)
+    key-inflight:<key>       zset    a key's model calls in flight, by lease deadline
+
 Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import this):
 
     schedules       hash    name -> Schedule JSON
@@ -275,6 +288,13 @@ class Keys:
     def live(self, run_id: str) -> str:
         """The live stream of the tree `run_id` belongs to (its root's)."""
         return self._(f"live:{run_id.split('.', 1)[0]}")
+
+    def route(self, name: str, part: str = "") -> str:
+        """`route:<name>` or `route:<name>:<part>` (see the map above)."""
+        return self._(f"route:{name}" + (f":{part}" if part else ""))
+
+    def key_inflight(self, key: str) -> str:
+        return self._(f"key-inflight:{key}")
 
     def schedules(self) -> ScheduleKeys:
         """The scheduler's keys, under the same prefix."""

@@ -35,9 +35,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -55,35 +55,20 @@ from workers.chat import (
 )
 from workers.errors import ModelCallError
 from workers.models import ModelSettings
-from workers.redact import redact_url, url_secrets
+from workers.redact import hide_secrets_in_httpx_logs, url_secrets
 from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from workers.routes import ModelRoute
 
 __all__ = ["ModelClient", "ModelSource"]
 
 log = logging.getLogger(__name__)
 
-DRAIN_BYTES = 64 * 1024
-"""What a stream may send after `[DONE]` before the connection is dropped unread."""
+DRAIN_BYTES = 64 * 1024  # what a stream may send after [DONE] before it is dropped unread
 
 
 # --- the I/O seam ----------------------------------------------------------------
-
-
-class _RedactedUrls(logging.Filter):
-    """httpx logs every request's URL at INFO; its query string may hold a key."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(
-                redact_url(str(arg)) if isinstance(arg, httpx.URL) else arg for arg in record.args
-            )
-        return True
-
-
-def _hide_secrets_in_httpx_logs() -> None:
-    httpx_log = logging.getLogger("httpx")
-    if not any(isinstance(f, _RedactedUrls) for f in httpx_log.filters):
-        httpx_log.addFilter(_RedactedUrls())
 
 
 @contextmanager
@@ -131,17 +116,15 @@ def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]
 
 
 def _drain(chunks: Iterator[bytes], call: _Call) -> None:
-    """Read what a server sends after `[DONE]` (the body's end, so the connection can be
-    kept), up to DRAIN_BYTES; the reply is whole already, so a failure here is ignored."""
-    size = 0
-    try:
+    """Read the body's end after `[DONE]` (so the connection can be kept), up to
+    DRAIN_BYTES; the reply is whole already, so a failure here changes nothing."""
+    with suppress(httpx.HTTPError, ModelCallError):
+        size = 0
         for chunk in chunks:
             size += len(chunk)
             if size > DRAIN_BYTES:
                 return  # it says nothing: the connection is dropped instead
             call.check()
-    except (httpx.HTTPError, ModelCallError):
-        return
 
 
 def _too_big(response: httpx.Response, limit: int) -> ModelCallError:
@@ -187,7 +170,7 @@ class ModelClient:
         self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
         self._streams = True
         """Whether to ask this server for streamed replies (False once it refused one)."""
-        _hide_secrets_in_httpx_logs()
+        hide_secrets_in_httpx_logs()
 
     def complete(
         self,
@@ -195,8 +178,13 @@ class ModelClient:
         *,
         should_stop: Callable[[], bool] | None = None,
         on_text: Callable[[str], None] | None = None,
+        longest_wait: float | None = None,
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
+
+        A retry that would have to wait longer than `longest_wait` seconds (a
+        server's Retry-After, say) is not waited for: the failure is raised, so the
+        caller can try another route or come back later without holding a worker.
 
         The whole call (every attempt, its reads, the waits between them) ends by
         the settings' `deadline`: each attempt's timeouts are cut to what is left,
@@ -216,6 +204,7 @@ class ModelClient:
             max_tokens=settings.max_tokens,
         )
         call = _Call(settings.deadline, settings.retries + 1, should_stop, on_text)
+        call.longest_wait = longest_wait
         for attempt in range(call.attempts):
             call.attempt = attempt
             try:
@@ -240,6 +229,8 @@ class ModelClient:
         delay = backoff_seconds(call.attempt, error.retry_after, base, cap, self._rand())
         if delay >= call.left():
             raise call.past_deadline(error)  # waiting only to fail helps nobody
+        if call.longest_wait is not None and delay > call.longest_wait:
+            raise error  # the caller would rather not wait that long here
         log.warning(
             "model call attempt %d of %d failed, retrying in %.2f s: %s",
             call.attempt + 1,
@@ -277,11 +268,10 @@ class ModelClient:
         timeout = httpx.Timeout(min(settings.read_timeout, left), connect=connect, pool=connect)
         content = json.dumps(streaming(body) if streamed else body).encode("utf-8")
         try:
+            post = self._http.stream
             with (
                 _translating_errors(self._where, timeout),
-                self._http.stream(
-                    "POST", settings.url, content=content, timeout=timeout
-                ) as response,
+                post("POST", settings.url, content=content, timeout=timeout) as response,
             ):
                 kind = response.headers.get("content-type", "")
                 if response.status_code == 200 and kind.startswith("text/event-stream"):
@@ -367,6 +357,8 @@ class _Call:
         """Text was handed over since the reply last (re)started."""
         self.attempt = 0
         """The attempt under way (0 for the first)."""
+        self.longest_wait: float | None = None
+        """Seconds the call would wait before a retry at most (None: as long as it takes)."""
 
     def text(self, piece: str) -> None:
         """Hand a piece of the reply (or RESTART) to the caller, if it takes text."""
@@ -438,17 +430,31 @@ class ModelSource:
         self._settings = settings
         self._model = model
         self._lock = threading.Lock()
-        self._clients: dict[int, ModelClient] = {}
+        self._pid = os.getpid()
+        self._clients: dict[str, ModelClient] = {}
+
+    @property
+    def given(self) -> Model | None:
+        """The model the app gave (`Relay(model=...)`), which takes no routes."""
+        return self._model
 
     def get(self) -> Model:
         if self._model is not None:
             return self._model
         if self._settings.model_url is None:
             return _NoModel()
+        return self._client("", self._settings.model_settings)
+
+    def for_route(self, route: ModelRoute) -> ModelClient:
+        """This process's client of a route."""
+        return self._client(route.name, lambda: route.client_settings(self._settings))
+
+    def _client(self, name: str, settings: Callable[[], ModelSettings]) -> ModelClient:
         pid = os.getpid()
         with self._lock:
-            client = self._clients.get(pid)
+            if self._pid != pid:  # a forked child: clients are not shared across processes
+                self._pid, self._clients = pid, {}
+            client = self._clients.get(name)
             if client is None:
-                client = ModelClient(self._settings.model_settings())
-                self._clients = {pid: client}
+                client = self._clients[name] = ModelClient(settings())
         return client

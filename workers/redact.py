@@ -3,7 +3,8 @@
 A URL's secrets sit in two places: its user info (`redis://user:pw@host/0`) and
 its query string (`https://h/v1?api-key=...`, `?key=...`, redis-py's
 `?password=...`). `redact_url` masks both with `***`; `url_secrets` returns
-the values it would mask, so a client can scrub them from a server's error text.
+the values it would mask, so a client can scrub them from a server's error text;
+`hide_secrets_in_httpx_logs` has httpx's own log lines show URLs masked.
 
 A query value is a secret when its name says so (it holds key, token, secret,
 pass, pwd, auth, sig, credential, session or jwt, whatever the case and
@@ -13,10 +14,13 @@ looks like one (`sk-...`, or 32 characters and more of letters and digits mixed)
 
 from __future__ import annotations
 
+import logging
 import re
 from urllib.parse import unquote_plus
 
-__all__ = ["redact_url", "url_secrets"]
+import httpx
+
+__all__ = ["hide_secrets_in_httpx_logs", "redact_url", "url_secrets"]
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"key|token|secret|pass|pwd|auth|sig|credential|session|jwt")
@@ -85,3 +89,21 @@ def _query_pairs(url: str) -> list[tuple[str, str]]:
 def _is_secret(name: str, value: str) -> bool:
     normalized = re.sub(r"[^a-z]", "", name.lower())
     return bool(_SECRET_NAME.search(normalized) or _KEY_LIKE.fullmatch(value))
+
+
+class _RedactedUrls(logging.Filter):
+    """httpx logs every request's URL at INFO; its query string may hold a key."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_url(str(arg)) if isinstance(arg, httpx.URL) else arg for arg in record.args
+            )
+        return True
+
+
+def hide_secrets_in_httpx_logs() -> None:
+    """Have httpx's log lines show request URLs redacted (once per process)."""
+    httpx_log = logging.getLogger("httpx")
+    if not any(isinstance(f, _RedactedUrls) for f in httpx_log.filters):
+        httpx_log.addFilter(_RedactedUrls())

@@ -15,8 +15,7 @@ A Relay is made of explicit parts, each built on first use:
     relay.store        its Redis (RunStore)
     relay.celery       its Celery app, with the tasks (`celery -A mymodule:app worker`)
     relay.runtime      what the tasks do (Runtime)
-    relay.runs_client  the client API to runs: status, wait, decisions, traces, live
-                       streams and steering (RunsClient)
+    relay.runs_client  the client API to runs: status, decisions, traces, steering (RunsClient)
     relay.scheduling   ... and to schedules (Scheduling)
 
 `start` and `tick` are here; the other client methods hand over to `runs_client`
@@ -46,11 +45,12 @@ from workers.errors import RelayError
 from workers.model_client import ModelSource
 from workers.pricing import Budget, Price, load_prices
 from workers.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
+from workers.routes import ModelRoute, routes_from
 from workers.runtime import Runtime
 from workers.scheduling import Scheduling
 from workers.settings import Settings, now_ms
 from workers.skill_tools import gather_skills
-from workers.starting import check_memory, checked_prices, new_run
+from workers.starting import check_memory, checked_concurrency, checked_prices, new_run
 from workers.store import RunStore
 from workers.working import Verifier
 
@@ -86,6 +86,8 @@ class Relay:
         settings: Settings | None = None,
         model: Model | None = None,
         prices: Mapping[str, Price] | None = None,
+        models: Sequence[ModelRoute] | None = None,
+        key_concurrency: int | None = None,
     ) -> None:
         self.name = name
         self.settings = settings if settings is not None else Settings.from_env()
@@ -103,6 +105,9 @@ class Relay:
         )
         self.scheduling = Scheduling(lambda: self.store, lambda: self.tools)
         self._models = ModelSource(self.settings, model)
+        self.routes = routes_from(models, self.settings)
+        """The model routes, tried in order (`models`, RELAY_MODELS, or RELAY_MODEL_URL's)."""
+        self.key_concurrency = checked_concurrency(key_concurrency)
         self._lock = threading.Lock()
         self._parts: _Parts | None = None
 
@@ -223,10 +228,13 @@ class Relay:
                     settings,
                     store,
                     self.kit,
-                    model=self.model,
+                    models=self._models,
                     send=send,
                     tick=self.tick,
                     prices=self.prices,
+                    routes=self.routes,
+                    key=self.name,
+                    key_concurrency=self.key_concurrency,
                 )
                 register_tasks(app, runtime)
                 self._parts = _Parts(store, app, runtime, RunsClient(store, send, settings.timing))
@@ -270,21 +278,23 @@ class Relay:
         recipe: str | None = None,
         schedule: str | None = None,
         run_id: str | None = None,
+        key: str | None = None,
         memory: str | None = None,
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
         `budget` caps what the run and its children may spend (a `Budget`: tokens,
         dollars, model calls, seconds; an int is a token budget); `tools` narrows
-        the registered tools; `notes` enables memory with these notes; `memory`
-        names where the notes it remembers are kept (the newest 100), shown to the
-        next runs started with that name (before `notes`).
+        the registered tools; `notes` enables memory with these notes; the notes it
+        remembers are kept under `memory`, a name, for the next runs that give it.
         `run_id` names the run (letters and digits): starting a run whose id
         exists already does nothing and returns that id, so a retried start is safe.
+        `key` groups runs for fair shares of the model routes (a tenant, say;
+        default: the app's name): when a route is saturated, waiting keys take
+        turns, and `Relay(key_concurrency=N)` caps each key's calls in flight.
 
         Raises:
-            RelayError: the task or attachments are too large, or a tool or memory name
-                is unusable.
+            RelayError: the task or attachments are too large, or a name is unusable.
             StoreUnavailable: Redis cannot be reached.
         """
         if memory is not None:
@@ -301,6 +311,7 @@ class Relay:
             recipe=recipe,
             schedule=schedule,
             run_id=run_id,
+            key=key,
             memory=memory,
         )
         parts = self._built()
@@ -378,13 +389,10 @@ class Relay:
         """The notes kept under a memory's name, oldest first (its next run sees them)."""
         return self.runs_client.memory(name)
 
-    # --- live runs: streaming and steering (workers.client.RunsClient) ------------------------
-
     def stream(
         self, run_id: str, after: str = "0", *, timeout: float | None = None
     ) -> Iterator[StreamEvent]:
-        """Follow a run's live events (and its specialists'): its replies as they are
-        written, resumable after any event id, until it finishes."""
+        """A run's (and its specialists') replies as they are written, until it finishes."""
         return self.runs_client.stream(run_id, after, timeout=timeout)
 
     def send(self, run_id: str, text: str) -> None:
@@ -400,8 +408,7 @@ class Relay:
         return self.runs_client.resume(run_id)
 
     def reply(self, run_id: str, text: str, strategy: ReplyStrategy = "enqueue") -> None:
-        """Continue a run as a new turn with its history; `strategy` says what happens while
-        it still works: "enqueue" after this turn, "reject", or "interrupt" it."""
+        """Continue a run with a new turn; `strategy`: what if it still works (RunsClient)."""
         self.runs_client.reply(run_id, text, strategy)
 
     # --- schedules (workers.scheduling.Scheduling) -----------------------------------------------

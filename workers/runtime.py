@@ -13,16 +13,19 @@ says nobody dealt with (a lost message, a dead worker's call).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from workers.agent_kit import AgentKit
 from workers.budgets import Pricing
 from workers.calls import Calls
-from workers.chat import Model
 from workers.decisions import expiry_event
 from workers.effects import Message
+from workers.limits import RouteLimits
+from workers.model_client import ModelSource
 from workers.pricing import Price
 from workers.records import CancelRun, Pending
+from workers.router import ModelRouter
+from workers.routes import ModelRoute
 from workers.scripts import Decided
 from workers.settings import Settings, now_ms
 from workers.steps import Steps
@@ -43,18 +46,40 @@ class Runtime:
         store: RunStore,
         kit: AgentKit,
         *,
-        model: Callable[[], Model],
+        models: ModelSource,
         send: Callable[[list[Message]], None],
         tick: Callable[[int], object],
         prices: Mapping[str, Price] | None = None,
+        routes: Sequence[ModelRoute] = (),
+        key: str = "relay",
+        key_concurrency: int | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
         self.send = send
         self.timing = settings.timing
         self.steps = Steps(store, kit, self.timing, send, clock)
-        pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens)
-        self.calls = Calls(self.steps, settings, kit.spec, model, pricing)
+        routed = routes if models.given is None else ()
+        pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens, routed)
+        router = None
+        if routed:
+            router = ModelRouter(
+                routed,
+                RouteLimits(store),
+                models.for_route,
+                key_concurrency=key_concurrency,
+                lease_ms=self.timing.lease_ms,
+                clock=clock,
+            )
+        self.calls = Calls(
+            self.steps,
+            settings,
+            spec=kit.spec,
+            model=models.get,
+            pricing=pricing,
+            router=router,
+            key=key,
+        )
         self.ticker = Ticker(store, tick, settings.tick_seconds, clock)
 
     def advance(self, run_id: str) -> None:

@@ -3,7 +3,9 @@
     RELAY_REDIS_URL              redis://, rediss:// or unix:// URL; unset: the CLI
                                  starts an embedded Redis
     RELAY_BROKER_URL             Celery's broker; default: the Redis URL (a unix://
-                                 URL becomes kombu's redis+socket://)
+                                 URL becomes kombu's redis+socket://); amqp:// or
+                                 amqps:// for RabbitMQ (see workers.brokers)
+    RELAY_QUEUE_TYPE             RabbitMQ's queue type: quorum (default) or classic
     RELAY_MODEL_URL              OpenAI-compatible base URL (http://localhost:11434/v1)
                                  or its /chat/completions URL; unset: the demo model
     RELAY_MODEL                  model name sent with each call (default "default")
@@ -16,6 +18,7 @@
     RELAY_MODEL_DEADLINE         seconds a whole model call may take, retries and all (600)
     RELAY_MODEL_MAX_TOKENS       a reply's cap in tokens, sent as max_tokens; 0 = none (4096)
     RELAY_PRICES                 a JSON or TOML file of prices per model (optional)
+    RELAY_MODELS                 a JSON or TOML file of model routes (optional)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
     RELAY_RECOVERY_SECONDS       how soon a dead worker's call is picked up again (15):
@@ -43,7 +46,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -137,7 +140,7 @@ def _count(minimum: int) -> Callable[[object], int]:
     return parse
 
 
-def _redis_url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
+def _url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
     names = [f"{scheme}://" for scheme in schemes]
     expected = f"expected a {', '.join(names[:-1])} or {names[-1]} URL"
 
@@ -161,6 +164,13 @@ def _redis_url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
         return value
 
     return parse
+
+
+def _queue_type(value: object) -> str:
+    kind = str(value).strip().lower()
+    if kind not in ("quorum", "classic"):
+        raise ValueError("expected quorum or classic")
+    return kind
 
 
 def _model_url(value: object) -> str | None:
@@ -218,9 +228,10 @@ def _prefix(value: object) -> str:
 
 
 _Seconds = Annotated[float, BeforeValidator(_seconds)]
-_RedisUrl = Annotated[str | None, BeforeValidator(_redis_url(("redis", "rediss", "unix")))]
+_RedisUrl = Annotated[str | None, BeforeValidator(_url(("redis", "rediss", "unix")))]
 _BrokerUrl = Annotated[
-    str | None, BeforeValidator(_redis_url(("redis", "rediss", "redis+socket", "unix")))
+    str | None,
+    BeforeValidator(_url(("redis", "rediss", "redis+socket", "unix", "amqp", "amqps"))),
 ]
 
 
@@ -231,6 +242,8 @@ class Settings(BaseModel):
 
     redis_url: _RedisUrl = None
     broker_url: _BrokerUrl = None
+    queue_type: Annotated[Literal["quorum", "classic"], BeforeValidator(_queue_type)] = "quorum"
+    """On RabbitMQ: quorum queues, or classic ones for a server without them."""
     model_url: Annotated[str | None, BeforeValidator(_model_url)] = None
     """The chat completions endpoint (a base URL is completed); None: the demo model."""
     model: Annotated[str, BeforeValidator(_model_name)] = "default"
@@ -244,6 +257,8 @@ class Settings(BaseModel):
     """Seconds one model call may take, every attempt and wait included."""
     model_max_tokens: Annotated[int, BeforeValidator(_count(0))] = 4096
     """The reply's cap in tokens (0: none): what admission reserves for a reply."""
+    models: Annotated[str | None, BeforeValidator(_path)] = None
+    """A JSON or TOML file of model routes (RELAY_MODELS), for apps that give none."""
     prices: Annotated[str | None, BeforeValidator(_path)] = None
     """A JSON or TOML file of prices per model (RELAY_PRICES), for apps that set none."""
     tool_timeout: _Seconds = 300.0

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from agent_core import AgentError, Attachment, Config
+from agent_core import Agent, Attachment, Config
+from agent_core.errors import AgentError
 from workers.agent_kit import AgentKit
 from workers.errors import RelayError
 from workers.pricing import Budget, Price
@@ -23,9 +24,12 @@ __all__ = [
     "MAX_TASK_CHARS",
     "check_memory",
     "check_start",
+    "checked_concurrency",
+    "checked_key",
     "checked_prices",
     "new_run",
     "start_budget",
+    "started_agent",
 ]
 
 MAX_TASK_CHARS = 100_000
@@ -89,6 +93,41 @@ def checked_prices(given: Mapping[str, Price] | None) -> dict[str, Price]:
     return dict(given)
 
 
+def checked_key(given: object) -> str | None:
+    """A run's key: 1 to 128 printable characters, or None (the app's name)."""
+    if given is None:
+        return None
+    if not isinstance(given, str) or not 0 < len(given) <= 128 or not given.isprintable():
+        raise RelayError(f"a key is 1 to 128 printable characters, got {given!r:.80}")
+    return given
+
+
+def checked_concurrency(given: object) -> int | None:
+    if given is None:
+        return None
+    if not isinstance(given, int) or isinstance(given, bool) or given < 1:
+        raise RelayError("key_concurrency is a whole number of calls, 1 or more")
+    return given
+
+
+def started_agent(
+    kit: AgentKit,
+    config: Config,
+    opening: tuple[str, str, Sequence[Attachment]],
+    tools: Sequence[str] | None,
+    notes: Sequence[str] | None,
+) -> Agent:
+    """A new agent holding its task (`opening`: task, context, attachments), ready to
+    take its first step; what the agent refuses is a `RelayError`."""
+    task, context, files = opening
+    try:
+        agent = kit.new_agent(config, tools, notes)
+        agent.start_with(task, context, files)
+    except AgentError as error:
+        raise RelayError(str(error)) from error
+    return agent
+
+
 def new_run(
     kit: AgentKit,
     task: str,
@@ -102,6 +141,7 @@ def new_run(
     recipe: str | None,
     schedule: str | None,
     run_id: str | None,
+    key: str | None,
     memory: str | None,
 ) -> tuple[RunRecord, str]:
     """Check what a start was given; return the new root run's record (its id made up
@@ -112,11 +152,7 @@ def new_run(
     """
     files = check_start(task, attachments, tools, run_id, known=kit.names())
     limits = start_budget(budget)
-    try:
-        agent = kit.new_agent(config, tools, notes)
-        agent.start_with(task, context, files)
-    except AgentError as error:
-        raise RelayError(str(error)) from error
+    agent = started_agent(kit, config, (task, context, files), tools, notes)
     run_id = run_id or secrets.token_hex(8)
     now = now_ms()
     record = RunRecord(
@@ -130,6 +166,7 @@ def new_run(
         config=config,
         tools=tuple(tools) if tools is not None else None,
         budget=limits,
+        key=checked_key(key),
         memory=memory,
     )
     return record, agent.snapshot()

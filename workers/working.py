@@ -68,6 +68,7 @@ class Working:
         self.calls: dict[str, CallTrack] = dict(record.calls)
         self.children = record.children
         self.usage = record.usage
+        self.usage_by_route = dict(record.usage_by_route)
         self.verifier_rejections = record.verifier_rejections
         self.forced_stop = record.forced_stop
         self.outcome = record.outcome
@@ -123,10 +124,14 @@ class Working:
         self.messages.append(message)
         self.sends.append(Send(message.member, self.due()))
 
-    def add_usage(self, usage: Usage) -> None:
+    def add_usage(self, usage: Usage, route: str = "") -> None:
         self.usage = self.usage + usage
+        if route:
+            self.usage_by_route[route] = self.usage_by_route.get(route, Usage()) + usage
         self.usage_adds += [UsageAdd(run, usage) for run in (*self.record.ancestors, self.id)]
         data: dict[str, object] = {"tokens": usage.total_tokens}
+        if route:
+            data["route"] = route
         if usage.cost_micro or usage.unpriced_calls:
             data["cost_micro"] = usage.cost_micro
         self.note("usage", data=data)
@@ -153,6 +158,7 @@ class Working:
                 "calls": self.calls,
                 "children": self.children,
                 "usage": self.usage,
+                "usage_by_route": self.usage_by_route,
                 "verifier_rejections": self.verifier_rejections,
                 "forced_stop": self.forced_stop,
                 "outcome": self.outcome,

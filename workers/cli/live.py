@@ -349,6 +349,17 @@ def usage_line(usage: Usage) -> str:
     return line
 
 
+def cost_cell(usage: Usage) -> str:
+    """The cost in a table cell: dollars, `no price`, or dollars+ when some calls had none."""
+    if not usage.model_calls:
+        return ""
+    if usage.unpriced_calls == usage.model_calls:
+        return "no price"
+    cost = usage.cost_micro / 1_000_000
+    text = f"${cost:,.2f}" if cost >= 0.01 or cost == 0 else f"${cost:.6f}".rstrip("0")
+    return text + ("+" if usage.unpriced_calls else "")
+
+
 def cost_text(usage: Usage) -> str:
     """The cost in dollars (to the micro-dollar when under a cent), and "no price" for
     calls whose model has none."""

@@ -25,6 +25,7 @@ from workers.cli.live import (
     Deciding,
     Follower,
     console,
+    cost_cell,
     cost_text,
     describe,
     usage_line,
@@ -230,20 +231,16 @@ def runs(obj: Context, limit: int, as_json: bool) -> None:
     if not found:
         out.print("No runs.")
         return
-    headers = ("run", "state", "tokens", "cost", "started", "task")
-    table = Table(*headers, box=None, header_style="bold")
+    spent = any(status.total_usage.model_calls for status in found)  # else no cost column
+    table = Table(box=None, header_style="bold")
+    table.add_column("run", no_wrap=True)
+    for header in ("state", "tokens", *(["cost"] if spent else []), "started", "task"):
+        table.add_column(header)
     for status in found:
         usage = status.total_usage
-        table.add_row(
-            *row(
-                status.id,
-                _state(status),
-                f"{usage.total_tokens:,}",
-                cost_text(usage) if usage.model_calls else "",
-                _age(status.created_ms),
-                one_line(status.task, 60),
-            )
-        )
+        cost = [cost_cell(usage)] if spent else []
+        cells = [status.id, _state(status), f"{usage.total_tokens:,}", *cost]
+        table.add_row(*row(*cells, _age(status.created_ms), one_line(status.task, 60)))
     out.print(table)
 
 
