@@ -321,7 +321,7 @@ class Calls:
         routed = self.router.complete(
             request,
             key=call.record.key or self.settings_key,
-            holder=call.asked.token,
+            holder=f"{call.asked.run_id}|{call.asked.seq}",  # keeps its place when it comes back
             tokens=prompt + self.pricing.max_tokens,
             should_stop=cancel.is_set,
             on_text=live,

@@ -96,10 +96,16 @@ class RouteLimits:
         per_token = SPACING_MARGIN * 60_000 / route.tpm if route.tpm else 0
         args = [now_ms, holder, key, per_request, tokens, per_token]
         args += [route.max_concurrency or 0, key_concurrency or 0, lease_ms]
-        args += [PROBE_INTERVAL_MS, STALE_MS, ABSENT_MS]
+        args += [PROBE_INTERVAL_MS, STALE_MS, ABSENT_MS, ""]
         with self._store.errors():
             verdict, at = self._admit(keys=self._keys(route.name, key), args=args)
         return Admitted(as_text(verdict), int(float(at)))  # type: ignore[arg-type]
+
+    def leave(self, route: ModelRoute, *, key: str, holder: str) -> None:
+        """Take a call out of the route's queue: another route took it, or it failed."""
+        args = [0, holder, key, 0, 0, 0, 0, 0, 0, 0, 0, 0, "leave"]
+        with self._store.errors():
+            self._admit(keys=self._keys(route.name, key), args=args)
 
     def done(
         self,

@@ -107,7 +107,9 @@ class Relay:
         self._models = ModelSource(self.settings, model)
         self.routes = routes_from(models, self.settings)
         """The model routes, tried in order (`models`, RELAY_MODELS, or RELAY_MODEL_URL's)."""
-        self.key_concurrency = checked_concurrency(key_concurrency)
+        self.key_concurrency = checked_concurrency(key_concurrency) or (
+            self.settings.key_concurrency or None
+        )
         self._lock = threading.Lock()
         self._parts: _Parts | None = None
 

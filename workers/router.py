@@ -92,6 +92,27 @@ class ModelRouter:
             Requeue: no route can take it within a moment.
             ModelCallError: the request is wrong, or every route failed (the last error).
         """
+        waited: list[ModelRoute] = []
+        try:
+            return self._first_reply(request, key, holder, tokens, should_stop, waited=waited)
+        except Requeue:
+            waited.clear()  # it comes back: it keeps its places in the queues
+            raise
+        finally:
+            for route in waited:
+                self._limits.leave(route, key=key, holder=holder)
+
+    def _first_reply(
+        self,
+        request: ModelRequest,
+        key: str,
+        holder: str,
+        tokens: int,
+        should_stop: Callable[[], bool] | None,
+        *,
+        waited: list[ModelRoute],
+    ) -> Routed:
+        """The first route's reply; `waited` gathers the routes that queued the call."""
         last: ModelCallError | None = None
         soonest: tuple[int, str] | None = None
         text = _Restarting(on_text) if on_text is not None else None
@@ -100,6 +121,7 @@ class ModelRouter:
             verdict = self._turn(route, key=key, holder=holder, tokens=tokens, more=more)
             if isinstance(verdict, tuple):
                 soonest = verdict if soonest is None else min(soonest, verdict)
+                waited.append(route)
                 continue
             try:
                 if text is not None:
