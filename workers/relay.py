@@ -18,8 +18,7 @@ A Relay is made of explicit parts, each built on first use:
     relay.runs_client  the client API to runs: status, decisions, traces, steering (RunsClient)
     relay.scheduling   ... and to schedules (Scheduling)
 
-`start` and `tick` are here; the other client methods hand over to `runs_client`
-and `scheduling`.
+`start` and `tick` are here; other client methods go to `runs_client`, `scheduling`.
 """
 
 from __future__ import annotations

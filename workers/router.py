@@ -93,8 +93,11 @@ class ModelRouter:
             ModelCallError: the request is wrong, or every route failed (the last error).
         """
         waited: list[ModelRoute] = []
+        text = _Restarting(on_text) if on_text is not None else None
         try:
-            return self._first_reply(request, key, holder, tokens, should_stop, waited=waited)
+            return self._first_reply(
+                request, key, holder, tokens, should_stop, waited=waited, text=text
+            )
         except Requeue:
             waited.clear()  # it comes back: it keeps its places in the queues
             raise
@@ -111,11 +114,11 @@ class ModelRouter:
         should_stop: Callable[[], bool] | None,
         *,
         waited: list[ModelRoute],
+        text: _Restarting | None,
     ) -> Routed:
         """The first route's reply; `waited` gathers the routes that queued the call."""
         last: ModelCallError | None = None
         soonest: tuple[int, str] | None = None
-        text = _Restarting(on_text) if on_text is not None else None
         for index, route in enumerate(self.routes):
             more = index + 1 < len(self.routes)
             verdict = self._turn(route, key=key, holder=holder, tokens=tokens, more=more)
