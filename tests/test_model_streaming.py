@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +20,16 @@ from hypothesis import strategies as st
 
 from agent_core.steps import ModelRequest
 from tests.support.model_server import ModelServer, Reply, scripted
+from tests.support.redis_server import RedisServer
+from workers import ModelRoute
 from workers.chat import RESTART, StreamedReply, takes_text
 from workers.errors import ModelCallError
+from workers.limits import RouteLimits
 from workers.model_client import ModelClient
 from workers.models import ModelSettings
+from workers.router import ModelRouter
+from workers.settings import now_ms
+from workers.store import RunStore
 
 REQUEST = ModelRequest(system="You are terse.", prompt="Say hi.")
 ANSWER = '{"final": "Héllo wörld, streamed in pieces ✓"}'
@@ -335,3 +342,31 @@ def test_models_written_before_streaming_are_told_apart() -> None:
     assert not takes_text(Old())
     assert takes_text(Wide())
     assert takes_text(client("http://127.0.0.1:9/v1"))
+
+
+# --- through the router ------------------------------------------------------------------------
+
+
+def test_a_route_that_fails_mid_reply_hands_over_to_the_next_with_a_restart(
+    server: Callable[..., ModelServer], tmp_path: Path
+) -> None:
+    first = server(Reply("the first route's reply, cut", drop_after=2))
+    second = server(Reply(ANSWER))
+    routes = [ModelRoute("a", url=first.url, model="m"), ModelRoute("b", url=second.url, model="m")]
+    clients: dict[str, ModelClient] = {}
+
+    def client_of(route: ModelRoute) -> ModelClient:
+        return clients.setdefault(route.name, client(route.url, retries=0))
+
+    pieces = Pieces()
+    with RedisServer(tmp_path) as redis:
+        limits = RouteLimits(RunStore(redis.url, "t:"))
+        router = ModelRouter(
+            routes, limits, client_of, key_concurrency=None, lease_ms=10_000, clock=now_ms
+        )
+        routed = router.complete(REQUEST, key="k", holder="run|1", tokens=100, on_text=pieces)
+    for made in clients.values():
+        made.close()
+    assert routed.route.name == "b"
+    assert pieces.seen[:3] == ["the ", "firs", RESTART]
+    assert pieces.last_start() == ANSWER == routed.reply.text
