@@ -27,6 +27,7 @@ __all__ = ["Brain", "Task", "reply_for"]
 _NOOP = re.compile(r'noop \{"n": (\d+)')
 _WAIT = re.compile(r'wait \{"ms": \d+, "i": (\d+)')
 _TASK_LINE = re.compile(r"bench (\S+)((?: \w+=\d+)*)")
+_FIELDS = ("turns", "size", "park", "batches", "batch", "ms", "delay_ms", "answer", "gap_ms")
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,9 @@ class Task:
     """What the model does for one run.
 
     `turns` noop calls (output padded to `size`), then, with `park`, one
-    `approve_me` call, then the final answer. With `batches`, that many replies
-    of `batch` parallel `wait(ms)` calls come first.
+    `approve_me` call, then the final answer (padded to `answer` characters).
+    With `batches`, that many replies of `batch` parallel `wait(ms)` calls come
+    first. Replies stream (when asked) `gap_ms` apart, 4 characters an event.
     """
 
     marker: str
@@ -46,13 +48,12 @@ class Task:
     batch: int = 8
     ms: int = 0
     delay_ms: int = 0
+    answer: int = 0
+    gap_ms: int = 0
 
     def text(self) -> str:
         """The task text for `Relay.start` (the first line carries the script)."""
-        fields = " ".join(
-            f"{name}={getattr(self, name)}"
-            for name in ("turns", "size", "park", "batches", "batch", "ms", "delay_ms")
-        )
+        fields = " ".join(f"{name}={getattr(self, name)}" for name in _FIELDS)
         return f"bench {self.marker} {fields}\nWork through the steps, then finish."
 
     @classmethod
@@ -80,7 +81,9 @@ def reply_for(task: Task, prompt: str) -> tuple[str, int]:
         return json.dumps({"tool": "noop", "args": args}), turn
     if task.park and "approve_me {" not in prompt:
         return json.dumps({"tool": "approve_me", "args": {"n": 1}}), turn
-    return json.dumps({"final": f"done after {turn} turns"}), turn
+    said = f"done after {turn} turns"
+    padding = " and then some more words" * (max(task.answer - len(said), 0) // 25 + 1)
+    return json.dumps({"final": (said + padding)[: max(task.answer, len(said))]}), turn
 
 
 class Brain:
@@ -105,7 +108,9 @@ class Brain:
         with self._cond:
             self.arrivals[task.marker].append((arrived, turn))
             self._cond.notify_all()
-        return Reply(text=text, delay=task.delay_ms / 1000) if task.delay_ms else text
+        if task.delay_ms or task.gap_ms:
+            return Reply(text=text, delay=task.delay_ms / 1000, gap=task.gap_ms / 1000)
+        return text
 
     def count(self, marker: str) -> int:
         with self._cond:

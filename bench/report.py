@@ -196,6 +196,12 @@ def _waiting(r: dict[str, Any]) -> list[Row]:
         ),
         Row(
             item,
+            "  the first minute, while their live streams are kept",
+            _fmt(r.get("bytes_per_run_streams_kept", float("nan")), 0),
+            "then they expire",
+        ),
+        Row(
+            item,
             "  MEMORY USAGE of one run's keys",
             _fmt(one["memory_usage_total"], 0),
             ", ".join(f"{k} {v}" for k, v in one["memory_usage"].items()),
@@ -339,6 +345,30 @@ def _admission(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _live(r: dict[str, Any]) -> list[Row]:
+    lat, parked = r["first_text_ms"], r["parked"]
+    sizes = ", ".join(
+        f"{s['answer_chars']:,} chars: {s['memory_usage']:,} B" for s in r["stream_bytes"]
+    )
+    return [
+        Row(
+            "10 live",
+            f"server's first text event → reader's first text, ms ({lat['samples']} runs)",
+            f"median {lat['median']:.2f}, p90 {lat['p90']:.2f}, max {lat['max']:.2f}",
+            f"< {r['goal_ms']:.0f}",
+            _check(lat["p90"] < r["goal_ms"]),
+        ),
+        Row("10 live", "  MEMORY USAGE of a tree's stream after one answer", sizes, ""),
+        Row(
+            "10 live",
+            f"  {parked['runs']:,} parked after a streamed reply: bytes per run",
+            f"{parked['bytes_per_run_with_stream']:,.0f} with stream,"
+            f" {parked['bytes_per_run_once_expired']:,.0f} once expired",
+            f"stream kept {r['stream_parked_s']} s after parking",
+        ),
+    ]
+
+
 _ROWS = {
     "turns": _turns,
     "batch": _batch,
@@ -349,6 +379,7 @@ _ROWS = {
     "recovery": _recovery,
     "outage": _outage,
     "admission": _admission,
+    "live": _live,
 }
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import runpy
 import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Callable
+from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +161,47 @@ def test_the_first_app_runs_as_the_readme_says(
                 (output,) = run_block(fleet, env, given, tmp_path, started)
                 assert "Started a private Redis" not in output
                 assert backup.read_text().strip() == "Buy milk"
-                _run_the_python_snippets(client_code, env, tmp_path, monkeypatch)
+                _run_the_python_snippets(client_code, env, tmp_path, monkeypatch, model)
             finally:
                 for worker in started:
                     worker.close()
 
 
+def _follow_and_steer_as_the_readme_does(
+    env: dict[str, str], tmp_path: Path, model: ModelServer
+) -> None:
+    namespace: dict[str, Any] = runpy.run_path(str(tmp_path / "notes_app.py"))
+    app: Relay = namespace["relay"]
+    stop = threading.Event()
+    person = threading.Thread(target=approve_everything(app, stop), daemon=True)
+    person.start()
+    try:
+        with redirect_stdout(io.StringIO()) as printed:
+            exec(blocks("Live runs", "python")[0], namespace)
+        run_id = namespace["run_id"]
+        # The answer was printed as the model wrote it, as text, not JSON.
+        assert printed.getvalue() == "copied todo.txt to notes.txt"
+        assert any("Keep the first line only" in call.prompt for call in model.calls)
+        deadline = time.monotonic() + 60
+        while [e.kind for e in app.trace(run_id)].count("finished") < 2:  # the second turn
+            assert time.monotonic() < deadline, [e.kind for e in app.trace(run_id)]
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        person.join(10)
+    mine = [c.prompt for c in model.calls if "Copy todo.txt to notes.txt" in c.prompt]
+    assert "current request" in mine[-1]
+    assert "Now copy it to archive.txt" in mine[-1]
+    assert (tmp_path / "notes" / "notes.txt").read_text().strip() == "Buy milk"
+    assert env["RELAY_REDIS_URL"] == app.redis_url
+
+
 def _run_the_python_snippets(
-    client_code: str, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    client_code: str,
+    env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: ModelServer,
 ) -> None:
     for name in ("RELAY_REDIS_URL", "RELAY_MODEL_URL", "RELAY_MODEL"):
         monkeypatch.setenv(name, env[name])
@@ -181,6 +217,7 @@ def _run_the_python_snippets(
         person.join(10)
     outcome = app.wait(namespace["run_id"], timeout=5)
     assert outcome.summary == "copied todo.txt to backup.txt"
+    _follow_and_steer_as_the_readme_does(env, tmp_path, model)
 
     exec(blocks("Schedules", "python")[0], namespace)
     assert app.schedules() == []  # the snippet ends by removing it again

@@ -485,10 +485,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         stopping = self.server.owner._stopping
         try:
-            for index, event in enumerate(events):
+            for index in itertools.count():
                 if (index and gap > 0 and stopping.wait(gap)) or stopping.is_set():
                     self.close_connection = True
                     return
+                event = next(events, None)  # made now, after the gap: its time is when it goes
+                if event is None:
+                    break
                 if event:  # an empty chunk would end the body
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
             self.wfile.write(b"0\r\n\r\n")
