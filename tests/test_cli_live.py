@@ -51,7 +51,7 @@ def test_send_pause_resume_and_reply_from_the_shell(f: Fleet) -> None:
     assert "Use March" in prompts_for(f, "CLI-STEER:")[1]
     code, out, err = invoke(f, "reply", run_id, "Now April", "--strategy", "reject")
     assert (code, out, err) == (0, f"Replied to run {run_id} (reject).\n", "")
-    f.until(lambda: "April: 7" in str(f.relay.status(run_id).outcome), 60, "the second turn")
+    assert f.relay.wait(run_id, 60).summary == "April: 7"
     assert invoke(f, "pause", run_id)[1] == f"Run {run_id} had finished already.\n"
 
 

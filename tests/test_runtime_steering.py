@@ -38,17 +38,6 @@ def _kinds(f: Fleet, run_id: str) -> list[str]:
     return [entry.kind for entry in f.relay.trace(run_id)]
 
 
-def _turn_ends(f: Fleet, run_id: str, summary: str) -> None:
-    """Wait until the run's outcome is `summary` (a reopened run keeps its last outcome
-    until its reply is applied)."""
-
-    def ended() -> bool:
-        outcome = f.relay.status(run_id).outcome
-        return outcome is not None and outcome.summary == summary
-
-    f.until(ended, 60, f"{run_id} to end with {summary!r}")
-
-
 def _waits_for(f: Fleet, run_id: str, what: str, timeout: float = 30) -> None:
     f.until(lambda: f.relay.status(run_id).waiting_for == what, timeout, f"{run_id} {what}")
 
@@ -207,7 +196,7 @@ def test_a_rejecting_reply_is_refused_while_the_run_works(f: Fleet) -> None:
     f.relay.reply(run_id, "Now then", strategy="reject")
     with pytest.raises(DecisionRefused, match="still working"):
         f.relay.reply(run_id, "And again", strategy="reject")  # one is on its way already
-    _turn_ends(f, run_id, "second")
+    assert f.relay.wait(run_id, 60).summary == "second"  # the new turn's: a reply was on its way
 
 
 def test_an_interrupting_reply_stops_the_turn_and_its_calls(f: Fleet) -> None:
@@ -275,7 +264,7 @@ def test_notes_are_kept_under_a_memory_for_the_next_runs_that_name_it(f: Fleet) 
     f.relay.wait(second, 60)
     assert "Alice wants CSV files" in prompts_for(f, "MEMORY-2:")[0]
     f.relay.reply(first, "Carry on")  # its next turn keeps no note twice
-    _turn_ends(f, first, "still noted")
+    assert f.relay.wait(first, 60).summary == "still noted"
     assert f.relay.memory("team") == ["Alice wants CSV files"]
     with pytest.raises(RelayError, match="memory"):
         f.relay.start("MEMORY-3: x", memory="")
@@ -308,7 +297,7 @@ def test_steering_is_applied_once_however_often_it_is_delivered(tmp_path: Path) 
         assert f.relay.wait(run_id, 60).summary == "March"
         f.relay.reply(run_id, "Now April")
         wake()
-        _turn_ends(f, run_id, "April")
+        assert f.relay.wait(run_id, 60).summary == "April"
         prompts = prompts_for(f, "DUP-STEER:")
         assert len(prompts) == 3, [p[-300:] for p in prompts]
         assert prompts[1].count("Use March") == 2  # the person sent it twice

@@ -135,7 +135,8 @@ class RunsClient:
         return woken
 
     def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
-        """Return the run's outcome once it finishes.
+        """Return the run's outcome once it finishes (a run a reply is on its way to
+        finishes again first).
 
         Raises:
             WaitTimeout: it did not finish within `timeout` seconds.
@@ -145,7 +146,7 @@ class RunsClient:
         cursor = self.store.activity_cursor()
         while True:
             record, _ = self._record(run_id)
-            if record.outcome is not None:
+            if record.outcome is not None and not self.store.live.reopening(run_id):
                 return record.outcome
             left = deadline - time.monotonic()
             if left <= 0:
@@ -345,7 +346,7 @@ class RunsClient:
         (a follow-up may have reopened it since the "done" read)."""
         if self.store.live.read(run_id, cursor, block_ms=None):
             return False
-        return self._record(run_id)[0].state == "finished"
+        return self._record(run_id)[0].state == "finished" and not self.store.live.reopening(run_id)
 
     def send(self, run_id: str, text: str) -> None:
         """Give the run a person's message, shown to the model at its next call (kept while
@@ -391,7 +392,8 @@ class RunsClient:
         `"enqueue"` begins the new turn when this one ends, `"reject"` refuses, and
         `"interrupt"` stops this turn (its calls and specialists, as cancel does) and
         begins the new one now. Only a root run takes a reply (a specialist reports
-        to the run that started it).
+        to the run that started it). `wait` returns the new turn's outcome. A tree
+        past its budget parks (or stops) again at its next model call: `extend` it.
 
         Raises:
             DecisionRefused: `reject`, and the run is still working (or another

@@ -26,6 +26,7 @@ from workers.layout import (
     STREAM_IDLE_S,
     STREAM_MAX,
     OutboxMember,
+    RunFields,
     model_call,
 )
 from workers.records import FollowUp, StreamEvent
@@ -85,6 +86,13 @@ class LiveStreams:
                     )
                 )
         return found
+
+    def reopening(self, run_id: str) -> bool:
+        """Whether a follow-up is on its way to the run (its last outcome is not its last)."""
+        with self._store.errors():
+            return bool(
+                self._store.redis.hexists(self._store.keys.run(run_id), RunFields.FOLLOW_UP)
+            )
 
     def reply(self, run_id: str, event: FollowUp, due_ms: int) -> str:
         """Put a follow-up in a root run's inbox unless its strategy refuses; return REPLY's
