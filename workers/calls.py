@@ -294,9 +294,10 @@ class Calls:
         # when an earlier attempt's worker died mid-reply).
         live = ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt)
         try:
-            reply, route = run_leased(
-                lambda: self._ask(call, request, cancel, live), lease, None, cancel
-            )
+            with live:  # (its last pieces are in the stream before the reply is saved)
+                reply, route = run_leased(
+                    lambda: self._ask(call, request, cancel, live), lease, None, cancel
+                )
         except Requeue as later:
             self._come_back(call, later)
         except ModelCallError as error:

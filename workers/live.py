@@ -4,7 +4,7 @@ follow-ups people send.
 One stream per tree (`live:<root>`, see `workers.layout`), so a reader follows a
 run and its specialists with one cursor, in the order things happened, and
 resumes from any id. `ReplyStream` is what a model call hands its `on_text`:
-it writes each piece of the reply as it arrives (STREAM), after a `"step"`
+it writes the pieces of the reply as they arrive (STREAM), after a `"step"`
 that says a new reply begins, or a `"restarted"` when this call's reply starts
 over (a second attempt after its worker died, or the server failed mid-reply),
 so a reader never glues two replies together. The SAVE that finishes a run
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 from workers.chat import RESTART
@@ -35,10 +36,12 @@ from workers.scripts import lua
 if TYPE_CHECKING:
     from workers.store import RunStore
 
-__all__ = ["LiveStreams", "ReplyStream", "stream_id"]
+__all__ = ["CLOSE_SECONDS", "LiveStreams", "ReplyStream", "stream_id"]
 
 log = logging.getLogger(__name__)
 
+CLOSE_SECONDS = 2.0
+"""How long a call that ended waits for its last pieces to reach the stream."""
 _STREAM_ID = re.compile(r"[0-9]{1,20}(-[0-9]{1,20})?")
 _KINDS = frozenset({"text", "step", "restarted", "done"})
 
@@ -107,6 +110,13 @@ class LiveStreams:
 class ReplyStream:
     """The `on_text` of one model call: its pieces go to the tree's live stream.
 
+    The call's thread only queues a piece; a writer thread of the call's own
+    (started by the first piece) sends what has queued in one STREAM, so the
+    reply is never held up by Redis, the first piece goes at once, and pieces that
+    arrive while a write is under way go together, as one "text" event. `close()`
+    (the call ended) waits for the last write, so the text is in the stream
+    before the reply is saved with the run.
+
     Best effort: the reply itself is saved with the run whatever happens here. At
     most STREAM_CALL_CHARS characters of a reply are written; if Redis fails, or the
     tree's root has finished, the call's streaming stops (the call goes on).
@@ -119,28 +129,71 @@ class ReplyStream:
         self._again = attempt > 1
         self._begun = False
         self._chars = 0
+        self._lock = threading.Lock()
+        self._due = threading.Event()
+        self._queued: list[tuple[str, str]] = []
+        self._closed = False
         self._stopped = False
+        self._writer: threading.Thread | None = None
 
     def __call__(self, piece: str) -> None:
-        if self._stopped:
+        events = self._events(piece)
+        if not events or self._stopped:
             return
-        events: list[tuple[str, str]] = []
+        with self._lock:
+            for kind, text in events:
+                if kind == "text" and self._queued and self._queued[-1][0] == "text":
+                    self._queued[-1] = ("text", self._queued[-1][1] + text)  # one event for both
+                else:
+                    self._queued.append((kind, text))
+            self._due.set()
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write, name="relay-live", daemon=True)
+                self._writer.start()
+
+    def _events(self, piece: str) -> list[tuple[str, str]]:
+        """The stream events a piece makes (a mark first when the reply begins or restarts)."""
         if piece == RESTART:
             if not self._chars:
-                return
-            events.append(("restarted", self._call))
+                return []
             self._chars = 0
-        else:
-            piece = piece[: STREAM_CALL_CHARS - self._chars]
-            if not piece:
+            return [("restarted", self._call)]
+        piece = piece[: STREAM_CALL_CHARS - self._chars]
+        if not piece:
+            return []
+        self._chars += len(piece)
+        if self._begun:
+            return [("text", piece)]
+        self._begun = True
+        return [("restarted" if self._again else "step", self._call), ("text", piece)]
+
+    def _write(self) -> None:
+        while True:
+            self._due.wait()
+            with self._lock:
+                batch, self._queued = self._queued, []
+                self._due.clear()
+                closed = self._closed
+            if batch and not self._stopped:
+                try:
+                    self._stopped = not self._live.add(self._run, batch)
+                except StoreUnavailable as error:
+                    log.warning("streaming %s of run %s stopped: %s", self._call, self._run, error)
+                    self._stopped = True
+            if closed:
                 return
-            if not self._begun:
-                events.append(("restarted" if self._again else "step", self._call))
-                self._begun = True
-            events.append(("text", piece))
-            self._chars += len(piece)
-        try:
-            self._stopped = not self._live.add(self._run, events)
-        except StoreUnavailable as error:
-            log.warning("streaming %s of run %s stopped: %s", self._call, self._run, error)
-            self._stopped = True
+
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
+        """The call ended: wait (up to `timeout`) until what it wrote is in the stream."""
+        with self._lock:
+            self._closed = True
+            self._due.set()
+            writer = self._writer
+        if writer is not None:
+            writer.join(timeout)
+
+    def __enter__(self) -> ReplyStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
