@@ -9,7 +9,9 @@ path server → worker (httpx, the SSE parser, `on_text`) → Redis (STREAM) →
 reader's XREAD. Goal: under 20 ms.
 
 Memory: `MEMORY USAGE` of a tree's live stream once a run streamed an answer of
-400 and of 4,000 characters (a step, the text events, a done); and the Redis
+400 and of 4,000 characters (a step, the text events, a done), its pieces
+`GAP_MS` apart (each its own event) and all at once (pieces that come while a
+write is under way go as one event); and the Redis
 bytes per run of N runs parked at an approval after a streamed reply, with their
 streams (they are kept STREAM_PARKED_S after a run parks) and once those are
 gone (deleted here, as their expiry would).
@@ -44,12 +46,14 @@ def _first_text_ms(b: Bench, index: int, answer: int) -> float:
     return (read_at - b.model.first_events[served]) * 1000
 
 
-def _stream_bytes(b: Bench, answer: int) -> dict[str, int]:
-    run_id = b.relay.start(Task(f"live-size-{answer}", answer=answer).text())
+def _stream_bytes(b: Bench, answer: int, gap_ms: int) -> dict[str, int]:
+    task = Task(f"live-size-{answer}-{gap_ms}", answer=answer, gap_ms=gap_ms)
+    run_id = b.relay.start(task.text())
     events = list(b.relay.stream(run_id, timeout=60))
     key = b.relay.store.keys.live(run_id)
     return {
         "answer_chars": answer,
+        "gap_ms": gap_ms,
         "events": len(events),
         "memory_usage": int(b.redis.memory_usage(key, samples=0) or 0),
     }
@@ -92,7 +96,7 @@ def run(b: Bench) -> dict[str, Any]:
     try:
         _first_text_ms(b, -1, 200)  # warm: connections, imports, scripts loaded
         waits = [_first_text_ms(b, i, 200) for i in range(samples)]
-        sizes = [_stream_bytes(b, answer) for answer in (400, 4_000)]
+        sizes = [_stream_bytes(b, n, gap) for gap in (GAP_MS, 0) for n in (400, 4_000)]
         parking = _parked(b, parked)
     finally:
         for worker in workers:

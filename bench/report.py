@@ -348,7 +348,8 @@ def _admission(r: dict[str, Any]) -> list[Row]:
 def _live(r: dict[str, Any]) -> list[Row]:
     lat, parked = r["first_text_ms"], r["parked"]
     sizes = ", ".join(
-        f"{s['answer_chars']:,} chars: {s['memory_usage']:,} B" for s in r["stream_bytes"]
+        f"{s['answer_chars']:,} chars {s.get('gap_ms', 0)} ms apart: {s['memory_usage']:,} B"
+        for s in r["stream_bytes"]
     )
     return [
         Row(
