@@ -101,6 +101,18 @@ class RouteLimits:
             verdict, at = self._admit(keys=self._keys(route.name, key), args=args)
         return Admitted(as_text(verdict), int(float(at)))  # type: ignore[arg-type]
 
+    def renew(
+        self, route: ModelRoute, *, key: str, holder: str, lease_ms: int, now_ms: int
+    ) -> None:
+        """Keep a call's slots while it runs (a long reply outlasts one lease)."""
+        until = now_ms + lease_ms
+        k = self._store.keys
+        with self._store.errors():
+            pipe = self._store.redis.pipeline(transaction=False)
+            pipe.zadd(k.route(route.name, "inflight"), {holder: until}, xx=True)
+            pipe.zadd(k.key_inflight(key), {holder: until}, xx=True)
+            pipe.execute()
+
     def leave(self, route: ModelRoute, *, key: str, holder: str) -> None:
         """Take a call out of the route's queue: another route took it, or it failed."""
         args = [0, holder, key, 0, 0, 0, 0, 0, 0, 0, 0, 0, "leave"]

@@ -74,6 +74,8 @@ class ModelRouter:
         self._lease_ms = lease_ms
         self._clock = clock
         self._sleep = sleep
+        self._held: dict[str, tuple[ModelRoute, str]] = {}
+        """holder -> the route it holds a slot of now, and its key (threads share a router)."""
 
     def complete(
         self,
@@ -97,8 +99,19 @@ class ModelRouter:
             waited.clear()  # it comes back: it keeps its places in the queues
             raise
         finally:
+            self._held.pop(holder, None)
             for route in waited:
                 self._limits.leave(route, key=key, holder=holder)
+
+    def renew(self, holder: str) -> None:
+        """Keep the route slot `holder` holds for another lease (called with its claim's
+        renewal, so a long call keeps its slot and a dead worker's lapses)."""
+        held = self._held.get(holder)
+        if held is not None:
+            route, key = held
+            self._limits.renew(
+                route, key=key, holder=holder, lease_ms=self._lease_ms, now_ms=self._clock()
+            )
 
     def _first_reply(
         self,
@@ -120,6 +133,7 @@ class ModelRouter:
                 soonest = verdict if soonest is None else min(soonest, verdict)
                 waited.append(route)
                 continue
+            self._held[holder] = (route, key)
             try:
                 reply = self._model_for(route).complete(
                     request, should_stop=should_stop, longest_wait=MOMENT_MS / 1000
