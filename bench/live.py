@@ -1,4 +1,4 @@
-"""10. Live runs: how soon a reader sees a streamed reply, and what streams cost in Redis.
+"""11. Live runs: how soon a reader sees a streamed reply, and what streams cost in Redis.
 
 Latency: one run at a time, its model streaming the final answer, 4 characters
 an event, `GAP_MS` apart. The loopback model server (in this process) notes when

@@ -162,9 +162,9 @@ def test_a_route_in_trouble_falls_through_to_the_next(limits: RouteLimits, statu
         assert len(first.calls) == 1
         assert len(second.calls) == 1
         state = limits.state(router.routes[0], now_ms())
-        assert state["error"]
-        assert state["in_flight"] == 0
-        assert (state["paused_until_ms"] is not None) == (status == 429)
+        assert state.error
+        assert state.in_flight == 0
+        assert (state.paused_until_ms is not None) == (status == 429)
 
 
 def test_a_refused_connection_falls_through(limits: RouteLimits) -> None:
@@ -191,7 +191,7 @@ def test_a_wrong_request_fails_the_call_without_trying_another_route(
             _ask(router)
         assert caught.value.status == status
         assert second.calls == []
-        assert limits.state(router.routes[0], now_ms())["circuit"] == "closed"
+        assert limits.state(router.routes[0], now_ms()).circuit == "closed"
 
 
 def test_when_every_route_fails_the_call_fails_with_the_last_error(limits: RouteLimits) -> None:
@@ -235,7 +235,7 @@ def test_a_broken_route_is_probed_once_per_interval_not_per_call(limits: RouteLi
         assert len(backup.calls) == 40
         # Five failures open the circuit; within the probe interval, nothing more.
         assert len(broken.calls) == 5
-        assert limits.state(router.routes[0], now_ms())["circuit"] == "open"
+        assert limits.state(router.routes[0], now_ms()).circuit == "open"
 
 
 def test_a_call_whose_turn_is_far_off_is_requeued_not_slept_on(limits: RouteLimits) -> None:
@@ -248,7 +248,7 @@ def test_a_call_whose_turn_is_far_off_is_requeued_not_slept_on(limits: RouteLimi
             _ask(router, holder="r|2")
         assert caught.value.at_ms - before > MOMENT_MS
         assert "slow" in caught.value.why
-        assert limits.state(route, now_ms())["waiting"] == 1  # it keeps its place
+        assert limits.state(route, now_ms()).waiting == 1  # it keeps its place
 
 
 def test_a_call_served_by_another_route_leaves_the_first_routes_queue(
@@ -259,4 +259,25 @@ def test_a_call_served_by_another_route_leaves_the_first_routes_queue(
         router = _router(limits, primary, ModelRoute("backup", url=second.url, model="m"))
         assert _ask(router, holder="r|1") == "primary"
         assert _ask(router, holder="r|2") == "backup"  # primary's turn is a minute off
-        assert limits.state(primary, now_ms())["waiting"] == 0
+        assert limits.state(primary, now_ms()).waiting == 0
+
+
+def test_a_429_saying_when_on_the_last_route_requeues_the_call_for_then(
+    limits: RouteLimits,
+) -> None:
+    limited = Reply(status=429, headers={"Retry-After": "30"})
+    with ModelServer(scripted(limited)) as server:
+        router = _router(limits, ModelRoute("only", url=server.url, model="m"), sleep=False)
+        before = now_ms()
+        with pytest.raises(Requeue) as caught:
+            _ask(router)
+        assert 29_000 <= caught.value.at_ms - before <= 31_000
+        assert len(server.calls) == 1  # the client did not wait it out, holding a worker
+
+
+def test_a_429_without_a_retry_after_fails_the_call(limits: RouteLimits) -> None:
+    with ModelServer(scripted(Reply(status=429))) as server:
+        router = _router(limits, ModelRoute("only", url=server.url, model="m"))
+        with pytest.raises(ModelCallError) as caught:
+            _ask(router)
+        assert caught.value.status == 429

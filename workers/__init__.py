@@ -15,6 +15,7 @@ from workers.errors import (
     ToolRegistrationError,
     WaitTimeout,
 )
+from workers.limits import RouteState
 from workers.pricing import Budget, Price
 from workers.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.registry import ToolContext
@@ -35,6 +36,7 @@ __all__ = [
     "Price",
     "Relay",
     "RelayError",
+    "RouteState",
     "RunCorrupt",
     "RunNotFound",
     "RunStatus",

@@ -5,13 +5,10 @@ One `ModelClient` per worker process holds one httpx sync client, so the TCP
 `POST {url}` with a system and a user message; image attachments go beside the
 prompt as image parts, other files as text parts.
 
-Given `on_text`, a call asks for a streamed reply (`"stream": true`) and hands
-each piece of text to `on_text` as it arrives (`workers.chat.StreamedReply`
-reads the server-sent events). A server that answers with a plain body anyway
-is read as usual and its text handed over whole; one that refuses `stream`
-(400 or 422) is asked again plainly at once, and, if that works, this client
-stops asking it for streams. A retry after text was handed over first hands
-over `RESTART`, so the caller never glues two replies together.
+Given `on_text`, a call asks for a stream and hands over each piece of text as
+it arrives (`chat.StreamedReply`); a plain answer is handed over whole, a server
+that refuses `stream` (400, 422) is asked plainly from then on, and a retry
+after text was handed over says `RESTART` first.
 
 A whole call, retries included, ends by `ModelSettings.deadline`
 (RELAY_MODEL_DEADLINE): a server that trickles its reply a byte at a time
@@ -116,8 +113,7 @@ def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]
 
 
 def _drain(chunks: Iterator[bytes], call: _Call) -> None:
-    """Read the body's end after `[DONE]` (so the connection can be kept), up to
-    DRAIN_BYTES; the reply is whole already, so a failure here changes nothing."""
+    """Read the body's end after `[DONE]`, up to DRAIN_BYTES, to keep the connection."""
     with suppress(httpx.HTTPError, ModelCallError):
         size = 0
         for chunk in chunks:
@@ -168,8 +164,7 @@ class ModelClient:
         self._secrets = sorted(secrets, key=len, reverse=True)
         url = httpx.URL(settings.url)
         self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
-        self._streams = True
-        """Whether to ask this server for streamed replies (False once it refused one)."""
+        self._streams = True  # ask for streamed replies (until the server refuses one)
         hide_secrets_in_httpx_logs()
 
     def complete(
@@ -179,22 +174,23 @@ class ModelClient:
         should_stop: Callable[[], bool] | None = None,
         on_text: Callable[[str], None] | None = None,
         longest_wait: float | None = None,
+        longest_retry_after: float | None = None,
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
 
-        A retry that would have to wait longer than `longest_wait` seconds (a
-        server's Retry-After, say) is not waited for: the failure is raised, so the
-        caller can try another route or come back later without holding a worker.
+        A retry that would have to wait longer than `longest_wait` seconds is not
+        waited for: the failure is raised, so the caller can try another route.
+        Nor is one whose server asked (Retry-After) for longer than
+        `longest_retry_after`: the caller can come back then without holding a worker.
 
         The whole call (every attempt, its reads, the waits between them) ends by
         the settings' `deadline`: each attempt's timeouts are cut to what is left,
         and the body is checked as it comes in, so a server trickling a byte now
         and then cannot hold it longer. `should_stop` is asked as the body comes
         in and before and after every wait between attempts, so a cancelled run
-        stops. `on_text` gets the reply's text piece by piece as it arrives (see
-        `workers.chat.Model`). Raises ModelCallError: the permanent failure at
-        once, the last transient one when the retries are spent, or why it ended
-        early (stopped, or past its deadline).
+        stops; `on_text` gets the text as it comes (`workers.chat.Model`). Raises
+        ModelCallError: the permanent failure at once, the last transient one when
+        the retries are spent, or why it ended early (stopped, or past its deadline).
         """
         settings = self._settings
         body = chat_body(
@@ -205,6 +201,7 @@ class ModelClient:
         )
         call = _Call(settings.deadline, settings.retries + 1, should_stop, on_text)
         call.longest_wait = longest_wait
+        call.longest_retry_after = longest_retry_after
         for attempt in range(call.attempts):
             call.attempt = attempt
             try:
@@ -231,6 +228,9 @@ class ModelClient:
             raise call.past_deadline(error)  # waiting only to fail helps nobody
         if call.longest_wait is not None and delay > call.longest_wait:
             raise error  # the caller would rather not wait that long here
+        asked, longest = error.retry_after, call.longest_retry_after
+        if asked is not None and longest is not None and asked > longest:
+            raise error  # the caller comes back when the server said
         log.warning(
             "model call attempt %d of %d failed, retrying in %.2f s: %s",
             call.attempt + 1,
@@ -353,11 +353,11 @@ class _Call:
         self.attempts = attempts
         self.should_stop = should_stop
         self.on_text = on_text
-        self.streamed = False
-        """Text was handed over since the reply last (re)started."""
+        self.streamed = False  # text was handed over since the reply last (re)started
         self.attempt = 0
         """The attempt under way (0 for the first)."""
         self.longest_wait: float | None = None
+        self.longest_retry_after: float | None = None
         """Seconds the call would wait before a retry at most (None: as long as it takes)."""
 
     def text(self, piece: str) -> None:

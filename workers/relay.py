@@ -41,6 +41,7 @@ from workers.chat import Model
 from workers.client import RunsClient
 from workers.effects import Message
 from workers.errors import RelayError
+from workers.limits import RouteLimits, RouteState
 from workers.model_client import ModelSource
 from workers.pricing import Budget, Price, load_prices
 from workers.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
@@ -49,7 +50,7 @@ from workers.runtime import Runtime
 from workers.scheduling import Scheduling
 from workers.settings import Settings, now_ms
 from workers.skill_tools import gather_skills
-from workers.starting import check_memory, checked_concurrency, checked_prices, new_run
+from workers.starting import checked_concurrency, checked_prices, new_run
 from workers.store import RunStore
 from workers.working import Verifier
 
@@ -298,23 +299,11 @@ class Relay:
             RelayError: the task or attachments are too large, or a name is unusable.
             StoreUnavailable: Redis cannot be reached.
         """
-        if memory is not None:
-            notes = [*self.memory(check_memory(memory)), *(notes or ())]
         record, snapshot = new_run(
-            self.kit,
-            task,
-            context,
-            config or self.config,
-            attachments=attachments,
-            budget=budget,
-            tools=tools,
-            notes=notes,
-            recipe=recipe,
-            schedule=schedule,
-            run_id=run_id,
-            key=key,
-            memory=memory,
-        )
+            self.kit, task, context, config or self.config, remembered=self.memory,
+            attachments=attachments, budget=budget, tools=tools, notes=notes, recipe=recipe,
+            schedule=schedule, run_id=run_id, key=key, memory=memory,
+        )  # fmt: skip
         parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms
         created = parts.store.create(record, snapshot, due)
@@ -345,6 +334,11 @@ class Relay:
     def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
         """The run's outcome once it finishes (WaitTimeout if it does not in time)."""
         return self.runs_client.wait(run_id, timeout)
+
+    def route_states(self) -> list[RouteState]:
+        """Each model route as the fleet shares it now: circuit, pause, calls, last error."""
+        limits, now = RouteLimits(self._built().store), now_ms()
+        return [limits.state(route, now) for route in self.routes]
 
     def pending(self) -> list[Pending]:
         """What waits on a person: plans, calls and questions, oldest first."""

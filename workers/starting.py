@@ -7,7 +7,7 @@ Each refusal is one `RelayError` line naming what is wrong.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from pydantic import ValidationError
 
@@ -143,13 +143,17 @@ def new_run(
     run_id: str | None,
     key: str | None,
     memory: str | None,
+    remembered: Callable[[str], list[str]],
 ) -> tuple[RunRecord, str]:
     """Check what a start was given; return the new root run's record (its id made up
-    unless given) and its started agent's snapshot.
+    unless given) and its started agent's snapshot. With `memory`, the agent is shown
+    the notes `remembered(memory)` returns, then `notes`.
 
     Raises:
         RelayError: something given is refused (one line saying what).
     """
+    if memory is not None:
+        notes = [*remembered(check_memory(memory)), *(notes or ())]
     files = check_start(task, attachments, tools, run_id, known=kit.names())
     limits = start_budget(budget)
     agent = started_agent(kit, config, (task, context, files), tools, notes)

@@ -4,6 +4,8 @@
     relay --app mymodule:relay worker           # serve an app: every queue, or --queues
     relay --app mymodule:relay run "task"       # start a run and follow it live
     relay runs | show RUN | watch RUN | pending | approve RUN [CALL] | deny | answer | cancel
+    relay extend RUN --usd 1.00                 # raise a run tree's budget
+    relay routes                                # the model routes: limits, circuits, errors
     relay send RUN "text" | pause RUN | resume RUN | reply RUN "next request"
     relay skills list|check PATH                # the Agent Skills in a folder
 
@@ -26,6 +28,7 @@ import click
 from agent_core.errors import AgentError
 from workers.cli.budget import extend
 from workers.cli.common import Context, Failure
+from workers.cli.routes import routes
 from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
 from workers.cli.schedule import schedule
 from workers.cli.serve import beat, flower, worker
@@ -100,6 +103,7 @@ VERBS = (
     answer,
     cancel,
     extend,
+    routes,
     send,
     pause,
     resume,
