@@ -295,6 +295,8 @@ class Calls:
             reply, route = run_leased(lambda: self._ask(call, request, cancel), lease, None, cancel)
         except Requeue as later:
             self._come_back(call, later)
+        except StoreUnavailable:
+            raise  # no route could be asked, no call made: the lease lapses, the tick re-sends
         except ModelCallError as error:
             return ModelFailed(seq=seq, error=str(error))
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
