@@ -31,6 +31,7 @@ WORKERS = [
     "RunStatus",
     "Settings",
     "SettingsError",
+    "StepFailed",
     "StoreUnavailable",
     "ToolContext",
     "ToolRegistrationError",

@@ -19,6 +19,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from workers.layout import OutboxMember, model_call
 from workers.leases import Lease, run_leased
 from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
 from workers.registry import ToolContext, ToolSpec, tool_output
+from workers.reports import RECORDED, Report, after_step, call_facts, did
 from workers.scripts import ClaimStatus, Recorded, Saved
 from workers.settings import Settings
 from workers.steps import Steps
@@ -152,19 +154,20 @@ class Calls:
         token = f"{self._token_prefix}-{secrets.token_hex(4)}"
         return CallMessage(run_id, what, seq, member, token)
 
-    def call_model(self, run_id: str, seq: int) -> None:
+    def call_model(self, run_id: str, seq: int) -> Report:
         """Make the model call for the run's step `seq`, once, and advance the run."""
         member = OutboxMember.model(run_id, seq)
-        self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
+        return self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
 
-    def run_tool(self, run_id: str, call_id: str) -> None:
+    def run_tool(self, run_id: str, call_id: str) -> Report:
         """Run one call of the run's batch, at most once unless its tool is idempotent."""
         member = OutboxMember.tool(run_id, call_id)
-        self._once(self._asked(run_id, call_id, None, member), self._tool_event)
+        return self._once(self._asked(run_id, call_id, None, member), self._tool_event)
 
     # --- claim, produce, keep ---------------------------------------------------------------
 
-    def _once(self, asked: CallMessage, produce: Produce) -> None:
+    def _once(self, asked: CallMessage, produce: Produce) -> Report:
+        """Claim, produce, keep; return what happened, in one line (and the call's facts)."""
         claim = self.store.claim(
             asked.run_id,
             asked.what,
@@ -176,28 +179,36 @@ class Calls:
             root=asked.run_id.split(".", 1)[0],  # a child's id starts with its root's
         )
         if claim.status is not ClaimStatus.CLAIMED:
-            self._unclaimed(asked, claim.status)
-            return
+            return self._unclaimed(asked, claim.status)
         assert claim.loaded is not None
+        root = (claim.root_tokens, claim.root_budget)
         if claim.loaded.record is None:
             self.store.forget_message(asked.member)
-            return
-        root = (claim.root_tokens, claim.root_budget)
+            return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
         call = Claimed(asked, claim.attempts, root, claim.loaded)
         if not call.open(self.steps.kit.restore):
             self.store.forget_message(asked.member)
-            return
+            return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
+        started = time.time_ns()
         try:
             event = produce(call)
         except _Postponed:
-            return
+            return Report(f"{asked.what}: its claim is not durable yet; the tick sends it again")
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
-            return
+            return Report(f"{asked.what}: the run moved on; nothing was run")
+        track = call.record.calls.get(asked.what)
+        name = self.settings.model if asked.seq is not None else track.tool if track else "?"
+        attempt = call.attempt
+        facts = call_facts(
+            call.record, asked.what, name=name, event=event, started_ns=started, attempt=attempt
+        )
         recovery_s = self.settings.recovery_seconds
-        save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        done = did(asked.what, facts.name if asked.seq is None else None, event)
+        return Report(done.line, done.failed, facts).then(after)
 
-    def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> None:
+    def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> Report:
         if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:
             # Never sent by Relay for a run in this state: forged, replayed or early.
             why = (
@@ -209,14 +220,21 @@ class Calls:
             kind = "model call" if asked.seq is not None else "tool call"
             log.warning("refused %s %s of run %s: %s", kind, asked.what, asked.run_id, why)
             self.store.forget_message(asked.member)
-        elif status is ClaimStatus.DONE:
+            return Report(f"refused {asked.what}: {why}")
+        if status is ClaimStatus.DONE:
             self.store.forget_message(asked.member)
-            self.steps.advance(asked.run_id)
+            after = self.steps.advance(asked.run_id)
+            return Report(f"{asked.what} was made already").then(after)
+        return Report(f"{asked.what} is being made by another worker; nothing to do")
 
-    def _keep(self, call: Claimed, event: InboxEvent) -> None:
-        """Save the call's outcome with the run, or record it in the inbox; advance the run."""
-        if not call.others_out() and self._save_with_run(call, event):
-            return
+    def _keep(self, call: Claimed, event: InboxEvent) -> Report:
+        """Save the call's outcome with the run, or record it in the inbox; advance the run.
+
+        Returns where the run is now."""
+        if not call.others_out():
+            saved = self._save_with_run(call, event)
+            if saved is not None:
+                return saved
         asked = call.asked
         recorded, loaded = self.store.record(
             asked.run_id,
@@ -231,17 +249,21 @@ class Calls:
         if recorded is Recorded.FENCED:
             _log_fenced(call)
         elif recorded is Recorded.ADVANCE:
-            self.steps.advance(asked.run_id, loaded)
+            return self.steps.advance(asked.run_id, loaded)
+        return Report(RECORDED[recorded])
 
-    def _save_with_run(self, call: Claimed, event: InboxEvent) -> bool:
-        """Save `event` with the run as the claim found it; False if the run changed since."""
+    def _save_with_run(self, call: Claimed, event: InboxEvent) -> Report | None:
+        """Save `event` with the run as the claim found it; None if the run changed since."""
         asked = call.asked
         advanced = self.steps.decide(asked.run_id, call.loaded, call.take_agent(), event)
         own = OwnOutcome(asked.run_id, asked.what, call.attempt, asked.token, asked.member)
         saved = self.steps.save(advanced, call.loaded.version, own)
         if saved is Saved.FENCED:
             _log_fenced(call)
-        return saved is not Saved.STALE  # recorded (or fenced off) already: nothing left to do
+            return Report(RECORDED[Recorded.FENCED])
+        if saved is Saved.DUPLICATE:
+            return Report(RECORDED[Recorded.DUPLICATE])
+        return after_step(call.record, advanced) if saved is Saved.SAVED else None
 
     def _lease(self, call: Claimed, lease_ms: int) -> Lease:
         """Return how to keep `call`'s lease (of `lease_ms`) while it runs."""

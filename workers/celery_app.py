@@ -18,12 +18,15 @@ from typing import Any, Protocol
 
 import click
 from celery import Celery, bootsteps
-from celery.signals import worker_shutting_down
+from celery.signals import beat_init, worker_shutting_down
 from kombu import Queue
 
 from workers.effects import Message
+from workers.errors import StepFailed
 from workers.holding import held
+from workers.reports import Report
 from workers.settings import Settings
+from workers.task_events import RelayEvents
 
 __all__ = ["Queues", "build_celery", "delivery_settings", "register_tasks", "sender"]
 
@@ -68,9 +71,9 @@ class Queues:
 class RuntimeLike(Protocol):
     """The part of the runtime the tasks call (see workers.runtime.Runtime)."""
 
-    def advance(self, run_id: str) -> None: ...
-    def call_model(self, run_id: str, seq: int) -> None: ...
-    def run_tool(self, run_id: str, call_id: str) -> None: ...
+    def advance(self, run_id: str) -> Report: ...
+    def call_model(self, run_id: str, seq: int) -> Report: ...
+    def run_tool(self, run_id: str, call_id: str) -> Report: ...
     def tick(self) -> None: ...
     def start_ticking(self) -> Callable[[], None]: ...
 
@@ -109,7 +112,8 @@ def delivery_settings(visibility_timeout_s: int, *, events: bool) -> dict[str, A
 def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
     """Return the configured Celery app (`register_tasks` gives it its tasks)."""
     queues = Queues.under(settings.prefix)
-    app = Celery(name, broker=broker_url, set_as_current=False)
+    # RelayEvents: task events that reach Flower from a threads pool too (workers.task_events).
+    app = Celery(name, broker=broker_url, set_as_current=False, events=RelayEvents)
     app.conf.update(
         **delivery_settings(visibility_timeout(settings), events=settings.events),
         task_default_queue=queues.advance,
@@ -135,22 +139,30 @@ def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
 
 def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
     """Register `relay.advance`, `relay.call_model`, `relay.run_tool` and `relay.tick` on
-    `app`, each a short body on `runtime`, and the tick in every worker of the app."""
+    `app`, each a short body on `runtime`, and the tick in every worker of the app.
 
-    @app.task(name="relay.advance")
-    def advance(run_id: str) -> None:
-        if _valid("relay.advance", run_id=run_id):
-            runtime.advance(run_id)
+    Each step task returns one readable line (what it did, what the run waits for
+    now), or raises StepFailed with it once its work is saved: Flower shows it as
+    FAILURE, the message is acked like any other, and nothing is retried.
+    """
 
-    @app.task(name="relay.call_model")
-    def call_model(run_id: str, seq: int) -> None:
-        if _valid("relay.call_model", run_id=run_id, seq=seq):
-            runtime.call_model(run_id, seq)
+    @app.task(name="relay.advance", throws=(StepFailed,))
+    def advance(run_id: str) -> str:
+        if not _valid("relay.advance", run_id=run_id):
+            return REFUSED
+        return _told(runtime.advance(run_id))
 
-    @app.task(name="relay.run_tool")
-    def run_tool(run_id: str, call_id: str) -> None:
-        if _valid("relay.run_tool", run_id=run_id, call_id=call_id):
-            runtime.run_tool(run_id, call_id)
+    @app.task(name="relay.call_model", throws=(StepFailed,))
+    def call_model(run_id: str, seq: int) -> str:
+        if not _valid("relay.call_model", run_id=run_id, seq=seq):
+            return REFUSED
+        return _told(runtime.call_model(run_id, seq))
+
+    @app.task(name="relay.run_tool", throws=(StepFailed,))
+    def run_tool(run_id: str, call_id: str) -> str:
+        if not _valid("relay.run_tool", run_id=run_id, call_id=call_id):
+            return REFUSED
+        return _told(runtime.run_tool(run_id, call_id))
 
     # The tick sends no task events: every few seconds, it would push the real
     # tasks out of Flower's memory.
@@ -160,6 +172,23 @@ def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
 
     _add_ticker(app, runtime)
     worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
+
+    def quiet_beat(sender: Any, **_: Any) -> None:
+        # A beat sends only ticks: their `task-sent` events would fill Flower too.
+        if getattr(sender, "app", None) is app:
+            app.conf.task_send_sent_event = False
+
+    beat_init.connect(quiet_beat, weak=False, dispatch_uid=f"relay-quiet-beat-{id(app)}")
+
+
+REFUSED = "refused: arguments Relay never sends (see the worker's log)"
+
+
+def _told(report: Report) -> str:
+    """Return the report's line, or raise StepFailed with it when the step failed."""
+    if report.failed:
+        raise StepFailed(report.line)
+    return report.line
 
 
 def _say_what_is_held(**_: Any) -> None:

@@ -20,11 +20,14 @@ from workers.calls import Calls
 from workers.chat import Model
 from workers.decisions import expiry_event
 from workers.effects import Message
+from workers.metrics import FleetMetrics
 from workers.records import Pending
+from workers.reports import Report
 from workers.scripts import Decided
 from workers.settings import Settings, now_ms
 from workers.steps import Steps
 from workers.store import RunStore
+from workers.telemetry import Telemetry
 from workers.ticker import Ticker
 
 __all__ = ["Runtime"]
@@ -52,15 +55,26 @@ class Runtime:
         self.steps = Steps(store, kit, self.timing, send, clock)
         self.calls = Calls(self.steps, settings, kit.spec, model)
         self.ticker = Ticker(store, tick, settings.tick_seconds, clock)
+        self.metrics = FleetMetrics(store)
+        self.telemetry = Telemetry(settings.model_url)
 
-    def advance(self, run_id: str) -> None:
-        self.steps.advance(run_id)
+    # Each returns what the task did, in one line (workers.reports): Flower shows it.
 
-    def call_model(self, run_id: str, seq: int) -> None:
-        self.calls.call_model(run_id, seq)
+    def advance(self, run_id: str) -> Report:
+        return self._seen("advance", self.steps.advance(run_id))
 
-    def run_tool(self, run_id: str, call_id: str) -> None:
-        self.calls.run_tool(run_id, call_id)
+    def call_model(self, run_id: str, seq: int) -> Report:
+        return self._seen("call_model", self.calls.call_model(run_id, seq))
+
+    def run_tool(self, run_id: str, call_id: str) -> Report:
+        return self._seen("run_tool", self.calls.run_tool(run_id, call_id))
+
+    def _seen(self, task: str, report: Report) -> Report:
+        """Count the task in the fleet's metrics, and trace its call."""
+        self.metrics.count(task, report)
+        if report.call is not None:
+            self.telemetry.record(report.call)
+        return report
 
     def tick(self) -> None:
         """Tick unless another process ticked in this interval (the `relay.tick` task)."""

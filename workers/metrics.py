@@ -1,0 +1,179 @@
+"""The fleet's numbers, kept in Redis so one exporter (`relay web`'s /metrics) sees them all.
+
+Counters are added to by every worker after each task, in one pipelined round
+trip (`FleetMetrics.count`), into the `metrics` hash (`workers.layout`):
+
+    steps|<task>|<ok|failed>              tasks by name and whether they failed
+    calls|<model>|<key>|<ok|failed>       model calls
+    tokens|<model>|<key>|<input|output>   tokens
+    cost|<model>|<key>                    micro-dollars, where usage carries a cost
+    latency|<model>|<i>                   model calls whose time fell in bucket i
+    latency_sum|<model>                   seconds, summed
+    tools|<tool>|<ok|failed>              tool calls
+
+What is a state rather than a count (runs by state, what waits on a person and
+for how long) is read when scraped (`fleet_state`). A metrics write that fails
+is logged and dropped: it never fails a task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from workers.codec import as_text
+from workers.errors import StoreUnavailable
+from workers.reports import CallFacts, Report
+
+if TYPE_CHECKING:
+    from workers.store import RunStore
+
+__all__ = ["LATENCY_BUCKETS", "FleetMetrics", "FleetState", "Totals"]
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Upper bounds, in seconds, of the model-call latency histogram (then +Inf)."""
+
+MAX_RUNS_SCANNED = 50_000
+
+
+def _label(value: str) -> str:
+    return value.replace("|", "/") or "-"
+
+
+@dataclass
+class Totals:
+    """The counters as read back: each keyed by its labels."""
+
+    steps: Counter[tuple[str, str]] = field(default_factory=Counter)
+    calls: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    tokens: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    cost_usd: dict[tuple[str, str], float] = field(default_factory=dict)
+    latency: dict[str, list[int]] = field(default_factory=dict)
+    """Per model, the count in each bucket (not cumulative), +Inf last."""
+    latency_sum: dict[str, float] = field(default_factory=dict)
+    tools: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass
+class FleetState:
+    """What the runs look like now."""
+
+    runs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Runs by (state, waiting for)."""
+    waiting_on_person: Counter[str] = field(default_factory=Counter)
+    """Pending plans, calls and questions, by kind."""
+    oldest_wait_s: float = 0.0
+    scanned: int = 0
+
+
+class FleetMetrics:
+    """Adds to the fleet's counters after each task, and reads them back."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+
+    def count(self, task: str, report: Report) -> None:
+        """Count one task (`advance`, `call_model`, `run_tool`) and its call, if it made one."""
+        outcome = "failed" if report.failed else "ok"
+        adds: dict[str, int] = {f"steps|{task}|{outcome}": 1}
+        sums: dict[str, float] = {}
+        if report.call is not None:
+            _add_call(report.call, adds, sums)
+        key = self._store.keys.metrics
+        try:
+            with self._store.errors():
+                pipe = self._store.redis.pipeline(transaction=False)
+                for name, amount in adds.items():
+                    pipe.hincrby(key, name, amount)
+                for name, total in sums.items():
+                    pipe.hincrbyfloat(key, name, total)
+                pipe.execute()
+        except StoreUnavailable as error:
+            log.warning("could not count a %s task in the metrics: %s", task, error)
+
+    def totals(self) -> Totals:
+        """Return every counter."""
+        with self._store.errors():
+            raw = self._store.redis.hgetall(self._store.keys.metrics)
+        totals = Totals()
+        for name, value in raw.items():
+            _read_into(totals, as_text(name).split("|"), as_text(value))
+        return totals
+
+    def state(self, now_ms: int) -> FleetState:
+        """Return the runs by state and what waits on a person (newest MAX_RUNS_SCANNED runs)."""
+        store, keys = self._store, self._store.keys
+        found = FleetState()
+        with store.errors():
+            ids = store.redis.zrevrange(keys.runs, 0, MAX_RUNS_SCANNED - 1)
+            pipe = store.redis.pipeline(transaction=False)
+            for run_id in ids:
+                pipe.hget(keys.run(as_text(run_id)), "meta")
+            metas = pipe.execute() if ids else []
+        for meta in metas:
+            record = _loads(meta)
+            if record is not None:
+                found.scanned += 1
+                state = str(record.get("state", "running"))
+                found.runs[(state, str(record.get("waiting_for") or ""))] += 1
+        for pending in store.pending():
+            found.waiting_on_person[pending.kind] += 1
+            found.oldest_wait_s = max(found.oldest_wait_s, (now_ms - pending.created_ms) / 1000)
+        return found
+
+
+def _add_call(facts: CallFacts, adds: dict[str, int], sums: dict[str, float]) -> None:
+    outcome = "ok" if facts.ok else "failed"
+    name = _label(facts.name)
+    if facts.kind == "tool":
+        adds[f"tools|{name}|{outcome}"] = 1
+        return
+    key = _label(facts.key)
+    adds[f"calls|{name}|{key}|{outcome}"] = 1
+    bucket = next((i for i, top in enumerate(LATENCY_BUCKETS) if facts.seconds <= top), None)
+    adds[f"latency|{name}|{len(LATENCY_BUCKETS) if bucket is None else bucket}"] = 1
+    sums[f"latency_sum|{name}"] = facts.seconds
+    if facts.usage is not None:
+        adds[f"tokens|{name}|{key}|input"] = facts.usage.prompt_tokens
+        adds[f"tokens|{name}|{key}|output"] = facts.usage.completion_tokens
+        cost = getattr(facts.usage, "cost_usd", None)  # Usage.cost_usd, where prices are set
+        if isinstance(cost, int | float) and cost:
+            adds[f"cost|{name}|{key}"] = round(cost * 1_000_000)
+
+
+def _read_into(totals: Totals, parts: list[str], value: str) -> None:
+    """Add one field of the metrics hash to `totals` (a field it does not know is skipped)."""
+    try:
+        match parts:
+            case ["steps", task, outcome]:
+                totals.steps[(task, outcome)] += int(value)
+            case ["calls", model, key, outcome]:
+                totals.calls[(model, key, outcome)] += int(value)
+            case ["tokens", model, key, direction]:
+                totals.tokens[(model, key, direction)] += int(value)
+            case ["cost", model, key]:
+                totals.cost_usd[(model, key)] = int(value) / 1_000_000
+            case ["latency", model, index]:
+                counts = totals.latency.setdefault(model, [0] * (len(LATENCY_BUCKETS) + 1))
+                counts[min(int(index), len(LATENCY_BUCKETS))] += int(value)
+            case ["latency_sum", model]:
+                totals.latency_sum[model] = float(value)
+            case ["tools", tool, outcome]:
+                totals.tools[(tool, outcome)] += int(value)
+    except ValueError:
+        log.warning("skipped a metrics field that is not a number: %s", "|".join(parts))
+
+
+def _loads(meta: Any) -> dict[str, Any] | None:
+    if meta is None:
+        return None
+    try:
+        record = json.loads(meta)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
