@@ -115,12 +115,13 @@ class Working:
         self.messages.append(message)
         self.sends.append(Send(message.member, self.due()))
 
-    def add_usage(self, usage: Usage) -> None:
+    def add_usage(self, usage: Usage, call: str | None = None) -> None:
+        """Add the tokens of one model call (`call`: its name, `m<seq>`) to the run and above."""
         self.usage = self.usage + usage
         for run in (*self.record.ancestors, self.id):
             adds = UsageAdd(run, usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
             self.usage_adds.append(adds)
-        self.note("usage", data={"tokens": usage.total_tokens})
+        self.note("usage", call_id=call, data={"tokens": usage.total_tokens})
 
     def deliver(self, run: str, event: InboxEvent, *, cancel_flag: bool = False) -> None:
         """Put `event` in another run's inbox with this save, and wake that run after it."""

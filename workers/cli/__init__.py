@@ -3,6 +3,7 @@
     relay demo                                  # try it: private Redis, a worker, the demo model
     relay --app mymodule:relay worker           # serve an app: every queue, or --queues
     relay --app mymodule:relay run "task"       # start a run and follow it live
+    relay web                                   # runs, approvals and /metrics in a browser
     relay runs | show RUN | watch RUN | pending | approve RUN [CALL] | deny | answer | cancel
     relay skills list|check PATH                # the Agent Skills in a folder
 
@@ -29,6 +30,7 @@ from workers.cli.schedule import schedule
 from workers.cli.serve import beat, flower, worker
 from workers.cli.skills import skills
 from workers.cli.terminal import one_line
+from workers.cli.web import web
 from workers.errors import RelayError
 from workers.settings import SettingsError
 
@@ -82,7 +84,22 @@ def cli(ctx: click.Context, app: str | None) -> None:
     ctx.obj = Context(app)
 
 
-VERBS = (worker, beat, flower, run, demo, runs, show, watch, pending, approve, deny, answer, cancel)
+VERBS = (
+    worker,
+    beat,
+    flower,
+    web,
+    run,
+    demo,
+    runs,
+    show,
+    watch,
+    pending,
+    approve,
+    deny,
+    answer,
+    cancel,
+)
 for verb in (*VERBS, schedule, skills):
     cli.add_command(verb)
 
