@@ -143,22 +143,25 @@ def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
 
     Each step task returns one readable line (what it did, what the run waits for
     now), or raises StepFailed with it once its work is saved: Flower shows it as
-    FAILURE, the message is acked like any other, and nothing is retried.
+    FAILURE, the message is acked like any other, and nothing is retried. The
+    tasks are this app's alone (`shared=False`): Celery would otherwise add them
+    to every app of the process, and two Relays in one process would run each
+    other's tasks on the wrong Redis.
     """
 
-    @app.task(name="relay.advance", throws=(StepFailed,))
+    @app.task(name="relay.advance", shared=False, throws=(StepFailed,))
     def advance(run_id: str) -> str:
         if not _valid("relay.advance", run_id=run_id):
             return REFUSED
         return _told(runtime.advance(run_id))
 
-    @app.task(name="relay.call_model", throws=(StepFailed,))
+    @app.task(name="relay.call_model", shared=False, throws=(StepFailed,))
     def call_model(run_id: str, seq: int) -> str:
         if not _valid("relay.call_model", run_id=run_id, seq=seq):
             return REFUSED
         return _told(runtime.call_model(run_id, seq))
 
-    @app.task(name="relay.run_tool", throws=(StepFailed,))
+    @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,))
     def run_tool(run_id: str, call_id: str) -> str:
         if not _valid("relay.run_tool", run_id=run_id, call_id=call_id):
             return REFUSED
@@ -166,7 +169,7 @@ def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
 
     # The tick sends no task events: every few seconds, it would push the real
     # tasks out of Flower's memory.
-    @app.task(name="relay.tick", send_events=False)
+    @app.task(name="relay.tick", shared=False, send_events=False)
     def tick() -> None:
         runtime.tick()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -111,9 +111,11 @@ def build_app(relay: Relay, settings: WebSettings) -> Starlette:
         registry=registry_for(FleetMetrics(relay.store), now_ms),
     )
 
-    async def metrics(_: Request) -> Response:
-        body = await run_in_threadpool(generate_latest, web.registry)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        # The format the scraper asks for (Prometheus text, or OpenMetrics).
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        body = await run_in_threadpool(encode, web.registry)
+        return Response(body, headers={"Content-Type": content_type})
 
     routes = [
         *pages.routes(web),
