@@ -30,7 +30,11 @@ from tests.support.redis_server import free_port
 from tests.support.worker_process import RelayProcess
 
 COMPOSE = ROOT / "docker-compose.yml"
-SECRETS = {"REDIS_PASSWORD": "compose-redis-pw", "RELAY_FLOWER_PASSWORD": "compose-flower-pw"}
+SECRETS = {
+    "REDIS_PASSWORD": "compose-redis-pw",
+    "RELAY_FLOWER_PASSWORD": "compose-flower-pw",
+    "RELAY_WEB_PASSWORD": "compose-web-pw",
+}
 _VARIABLE = re.compile(r"\$\$|\$\{(\w+)(?::([-?])([^}]*))?\}")
 
 
@@ -71,16 +75,19 @@ def services(compose: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_services_are_all_there(services: dict[str, Any]) -> None:
-    assert set(services) == {"redis", "worker-model", "worker-tools", "flower", "demo"}
+    assert set(services) == {"redis", "worker-model", "worker-tools", "flower", "web", "demo"}
     for name, service in services.items():
         command = service["command"]
         assert isinstance(command, list), name  # exec form: no shell between Docker and relay
         assert command[0] == ("redis-server" if name == "redis" else "relay"), name
     assert services["flower"]["ports"] == ["127.0.0.1:5555:5555"]
+    assert services["web"]["ports"] == ["127.0.0.1:5556:5556"]
     assert services["demo"]["profiles"] == ["demo"]
 
 
-@pytest.mark.parametrize("needed", ["REDIS_PASSWORD", "RELAY_FLOWER_PASSWORD"])
+@pytest.mark.parametrize(
+    "needed", ["REDIS_PASSWORD", "RELAY_FLOWER_PASSWORD", "RELAY_WEB_PASSWORD"]
+)
 def test_the_passwords_must_be_given(needed: str) -> None:
     without = {k: v for k, v in SECRETS.items() if k != needed}
     with pytest.raises(KeyError, match=needed):
@@ -198,17 +205,19 @@ def test_every_command_runs_the_demo_end_to_end(
     services: dict[str, Any], compose_redis: str, tmp_path: Path
 ) -> None:
     services = copy.deepcopy(services)
-    flower = services["flower"]["command"]
-    port = free_port()
-    # The container listens on every address, Docker publishes it on 127.0.0.1 only;
-    # here, with no container around it, it listens on 127.0.0.1 itself.
-    services["flower"]["command"] = [
-        *flower[: flower.index("--address")],
-        "--address",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
+    port, web_port = free_port(), free_port()
+    # The containers listen on every address, Docker publishes them on 127.0.0.1 only;
+    # here, with no container around them, they listen on 127.0.0.1 themselves.
+    for name, at in (("flower", port), ("web", web_port)):
+        command = services[name]["command"]
+        at_address = command.index("--address")
+        services[name]["command"] = [
+            *command[:at_address],
+            "--address",
+            "127.0.0.1",
+            "--port",
+            str(at),
+        ]
     started: list[RelayProcess] = []
     try:
         started.append(_start(services, "worker-model", compose_redis, tmp_path, "ready."))
@@ -221,6 +230,11 @@ def test_every_command_runs_the_demo_end_to_end(
             f"http://127.0.0.1:{port}/api/workers?refresh=1", auth=("admin", password), timeout=10
         ).json()
         assert {name.split("@")[0] for name in workers} == {"model", "tools"}
+        started.append(_start(services, "web", compose_redis, tmp_path, "Uvicorn running on"))
+        web = f"http://127.0.0.1:{web_port}"
+        assert httpx.get(f"{web}/api/runs", timeout=10).status_code == 401
+        web_auth = ("admin", SECRETS["RELAY_WEB_PASSWORD"])
+        assert httpx.get(f"{web}/api/runs", auth=web_auth, timeout=10).json() == []
 
         demo = services["demo"]
         env = clean_env(**{**demo["environment"], "RELAY_REDIS_URL": compose_redis})
@@ -230,6 +244,8 @@ def test_every_command_runs_the_demo_end_to_end(
         assert "■ Done: I listed 3 notes" in done.stdout
         assert "Started a private Redis" not in done.stdout  # the fleet served it
         assert (tmp_path / "notes" / "summary.md").is_file()  # written by the tools worker
+        runs = httpx.get(f"{web}/api/runs", auth=web_auth, timeout=10).json()
+        assert [run["state"] for run in runs] == ["finished"]
     finally:
         for process in reversed(started):
             process.stop()

@@ -76,8 +76,11 @@ def test_metrics_show_the_fleet(tmp_path: Path) -> None:
         f.model.set_responder(lambda _: Reply(status=400, text="no"))
         f.relay.approve(waiting, "call-1")
         f.relay.wait(waiting, timeout=30)
+        # The runs' states are read at most every 5 s (each scrape would read every record).
+        f.until(lambda: _sum(_scrape(web), "relay_runs", state="waiting") == 0, what="a rescan")
         after = _scrape(web)
-        assert _sum(after, "relay_runs", state="waiting") == 0
+        assert _sum(after, "relay_runs", state="finished") == 5
+        assert _sum(after, "relay_runs_read") == 5
         assert _sum(after, "relay_oldest_wait_seconds") == 0
         assert _sum(after, "relay_model_calls_total", outcome="failed") >= 1
         assert _sum(after, "relay_steps_total", task="call_model", outcome="failed") >= 1

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from workers.codec import as_text
 from workers.errors import StoreUnavailable
+from workers.layout import RunFields
 from workers.reports import CallFacts, Report
 
 if TYPE_CHECKING:
@@ -38,7 +39,9 @@ log = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 """Upper bounds, in seconds, of the model-call latency histogram (then +Inf)."""
 
-MAX_RUNS_SCANNED = 50_000
+MAX_RUNS_SCANNED = 10_000
+"""Runs whose state a scrape reads, the newest first (a scrape reads each one's record)."""
+CHUNK = 500
 
 
 def _label(value: str) -> str:
@@ -106,15 +109,21 @@ class FleetMetrics:
         return totals
 
     def state(self, now_ms: int) -> FleetState:
-        """Return the runs by state and what waits on a person (newest MAX_RUNS_SCANNED runs)."""
+        """Return the runs by state (the newest MAX_RUNS_SCANNED) and what waits on a person.
+
+        A per-state index kept by SAVE would make this one read; until then a scrape
+        reads each run's record, in pipelined chunks (relay web caches it briefly).
+        """
         store, keys = self._store, self._store.keys
         found = FleetState()
+        metas: list[Any] = []
         with store.errors():
             ids = store.redis.zrevrange(keys.runs, 0, MAX_RUNS_SCANNED - 1)
-            pipe = store.redis.pipeline(transaction=False)
-            for run_id in ids:
-                pipe.hget(keys.run(as_text(run_id)), "meta")
-            metas = pipe.execute() if ids else []
+            for start in range(0, len(ids), CHUNK):
+                pipe = store.redis.pipeline(transaction=False)
+                for run_id in ids[start : start + CHUNK]:
+                    pipe.hget(keys.run(as_text(run_id)), RunFields.RECORD)
+                metas.extend(pipe.execute())
         for meta in metas:
             record = _loads(meta)
             if record is not None:

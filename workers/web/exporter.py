@@ -1,8 +1,9 @@
 """`/metrics` of relay web: the fleet in Prometheus's text format, read from Redis at each scrape.
 
-    relay_runs{state,waiting_for}                  runs now (the newest 50,000)
+    relay_runs{state,waiting_for}                  runs now (the newest 10,000; cached 5 s)
     relay_waiting_on_person{kind}                  plans, calls and questions pending
     relay_oldest_wait_seconds                      how long the oldest of them has waited
+    relay_runs_read                                runs whose state the numbers above count
     relay_steps_total{task,outcome}                tasks done, by name; outcome ok or failed
     relay_model_calls_total{model,key,outcome}     model calls
     relay_tokens_total{model,key,direction}        tokens, input and output
@@ -17,6 +18,7 @@ waits and circuit states are not here: Relay has neither yet.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import (
@@ -27,9 +29,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from workers.metrics import LATENCY_BUCKETS, FleetMetrics
+from workers.metrics import LATENCY_BUCKETS, MAX_RUNS_SCANNED, FleetMetrics, FleetState
 
-__all__ = ["RelayCollector", "registry_for"]
+__all__ = ["STATE_CACHE_MS", "RelayCollector", "registry_for"]
+
+STATE_CACHE_MS = 5_000
+"""How long one reading of the runs' states serves scrapes (counters are always read fresh)."""
 
 
 class RelayCollector(Collector):
@@ -38,13 +43,23 @@ class RelayCollector(Collector):
     def __init__(self, metrics: FleetMetrics, clock: Callable[[], int]) -> None:
         self._metrics = metrics
         self._clock = clock
+        self._cached: tuple[int, FleetState] | None = None
+        self._lock = threading.Lock()
+
+    def _fleet_state(self) -> FleetState:
+        """The runs' state, read at most once per STATE_CACHE_MS (it reads every record)."""
+        now = self._clock()
+        with self._lock:
+            if self._cached is None or now - self._cached[0] >= STATE_CACHE_MS:
+                self._cached = (now, self._metrics.state(now))
+            return self._cached[1]
 
     def collect(self) -> Iterator[Metric]:
         yield from self._state()
         yield from self._counters()
 
     def _state(self) -> Iterator[Metric]:
-        state = self._metrics.state(self._clock())
+        state = self._fleet_state()
         runs = GaugeMetricFamily("relay_runs", "Runs by state", labels=["state", "waiting_for"])
         for (run_state, waiting_for), count in sorted(state.runs.items()):
             runs.add_metric([run_state, waiting_for], count)
@@ -59,6 +74,11 @@ class RelayCollector(Collector):
             "relay_oldest_wait_seconds",
             "How long the oldest thing waiting on a person has waited",
             value=state.oldest_wait_s,
+        )
+        yield GaugeMetricFamily(
+            "relay_runs_read",
+            f"Runs whose state was read (the newest, at most {MAX_RUNS_SCANNED})",
+            value=state.scanned,
         )
 
     def _counters(self) -> Iterator[Metric]:

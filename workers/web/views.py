@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_core.toolbox import DELEGATE
 from workers.errors import RunNotFound
 from workers.records import Pending, RunStatus, TraceEntry
 from workers.relay import Relay
@@ -81,13 +82,19 @@ def pending_row(pending: Pending, now_ms: int) -> dict[str, Any]:
 
 
 def trace_row(entry: TraceEntry, flower_url: str) -> dict[str, Any]:
-    """One trace line; `flower` links the Celery task that made its call, where there is one."""
-    task_id = f"{entry.run}:{entry.call_id}" if entry.call_id else None
+    """One trace line. `flower` links the Celery task that made its call, where there is one
+    (a model call `m<seq>`, a tool call); `run_link` the specialist's run a delegation started."""
+    child = entry.data.get("child") if entry.kind == "child" else None
+    made_by_task = entry.call_id is not None and entry.tool != DELEGATE and child is None
+    task_id = f"{entry.run}:{entry.call_id}" if made_by_task else None
+    text = entry.text
+    if entry.kind == "usage" and not text:
+        text = f"{entry.data.get('tokens', 0):,} tokens"
     return {
         "at_ms": entry.at_ms,
         "run": entry.run,
         "kind": entry.kind,
-        "text": entry.text,
+        "text": text,
         "call_id": entry.call_id,
         "tool": entry.tool,
         "status": entry.status,
@@ -95,6 +102,7 @@ def trace_row(entry: TraceEntry, flower_url: str) -> dict[str, Any]:
         "data": entry.data,
         "task_id": task_id,
         "flower": f"{flower_url}/task/{task_id}" if flower_url and task_id else None,
+        "run_link": f"/runs/{child}" if isinstance(child, str) else None,
     }
 
 

@@ -22,9 +22,10 @@ function traceRow(body, t) {
   cell(row, t.kind + (t.status ? " (" + t.status + ")" : ""));
   const call = cell(row, "");
   if (t.call_id) {
-    const name = t.flower ? document.createElement("a") : document.createElement("span");
+    const link = t.flower || t.run_link;
+    const name = document.createElement(link ? "a" : "span");
     name.textContent = t.call_id;
-    if (t.flower) { name.href = t.flower; name.title = "its Celery task in Flower"; }
+    if (link) { name.href = link; name.title = t.flower ? "its Celery task in Flower" : "the specialist's run"; }
     call.append(name);
     if (t.tool) { const code = document.createElement("code"); code.textContent = " " + t.tool; call.append(code); }
   }
