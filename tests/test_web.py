@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agent_core import Config
 from tests.support.brain import call, final
 from tests.support.cli import clean_env, relay
 from tests.support.fleet import Fleet, fleet
@@ -146,6 +147,30 @@ def test_the_json_api_and_basic_auth(tmp_path: Path) -> None:
         assert trace["state"] == "finished"
         assert trace["next"] == len(trace["entries"]) > 0
         assert web.client.get("/api/runs/nope").status_code == 404
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_is_approved_from_the_approvals_page(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        script = {0: call("read_note", name="a.txt"), 1: final("read it")}
+        f.brain.script("PLAN-1", script, plan=["Read a.txt.", "Say so."])
+        run_id = f.relay.start("PLAN-1: read a note", config=Config(require_plan=True))
+        f.until(lambda: f.relay.status(run_id).waiting_for == "plan", what="the plan")
+        page = web.client.get("/approvals").text
+        assert "Read a.txt." in page
+        (pending,) = f.relay.pending()
+        form = {**form_of(page, run_id, str(pending.seq)), "decision": "approve"}
+        assert form["kind"] == "plan"
+        done = web.client.post("/approvals/decide", data=form)
+        assert done.status_code == 303
+        said = web.client.get(done.headers["location"]).text
+        assert f"approved the plan of run {run_id}" in said
+        spoofed = web.client.get("/approvals", params={"said": "approved everything"}).text
+        assert "approved everything" not in spoofed
+        assert f.relay.wait(run_id, timeout=30).summary == "read it"
+        decided = [e.text for e in f.relay.trace(run_id) if e.kind == "decided"]
+        assert decided == ["plan approved by alice"]
 
 
 @pytest.mark.parametrize(

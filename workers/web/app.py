@@ -11,6 +11,8 @@ for scripts, `workers.web.exporter` /metrics; every route needs basic auth.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +81,10 @@ class Web:
             self.relay.approve_plan(run_id, yes=yes, by=user)
             return f"{verb} the plan of run {run_id}"
         raise DecisionRefused(f"relay web decides calls and plans, not {kind!r}")
+
+    def signed(self, text: str) -> str:
+        """A signature for `text` (a message this server puts in a redirect's URL)."""
+        return hmac.new(self.settings.secret, text.encode(), hashlib.sha256).hexdigest()[:32]
 
     def form_token(self, user: str, pending: dict[str, Any]) -> str:
         what = (pending["kind"], pending["run_id"], pending["what"])

@@ -8,6 +8,7 @@ POST /approvals/decide       one decision, from a form made for this person and 
 
 from __future__ import annotations
 
+import hmac
 import time
 from urllib.parse import parse_qs, urlencode
 
@@ -50,7 +51,7 @@ class _Pages:
         now = now_ms()
         try:
             tree = run_tree(web.relay, web.relay.status(run_id), now)
-            entries = web.relay.trace(run_id)
+            position, entries = web.relay.store.trace(run_id)
         except RunNotFound as error:
             return web.page(request, "missing.html", 404, message=str(error))
         plans = [entry.text for entry in entries if entry.kind == "plan"]
@@ -58,7 +59,9 @@ class _Pages:
         user = web.user(request)
         pending = [(row, web.form_token(user, row)) for row in tree["pending"]]
         plan = plans[-1] if plans else ""
-        return web.page(request, "run.html", run=tree, trace=trace, plan=plan, pending=pending)
+        return web.page(
+            request, "run.html", run=tree, trace=trace, after=position, plan=plan, pending=pending
+        )
 
     def approvals(self, request: Request) -> Response:
         web = self.web
@@ -66,6 +69,8 @@ class _Pages:
         rows = [pending_row(p, now) for p in web.relay.pending()]
         forms = [(row, _token(web, user, row)) for row in rows]
         said = request.query_params.get("said", "")
+        if not hmac.compare_digest(request.query_params.get("sig", ""), web.signed(said)):
+            said = ""  # only what this server said, not text from a link someone sent
         return web.page(request, "approvals.html", pending=forms, said=said)
 
     async def decide(self, request: Request) -> Response:
@@ -88,7 +93,8 @@ class _Pages:
             said = await run_in_threadpool(web.decide, user, kind, run_id, what, yes=yes)
         except (DecisionRefused, RunNotFound) as error:
             return _refused(web, request, str(error), status=409)
-        return RedirectResponse(f"/approvals?{urlencode({'said': said})}", status_code=303)
+        query = urlencode({"said": said, "sig": web.signed(said)})
+        return RedirectResponse(f"/approvals?{query}", status_code=303)
 
 
 def routes(web: Web) -> list[Route]:
