@@ -63,11 +63,14 @@ def test_every_task_reaches_its_final_state_with_a_readable_result(
 
 
 @pytest.mark.timeout(180)
-def test_a_failed_step_shows_as_failure_and_is_acked_not_redelivered(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pool", sorted(POOLS))
+def test_a_failed_step_shows_as_failure_and_is_acked_not_redelivered(
+    tmp_path: Path, pool: str
+) -> None:
     with fleet(tmp_path, extra_env={"RELAY_MODEL_RETRIES": "0"}) as f:
         f.brain.script("RAISES", {0: call("boom"), 1: final("it failed, as told")})
         with Flower(f.env, tmp_path / "flower.log") as flower:
-            worker = f.worker("--pool", "threads", "-c", "4")
+            worker = f.worker(*POOLS[pool][1])
             tool_run = f.relay.start("RAISES: call the tool that fails")
             assert f.relay.wait(tool_run, timeout=60).summary == "it failed, as told"
             f.model.set_responder(lambda _: Reply(status=400, text="no such model"))
