@@ -3,6 +3,11 @@
 The agent never does I/O. Each method feeds one event to the transitions and
 returns the step it now waits on; calling a method at the wrong time changes
 nothing and returns that same step.
+
+Besides the events of one task, a person can steer it (`tell`: a message the
+model sees at its next request), start a new turn once it is done
+(`follow_up`), and a reply the model could not finish (`reply(text,
+truncated=True)`) is continued rather than thrown away.
 """
 
 from __future__ import annotations
@@ -130,9 +135,20 @@ class Agent:
         self._state = transitions.apply(self._state, event, self._setup)
         return self.resume()
 
-    def reply(self, text: str) -> Step:
-        """The model replied `text` (to an `Ask` or a `Summarize`)."""
-        return self._apply(transitions.Replied(_text(text, "the reply")))
+    def reply(self, text: str, *, truncated: bool = False) -> Step:
+        """The model replied `text` (to an `Ask` or a `Summarize`).
+
+        `truncated=True`: the reply stopped at the length limit
+        (`finish_reason="length"`). If it already holds one whole JSON object,
+        that is used; otherwise the next `Ask` shows the text so far and asks
+        for the rest, and the parts are joined before they are read (a model
+        that starts over is read on its own). A reply cut more than 3 times,
+        or longer than 60,000 characters joined, is unusable (a retry). A cut
+        summary is used as it is. Every part is one model call.
+        """
+        text = _text(text, "the reply")
+        event = transitions.ReplyCut(text) if truncated else transitions.Replied(text)
+        return self._apply(event)
 
     def fail(self, error: str) -> Step:
         """The model call failed; retried like an unusable reply, then `Stop.MODEL_FAILED`."""
@@ -159,6 +175,40 @@ class Agent:
     def cancel(self, reason: str = "") -> Step:
         """Stop now with `Stop.CANCELLED`."""
         return self._apply(transitions.Cancelled(_text(reason, "the reason")))
+
+    def tell(self, text: str) -> Step:
+        """A person's message for the model, sent while the agent works.
+
+        Accepted in every live phase (waiting for the model, a summary, a plan
+        decision, results or an answer) and kept until the next `Ask`, whose
+        prompt shows it after the history, marked as from the person. Once
+        the model replied to that request the message moves into history.
+        Several messages accumulate (the newest 10 are kept, each cut to
+        2,000 characters). Blank text, and a message to an agent that is done,
+        change nothing; to go on with a finished agent, use `follow_up`.
+
+        The step returned is the one waited on; an `Ask` already sent keeps
+        its meaning (no trace event is added), so a host need not ask again.
+        """
+        return self._apply(transitions.Told(_text(text, "the message")))
+
+    def follow_up(self, text: str) -> Step:
+        """Start a new turn on a finished agent (any stop), with `text` as the request.
+
+        History, notes, skills and any waiting messages stay; the end of the
+        last turn and the new request go into history. Every prompt still
+        shows the original task, then the current request after the history.
+        The turn's counters start again: `max_calls` calls, the model-call
+        allowance, retries and loop counts (call ids go on counting, and
+        `Outcome.calls` counts every turn). A root agent with `require_plan`
+        is asked for a new plan. Returns the next step: an `Ask` (a `Summarize`
+        first, with `summarize`, when history has grown past `history_chars`).
+
+        On an agent still working, or with blank text, nothing changes and
+        the step waited on is returned: the host decides whether to queue,
+        refuse or cancel first.
+        """
+        return self._apply(transitions.FollowedUp(_text(text, "the request")))
 
     # --- reading ----------------------------------------------------------------------
 

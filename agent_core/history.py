@@ -1,7 +1,9 @@
 """The history the model sees: how each turn reads, and how it stays bounded.
 
 A turn is one history entry (a batch of calls with all their results, a note,
-a loaded skill, a question and its answer, a final sent back). Entries are
+a loaded skill, a question and its answer, a final sent back, a person's
+message, a notice about progress, the end of a turn and the request after
+it). Entries are
 dropped or folded whole, oldest first, so a call is never separated from its
 result; the newest entry always stays.
 """
@@ -16,7 +18,10 @@ from agent_core.state import (
     AnswerEntry,
     CallsEntry,
     Entry,
+    FollowUpEntry,
+    MessageEntry,
     NoteEntry,
+    NoticeEntry,
     SentBackEntry,
     SkillEntry,
 )
@@ -100,8 +105,20 @@ def _render(entry: Entry) -> str:
         case SkillEntry(name=name, body=body, note=note):
             shown = body or "(It has no instructions beyond its description.)"
             return f"You loaded the skill {name}:\n{shown}" + (f"\n{note}" if note else "")
+        case NoticeEntry(text=text):
+            return f"Notice: {text}"
+    return _render_person(entry)
+
+
+def _render_person(entry: Entry) -> str:
+    """Return how an entry that a person wrote reads."""
+    match entry:
         case AnswerEntry(question=question, answer=answer):
             return f"You asked the person: {question}\n→ they answered: {answer}"
+        case MessageEntry(text=text):
+            return f"The person told you: {text}"
+        case FollowUpEntry(stop=stop, answer=answer, request=request):
+            return f"Your turn ended ({stop.label()}): {answer}\n→ then the person asked: {request}"
     raise AssertionError(f"unknown history entry {entry!r}")  # pragma: no cover
 
 

@@ -2,6 +2,12 @@
 
 Both are pure functions of the state and setup, so the same state always
 gives the same request, byte for byte.
+
+The prompt reads top to bottom: the task (verbatim, every time) and what is
+known about it, what happened so far, the person's current request after a
+follow-up, why the last reply could not be used, messages the person sent
+while the agent worked, and last what to reply now (or, after a reply cut
+by the length limit, that reply so far and a request for the rest).
 """
 
 from __future__ import annotations
@@ -105,6 +111,11 @@ def _situation(state: AgentState, setup: Setup) -> list[str]:
 
 def _instruction(state: AgentState, setup: Setup) -> str:
     config = setup.config
+    if config.allowed_model_calls - state.model_calls <= 1:
+        return (
+            'This is your last reply: no model calls are left after it. Reply with {"final":'
+            ' "..."}: what you did, and what is still open.'
+        )
     if state.planning:
         return (
             'Reply now with your plan: {"plan": ["first step", "..."]}, at most'
@@ -122,14 +133,40 @@ def _instruction(state: AgentState, setup: Setup) -> str:
     )
 
 
+def _told(state: AgentState) -> list[str]:
+    if not state.told:
+        return []
+    if len(state.told) == 1:
+        return [f"A message from the person, sent while you worked:\n{state.told[0]}"]
+    listed = "\n".join(f"- {text}" for text in state.told)
+    return [f"Messages from the person, sent while you worked (oldest first):\n{listed}"]
+
+
+def _continuation(state: AgentState) -> list[str]:
+    return [
+        "Your last reply was cut off by the length limit. What you wrote so far:\n"
+        f"--- your reply so far ---\n{state.partial}\n--- cut off here ---",
+        "Continue it from exactly where it stops: write only the rest, without repeating"
+        " anything above.",
+    ]
+
+
 def ask_request(state: AgentState, setup: Setup) -> ModelRequest:
     """Return the request for the model's next move."""
     sections = _situation(state, setup)
     if state.history:
         sections.append(f"What happened so far:\n{render_history(state.history)}")
+    if state.request:
+        sections.append(
+            f"The person's current request (the task above is where this began):\n{state.request}"
+        )
     if state.problem:
         sections.append(f"Your last reply could not be used: {state.problem}.")
-    sections.append(_instruction(state, setup))
+    sections += _told(state)
+    if state.partial:
+        sections += _continuation(state)
+    else:
+        sections.append(_instruction(state, setup))
     return ModelRequest(
         system=system_text(state, setup),
         prompt="\n\n".join(sections),
@@ -140,6 +177,8 @@ def ask_request(state: AgentState, setup: Setup) -> ModelRequest:
 def summary_request(state: AgentState, setup: Setup, fold: int) -> ModelRequest:
     """Return the request that asks the model to fold the oldest `fold` entries."""
     sections = [f"Task:\n{state.task}"]
+    if state.request:
+        sections.append(f"The person's current request:\n{state.request}")
     if state.summary:
         sections.append(f"Summary so far:\n{state.summary}")
     sections.append(f"Earlier work to fold in:\n{render_history(state.history[:fold])}")

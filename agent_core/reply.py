@@ -20,6 +20,7 @@ from typing import Any
 from agent_core.text import clean
 
 __all__ = [
+    "NO_OBJECT",
     "AskUserReply",
     "CallReply",
     "FinalReply",
@@ -40,6 +41,8 @@ MAX_CANDIDATES = 64
 """Candidate objects decoded at most: the first usable one wins."""
 SHOWN_CHARS = 80
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+NO_OBJECT = "no complete JSON object was found in your reply"
+"""Why a reply without one whole object is unusable; a reply cut short says this too."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,7 @@ def first_object(text: str) -> dict[str, Any] | Unusable:
                 return _clean_strings(value) if "\\u" in text else value
             resume = candidate + 1  # pragma: no cover - a value starting with { is a dict
         candidate = text.find("{", resume)
-    return Unusable("no complete JSON object was found in your reply")
+    return Unusable(NO_OBJECT)
 
 
 def _depth_over(found: dict[str, Any], limit: int) -> bool:

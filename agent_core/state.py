@@ -4,13 +4,25 @@ Everything the agent knows lives here: the task, what it waits for (`phase`),
 the plan, the history the model sees, counters, what the `with_*` calls set up,
 and trace events not yet handed to the host. `Snapshot` wraps it with a format
 tag and version; `dump` and `load` are the only way in or out.
+
+Versions: 1 had one turn and no loop counters, messages or continuations;
+2 added them (`request`, `calls_before`, `model_calls`, `loops`, `told`,
+`partial`, `cuts`, three history entries and four trace kinds). Version 1
+snapshots still load (`_UPGRADES`); new ones are written as version 2.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, NonNegativeInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
 from agent_core.errors import SnapshotError
 from agent_core.skills import Skill
@@ -25,12 +37,17 @@ __all__ = [
     "CallsEntry",
     "Entry",
     "Finished",
+    "FollowUpEntry",
     "Idle",
+    "Loops",
+    "MessageEntry",
     "NoteEntry",
+    "NoticeEntry",
     "Phase",
     "Questioning",
     "Reviewing",
     "Running",
+    "Seen",
     "SentBackEntry",
     "SkillEntry",
     "Summarizing",
@@ -40,7 +57,7 @@ __all__ = [
 ]
 
 FORMAT = "relay.agent"
-VERSION = 1
+VERSION = 2
 
 
 # --- history: what the model is shown, one entry per turn -------------------------
@@ -94,8 +111,41 @@ class AnswerEntry(BaseModel):
     answer: str
 
 
+class MessageEntry(BaseModel):
+    """A message a person sent while the agent worked (`Agent.tell`), once the model saw it."""
+
+    model_config = FROZEN
+    kind: Literal["message"] = "message"
+    text: str
+
+
+class NoticeEntry(BaseModel):
+    """Something the agent told the model about its own progress (a loop warning)."""
+
+    model_config = FROZEN
+    kind: Literal["notice"] = "notice"
+    text: str
+
+
+class FollowUpEntry(BaseModel):
+    """How one turn ended, and the person's next request (`Agent.follow_up`)."""
+
+    model_config = FROZEN
+    kind: Literal["follow_up"] = "follow_up"
+    stop: Stop
+    answer: str
+    request: str
+
+
 Entry = Annotated[
-    CallsEntry | SentBackEntry | NoteEntry | SkillEntry | AnswerEntry,
+    CallsEntry
+    | SentBackEntry
+    | NoteEntry
+    | SkillEntry
+    | AnswerEntry
+    | MessageEntry
+    | NoticeEntry
+    | FollowUpEntry,
     Field(discriminator="kind"),
 ]
 
@@ -187,6 +237,10 @@ TraceKind = Literal[
     "answer",
     "summary",
     "stop",
+    "message",
+    "warning",
+    "follow_up",
+    "continued",
 ]
 
 
@@ -200,6 +254,29 @@ class TraceEvent(BaseModel):
     call: ToolCall | None = None
     output: ToolOutput | None = None
     stop: Stop | None = None
+
+
+# --- loops: what shows a run is going nowhere (see agent_core.loops) ----------------
+
+
+class Seen(BaseModel):
+    """How often one call (tool, arguments and result, as a digest) happened this turn."""
+
+    model_config = FROZEN
+    key: str
+    count: PositiveInt
+
+
+class Loops(BaseModel):
+    """No-progress counters of the current turn."""
+
+    model_config = FROZEN
+    seen: tuple[Seen, ...] = ()
+    """The most recently seen calls, newest last, a bounded number."""
+    failures: NonNegativeInt = 0
+    """Calls that failed in a row."""
+    warned: bool = False
+    """The model was told it is going nowhere (once a turn)."""
 
 
 # --- the state ---------------------------------------------------------------------
@@ -218,7 +295,21 @@ class AgentState(BaseModel):
     plan: tuple[str, ...] = ()
     history: tuple[Entry, ...] = ()
     summary: str = ""
+    request: str = ""
+    """The person's current request after a follow-up (empty in the first turn)."""
     calls_used: NonNegativeInt = 0
+    """Tool calls made this turn."""
+    calls_before: NonNegativeInt = 0
+    """Tool calls made in earlier turns (call ids count on from them)."""
+    model_calls: NonNegativeInt = 0
+    """Model calls answered this turn (replies and failures)."""
+    loops: Loops = Loops()
+    told: tuple[str, ...] = ()
+    """Messages from a person the model has not seen yet, oldest first."""
+    partial: str = ""
+    """A reply cut by the length limit, waiting for the rest."""
+    cuts: NonNegativeInt = 0
+    """How often the reply being continued was cut."""
     bad_replies: NonNegativeInt = 0
     """Unusable replies or failed model calls in a row."""
     problem: str = ""
@@ -255,36 +346,55 @@ class AgentState(BaseModel):
 class Snapshot(BaseModel):
     model_config = FROZEN
     format: Literal["relay.agent"]
-    version: Literal[1]
+    version: Literal[1, 2]
     state: AgentState
 
 
+def _from_v1(state: AgentState) -> AgentState:
+    """Return a version 1 state as version 2 means it.
+
+    Every field version 2 added starts empty, which is what version 1 meant: one
+    turn (no request, no earlier calls), no loop counters, no waiting messages,
+    no cut reply. `model_calls` starts at 0, so a run saved mid-way gets the
+    whole model-call allowance for the rest of its turn.
+    """
+    return state
+
+
+_UPGRADES = {1: _from_v1}
+"""From each old version to the next; `load` applies them in turn."""
+
+
 def dump(state: AgentState) -> str:
-    """Return the snapshot text for `state`."""
+    """Return the snapshot text for `state` (always the current version)."""
     return Snapshot(format=FORMAT, version=VERSION, state=state).model_dump_json()
 
 
 def load(saved: object) -> AgentState:
-    """Return the state saved in `saved`.
+    """Return the state saved in `saved`, upgraded from an older version if need be.
 
     Raises:
         SnapshotError: `saved` is not text, is empty, is not JSON, lacks the
-            format tag or version, or does not hold a valid state.
+            format tag or a known version, or does not hold a valid state.
     """
     if not isinstance(saved, str | bytes):
         raise SnapshotError(f"a snapshot is JSON text, got {type(saved).__name__}")
     if not saved.strip():
         raise SnapshotError("the snapshot is empty")
     try:
-        return Snapshot.model_validate_json(saved).state
+        snapshot = Snapshot.model_validate_json(saved)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "snapshot"
         message = first["msg"]
         raise SnapshotError(
-            f"not a Relay agent snapshot of version {VERSION}: {where}: {message}"
+            f"not a Relay agent snapshot of version 1 to {VERSION}: {where}: {message}"
         ) from None
     except (ValueError, TypeError, RecursionError) as error:
         # TypeError: models with a positional __init__ (Attachment, Specialist)
         # are called with the saved fields, which may be missing or extra.
         raise SnapshotError(f"the snapshot cannot be read: {type(error).__name__}") from None
+    state, version = snapshot.state, int(snapshot.version)
+    while version < VERSION:
+        state, version = _UPGRADES[version](state), version + 1
+    return state

@@ -70,6 +70,8 @@ class Stop(StrEnum):
     CANCELLED = "cancelled"
     BUDGET_EXCEEDED = "budget_exceeded"
     FAILED = "failed"
+    NO_PROGRESS = "no_progress"
+    MODEL_CALL_LIMIT = "model_call_limit"
 
     def label(self) -> str:
         """Return a short human phrase for this stop."""
@@ -85,11 +87,17 @@ _LABELS = {
     Stop.CANCELLED: "cancelled",
     Stop.BUDGET_EXCEEDED: "budget exceeded",
     Stop.FAILED: "failed",
+    Stop.NO_PROGRESS: "no progress",
+    Stop.MODEL_CALL_LIMIT: "model call limit reached",
 }
 
 
 class Outcome(BaseModel):
-    """How a run ended: the stop, a summary, the model's whole final object, calls made."""
+    """How a run ended: the stop, a summary, the model's whole final object, calls made.
+
+    `calls` counts the tool calls (and delegations) of the agent's whole life,
+    every turn of it (see `Agent.follow_up`).
+    """
 
     model_config = FROZEN
 
@@ -145,7 +153,7 @@ class Summarize(BaseModel):
 
 
 class Done(BaseModel):
-    """The run ended; nothing more will happen unless the host calls `reject_final`."""
+    """The run ended; nothing more happens unless the host calls `reject_final` or `follow_up`."""
 
     model_config = FROZEN
     kind: Literal["done"] = "done"

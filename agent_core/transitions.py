@@ -11,13 +11,17 @@ or, past the budget, a stated stop (`_finish`), never an exception.
     phase        event            handler
     idle         started          _begin
     asking       replied          _on_reply       plan / calls / own tool / final / question / retry
+    asking       reply_cut        _on_reply_cut   ask for the rest, or read what is whole
     asking       failed           _on_failure
     summarizing  replied          _on_summary
+    summarizing  reply_cut        _on_summary     a cut summary is used as it is
     summarizing  failed           _on_failure
     reviewing    plan_decided     _on_plan_decision
     running      result_given     _on_result      the last result completes the batch
     questioning  answered         _on_answer
     finished     final_rejected   _on_final_rejected
+    finished     followed_up      _on_follow_up   a new turn, with the history so far
+    (any live)   told             _on_told        kept until the model is next asked
     (any live)   cancelled        _on_cancel
 
 The agent's own tools each come in a reply of their own and are not counted
@@ -25,6 +29,16 @@ against `max_calls`: `remember` and `use_skill` change the state at once;
 `read_skill_file` is checked here (a skill offered, a listed file or its
 SKILL.md, at most MAX_SKILL_READS a task) and becomes a one-call batch with
 its own ids (`read-1`, ...), which the host carries out like any READ call.
+
+Around every handler `apply` does two things, the same for every pair. Before
+it, an answer from the model (replied, reply_cut, failed) counts one model call,
+and a reply moves the person's waiting messages into history (the prompt it
+answers showed them). After it, an agent that would ask the model when its
+turn has no model calls left stops with `Stop.MODEL_CALL_LIMIT` (`_capped`).
+
+Every handler that leads to a new model request adds a trace event, so a host
+can tell a new request from the one it already sent. `told` adds none: a
+message changes what the next request says, not which request is due.
 """
 
 from __future__ import annotations
@@ -37,12 +51,15 @@ from typing import Any, Literal
 from agent_core import history
 from agent_core.args import check_args
 from agent_core.errors import ToolArgsError
+from agent_core.loops import Attempt, observe
 from agent_core.reply import (
+    NO_OBJECT,
     AskUserReply,
     CallReply,
     FinalReply,
     PlanReply,
     RawCall,
+    Reply,
     Unusable,
     parse_reply,
 )
@@ -55,7 +72,11 @@ from agent_core.state import (
     CallsEntry,
     Entry,
     Finished,
+    FollowUpEntry,
+    Loops,
+    MessageEntry,
     NoteEntry,
+    NoticeEntry,
     Questioning,
     Reviewing,
     Running,
@@ -76,10 +97,13 @@ __all__ = [
     "Event",
     "Failed",
     "FinalRejected",
+    "FollowedUp",
     "PlanDecided",
     "Replied",
+    "ReplyCut",
     "ResultGiven",
     "Started",
+    "Told",
     "apply",
 ]
 
@@ -94,6 +118,14 @@ TRACE_TEXT_CHARS = 4_000
 SUMMARY_SHOWN_CHARS = 60
 PROBLEM_CHARS = 1_000
 ARG_KEPT_CHARS = 1_000
+MESSAGE_CHARS = 2_000
+MAX_TOLD = 10
+"""Messages kept for the model's next request; older ones beyond this are dropped."""
+REQUEST_CHARS = 10_000
+MAX_CUTS = 3
+"""Continuations of one reply cut by the length limit; one more cut makes it unusable."""
+REPLY_CHARS = 60_000
+"""A reply joined from its cut parts longer than this is unusable."""
 
 
 # --- events: what can happen to an agent ----------------------------------------
@@ -150,16 +182,55 @@ class Cancelled:
     kind: Literal["cancelled"] = "cancelled"
 
 
+@dataclass(frozen=True)
+class ReplyCut:
+    """The model's reply stopped at the length limit (`finish_reason="length"`)."""
+
+    text: str
+    kind: Literal["reply_cut"] = "reply_cut"
+
+
+@dataclass(frozen=True)
+class Told:
+    """A person's message for the model, sent while the agent works."""
+
+    text: str
+    kind: Literal["told"] = "told"
+
+
+@dataclass(frozen=True)
+class FollowedUp:
+    """A person's next request to a finished agent."""
+
+    text: str
+    kind: Literal["followed_up"] = "followed_up"
+
+
 Event = (
-    Started | Replied | Failed | PlanDecided | ResultGiven | Answered | FinalRejected | Cancelled
+    Started
+    | Replied
+    | ReplyCut
+    | Failed
+    | PlanDecided
+    | ResultGiven
+    | Answered
+    | FinalRejected
+    | FollowedUp
+    | Told
+    | Cancelled
 )
 Handler = Callable[[AgentState, Any, Setup], AgentState]
+_MODEL_ANSWERS = ("replied", "reply_cut", "failed")
 
 
 def apply(state: AgentState, event: Event, setup: Setup) -> AgentState:
     """Return the state after `event`; unchanged when the agent is not waiting for it."""
     handler = _TABLE.get((state.phase.kind, event.kind))
-    return state if handler is None else handler(state, event, setup)
+    if handler is None:
+        return state
+    if event.kind in _MODEL_ANSWERS:
+        state = _answered(state, shown=event.kind != "failed", setup=setup)
+    return _capped(handler(state, event, setup), setup)
 
 
 # --- small helpers ---------------------------------------------------------------
@@ -176,7 +247,8 @@ def _traced(state: AgentState, kind: TraceKind, **fields: Any) -> AgentState:
 def _finish(
     state: AgentState, stop: Stop, summary: str, data: dict[str, Any] | None = None
 ) -> AgentState:
-    outcome = Outcome(stop=stop, summary=summary, data=data or {}, calls=state.calls_used)
+    calls = state.calls_before + state.calls_used
+    outcome = Outcome(stop=stop, summary=summary, data=data or {}, calls=calls)
     done = state.model_copy(update={"phase": Finished(outcome=outcome)})
     return _traced(done, "stop", text=summary, stop=stop)
 
@@ -200,13 +272,62 @@ def _retry(state: AgentState, reason: str, setup: Setup, *, failed: bool = False
     return _traced(retried, "model_failed" if failed else "retry", text=reason)
 
 
+def _model_calls_left(state: AgentState, setup: Setup) -> int:
+    return setup.config.allowed_model_calls - state.model_calls
+
+
+def _out_of_model_calls(state: AgentState, setup: Setup) -> AgentState:
+    limit = setup.config.allowed_model_calls
+    return _finish(
+        state,
+        Stop.MODEL_CALL_LIMIT,
+        f"The limit of {limit} model calls was reached before the task was done.",
+    )
+
+
+def _capped(state: AgentState, setup: Setup) -> AgentState:
+    """Return `state`, stopped if it waits for the model with no model calls left."""
+    waits = isinstance(state.phase, Asking | Summarizing)
+    if waits and _model_calls_left(state, setup) <= 0:
+        return _out_of_model_calls(state, setup)
+    return state
+
+
+def _answered(state: AgentState, *, shown: bool, setup: Setup) -> AgentState:
+    """Count one model call; after a reply to an `Ask`, its messages go into history."""
+    state = state.model_copy(update={"model_calls": state.model_calls + 1})
+    if not shown or not isinstance(state.phase, Asking) or not state.told:
+        return state
+    for text in state.told:
+        state = _remembered(_traced(state, "message", text=text), MessageEntry(text=text), setup)
+    return state.model_copy(update={"told": ()})
+
+
 def _next_ask(state: AgentState, setup: Setup) -> AgentState:
-    """Return `state` waiting for the model: a summary first when history is too long."""
-    if setup.config.summarize and not state.planning:
+    """Return `state` waiting for the model: a summary first when history is too long.
+
+    No summary is asked for when only one model call is left: the last one is
+    for the final answer.
+    """
+    if setup.config.summarize and not state.planning and _model_calls_left(state, setup) > 1:
         fold = history.fold_count(state.history, setup.config.history_chars)
         if fold:
             return state.model_copy(update={"phase": Summarizing(fold=fold)})
     return state.model_copy(update={"phase": Asking()})
+
+
+def _progressed(
+    state: AgentState, attempts: list[Attempt], setup: Setup, *, tool_calls: bool = True
+) -> AgentState:
+    """Return `state` after `attempts` were recorded: asking on, told once, or stopped."""
+    verdict = observe(state.loops, attempts, setup.config.max_repeats, tool_calls=tool_calls)
+    state = state.model_copy(update={"loops": verdict.loops})
+    if verdict.stop:
+        return _finish(state, Stop.NO_PROGRESS, verdict.stop)
+    if verdict.warning:
+        state = _traced(state, "warning", text=verdict.warning)
+        state = _remembered(state, NoticeEntry(text=verdict.warning), setup)
+    return _next_ask(state, setup)
 
 
 def _remembered(state: AgentState, entry: Entry, setup: Setup) -> AgentState:
@@ -239,8 +360,52 @@ def _begin(state: AgentState, event: Started, setup: Setup) -> AgentState:
     return _next_ask(_traced(started, "started", text=started.task), setup)
 
 
+def _read(state: AgentState, text: str) -> Reply:
+    """Return what `text` means, joined to the cut reply before it (if any).
+
+    When the joined text is unusable but `text` alone is whole, the model
+    started over instead of going on: its new reply is used.
+    """
+    if not state.partial:
+        return parse_reply(text)
+    joined = parse_reply(state.partial + text)
+    if isinstance(joined, Unusable):
+        alone = parse_reply(text)
+        if not isinstance(alone, Unusable):
+            return alone
+    return joined
+
+
+def _whole(state: AgentState) -> AgentState:
+    """Return `state` with no cut reply waiting for its rest."""
+    return state.model_copy(update={"partial": "", "cuts": 0})
+
+
 def _on_reply(state: AgentState, event: Replied, setup: Setup) -> AgentState:
-    match parse_reply(event.text):
+    return _on_parsed(_whole(state), _read(state, event.text), setup)
+
+
+def _on_reply_cut(state: AgentState, event: ReplyCut, setup: Setup) -> AgentState:
+    reply = _read(state, event.text)
+    if not isinstance(reply, Unusable) or reply.reason != NO_OBJECT:
+        return _on_parsed(_whole(state), reply, setup)  # what was written is whole already
+    joined = state.partial + clean(event.text)
+    cuts = state.cuts + 1
+    if cuts > MAX_CUTS or len(joined) > REPLY_CHARS:
+        reason = (
+            f"your reply was cut off by the length limit {cuts} times and is still not"
+            " whole; reply again, much shorter"
+        )
+        return _retry(_whole(state), reason, setup)
+    waiting = state.model_copy(update={"partial": joined, "cuts": cuts})
+    said = f"the reply was cut off by the length limit; asked for the rest ({cuts} of {MAX_CUTS})"
+    return _traced(waiting, "continued", text=said)
+
+
+def _on_parsed(state: AgentState, reply: Reply, setup: Setup) -> AgentState:
+    if _model_calls_left(state, setup) <= 0 and not isinstance(reply, FinalReply):
+        return _out_of_model_calls(state, setup)  # no model call is left to read what it asks
+    match reply:
         case Unusable(reason):
             return _retry(state, reason, setup)
         case PlanReply(steps):
@@ -270,7 +435,12 @@ def _on_plan(state: AgentState, steps: list[str], setup: Setup) -> AgentState:
 
 
 def _on_final(state: AgentState, text: str, data: dict[str, Any], setup: Setup) -> AgentState:
-    too_early = state.plan and not state.sent_back_early and state.calls_used * 2 < len(state.plan)
+    too_early = (
+        state.plan
+        and not state.sent_back_early
+        and state.calls_used * 2 < len(state.plan)
+        and _model_calls_left(state, setup) > 0
+    )
     if too_early:
         problem = (
             f"you answered after {state.calls_used} calls, but most of your plan is untouched."
@@ -308,8 +478,9 @@ def _on_calls(state: AgentState, calls: list[RawCall], setup: Setup) -> AgentSta
         )
     keep = min(len(calls), setup.config.max_batch, left)
     checked: list[ToolCall] = []
+    made = state.calls_before + state.calls_used
     for offset, raw in enumerate(calls[:keep]):
-        call = _checked_call(state, raw, setup, state.calls_used + offset + 1)
+        call = _checked_call(state, raw, setup, made + offset + 1)
         if isinstance(call, str):
             return _retry(state, call, setup)
         checked.append(call)
@@ -389,7 +560,8 @@ def _on_own_tool(state: AgentState, raw: RawCall, setup: Setup) -> AgentState:
             return _retry(state, "remember: the note is empty", setup)
         noted = _usable(state, new_notes=(*state.new_notes, note)[-MAX_NEW_NOTES:])
         noted = _remembered(noted, NoteEntry(text=note), setup)
-        return _next_ask(_traced(noted, "note", text=note), setup)
+        attempt = Attempt(f"{REMEMBER}({note!r})", REMEMBER, {"note": note}, ToolOutput.ok(""))
+        return _progressed(_traced(noted, "note", text=note), [attempt], setup, tool_calls=False)
     if tool.name == READ_SKILL_FILE:
         return _on_skill_read(state, args, setup)
     return _load_skill(state, args["name"], setup)
@@ -510,7 +682,7 @@ def _on_failure(state: AgentState, event: Failed, setup: Setup) -> AgentState:
     )
 
 
-def _on_summary(state: AgentState, event: Replied, setup: Setup) -> AgentState:
+def _on_summary(state: AgentState, event: Replied | ReplyCut, setup: Setup) -> AgentState:
     assert isinstance(state.phase, Summarizing)
     text = clean(event.text).strip()
     if not text:
@@ -545,15 +717,20 @@ def _on_result(state: AgentState, event: ResultGiven, setup: Setup) -> AgentStat
         results=tuple(CallResult(call=_kept(c), output=results[c.id]) for c in phase.batch),
         note=phase.note,
     )
-    return _next_ask(_remembered(recorded, entry, setup), setup)
+    attempts = [Attempt(c.summary, c.tool, c.args, results[c.id]) for c in phase.batch]
+    return _progressed(_remembered(recorded, entry, setup), attempts, setup)
 
 
 def _on_answer(state: AgentState, event: Answered, setup: Setup) -> AgentState:
     assert isinstance(state.phase, Questioning)
+    question = state.phase.question
     answer = cut(clean(event.text), QUESTION_CHARS)
-    entry = AnswerEntry(question=state.phase.question, answer=answer)
+    entry = AnswerEntry(question=question, answer=answer)
     answered = _remembered(_traced(state, "answer", text=answer), entry, setup)
-    return _next_ask(answered, setup)
+    attempt = Attempt(
+        f"ask_user({question!r})", "ask_user", {"question": question}, ToolOutput.ok(answer)
+    )
+    return _progressed(answered, [attempt], setup, tool_calls=False)
 
 
 def _on_final_rejected(state: AgentState, event: FinalRejected, setup: Setup) -> AgentState:
@@ -567,6 +744,41 @@ def _on_final_rejected(state: AgentState, event: FinalRejected, setup: Setup) ->
     return _next_ask(reopened, setup)
 
 
+def _on_follow_up(state: AgentState, event: FollowedUp, setup: Setup) -> AgentState:
+    """Start a new turn: history, notes, skills and waiting messages stay; the
+    turn's counters (calls, model calls, retries, loops) start again, and a
+    root agent that needs a plan is asked for a new one."""
+    assert isinstance(state.phase, Finished)
+    request = cut(clean(event.text).strip(), REQUEST_CHARS)
+    if not request:
+        return state
+    outcome = state.phase.outcome
+    entry = FollowUpEntry(stop=outcome.stop, answer=cut(outcome.summary, 2_000), request=request)
+    turned = _whole(state).model_copy(
+        update={
+            "request": request,
+            "calls_before": state.calls_before + state.calls_used,
+            "calls_used": 0,
+            "model_calls": 0,
+            "loops": Loops(),
+            "bad_replies": 0,
+            "problem": "",
+            "sent_back_early": False,
+            "plan": (),
+            "planning": setup.config.require_plan and state.depth == 0,
+        }
+    )
+    turned = _remembered(_traced(turned, "follow_up", text=request), entry, setup)
+    return _next_ask(turned, setup)
+
+
+def _on_told(state: AgentState, event: Told, _setup: Setup) -> AgentState:
+    text = cut(clean(event.text).strip(), MESSAGE_CHARS)
+    if not text:
+        return state
+    return state.model_copy(update={"told": (*state.told, text)[-MAX_TOLD:]})
+
+
 def _on_cancel(state: AgentState, event: Cancelled, _setup: Setup) -> AgentState:
     return _finish(state, Stop.CANCELLED, cut(clean(event.reason), 2_000) or "Cancelled.")
 
@@ -575,12 +787,16 @@ _LIVE = ("asking", "summarizing", "reviewing", "running", "questioning")
 _TABLE: dict[tuple[str, str], Handler] = {
     ("idle", "started"): _begin,
     ("asking", "replied"): _on_reply,
+    ("asking", "reply_cut"): _on_reply_cut,
     ("asking", "failed"): _on_failure,
     ("summarizing", "replied"): _on_summary,
+    ("summarizing", "reply_cut"): _on_summary,
     ("summarizing", "failed"): _on_failure,
     ("reviewing", "plan_decided"): _on_plan_decision,
     ("running", "result_given"): _on_result,
     ("questioning", "answered"): _on_answer,
     ("finished", "final_rejected"): _on_final_rejected,
+    ("finished", "followed_up"): _on_follow_up,
+    **{(phase, "told"): _on_told for phase in _LIVE},
     **{(phase, "cancelled"): _on_cancel for phase in _LIVE},
 }

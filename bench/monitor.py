@@ -28,7 +28,8 @@ PIPELINE_GAP_S = 60e-6
 _LINE = re.compile(r'^(\d+\.\d+) \[\d+ ([^\]]+)\] "([A-Za-z|]+)"(?: "((?:[^"\\]|\\.)*)")?(.*)$')
 _TASK = re.compile(r'\\"task\\": \\"([a-z_.]+)\\"')
 _SCRIPT_NAMES = {
-    hashlib.sha1(getattr(scripts, name).encode()).hexdigest(): name for name in scripts.__all__
+    hashlib.sha1(scripts.lua(path.stem).encode()).hexdigest(): path.stem.upper()
+    for path in (Path(scripts.__file__).parent / "lua").glob("*.lua")
 }
 _BROKER_KEYS = ("unacked", "unacked_index", "unacked_mutex", "_kombu.binding")
 

@@ -317,6 +317,28 @@ def _outage(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _admission(r: dict[str, Any]) -> list[Row]:
+    calls = r["round_trips_per_claim"]
+    usec = r["redis_usec_per_claim"]
+    return [
+        Row(
+            "9 admission",
+            f"budget check in CLAIM, ms per model call ({r['claims']:,} claims)",
+            f"{r['admission_ms']:.3f}",
+            f"<= {r['goal_ms']} (claim {r['claim_ms_with_budget']:.3f}"
+            f" vs {r['claim_ms_without']:.3f})",
+            _check(r["admission_ms"] <= r["goal_ms"]),
+        ),
+        Row(
+            "9 admission",
+            "  round trips (EVALSHA) per claim, with and without a budget",
+            f"{calls['with_budget']:.2f}, {calls['without']:.2f}",
+            f"server µs {usec['with_budget']:.1f} vs {usec['without']:.1f}",
+            _check(calls["with_budget"] <= calls["without"] + 0.01),
+        ),
+    ]
+
+
 _ROWS = {
     "turns": _turns,
     "batch": _batch,
@@ -326,6 +348,7 @@ _ROWS = {
     "peers": _peers,
     "recovery": _recovery,
     "outage": _outage,
+    "admission": _admission,
 }
 
 

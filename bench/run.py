@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import batch, growth, many, outage, peers, recovery, turns, waiting
+from bench import admission, batch, growth, many, outage, peers, recovery, turns, waiting
 from bench.context import Bench, bench
 from bench.report import machine, table
 
@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "peers": peers.run,
     "recovery": recovery.run,
     "outage": outage.run,
+    "admission": admission.run,
 }
 
 

@@ -65,6 +65,8 @@ class Schedule(BaseModel):
     )
     tools: tuple[str, ...] | None = None
     mode: Mode = "run"
+    budget: dict[str, int | float] | None = None
+    """What each run may spend (the fields of `workers.Budget`), as plain data."""
     created_ms: int = Field(strict=True, ge=0)
     last_run_ms: int = Field(strict=True, ge=0)
 
@@ -78,6 +80,7 @@ class Schedule(BaseModel):
         utc_offset_minutes: int = 0,
         *,
         mode: Mode = "run",
+        budget: Mapping[str, int | float] | None = None,
         now_ms: int,
     ) -> Schedule:
         """Return a new schedule made at `now_ms` (its first `last_run_ms`).
@@ -109,6 +112,7 @@ class Schedule(BaseModel):
                 utc_offset_minutes=utc_offset_minutes,
                 tools=recipe.tool_names,
                 mode=mode,
+                budget=None if budget is None else dict(budget),
                 created_ms=now_ms,
                 last_run_ms=now_ms,
             )

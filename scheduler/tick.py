@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from scheduler.errors import StoreUnreachable
 from scheduler.schedules import Schedule
@@ -48,6 +48,7 @@ class TickHost(Protocol):
         recipe: str | None = None,
         schedule: str | None = None,
         run_id: str | None = None,
+        budget: Any = None,
     ) -> str:
         """Start a run and return its id; with `run_id`, a run of that id that exists
         already is left as it is (starting it again does nothing)."""
@@ -124,6 +125,7 @@ def _start(
             recipe=schedule.recipe.name,
             schedule=schedule.name,
             run_id=fire_id(schedule.name, slot_ms),
+            budget=schedule.budget,
         )
     except StoreUnreachable:
         raise  # the store is away: the slot stays firing, and a later tick starts it

@@ -49,6 +49,7 @@ VERBS = [
     "cancel",
     "flower",
     "skills",
+    "extend",
 ]
 
 

@@ -7,6 +7,10 @@ and the demo service's run served by those workers. No password is on any
 command line. The workers make claims durable (RELAY_DURABLE_CLAIMS=1): the
 compose image's Redis has WAITAOF; this machine's may be older, and then the
 test turns on `appendfsync always`, the other setting durable claims accept.
+
+The `rabbitmq` profile: a RabbitMQ node of its own, started with the profile's
+config file, passes the service's healthcheck, and the workers and the demo,
+given the README's RELAY_BROKER_URL, run through it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -26,14 +31,17 @@ import redis
 import yaml
 
 from tests.support.cli import ROOT, clean_env, relay
+from tests.support.rabbitmq import private_node
 from tests.support.redis_server import free_port
 from tests.support.worker_process import RelayProcess
+from workers import Settings
 
 COMPOSE = ROOT / "docker-compose.yml"
 SECRETS = {
     "REDIS_PASSWORD": "compose-redis-pw",
     "RELAY_FLOWER_PASSWORD": "compose-flower-pw",
     "RELAY_WEB_PASSWORD": "compose-web-pw",
+    "RABBITMQ_PASSWORD": "compose-rabbit-pw",
 }
 _VARIABLE = re.compile(r"\$\$|\$\{(\w+)(?::([-?])([^}]*))?\}")
 
@@ -74,15 +82,41 @@ def services(compose: dict[str, Any]) -> dict[str, Any]:
     return dict(compose["services"])
 
 
+def readme_broker_url() -> str:
+    """The RELAY_BROKER_URL the README gives for the rabbitmq profile (the password filled in)."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("--profile rabbitmq")
+    section = readme[readme.rindex("```bash", 0, start) : start]
+    [line] = [x for x in section.splitlines() if x.startswith("export RELAY_BROKER_URL=")]
+    return line.split("=", 1)[1].replace("$RABBITMQ_PASSWORD", SECRETS["RABBITMQ_PASSWORD"])
+
+
+@pytest.fixture(scope="module")
+def rabbit_compose() -> dict[str, Any]:
+    """The compose file as `--profile rabbitmq` runs it, with the README's RELAY_BROKER_URL."""
+    env = {**SECRETS, "RELAY_BROKER_URL": readme_broker_url()}
+    return dict(resolved(yaml.safe_load(COMPOSE.read_text()), env))
+
+
 def test_the_services_are_all_there(services: dict[str, Any]) -> None:
-    assert set(services) == {"redis", "worker-model", "worker-tools", "flower", "web", "demo"}
+    assert set(services) == {
+        "redis",
+        "rabbitmq",
+        "worker-model",
+        "worker-tools",
+        "flower",
+        "web",
+        "demo",
+    }
+    servers = {"redis": "redis-server", "rabbitmq": "rabbitmq-server"}
     for name, service in services.items():
         command = service["command"]
         assert isinstance(command, list), name  # exec form: no shell between Docker and relay
-        assert command[0] == ("redis-server" if name == "redis" else "relay"), name
+        assert command[0] == servers.get(name, "relay"), name
     assert services["flower"]["ports"] == ["127.0.0.1:5555:5555"]
     assert services["web"]["ports"] == ["127.0.0.1:5556:5556"]
     assert services["demo"]["profiles"] == ["demo"]
+    assert services["rabbitmq"]["profiles"] == ["rabbitmq"]
 
 
 @pytest.mark.parametrize(
@@ -185,7 +219,13 @@ def test_the_workers_make_claims_durable_on_a_redis_that_can(compose: dict[str, 
 
 
 def _start(
-    services: dict[str, Any], name: str, url: str, tmp_path: Path, ready: str
+    services: dict[str, Any],
+    name: str,
+    url: str,
+    tmp_path: Path,
+    ready: str,
+    *,
+    broker: dict[str, str] | None = None,
 ) -> RelayProcess:
     service = services[name]
     assert service["environment"]["RELAY_REDIS_URL"].endswith("@redis:6379/0")
@@ -194,6 +234,7 @@ def _start(
             **service["environment"],
             "RELAY_REDIS_URL": url,
             "RELAY_DEMO_DIR": str(tmp_path / "notes"),
+            **(broker or {}),
         }
     )
     args = list(service["command"][1:])
@@ -201,23 +242,38 @@ def _start(
     return process.start()
 
 
+def _flower_on_loopback(services: dict[str, Any], name: str = "flower") -> int:
+    """Make the flower (or web) service listen on 127.0.0.1 and a free port; return the port.
+
+    The container listens on every address, Docker publishes it on 127.0.0.1 only;
+    here, with no container around it, it listens on 127.0.0.1 itself.
+    """
+    command = services[name]["command"]
+    port = free_port()
+    services[name]["command"] = [
+        *command[: command.index("--address")],
+        "--address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    return port
+
+
+def _workers_in_flower(port: int) -> set[str]:
+    password = SECRETS["RELAY_FLOWER_PASSWORD"]
+    workers = httpx.get(
+        f"http://127.0.0.1:{port}/api/workers?refresh=1", auth=("admin", password), timeout=10
+    ).json()
+    return {name.split("@")[0] for name in workers}
+
+
 def test_every_command_runs_the_demo_end_to_end(
     services: dict[str, Any], compose_redis: str, tmp_path: Path
 ) -> None:
     services = copy.deepcopy(services)
-    port, web_port = free_port(), free_port()
-    # The containers listen on every address, Docker publishes them on 127.0.0.1 only;
-    # here, with no container around them, they listen on 127.0.0.1 themselves.
-    for name, at in (("flower", port), ("web", web_port)):
-        command = services[name]["command"]
-        at_address = command.index("--address")
-        services[name]["command"] = [
-            *command[:at_address],
-            "--address",
-            "127.0.0.1",
-            "--port",
-            str(at),
-        ]
+    port = _flower_on_loopback(services)
+    web_port = _flower_on_loopback(services, "web")
     started: list[RelayProcess] = []
     try:
         started.append(_start(services, "worker-model", compose_redis, tmp_path, "ready."))
@@ -225,11 +281,7 @@ def test_every_command_runs_the_demo_end_to_end(
         assert all("durable claims on" in p.output() for p in started)
         started.append(_start(services, "flower", compose_redis, tmp_path, "Visit me at"))
         assert httpx.get(f"http://127.0.0.1:{port}/api/workers", timeout=10).status_code == 401
-        password = SECRETS["RELAY_FLOWER_PASSWORD"]
-        workers = httpx.get(
-            f"http://127.0.0.1:{port}/api/workers?refresh=1", auth=("admin", password), timeout=10
-        ).json()
-        assert {name.split("@")[0] for name in workers} == {"model", "tools"}
+        assert _workers_in_flower(port) == {"model", "tools"}
         started.append(_start(services, "web", compose_redis, tmp_path, "Uvicorn running on"))
         web = f"http://127.0.0.1:{web_port}"
         assert httpx.get(f"{web}/api/runs", timeout=10).status_code == 401
@@ -249,3 +301,91 @@ def test_every_command_runs_the_demo_end_to_end(
     finally:
         for process in reversed(started):
             process.stop()
+
+
+# --- the rabbitmq profile ------------------------------------------------------------------
+
+
+def test_without_the_profile_redis_is_the_broker(services: dict[str, Any]) -> None:
+    env = services["worker-model"]["environment"]
+    assert env["RELAY_BROKER_URL"] == ""  # blank: the Redis URL
+    assert Settings.from_env(env).broker_url == env["RELAY_REDIS_URL"]
+    without = {k: v for k, v in SECRETS.items() if k != "RABBITMQ_PASSWORD"}
+    resolved(yaml.safe_load(COMPOSE.read_text()), without)  # needs no RabbitMQ password
+
+
+def test_the_rabbitmq_profile_is_wired_to_every_relay_service(
+    rabbit_compose: dict[str, Any],
+) -> None:
+    services = rabbit_compose["services"]
+    rabbit = services["rabbitmq"]
+    conf = dict(
+        line.split(" = ", 1)
+        for line in rabbit_compose["configs"]["rabbitmq-conf"]["content"].splitlines()
+    )
+    [mounted] = rabbit["configs"]
+    assert mounted == {"source": "rabbitmq-conf", "target": "/etc/rabbitmq/conf.d/20-relay.conf"}
+    # The README's URL names the profile's user, password, vhost, host and port.
+    url = urlsplit(readme_broker_url())
+    assert (url.scheme, url.hostname, url.port) == ("amqp", "rabbitmq", 5672)
+    assert (url.username, url.password) == (conf["default_user"], conf["default_pass"])
+    assert url.path == f"/{conf['default_vhost']}"
+    assert conf["default_pass"] == SECRETS["RABBITMQ_PASSWORD"]
+    for name in ("worker-model", "worker-tools", "flower", "demo"):
+        service = services[name]
+        assert service["environment"]["RELAY_BROKER_URL"] == readme_broker_url(), name
+        assert service["depends_on"]["rabbitmq"] == {
+            "condition": "service_healthy",
+            "required": False,  # there only with the profile
+        }
+    # Per-consumer timeouts (x-consumer-timeout, set by Relay) came with RabbitMQ 3.12.
+    tag = rabbit["image"].split(":")[1]
+    assert _version(tag.split("-")[0]) >= (3, 12)
+    assert rabbit["ports"] == ["127.0.0.1:15672:15672"]
+
+
+def test_the_rabbitmq_profile_runs_the_demo_end_to_end(
+    rabbit_compose: dict[str, Any], compose_redis: str, tmp_path: Path
+) -> None:
+    services = copy.deepcopy(rabbit_compose["services"])
+    flower_port = _flower_on_loopback(services)
+    rabbit = services["rabbitmq"]
+    content = rabbit_compose["configs"]["rabbitmq-conf"]["content"]
+    with private_node(content) as (node, port, pid):
+        assert (
+            SECRETS["RABBITMQ_PASSWORD"].encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        )
+        check, *args = rabbit["healthcheck"]["test"][1:]
+        healthy = subprocess.run(
+            [shutil.which(check) or check, "-n", node, *args],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+        broker = readme_broker_url().replace("@rabbitmq:5672/", f"@127.0.0.1:{port}/")
+        on_rabbit = {"RELAY_BROKER_URL": broker}
+        started: list[RelayProcess] = []
+        try:
+            for name in ("worker-model", "worker-tools"):
+                started.append(
+                    _start(services, name, compose_redis, tmp_path, "ready.", broker=on_rabbit)
+                )
+                assert "relay: broker RabbitMQ" in started[-1].output()
+            started.append(
+                _start(services, "flower", compose_redis, tmp_path, "Visit me at", broker=on_rabbit)
+            )
+            assert _workers_in_flower(flower_port) == {"model", "tools"}  # over RabbitMQ
+            demo = services["demo"]
+            env = clean_env(
+                **{**demo["environment"], "RELAY_REDIS_URL": compose_redis, **on_rabbit}
+            )
+            done = relay(*demo["command"][1:], env=env, cwd=tmp_path)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "■ Done: I listed 3 notes" in done.stdout
+            assert (tmp_path / "notes" / "summary.md").is_file()  # written by the tools worker
+            logs = "".join(p.output() for p in started)
+            assert "Task relay.run_tool[" in logs  # over RabbitMQ: Redis only keeps the runs
+        finally:
+            for process in reversed(started):
+                process.stop()

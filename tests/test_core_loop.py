@@ -751,6 +751,16 @@ WRONG: dict[str, tuple[list[str], Callable[[Agent], Step]]] = {
     ),
     "cancel after the end": (["finished", "cancelled", "stopped"], lambda a: a.cancel("late")),
     "a second start": (["asking", "running", "finished"], lambda a: a.start("another task")),
+    "a message after the end": (["finished", "cancelled", "stopped"], lambda a: a.tell("late")),
+    "a blank message": (["asking", "running", "mid-batch"], lambda a: a.tell(" ")),
+    "a follow-up while working": (
+        ["asking", "reviewing", "running", "mid-batch"],
+        lambda a: a.follow_up("and April"),
+    ),
+    "a cut reply while not asking": (
+        ["reviewing", "running", "mid-batch", "finished", "cancelled"],
+        lambda a: a.reply('{"final": "x', truncated=True),
+    ),
     "resume": (list(PHASES), lambda a: a.resume()),
 }
 
@@ -790,8 +800,21 @@ def test_queued_outside_a_batch_is_empty() -> None:
         lambda a: a.answer("x"),
         lambda a: a.reject_final("x"),
         lambda a: a.cancel("x"),
+        lambda a: a.tell("x"),
+        lambda a: a.follow_up("x"),
     ],
-    ids=["resume", "reply", "fail", "approve_plan", "result", "answer", "reject_final", "cancel"],
+    ids=[
+        "resume",
+        "reply",
+        "fail",
+        "approve_plan",
+        "result",
+        "answer",
+        "reject_final",
+        "cancel",
+        "tell",
+        "follow_up",
+    ],
 )
 def test_methods_before_start_raise_usage_error(method: Callable[[Agent], Step]) -> None:
     agent = agent_with()

@@ -206,7 +206,8 @@ def test_reads_are_capped_per_task() -> None:
     for n in range(1, MAX_SKILL_READS + 1):
         step = agent.reply(reads("pdf", "FORMS.md"))
         assert isinstance(step, Run)
-        agent.result(f"read-{n}", ToolOutput.ok("forms"))
+        # A new part each time: the same read with the same result would be no progress.
+        agent.result(f"read-{n}", ToolOutput.ok(f"forms, part {n}"))
     step = agent.reply(reads("pdf", "FORMS.md"))
     assert f"a task may read at most {MAX_SKILL_READS} skill files" in prompt_of(step)
 

@@ -3,11 +3,14 @@
 A "world" is a root agent plus the children its delegations started (a stack:
 the newest child works, then hands its outcome to its parent as the delegate
 call's result). Hypothesis writes a script of moves — model replies valid,
-invalid and garbage, tool results of every status in any order, plan
-decisions, answers, sent-back finals, cancels, wrong-time calls — and the
-same script is played twice: straight through, and with every agent in the
-world snapshotted and restored at random points. Both must give the same
-steps, byte for byte, and the same final snapshots.
+invalid and garbage, replies cut by the length limit and their rest, tool
+results of every status in any order, plan decisions, answers, sent-back
+finals, a person's messages, follow-up turns, cancels, wrong-time calls — and
+the same script is played twice: straight through, and with every agent in
+the world snapshotted and restored at random points. Both must give the same
+steps, byte for byte, and the same final snapshots. The `loops` setup repeats
+itself on purpose, so runs reach the no-progress warning, `NO_PROGRESS` and
+the model-call limit.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from agent_core import (
     ToolOutput,
     UsageError,
 )
+from tests.support import snapshots_v1
 from tests.support.scripted import batch, call, final, finish_batch, plan
 
 TOOLS = [
@@ -82,6 +86,8 @@ class Setup:
     progress: tuple[int, ...]
     """Indexes of `REPLIES` that move a run of this setup on."""
     attachments: tuple[Attachment, ...] = ()
+    echo: bool = False
+    """Tools and people give the same answer every time (so calls repeat exactly)."""
 
 
 def _plain(config: Config) -> Agent:
@@ -119,6 +125,12 @@ SETUPS = {
     ),
     "delegations": Setup(
         Config(require_plan=False, max_batch=2, max_calls=8), _delegating, (2, 3, 7, 8, 15, 16, 9)
+    ),
+    "loops": Setup(
+        Config(require_plan=False, max_repeats=2, max_batch=2, max_calls=40, max_model_calls=14),
+        _everything,
+        (2, 2, 2, 2, 3, 3, 12, 12, 11, 7, 9),
+        echo=True,
     ),
 }
 
@@ -159,6 +171,11 @@ OUTPUTS: list[Callable[[str], ToolOutput]] = [
     ToolOutput.declined,
     ToolOutput.unknown,
 ]
+ECHOES: dict[str, Callable[[str], ToolOutput]] = {
+    "write_file": ToolOutput.error,
+    "pay": ToolOutput.declined,
+}
+"""What each tool answers in an echoing setup (others: ok)."""
 
 
 @dataclass(frozen=True)
@@ -176,23 +193,47 @@ class Next:
             return Model(choice).play(world)
         if isinstance(step, Run):
             return Result(choice, 0 if choice % 3 else choice // 3, choice * 7 % 450).play(world)
-        return self._person(agent, step)
+        return self._person(world, step)
 
     def _reply(self, world: World, step: Ask) -> str:
+        rest = _rest(step)
+        if rest is not None and self.choice % 3:
+            return rest
         if "Reply now with your plan" in step.request.prompt and self.choice % 5:
             return REPLIES[0]
         progress = world.setup.progress
         return REPLIES[progress[self.choice % len(progress)]]
 
-    def _person(self, agent: Agent, step: Step) -> Step:
+    def _person(self, world: World, step: Step) -> Step:
+        agent = world.agent
         match step:
             case Plan():
                 return agent.approve_plan(self.choice % 20 != 0)
             case Question():
-                return agent.answer(f"Answer {self.choice}")
+                return agent.answer(_answer(self.choice, world))
             case Done(outcome) if outcome.stop is Stop.DONE and self.choice % 4:
                 return agent.reject_final(f"Problem {self.choice}")
+            case Done() if self.choice % 3 == 0:
+                return agent.follow_up(f"Now also copy notes-{self.choice}.txt")
         return step
+
+
+SO_FAR, CUT_HERE = "--- your reply so far ---\n", "\n--- cut off here ---"
+
+
+def _rest(step: Step) -> str | None:
+    """Return the rest of the menu reply the model was cut off in, if it is asked for it."""
+    if not isinstance(step, Ask) or SO_FAR not in step.request.prompt:
+        return None
+    prompt = step.request.prompt
+    start = prompt.index(SO_FAR) + len(SO_FAR)
+    partial = prompt[start : prompt.index(CUT_HERE, start)]
+    whole = next((r for r in REPLIES if r.startswith(partial) and len(r) > len(partial)), None)
+    return None if whole is None else whole[len(partial) :]
+
+
+def _answer(choice: int, world: World) -> str:
+    return "Answer" if world.setup.echo else f"Answer {choice}"
 
 
 @dataclass(frozen=True)
@@ -237,7 +278,7 @@ class Person:
             case Plan():
                 return agent.approve_plan(self.choice != 0)
             case Question():
-                return agent.answer(f"Answer {self.choice}")
+                return agent.answer(_answer(self.choice, world))
             case Done(outcome) if outcome.stop is Stop.DONE and self.choice % 2 == 0:
                 return agent.reject_final(f"Problem {self.choice}")
             case _:  # the wrong time: harmless
@@ -261,6 +302,9 @@ class Result:
         picked = waiting[self.choice % len(waiting)]
         if picked.tool == "delegate":
             return world.push(agent.start_child(picked), picked.id)
+        if world.setup.echo:  # the same answer for the same tool, whatever the move
+            echoed = ECHOES.get(picked.tool, ToolOutput.ok)
+            return agent.result(picked.id, echoed(f"{picked.tool} said the same"))
         text = f"{picked.tool} said {self.choice} " + "x" * self.length
         return agent.result(picked.id, OUTPUTS[self.status % len(OUTPUTS)](text))
 
@@ -281,7 +325,46 @@ class Cancel:
         return world.agent.cancel("enough")
 
 
-Move = Next | Model | Garbage | Fail | Person | Result | Stray | Cancel
+@dataclass(frozen=True)
+class Tell:
+    """A person sends a message, at any time."""
+
+    text: str
+
+    def play(self, world: World) -> Step:
+        return world.agent.tell(self.text)
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A person asks for more, at any time (it starts a turn only once the agent is done)."""
+
+    choice: int
+
+    def play(self, world: World) -> Step:
+        return world.agent.follow_up(
+            f"Follow-up {self.choice}: now back up notes-{self.choice}.txt"
+        )
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The model's reply stops at the length limit after `at` characters.
+
+    A menu reply is cut, or, when the agent asks for the rest of one, that rest.
+    """
+
+    choice: int
+    at: int
+
+    def play(self, world: World) -> Step:
+        agent = world.agent
+        rest = _rest(agent.resume())
+        text = rest if rest is not None else REPLIES[self.choice % len(REPLIES)]
+        return agent.reply(text[: self.at % (len(text) + 1)], truncated=True)
+
+
+Move = Next | Model | Garbage | Fail | Person | Result | Stray | Cancel | Tell | FollowUp | Cut
 
 NEXT = st.builds(Next, st.integers(0, 1_000))
 MOVES = st.lists(
@@ -294,6 +377,10 @@ MOVES = st.lists(
         | st.builds(Fail, st.sampled_from(["timeout", "HTTP 503", ""])),
         st.builds(Stray, st.sampled_from(["call-1", "call-2", "call-99", ""])),
         st.integers(0, 9).map(lambda n: Cancel() if n == 0 else Next(n)),
+        st.builds(Tell, st.sampled_from(["Use the March figures", "", "  ", "y" * 2_500])),
+        st.builds(FollowUp, st.integers(0, 20)),
+        st.builds(Cut, st.integers(0, 200), st.integers(0, 300)),
+        st.builds(Cut, st.integers(0, 200), st.integers(0, 300)),
     ),
     min_size=20,
     max_size=100,
@@ -483,6 +570,116 @@ def test_attachments_and_setup_survive_a_snapshot() -> None:
     assert "note 24:" in step.request.prompt
 
 
+# --- a run that loops, is steered, cut off and followed up, cut at every move ---------------------
+
+LOOPING: list[Move] = [
+    Tell("Use the March figures"),
+    *[Next(0), Next(0)],  # read notes.txt; its result (the message moves into history)
+    *[Cut(2, 20), Next(1), Next(0)],  # the same read, cut off and continued: a warning
+    *[Next(0), Next(0), Next(0), Next(0)],  # the fourth time: NO_PROGRESS
+    FollowUp(3),
+    *[Next(4), Next(0), Garbage("nope"), Next(4), Next(0)],  # the same failing write: warned
+    *[Tell("Round to cents"), Garbage("no"), Next(8), Person(1), Garbage("x")],
+    *[Next(6), Next(7), Garbage("y"), Next(4), Next(0), Next(8), Person(2), Garbage("z")],
+    *[Next(7), Next(4)],  # the last model call asks for a call: MODEL_CALL_LIMIT
+    *[FollowUp(5), Next(0), Person(0)],
+]
+
+
+def _play(moves: list[Move], cut_at: int | None = None) -> World:
+    world = World.begin(SETUPS["loops"])
+    for index, move in enumerate(moves):
+        if index == cut_at:
+            world.reload()
+        world.play(move)
+    if cut_at == len(moves):
+        world.reload()
+    return world
+
+
+def test_the_looping_script_reaches_every_new_place() -> None:
+    world = _play(LOOPING)
+    stops = [Stop(step["outcome"]["stop"]) for _depth, step in world.log if step["kind"] == "done"]
+    assert stops == [Stop.NO_PROGRESS, Stop.MODEL_CALL_LIMIT]
+    kinds = [e.kind for e in world.agent.trace()]
+    assert kinds.count("warning") == 2
+    assert kinds.count("message") == 2
+    assert kinds.count("follow_up") == 2
+    assert kinds.count("continued") == 1
+
+
+@pytest.mark.parametrize("cut_at", range(len(LOOPING) + 1))
+def test_a_looping_run_cut_at_any_move_gives_the_same_steps(cut_at: int) -> None:
+    straight = _play(LOOPING)
+    stopped = _play(LOOPING, cut_at)
+    assert stopped.log == straight.log
+    assert stopped.snapshots() == straight.snapshots()
+
+
+# --- snapshots written by version 1 ---------------------------------------------------------------
+
+V1 = {
+    "rich": (snapshots_v1.RICH, snapshots_v1.RICH_STEP, SETUPS["extras"].config),
+    "summarizing": (
+        snapshots_v1.SUMMARIZING,
+        snapshots_v1.SUMMARIZING_STEP,
+        SETUPS["summaries"].config,
+    ),
+    "finished": (snapshots_v1.FINISHED, snapshots_v1.FINISHED_STEP, Config(max_batch=2)),
+    "main rich": (snapshots_v1.MAIN_RICH, snapshots_v1.MAIN_RICH_STEP, SETUPS["extras"].config),
+    "main reading": (
+        snapshots_v1.MAIN_READING,
+        snapshots_v1.MAIN_READING_STEP,
+        Config(require_plan=False),
+    ),
+}
+
+
+def _holds(new: Any, old: Any) -> bool:
+    """Return whether `new` holds all of `old`: the same values, maybe with more keys."""
+    if isinstance(old, dict):
+        return isinstance(new, dict) and all(k in new and _holds(new[k], v) for k, v in old.items())
+    if isinstance(old, list):
+        return isinstance(new, list) and len(new) == len(old) and all(map(_holds, new, old))
+    return bool(new == old)
+
+
+@pytest.mark.parametrize("name", V1)
+def test_a_version_1_snapshot_restores_where_it_left_off(name: str) -> None:
+    saved, step, config = V1[name]
+    agent = Agent.restore(config, TOOLS, saved)
+    assert agent.resume().model_dump_json() == step
+    upgraded = json.loads(agent.snapshot())
+    assert upgraded["version"] == 2
+    assert _holds(upgraded["state"], json.loads(saved)["state"])  # nothing was lost
+    assert not _holds(upgraded["state"], {"task": "something else"})
+    again = Agent.restore(config, TOOLS, agent.snapshot())
+    assert again.snapshot() == agent.snapshot()
+
+
+V1_GO_ON: dict[str, list[Move]] = {
+    "rich": [Result(0, 0, 5), Model(2), Result(0, 1, 5), Model(9), Person(0), Model(9)],
+    "summarizing": [Model(1), Model(2), Result(0, 0, 5), Model(9)],
+    "finished": [FollowUp(1), Model(2), Result(0, 0, 5), Model(9)],
+    "main rich": [Result(0, 0, 5), Model(2), Result(0, 1, 5), Model(9), Person(0), Model(9)],
+    "main reading": [Result(0, 0, 5), Tell("Only the travel form"), Model(2), Result(0, 0, 5)],
+}
+
+
+@pytest.mark.parametrize("name", V1)
+def test_a_version_1_snapshot_goes_on_like_its_upgraded_copy(name: str) -> None:
+    saved, _step, config = V1[name]
+    setup = Setup(config, _plain, BASIC)
+    old = World(setup, [Frame(Agent.restore(config, TOOLS, saved), None)])
+    new = World(setup, [Frame(Agent.restore(config, TOOLS, old.agent.snapshot()), None)])
+    for move in V1_GO_ON[name]:
+        old.play(move)
+        new.play(move)
+    assert old.log == new.log
+    assert old.snapshots() == new.snapshots()
+    assert len({repr(step) for _depth, step in old.log}) > 2  # it went somewhere
+
+
 # --- refusing what is not a snapshot -------------------------------------------------------------
 
 
@@ -535,7 +732,10 @@ NOT_SNAPSHOTS: dict[str, object] = {
     "no version": json.dumps({"format": "relay.agent", "state": {}}),
     "no format": json.dumps({"version": 1, "state": {}}),
     "wrong format": _with(["format"], "other.agent"),
-    "version 2": _with(["version"], 2),
+    "version 3": _with(["version"], 3),
+    "version 1 with an unknown phase": snapshots_v1.FINISHED.replace(
+        '"kind":"finished"', '"kind":"dreaming"'
+    ),
     "version 0": _with(["version"], 0),
     "version as text": _with(["version"], "1"),
     "extra top key": _with(["extra"], 1),
@@ -667,5 +867,5 @@ def test_mutated_values_are_restored_or_refused(data: st.DataObject) -> None:
 def test_a_snapshot_stays_valid_json_with_a_format_tag() -> None:
     tree = json.loads(RICH)
     assert tree["format"] == "relay.agent"
-    assert tree["version"] == 1
+    assert tree["version"] == 2
     assert set(tree) == {"format", "version", "state"}

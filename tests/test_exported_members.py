@@ -18,12 +18,14 @@ from workers.errors import RelayError
 
 WORKERS = [
     "AppNotFound",
+    "Budget",
     "CallTimedOut",
     "DecisionRefused",
     "EmbeddedError",
     "ModelCallError",
     "ModelReply",
     "Pending",
+    "Price",
     "Relay",
     "RelayError",
     "RunCorrupt",

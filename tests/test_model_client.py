@@ -97,7 +97,10 @@ def test_a_reply_comes_back_with_its_usage(serve: Serve, connect: Callable[..., 
     server = serve(Reply("Hi.", usage=(12, 3)))
     reply = connect(server.url, model="tiny").complete()
     assert reply == ModelReply(
-        text="Hi.", usage=Usage(prompt_tokens=12, completion_tokens=3, total_tokens=15)
+        text="Hi.",
+        usage=Usage(prompt_tokens=12, completion_tokens=3, total_tokens=15, model_calls=1),
+        model="tiny",
+        finish_reason="stop",
     )
     [call] = server.calls
     assert call.body == {
@@ -106,6 +109,7 @@ def test_a_reply_comes_back_with_its_usage(serve: Serve, connect: Callable[..., 
             {"role": "system", "content": "You are terse."},
             {"role": "user", "content": "Say hi."},
         ],
+        "max_tokens": 4096,  # the reply's cap, which budgets reserve for
     }
     assert "authorization" not in call.headers
     assert server.usage_total() == (12, 3)

@@ -184,5 +184,9 @@ def _run_the_python_snippets(
 
     exec(blocks("Schedules", "python")[0], namespace)
     assert app.schedules() == []  # the snippet ends by removing it again
+    exec(blocks("Budgets and cost", "python")[0], namespace)
+    budgeted = namespace["relay"].status(namespace["run_id"])
+    assert budgeted.budget is not None
+    assert budgeted.budget.usd == 2.50  # 1.50, then extended by 1.00
     exec(blocks("Specialists", "python")[0], namespace)
     assert [s.name for s in namespace["relay"].specialists] == ["reader"]

@@ -7,12 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from agent_core import Daily, Every, Recipe, Weekly
 from agent_core.errors import DefinitionError, RecipeError
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
-from workers import Relay, Settings, StoreUnavailable
+from workers import Budget, Relay, Settings, StoreUnavailable
+from workers.cli import cli
 from workers.settings import now_ms
 
 MINUTE = 60_000
@@ -149,3 +151,23 @@ def test_an_unreachable_redis_is_reported_as_store_unavailable(
         relay.schedules()
     with pytest.raises(StoreUnavailable):
         relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5))
+
+
+def test_a_scheduled_runs_budget_is_kept_and_given_to_each_run(relay: Relay) -> None:
+    budget = Budget(usd=0.25, model_calls=8, seconds=600)
+    made = relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5), budget=budget, now_ms=0)
+    assert made.budget == {"usd": 0.25, "model_calls": 8, "seconds": 600}
+    [run_id] = relay.tick(5 * MINUTE)
+    status = relay.status(run_id)
+    assert status.budget == budget
+    assert relay.store.upkeep.deadlines_due(10**15) == [run_id]
+
+
+def test_schedule_add_takes_a_budget_on_the_command_line(relay: Relay, server: RedisServer) -> None:
+    env = {"RELAY_REDIS_URL": server.url, "RELAY_PREFIX": "api"}
+    args = ["schedule", "add", "cli-look", "--template", "Read {note}.", "-v", "note=a.txt"]
+    args += ["--every", "5", "--budget-usd", "0.1", "--budget-tokens", "5000"]
+    result = CliRunner(env=env).invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    [made] = relay.schedules()
+    assert made.budget == {"tokens": 5000, "usd": 0.1}

@@ -67,8 +67,9 @@ class RecordingHost:
         recipe: str | None = None,
         schedule: str | None = None,
         run_id: str | None = None,
+        budget: Any = None,
     ) -> str:
-        del context  # the tick gives none
+        del context, budget  # the tick gives no context; budgets are the Relay's business
         if schedule in self.refuse:
             raise RuntimeError("unknown tools: read_note")
         with self.lock:

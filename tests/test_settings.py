@@ -20,6 +20,7 @@ def test_defaults_with_an_empty_environment() -> None:
     settings = Settings.from_env({})
     assert settings.redis_url is None
     assert settings.broker_url is None
+    assert settings.queue_type == "quorum"
     assert settings.model_url is None
     assert settings.model == "default"
     assert settings.model_key is None
@@ -44,6 +45,7 @@ def test_every_variable_is_read() -> None:
         {
             "RELAY_REDIS_URL": "redis://localhost:6379/2",
             "RELAY_BROKER_URL": "redis://broker:6380/0",
+            "RELAY_QUEUE_TYPE": "Classic",
             "RELAY_MODEL_URL": "https://api.example.com/v1",
             "RELAY_MODEL": "llama3:8b",
             "RELAY_MODEL_KEY": "sk-abc",
@@ -65,6 +67,7 @@ def test_every_variable_is_read() -> None:
     )
     assert settings.redis_url == "redis://localhost:6379/2"
     assert settings.broker_url == "redis://broker:6380/0"
+    assert settings.queue_type == "classic"
     assert settings.model_url == "https://api.example.com/v1/chat/completions"
     assert settings.model == "llama3:8b"
     assert settings.model_key is not None
@@ -103,6 +106,28 @@ def test_surrounding_spaces_are_ignored() -> None:
 def test_the_broker_defaults_to_the_redis_url() -> None:
     settings = Settings.from_env({"RELAY_REDIS_URL": "rediss://:pw@cache:6380/1"})
     assert settings.broker_url == "rediss://:pw@cache:6380/1"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://relay:pw@rabbitmq:5672/relay",
+        "amqp://guest:guest@127.0.0.1:5672//",
+        "amqps://relay:pw@mq.example.com/relay%2Fteam",
+        "AMQP://h",
+    ],
+)
+def test_rabbitmq_is_a_broker(url: str) -> None:
+    settings = Settings.from_env(
+        {"RELAY_REDIS_URL": "redis://cache:6379/0", "RELAY_BROKER_URL": url}
+    )
+    assert settings.broker_url == url
+    assert settings.redis_url == "redis://cache:6379/0"  # run state stays in Redis
+
+
+def test_rabbitmq_is_no_run_store() -> None:
+    with pytest.raises(SettingsError, match=r"^RELAY_REDIS_URL: expected a redis://"):
+        Settings.from_env({"RELAY_REDIS_URL": "amqp://guest:guest@h//"})
 
 
 def test_a_unix_socket_broker_is_spelled_the_kombu_way() -> None:
@@ -166,7 +191,10 @@ def test_an_approval_ttl_of_zero_means_never() -> None:
         ("RELAY_REDIS_URL", "redis://", "expected a redis://, rediss:// or unix:// URL"),
         ("RELAY_REDIS_URL", "redis://h:port/0", "expected a redis://, rediss:// or unix:// URL"),
         ("RELAY_REDIS_URL", "unix://", "expected a redis://, rediss:// or unix:// URL"),
-        ("RELAY_BROKER_URL", "amqp://guest@h//", "rediss://, redis+socket:// or unix:// URL"),
+        ("RELAY_BROKER_URL", "http://guest@h//", "unix://, amqp:// or amqps:// URL"),
+        ("RELAY_BROKER_URL", "amqp://", "expected a redis://, rediss://, redis+socket://"),
+        ("RELAY_BROKER_URL", "amqp://h:5672x/v", "unix://, amqp:// or amqps:// URL"),
+        ("RELAY_QUEUE_TYPE", "stream", "expected quorum or classic, got 'stream'"),
         ("RELAY_MODEL_URL", "localhost:11434/v1", "expected an http:// or https:// URL"),
         ("RELAY_MODEL_URL", "ftp://h/v1", "expected an http:// or https:// URL"),
         ("RELAY_MODEL_URL", "http://h/v1#frag", "expected an http:// or https:// URL"),
@@ -235,6 +263,9 @@ def test_secrets_never_appear_in_repr_str_redacted_or_logs(
             assert secret not in text
     assert settings.redacted()["redis_url"] == "redis://:***@cache:6379/0"
     assert settings.redacted()["broker_url"] == "redis://relay:***@broker:6379/1"
+    rabbit = Settings.from_env({"RELAY_BROKER_URL": "amqps://relay:hunter2-broker@mq:5671/relay"})
+    assert rabbit.redacted()["broker_url"] == "amqps://relay:***@mq:5671/relay"
+    assert "hunter2-broker" not in repr(rabbit) + str(rabbit)
     assert settings.redacted()["model_key"] == "***"
     # The real values are still there for the code that connects.
     assert settings.redis_url == SECRET_ENV["RELAY_REDIS_URL"]
@@ -244,7 +275,8 @@ def test_secrets_never_appear_in_repr_str_redacted_or_logs(
     ("variable", "value", "secret"),
     [
         ("RELAY_REDIS_URL", "http://:hunter2-redis@cache:6379/0", "hunter2-redis"),
-        ("RELAY_BROKER_URL", "amqp://relay:hunter2-broker@broker//", "hunter2-broker"),
+        ("RELAY_BROKER_URL", "ftp://relay:hunter2-broker@broker//", "hunter2-broker"),
+        ("RELAY_BROKER_URL", "amqp://relay:hunter2-broker@broker:x//", "hunter2-broker"),
         ("RELAY_MODEL_URL", "https://me:hunter2-model@api.example.com/v1", "hunter2-model"),
         ("RELAY_MODEL_KEY", "sk-hunter2 key", "hunter2"),
     ],

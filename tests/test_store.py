@@ -14,9 +14,18 @@ from workers import RelayError, Settings
 from workers.decisions import expiry_event
 from workers.effects import Advanced, Effects, Message, OwnOutcome, UsageAdd
 from workers.layout import pending_member as member_of
-from workers.records import CallDecision, CallTrack, Pending, RunRecord, ToolDone
+from workers.pricing import Budget
+from workers.records import (
+    BudgetExtended,
+    CallDecision,
+    CallTrack,
+    Pending,
+    RunRecord,
+    ToolDone,
+    Usage,
+)
 from workers.scripts import ClaimStatus, Decided, Recorded, Saved
-from workers.store import Claim, RunStore
+from workers.store import Admission, Claim, RunStore
 
 
 @pytest.fixture
@@ -93,8 +102,8 @@ def _record_outcome(
 
 
 def test_a_save_from_a_stale_version_is_refused(store: RunStore) -> None:
-    assert store.create(_record(), "snap-0", due_ms=5_000, budget=None)
-    assert not store.create(_record(), "snap-0", due_ms=5_000, budget=None)  # the id is taken
+    assert store.create(_record(), "snap-0", due_ms=5_000)
+    assert not store.create(_record(), "snap-0", due_ms=5_000)  # the id is taken
     loaded = store.load("r1")
     assert loaded is not None
     assert loaded.version == "1"
@@ -110,7 +119,7 @@ def test_a_save_from_a_stale_version_is_refused(store: RunStore) -> None:
 
 
 def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     _save(store, _running("call-1"))
     first = _claim(store, "call-1", "a")
     assert (first.status, first.attempts) == (ClaimStatus.CLAIMED, 1)
@@ -169,7 +178,7 @@ def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
 def test_a_claim_the_record_does_not_call_for_is_refused(
     store: RunStore, record: RunRecord, call: str, seq: int | None
 ) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     _save(store, record)
     refused = _claim(store, call, "a", seq=seq)
     assert refused.status is ClaimStatus.REFUSED
@@ -181,19 +190,19 @@ def test_a_claim_the_record_does_not_call_for_is_refused(
 
 
 def test_a_model_call_the_record_asked_for_is_claimed(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     _save(store, _record(asked=4, seq=4))
     assert _claim(store, "m4", "a", seq=4).status is ClaimStatus.CLAIMED
 
 
 def test_a_corrupt_record_refuses_every_claim(store: RunStore) -> None:
-    store.create(_running("call-1"), "snap", due_ms=5_000, budget=None)
+    store.create(_running("call-1"), "snap", due_ms=5_000)
     store.redis.hset(store.keys.run("r1"), "meta", "{not json")
     assert _claim(store, "call-1", "a").status is ClaimStatus.REFUSED
 
 
 def test_an_outcome_from_an_attempt_that_was_taken_over_is_fenced(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     version = _save(store, _running("call-1"))
     assert _claim(store, "call-1", "first").attempts == 1
     store.redis.delete(store.keys.lease("r1", "call-1"))  # the first worker's lease lapsed
@@ -213,7 +222,7 @@ def test_an_outcome_from_an_attempt_that_was_taken_over_is_fenced(store: RunStor
 
 
 def test_a_lapsed_lease_is_taken_back_unless_another_attempt_claimed(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     _save(store, _running("call-1"))
     _claim(store, "call-1", "first")
     lease = store.keys.lease("r1", "call-1")
@@ -240,7 +249,7 @@ def test_a_lapsed_lease_is_taken_back_unless_another_attempt_claimed(store: RunS
 
 
 def test_a_claim_given_back_does_not_count(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     _save(store, _running("call-1"))
     _claim(store, "call-1", "a")
     back = {"attempt": 1, "member": "t|r1|call-1", "due_ms": 77}
@@ -252,20 +261,116 @@ def test_a_claim_given_back_does_not_count(store: RunStore) -> None:
     assert _claim(store, "call-1", "b").attempts == 1  # the next claim is a first attempt
 
 
-def test_a_claim_reports_the_root_budget(store: RunStore) -> None:
-    store.create(_record("root"), "snap", due_ms=5_000, budget=1_000)
-    store.create(
-        _record("root.call-1", parent="root", root="root"), "snap", due_ms=5_000, budget=None
+def _tree(store: RunStore, budget: Budget, asked_bytes: int = 400) -> None:
+    """A root with `budget` and a child that asks the model for a request of that size."""
+    store.create(_record("root", budget=budget), "snap", due_ms=5_000)
+    child = _record("root.call-1", parent="root", root="root", ancestors=("root",))
+    store.create(child, "snap", due_ms=5_000)
+    _save(store, child.model_copy(update={"asked": 1, "seq": 1, "asked_bytes": asked_bytes}))
+
+
+def _model_claim(store: RunStore, token: str, admission: Admission, now: int = 0) -> Claim:
+    return store.claim(
+        "root.call-1",
+        "m1",
+        seq=1,
+        member="m|root.call-1|1",
+        token=token,
+        lease_ms=5_000,
+        now_ms=now,
+        root="root",
+        admission=admission,
     )
-    _save(store, _record("root"), usage=(UsageAdd("root", 300, 100, 400),))
-    _save(store, _record("root.call-1", parent="root", root="root", asked=1, seq=1))
-    claim = _claim(store, "m1", "a", run_id="root.call-1", seq=1)
+
+
+def test_a_model_call_is_admitted_within_its_trees_budget_and_reserves_its_estimate(
+    store: RunStore,
+) -> None:
+    _tree(store, Budget(tokens=1_000, usd=0.01, model_calls=5))
+    # 400 bytes: up to 200 prompt tokens; a reply of up to 100; at $2 and $8 per M.
+    claim = _model_claim(store, "a", Admission(100, 2.0, 8.0))
+    assert (claim.status, claim.over) == (ClaimStatus.CLAIMED, None)
+    limits = store.limits("root")
+    assert limits is not None
+    assert (limits.tokens, limits.cost_micro, limits.model_calls) == (1_000, 10_000, 5)
+    assert limits.reserved == (300, 200 * 2 + 100 * 8, 1)
+    # A second attempt (the first worker died) does not reserve twice.
+    store.redis.delete(store.keys.lease("root.call-1", "m1"))
+    assert _model_claim(store, "b", Admission(100, 2.0, 8.0)).attempts == 2
+    assert store.limits("root").reserved == (300, 1_200, 1)  # type: ignore[union-attr]
+    # The save that applies its outcome settles the reservation.
+    settle = (("root", "q:root.call-1|m1"),)
+    _save(store, _record("root.call-1", parent="root", root="root"), settle=settle)
+    assert store.limits("root").reserved == (0, 0, 0)  # type: ignore[union-attr]
+
+
+def test_a_free_model_calls_reservation_settles_to_zero(store: RunStore) -> None:
+    _tree(store, Budget(tokens=1_000))
+    assert _model_claim(store, "a", Admission(100, 0.0, 0.0)).over is None
+    settle = (("root", "q:root.call-1|m1"),)
+    _save(store, _record("root.call-1", parent="root", root="root"), settle=settle)
+    assert store.limits("root").reserved == (0, 0, 0)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("budget", "limit"),
+    [
+        (Budget(tokens=299), "tokens"),
+        (Budget(usd=0.001199), "usd"),
+        (Budget(model_calls=1), "model_calls"),
+    ],
+)
+def test_a_model_call_past_a_limit_is_claimed_but_not_admitted(
+    store: RunStore, budget: Budget, limit: str
+) -> None:
+    _tree(store, budget)
+    if limit == "model_calls":
+        used = (UsageAdd("root", Usage(model_calls=1)),)
+        _save(store, _record("root", budget=budget), usage=used)
+    claim = _model_claim(store, "a", Admission(100, 2.0, 8.0))
     assert claim.status is ClaimStatus.CLAIMED
-    assert (claim.root_tokens, claim.root_budget) == (400, 1_000)
+    assert claim.over is not None
+    assert claim.over.limit == limit
+    limits = store.limits("root")
+    assert limits is not None
+    assert limits.reserved == (0, 0, 0)  # nothing reserved for a call that will not be made
+
+
+def test_a_tree_whose_time_is_up_admits_no_model_call(store: RunStore) -> None:
+    _tree(store, Budget(seconds=2))  # created at 1,000 ms: its time is up at 3,000
+    assert _model_claim(store, "a", Admission(0, 0.0, 0.0), now=2_999).over is None
+    store.redis.delete(store.keys.lease("root.call-1", "m1"))
+    over = _model_claim(store, "b", Admission(0, 0.0, 0.0), now=3_000).over
+    assert over is not None
+    assert over.limit == "deadline"
+    assert store.upkeep.deadlines_due(3_000) == ["root"]
+
+
+def test_extending_raises_the_limits_it_has_and_wakes_the_parked_runs(store: RunStore) -> None:
+    _tree(store, Budget(tokens=1_000, seconds=10))
+    parked = Pending(
+        kind="budget", run_id="root.call-1", root_id="root", summary="spent", created_ms=1, seq=1
+    )
+    child = _record("root.call-1", parent="root", root="root", pending=(pending_member(parked),))
+    _save(store, child, pending_add=(parked,))
+    assert store.people.pending_in_tree("root", "budget") == [parked]
+    raised, woken = store.people.extend("root", (500, 7_000, None, 5_000), [parked], due_ms=9)
+    assert (raised, woken) == (True, 1)
+    limits = store.limits("root")
+    assert limits is not None
+    # The tokens and the deadline were raised; the tree had no dollar limit: still none.
+    assert (limits.tokens, limits.cost_micro, limits.deadline_ms) == (1_500, None, 16_000)
+    assert store.people.pending() == []
+    loaded = store.load("root.call-1")
+    assert loaded is not None
+    assert [e for _, e in loaded.inbox] == [BudgetExtended(seq=1)]
+    # Used once: a second extension raises the limits but wakes nobody.
+    assert store.people.extend("root", (1, None, None, None), [parked], due_ms=9) == (True, 0)
+    assert store.people.extend("root", (None, 1, None, None), [], due_ms=9) == (False, 0)
 
 
 def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     pending = Pending(
         kind="call",
         run_id="r1",
@@ -280,7 +385,7 @@ def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:
 
 
 def _decide(store: RunStore, call: str, now_ms: int, yes: bool = True) -> Decided:
-    return store.decide(
+    return store.people.decide(
         "r1",
         "call",
         call,
@@ -293,13 +398,13 @@ def _decide(store: RunStore, call: str, now_ms: int, yes: bool = True) -> Decide
 
 def test_a_decision_is_used_once(store: RunStore) -> None:
     pending = _pending_call(store)
-    assert store.pending() == [pending]
+    assert store.people.pending() == [pending]
     assert _decide(store, "call-1", now_ms=5) is Decided.APPLIED
-    assert store.pending() == []
+    assert store.people.pending() == []
     assert _decide(store, "call-1", now_ms=5, yes=False) is Decided.DECIDED
     assert _decide(store, "call-2", now_ms=5) is Decided.NOT_PENDING
     assert (
-        store.decide(
+        store.people.decide(
             "gone",
             "call",
             "call-1",
@@ -318,7 +423,7 @@ def test_a_decision_is_used_once(store: RunStore) -> None:
 def test_a_decision_after_the_expiry_is_refused_and_declines(store: RunStore) -> None:
     _pending_call(store, expires_ms=1_000)
     assert _decide(store, "call-1", now_ms=1_000) is Decided.EXPIRED
-    assert store.pending() == []
+    assert store.people.pending() == []
     loaded = store.load("r1")
     assert loaded is not None
     declined = CallDecision(call="call-1", yes=False, reason="no decision came in time")
@@ -334,7 +439,7 @@ def test_a_decision_just_before_the_expiry_is_applied(store: RunStore) -> None:
 
 
 def test_a_finished_run_expires_and_leaves_the_index(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     finished = _record(state="finished", outcome=Outcome(stop=Stop.DONE, summary="ok"))
     _save(store, finished, retention_s=100)
     assert 0 < store.redis.ttl(store.keys.run("r1")) <= 100
@@ -348,7 +453,7 @@ def test_a_finished_run_expires_and_leaves_the_index(store: RunStore) -> None:
 
 def test_pruning_gets_past_runs_that_stay_alive(store: RunStore) -> None:
     for n in range(7):
-        store.create(_record(f"r{n}", created_ms=1_000 + n), "snap", due_ms=5_000, budget=None)
+        store.create(_record(f"r{n}", created_ms=1_000 + n), "snap", due_ms=5_000)
     for n in (5, 6):
         store.redis.delete(store.keys.run(f"r{n}"))  # expired; r0..r4 are parked for weeks
     pruned = [store.upkeep.prune_runs(older_than_ms=10**15, limit=2) for _ in range(4)]
@@ -357,10 +462,11 @@ def test_pruning_gets_past_runs_that_stay_alive(store: RunStore) -> None:
 
 
 def test_usage_for_an_ancestor_that_expired_does_not_bring_it_back(store: RunStore) -> None:
-    store.create(_record("root"), "snap", due_ms=5_000, budget=None)
-    store.create(_record("root.call-1", parent="root", root="root"), "snap", 5_000, None)
+    store.create(_record("root"), "snap", due_ms=5_000)
+    store.create(_record("root.call-1", parent="root", root="root"), "snap", 5_000)
     store.redis.delete(store.keys.run("root"))  # finished and expired
-    usage = (UsageAdd("root", 1, 2, 3), UsageAdd("root.call-1", 1, 2, 3))
+    used = Usage(prompt_tokens=1, completion_tokens=2, total_tokens=3)
+    usage = (UsageAdd("root", used), UsageAdd("root.call-1", used))
     _save(store, _record("root.call-1", parent="root", root="root"), usage=usage)
     assert not store.redis.exists(store.keys.run("root"))
     assert store.redis.hget(store.keys.run("root.call-1"), "tt") == b"3"
@@ -391,7 +497,7 @@ def test_an_unreadable_outbox_member_is_skipped(member: str) -> None:
 
 
 def test_only_the_last_result_of_a_batch_asks_for_an_advance(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     batch = ["call-1", "call-2", "call-3"]
     _save(store, _running(*batch, seq=1), running=tuple(batch))
     codes = []
@@ -404,7 +510,7 @@ def test_only_the_last_result_of_a_batch_asks_for_an_advance(store: RunStore) ->
 
 
 def test_a_save_counts_what_is_still_out(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     _save(store, _running("call-1", "call-2"))
     _claim(store, "call-1", "x")
     _record_outcome(store, "call-1", "x", attempt=1, counted=True)
@@ -414,7 +520,7 @@ def test_a_save_counts_what_is_still_out(store: RunStore) -> None:
 
 
 def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunStore) -> None:
-    store.create(_record(), "snap", due_ms=5_000, budget=None)
+    store.create(_record(), "snap", due_ms=5_000)
     version = _save(store, _running("call-1"))
     _claim(store, "call-1", "x")
     _record_outcome(store, "call-1", "x", attempt=1)

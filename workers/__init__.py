@@ -16,6 +16,7 @@ from workers.errors import (
     ToolRegistrationError,
     WaitTimeout,
 )
+from workers.pricing import Budget, Price
 from workers.records import Pending, RunStatus, TraceEntry, Usage
 from workers.registry import ToolContext
 from workers.relay import Relay
@@ -23,12 +24,14 @@ from workers.settings import Settings
 
 __all__ = [
     "AppNotFound",
+    "Budget",
     "CallTimedOut",
     "DecisionRefused",
     "EmbeddedError",
     "ModelCallError",
     "ModelReply",
     "Pending",
+    "Price",
     "Relay",
     "RelayError",
     "RunCorrupt",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
+from workers.budgets import Pricing, not_admitted
 from workers.chat import Model
 from workers.codec import Loaded
 from workers.effects import OwnOutcome
@@ -38,6 +39,7 @@ from workers.reports import RECORDED, Report, after_step, call_facts, did
 from workers.scripts import ClaimStatus, Recorded, Saved
 from workers.settings import Settings
 from workers.steps import Steps
+from workers.store import NO_ADMISSION, Over
 
 __all__ = ["MAX_CALL_ATTEMPTS", "Calls"]
 
@@ -68,13 +70,12 @@ class CallMessage:
 class Claimed:
     """A call this task holds the lease of, with the run as its claim read it."""
 
-    def __init__(
-        self, asked: CallMessage, attempt: int, root: tuple[int, int | None], loaded: Loaded
-    ) -> None:
+    def __init__(self, asked: CallMessage, attempt: int, over: Over | None, loaded: Loaded) -> None:
         assert loaded.record is not None
         self.asked = asked
         self.attempt = attempt
-        self.root_tokens, self.root_budget = root
+        self.over = over
+        """Set when the tree's budget did not admit this (model) call."""
         self.loaded = loaded
         self.record: RunRecord = loaded.record
         self._agent: Agent | None = None
@@ -141,6 +142,7 @@ class Calls:
         settings: Settings,
         spec: Callable[[str], ToolSpec | None],
         model: Callable[[], Model],
+        pricing: Pricing,
     ) -> None:
         self.steps = steps
         self.store = steps.store
@@ -148,6 +150,7 @@ class Calls:
         self.timing = steps.timing
         self.spec = spec
         self.model = model
+        self.pricing = pricing
         self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
 
     def _asked(self, run_id: str, what: str, seq: int | None, member: str) -> CallMessage:
@@ -177,15 +180,15 @@ class Calls:
             lease_ms=self.timing.lease_ms,
             now_ms=self.steps.clock(),
             root=asked.run_id.split(".", 1)[0],  # a child's id starts with its root's
+            admission=self.pricing.admission() if asked.seq is not None else NO_ADMISSION,
         )
         if claim.status is not ClaimStatus.CLAIMED:
             return self._unclaimed(asked, claim.status)
         assert claim.loaded is not None
-        root = (claim.root_tokens, claim.root_budget)
         if claim.loaded.record is None:
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
-        call = Claimed(asked, claim.attempts, root, claim.loaded)
+        call = Claimed(asked, claim.attempts, claim.over, claim.loaded)
         if not call.open(self.steps.kit.restore):
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
@@ -295,9 +298,8 @@ class Calls:
         if call.attempt > MAX_CALL_ATTEMPTS:
             error = f"gave up after {MAX_CALL_ATTEMPTS} attempts: each worker stopped mid-call"
             return ModelFailed(seq=seq, error=error)
-        over = _over_budget(call, request)
-        if over:
-            return ModelFailed(seq=seq, error=over, budget=True)
+        if call.over is not None:
+            return not_admitted(seq, call.over)
         cancel = threading.Event()
         lease = self._lease(call, self.timing.lease_ms)
         model = self.model()
@@ -309,7 +311,9 @@ class Calls:
             return ModelFailed(seq=seq, error=str(error))
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
-        return ModelReplied(seq=seq, text=reply.text, usage=reply.usage)
+        usage = self.pricing.priced(reply)
+        cut = reply.finish_reason == "length"
+        return ModelReplied(seq=seq, text=reply.text, usage=usage, truncated=cut)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -410,16 +414,3 @@ def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:
             f"it was tried {MAX_CALL_ATTEMPTS} times and each worker stopped mid-call"
         )
     return None
-
-
-def _over_budget(call: Claimed, request: ModelRequest) -> str:
-    """Return why the tree's token budget would be passed by this call, or ''."""
-    if call.root_budget is None:
-        return ""
-    estimate = (len(request.system) + len(request.prompt)) // 4
-    if call.root_tokens + estimate <= call.root_budget:
-        return ""
-    return (
-        f"The token budget of {call.root_budget} would be passed"
-        f" ({call.root_tokens} used, about {estimate} more needed)."
-    )

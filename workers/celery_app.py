@@ -4,8 +4,10 @@ One explicit app per Relay (never `current_app`). JSON only; late acks with
 reject-on-worker-lost, so a message whose worker dies is delivered again;
 prefetch 1, so a slow call never holds messages another worker could take.
 Relay's own leases and the tick recover a dead worker's call within
-`RELAY_RECOVERY_SECONDS`; the broker's visibility timeout is kept longer than
-any task can run, so it never hands a live task to a second worker.
+`RELAY_RECOVERY_SECONDS`; the broker's visibility timeout (on RabbitMQ, the
+consumer timeout) is kept longer than any task can run, so it never hands a live
+task to a second worker. How the queues are declared on Redis or RabbitMQ:
+`workers.brokers`.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any, Protocol
 import click
 from celery import Celery, bootsteps
 from celery.signals import beat_init, worker_shutting_down
-from kombu import Queue
 
+from workers.brokers import broker_conf
 from workers.effects import Message
 from workers.errors import StepFailed
 from workers.holding import held
@@ -79,7 +81,8 @@ class RuntimeLike(Protocol):
 
 
 def visibility_timeout(settings: Settings) -> int:
-    """Seconds a delivered message stays invisible: longer than the longest task."""
+    """Seconds a delivered message stays invisible (Redis) or may stay unacknowledged
+    (RabbitMQ): longer than the longest task."""
     model_s = (settings.model_timeout + 30) * (settings.model_retries + 1)
     return int(max(model_s, settings.tool_timeout) + VISIBILITY_MARGIN_S)
 
@@ -114,11 +117,18 @@ def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
     queues = Queues.under(settings.prefix)
     # RelayEvents: task events that reach Flower from a threads pool too (workers.task_events).
     app = Celery(name, broker=broker_url, set_as_current=False, events=RelayEvents)
+    timeout_s = visibility_timeout(settings)
+    # Declared, so a plain `celery -A mymodule:app worker` consumes all four.
+    declared = broker_conf(
+        broker_url,
+        queues.all(),
+        prefix=settings.prefix,
+        queue_type=settings.queue_type,
+        visibility_timeout_s=timeout_s,
+    )
     app.conf.update(
-        **delivery_settings(visibility_timeout(settings), events=settings.events),
+        **{**delivery_settings(timeout_s, events=settings.events), **declared},
         task_default_queue=queues.advance,
-        # Declared, so a plain `celery -A mymodule:app worker` consumes all four.
-        task_queues=[Queue(name) for name in queues.all()],
         task_routes={
             "relay.advance": {"queue": queues.advance},
             "relay.tick": {"queue": queues.tick},

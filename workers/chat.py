@@ -52,12 +52,15 @@ class Model(Protocol):
 
 
 class ModelReply(BaseModel):
-    """The model's text and the tokens the call used."""
+    """The model's text, the tokens the call used, the model that answered (as the
+    server names it) and why the reply ended (`stop`, `length`, ...), where it says."""
 
     model_config = ConfigDict(frozen=True)
 
     text: str
     usage: Usage = Usage()
+    model: str | None = None
+    finish_reason: str | None = None
 
 
 def backoff_seconds(
@@ -97,19 +100,25 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-def chat_body(model: str, request: ModelRequest, *, attachment_chars: int) -> dict[str, Any]:
-    """Return the JSON body of a chat completions call for `request`."""
+def chat_body(
+    model: str, request: ModelRequest, *, attachment_chars: int, max_tokens: int = 0
+) -> dict[str, Any]:
+    """Return the JSON body of a chat completions call for `request` (with `max_tokens`,
+    the reply's cap in tokens, unless it is 0)."""
     content: str | list[dict[str, Any]] = request.prompt
     if request.attachments:
         content = [{"type": "text", "text": request.prompt}]
         content += [_attachment_part(item, attachment_chars) for item in request.attachments]
-    return {
+    body: dict[str, Any] = {
         "model": model,
         "messages": [
             {"role": "system", "content": request.system},
             {"role": "user", "content": content},
         ],
     }
+    if max_tokens > 0:
+        body["max_tokens"] = max_tokens
+    return body
 
 
 def _attachment_part(attachment: Attachment, limit: int) -> dict[str, Any]:
@@ -144,7 +153,20 @@ def parse_reply(data: bytes) -> ModelReply:
     if not isinstance(content, str):
         kind = type(content).__name__ if content is not None else "missing"
         raise _unusable(f"the reply's choices[0].message.content is not text ({kind})")
-    return ModelReply(text=content, usage=_parse_usage(payload.get("usage")))
+    model = payload.get("model")
+    finish = choices[0].get("finish_reason")
+    return ModelReply(
+        text=content,
+        usage=_parse_usage(payload.get("usage")),
+        model=model[:200] if isinstance(model, str) and model else None,
+        finish_reason=finish[:40] if isinstance(finish, str) else None,
+    )
+
+
+class _PromptDetails(BaseModel):
+    """OpenAI's breakdown of the prompt tokens (other keys are ignored)."""
+
+    cached_tokens: NonNegativeInt | None = None
 
 
 class _ServerUsage(BaseModel):
@@ -155,6 +177,7 @@ class _ServerUsage(BaseModel):
     prompt_tokens: NonNegativeInt | None = None
     completion_tokens: NonNegativeInt | None = None
     total_tokens: NonNegativeInt | None = None
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 def _parse_usage(value: object) -> Usage:
@@ -167,7 +190,15 @@ def _parse_usage(value: object) -> Usage:
     prompt = given.prompt_tokens or 0
     completion = given.completion_tokens or 0
     total = prompt + completion if given.total_tokens is None else given.total_tokens
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+    details = given.prompt_tokens_details
+    cached = min(prompt, (details.cached_tokens or 0) if details is not None else 0)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=total,
+        cached_prompt_tokens=cached,
+        model_calls=1,
+    )
 
 
 def _unusable(message: str) -> ModelCallError:

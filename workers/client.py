@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterator
 from agent_core import Outcome
 from workers.decisions import expiry_event
 from workers.effects import Message
-from workers.errors import DecisionRefused, RunCorrupt, RunNotFound, WaitTimeout
+from workers.errors import DecisionRefused, RelayError, RunCorrupt, RunNotFound, WaitTimeout
 from workers.layout import PendingKind, pending_parts
+from workers.pricing import Budget
 from workers.records import (
     Answer,
     CallDecision,
@@ -44,7 +45,7 @@ class RunsClient:
         self._send = send
         self._timing = timing
 
-    def _record(self, run_id: str) -> tuple[RunRecord, tuple[int, int, int]]:
+    def _record(self, run_id: str) -> tuple[RunRecord, Usage]:
         found = self.store.read(run_id)
         if found is None:
             raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
@@ -52,7 +53,7 @@ class RunsClient:
 
     def status(self, run_id: str) -> RunStatus:
         """Return where the run is: its state, what it waits for, usage, outcome, children."""
-        record, (tp, tc, tt) = self._record(run_id)
+        record, total = self._record(run_id)
         return RunStatus(
             id=record.id,
             state=record.state,
@@ -64,13 +65,55 @@ class RunsClient:
             recipe=record.recipe,
             schedule=record.schedule,
             usage=record.usage,
-            total_usage=Usage(prompt_tokens=tp, completion_tokens=tc, total_tokens=tt),
+            total_usage=total,
+            budget=self._budget(record),
             created_ms=record.created_ms,
             updated_ms=record.updated_ms,
             finished_ms=record.finished_ms,
             outcome=record.outcome,
-            pending=tuple(self.store.pending_of(record.pending)),
+            pending=tuple(self.store.people.pending_of(record.pending)),
         )
+
+    def _budget(self, record: RunRecord) -> Budget | None:
+        """The tree's budget as it stands now (extensions included)."""
+        limits = self.store.limits(record.root)
+        if limits is None:
+            return None
+        started = record.created_ms
+        if record.root != record.id and limits.deadline_ms is not None:
+            root = self.store.read(record.root)
+            started = root[0].created_ms if root is not None else started
+        return Budget(
+            tokens=limits.tokens,
+            usd=None if limits.cost_micro is None else limits.cost_micro / 1_000_000,
+            model_calls=limits.model_calls,
+            seconds=None
+            if limits.deadline_ms is None
+            else max(limits.deadline_ms - started, 1) / 1000,
+        )
+
+    def extend(self, run_id: str, more: Budget) -> int:
+        """Raise the tree's limits by `more` and let its runs parked at the budget go on;
+        return how many runs were woken. A limit the tree never had stays unlimited.
+
+        Raises:
+            RelayError: `more` raises nothing the tree has a limit for.
+            RunNotFound: there is no such run.
+        """
+        if not isinstance(more, Budget) or more.empty:
+            raise RelayError("extend needs a Budget that raises at least one limit")
+        record, _ = self._record(run_id)
+        parked = self.store.people.pending_in_tree(record.root, "budget")
+        seconds = None if more.seconds is None else int(more.seconds * 1000)
+        raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
+        due = now_ms() + self._timing.grace_ms
+        raised, woken = self.store.people.extend(record.root, raise_by, parked, due)
+        if not raised:
+            raise RelayError(
+                f"the budget of run {record.root} has no limit that {more.describe()} raises"
+            )
+        self._send([Message("advance", p.run_id) for p in parked])
+        return woken
 
     def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
         """Return the run's outcome once it finishes.
@@ -100,7 +143,7 @@ class RunsClient:
 
     def pending(self) -> list[Pending]:
         """Return what waits on a person: plans, calls and questions, oldest first."""
-        return self.store.pending()
+        return self.store.people.pending()
 
     def approve(
         self, run_id: str, call_id: str, yes: bool = True, reason: str = "", *, by: str = ""
@@ -156,7 +199,7 @@ class RunsClient:
         self, run_id: str, kind: PendingKind, what: str, event: InboxEvent, named: str
     ) -> None:
         now = now_ms()
-        decided = self.store.decide(
+        decided = self.store.people.decide(
             run_id,
             kind,
             what,

@@ -9,6 +9,7 @@ read becomes None (skipped, with a trace line).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 
 from workers.effects import Advanced, ChildRun, Delivery, OwnOutcome
 from workers.layout import NOTES_MAX, TRACE_MAX, Keys, OutboxMember, pending_member
-from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, inbox_event
+from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage, inbox_event
 
 __all__ = [
     "Loaded",
@@ -28,6 +29,7 @@ __all__ = [
     "record_json",
     "save_arguments",
     "trace_line",
+    "usage_of",
 ]
 
 NEVER_MS = 2**52
@@ -140,7 +142,8 @@ def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "unsend": fx.unsend,
         "pending_add": [_pending_entry(p) for p in fx.pending_add],
         "pending_del": fx.pending_del,
-        "usage": [[keys.run(u.run_id), u.prompt, u.completion, u.total] for u in fx.usage],
+        "usage": [[keys.run(u.run_id), *_counts(u.usage)] for u in fx.usage],
+        "settle": [[keys.run(root), field] for root, field in fx.settle],
         "create": [_child(keys, c) for c in fx.create],
         "deliver": [_delivery(keys, d) for d in fx.deliver],
         "advance": OutboxMember.advance(record.id),
@@ -151,6 +154,33 @@ def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "notes": fx.notes.notes if fx.notes else [],
         "notes_max": NOTES_MAX,
     }
+
+
+def _counts(usage: Usage) -> list[int]:
+    """A call's usage in the order of RunFields.USAGE."""
+    return [
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.total_tokens,
+        usage.cached_prompt_tokens,
+        usage.cost_micro,
+        usage.model_calls,
+        usage.unpriced_calls,
+    ]
+
+
+def usage_of(values: Sequence[Any]) -> Usage:
+    """A run's totals read back in the order of RunFields.USAGE."""
+    prompt, completion, total, cached, cost, calls, unpriced = (as_int(v) for v in values)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=total,
+        cached_prompt_tokens=cached,
+        cost_micro=cost,
+        model_calls=calls,
+        unpriced_calls=unpriced,
+    )
 
 
 def _child(keys: Keys, child: ChildRun) -> list[Any]:

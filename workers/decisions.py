@@ -10,12 +10,13 @@ its place: a no, or no answer.
 from __future__ import annotations
 
 from workers.layout import PendingKind
-from workers.records import Answer, CallDecision, InboxEvent, PlanDecision
+from workers.records import Answer, CallDecision, CancelRun, InboxEvent, PlanDecision
 
-__all__ = ["NO_ANSWER", "NO_DECISION", "expiry_event"]
+__all__ = ["NO_ANSWER", "NO_DECISION", "NO_EXTENSION", "expiry_event"]
 
 NO_DECISION = "no decision came in time"
 NO_ANSWER = "(No answer came in time. Carry on without it, and say what you assumed.)"
+NO_EXTENSION = "The run's budget ran out, and nobody extended it in time."
 
 
 def expiry_event(kind: PendingKind, what: str) -> InboxEvent:
@@ -24,4 +25,6 @@ def expiry_event(kind: PendingKind, what: str) -> InboxEvent:
         return CallDecision(call=what, yes=False, reason=NO_DECISION)
     if kind == "plan":
         return PlanDecision(seq=int(what), yes=False)
+    if kind == "budget":
+        return CancelRun(reason=NO_EXTENSION, stop="budget_exceeded")
     return Answer(seq=int(what), text=NO_ANSWER)

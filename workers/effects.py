@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from workers.layout import OutboxMember
-from workers.records import InboxEvent, Pending, RunRecord, TraceEntry
+from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage
 
 __all__ = [
     "Advanced",
@@ -69,12 +69,11 @@ class Send:
 
 @dataclass(frozen=True)
 class UsageAdd:
-    """Tokens to add to one run's totals (the run that called, and each ancestor)."""
+    """What a model call used, to add to one run's totals (the run that called, and each
+    ancestor)."""
 
     run_id: str
-    prompt: int
-    completion: int
-    total: int
+    usage: Usage
 
 
 @dataclass(frozen=True)
@@ -138,6 +137,9 @@ class Effects:
     """Run hash fields no longer needed (the markers of calls whose outcome was applied)."""
     running: tuple[str, ...] = ()
     """Calls of the batch out now: those not yet recorded are counted as `out`."""
+    settle: tuple[tuple[str, str], ...] = ()
+    """(root id, reservation field) of model calls whose reservation on the tree's
+    budget goes now (their outcome is in, or the run ended)."""
     notes: KeptNotes | None = None
 
 

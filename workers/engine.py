@@ -27,6 +27,7 @@ from agent_core import (
     Agent,
     Ask,
     Done,
+    ModelRequest,
     Outcome,
     Plan,
     Question,
@@ -46,6 +47,8 @@ from workers.effects import (
 from workers.layout import RunFields, model_call, pending_member
 from workers.records import (
     Answer,
+    BudgetExtended,
+    BudgetReached,
     CallDecision,
     CallTrack,
     CancelRun,
@@ -98,25 +101,46 @@ def _forget_call(run: Working, call: str) -> None:
     run.forget += [RunFields.result(call), RunFields.attempts(call)]
 
 
+def _forget_model_call(run: Working, seq: int) -> None:
+    """Its outcome is in: drop its markers, and settle what it reserved on the budget."""
+    call = model_call(seq)
+    _forget_call(run, call)
+    run.settle.append((run.record.root, RunFields.reservation(run.id, call)))
+
+
 def _waiting_for_model(run: Working, seq: int) -> bool:
     return seq == run.seq and isinstance(run.agent.resume(), Ask | Summarize)
 
 
 def _on_model_replied(run: Working, event: ModelReplied) -> None:
-    _forget_call(run, model_call(event.seq))
+    _forget_model_call(run, event.seq)
     run.add_usage(event.usage, model_call(event.seq))
     if _waiting_for_model(run, event.seq):
-        run.agent.reply(event.text)
+        run.agent.reply(event.text, truncated=event.truncated)
 
 
 def _on_model_failed(run: Working, event: ModelFailed) -> None:
-    _forget_call(run, model_call(event.seq))
+    _forget_model_call(run, event.seq)
     if not _waiting_for_model(run, event.seq):
         return
     if event.budget:
         _force_stop(run, Stop.BUDGET_EXCEEDED, event.error)
     else:
         run.agent.fail(event.error)
+
+
+def _on_budget_reached(run: Working, event: BudgetReached) -> None:
+    _forget_model_call(run, event.seq)
+    if _waiting_for_model(run, event.seq):
+        run.parked = event.detail  # no model call until the budget is extended
+        run.asked = None
+        run.note("budget", event.detail, data={"limit": event.limit})
+
+
+def _on_budget_extended(run: Working, event: BudgetExtended) -> None:
+    if run.parked is not None and event.seq == run.seq:
+        run.parked = None
+        run.note("budget_extended")
 
 
 def _on_tool_done(run: Working, event: ToolDone) -> None:
@@ -171,6 +195,8 @@ _HANDLERS: dict[str, Callable[[Working, Any], None]] = {
     "plan_decision": _on_plan_decision,
     "answer": _on_answer,
     "cancel": _on_cancel,
+    "budget_reached": _on_budget_reached,
+    "budget_extended": _on_budget_extended,
 }
 
 
@@ -200,11 +226,16 @@ def _settle(run: Working) -> None:
         break
     wanted: list[Pending] = []
     match step:
-        case Ask() | Summarize():
-            if run.asked != run.seq:
-                run.asked = run.seq
-                run.send(Message("call_model", run.id, seq=run.seq))
-            run.set_state("running", "model")
+        case Ask(request=request) | Summarize(request=request):
+            if run.parked is not None:
+                wanted = [_pending(run, "budget", run.parked)]
+                run.set_state("waiting", "budget")
+            else:
+                if run.asked != run.seq:
+                    run.asked = run.seq
+                    run.asked_bytes = request_bytes(request)
+                    run.send(Message("call_model", run.id, seq=run.seq))
+                run.set_state("running", "model")
         case Run(call=call):
             wanted = _dispatch(run, [call, *run.agent.queued()])
         case Plan(steps=steps):
@@ -303,7 +334,17 @@ def _start_child(run: Working, call: ToolCall) -> None:
     run.note("child", call.args.get("specialist", ""), call_id=call.id, data={"child": child_id})
 
 
-def _pending(run: Working, kind: Literal["plan", "question"], summary: str) -> Pending:
+def request_bytes(request: ModelRequest) -> int:
+    """How big a model request is, in bytes of text: what admission reserves tokens for
+    (half of it; an image counts as 2,000 bytes)."""
+    size = len(request.system.encode()) + len(request.prompt.encode())
+    for attachment in request.attachments:
+        image = attachment.mime.lower().startswith("image/")
+        size += 2_000 if image else len(attachment.data)
+    return size
+
+
+def _pending(run: Working, kind: Literal["plan", "question", "budget"], summary: str) -> Pending:
     ttl = run.around.approval_ttl_ms
     now = run.around.now_ms
     return Pending(
@@ -362,6 +403,8 @@ def finish(run: Working, outcome: Outcome, notes: list[str]) -> None:
             run.unsend.append(Message("run_tool", run.id, call=call_id).member)
     if run.asked is not None:
         run.unsend.append(Message("call_model", run.id, seq=run.asked).member)
+        held = RunFields.reservation(run.id, model_call(run.asked))
+        run.settle.append((run.record.root, held))
     run.calls = {}
     record = run.record
     if record.parent and record.parent_call:

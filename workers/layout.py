@@ -19,6 +19,8 @@ Per run (a root task, or a specialist's child run `<parent>.<call>`):
 Fleet-wide:
 
     runs            zset    run ids by creation time (`relay runs`); pruned by the tick
+    deadlines       zset    root ids by when their budget's `seconds` run out: the tick
+                            stops each tree whose time is up (CREATE adds, EXTEND moves)
     outbox          zset    messages to send, scored by when to send them again
                             (OutboxMember); SAVE adds, CLAIM/RENEW re-score, the
                             tick re-sends what is due
@@ -66,7 +68,7 @@ TRACE_MAX = 2_000
 NOTES_MAX = 100
 """Notes a schedule (or a memory) keeps, the newest."""
 
-PendingKind = Literal["plan", "call", "question"]
+PendingKind = Literal["plan", "call", "question", "budget"]
 
 
 class RunFields:
@@ -81,14 +83,36 @@ class RunFields:
     PROMPT_TOKENS = "tp"
     COMPLETION_TOKENS = "tc"
     TOTAL_TOKENS = "tt"
-    """Tokens of the run and all its descendants (SAVE adds each call's usage to every
-    ancestor)."""
+    CACHED_TOKENS = "cc"
+    COST = "cu"
+    """Micro-dollars."""
+    MODEL_CALLS = "mc"
+    UNPRICED_CALLS = "np"
+    USAGE = (
+        PROMPT_TOKENS,
+        COMPLETION_TOKENS,
+        TOTAL_TOKENS,
+        CACHED_TOKENS,
+        COST,
+        MODEL_CALLS,
+        UNPRICED_CALLS,
+    )
+    """What the run and all its descendants used (SAVE adds each model call's usage
+    to the run and every ancestor), in the order of `workers.records.Usage`."""
+    LIMIT_TOKENS = "lt"
+    LIMIT_COST = "lu"
+    LIMIT_CALLS = "lc"
+    DEADLINE = "ld"
+    """The tree's budget, on its root: tokens, micro-dollars, model calls, and the time
+    (ms) its `seconds` run out. CREATE sets them; EXTEND raises them."""
+    RESERVED_TOKENS = "rt"
+    RESERVED_COST = "ru"
+    RESERVED_CALLS = "rc"
+    """What the tree's model calls in flight reserved (CLAIM adds, SAVE settles)."""
     TRACE_LINES = "tn"
     """Trace lines ever written (the list keeps only the newest)."""
     OUT = "out"
     """Calls of the current batch not yet recorded: the last RECORD advances the run."""
-    BUDGET = "budget"
-    """Tokens the whole tree may use (on the root)."""
     CANCEL = "cancel"
     """Set when the run is cancelled: running tools see it through their lease."""
 
@@ -101,6 +125,11 @@ class RunFields:
     def attempts(call: str) -> str:
         """`a:<call>`: claims of the call so far (the fence: only the last may record)."""
         return f"a:{call}"
+
+    @staticmethod
+    def reservation(run_id: str, call: str) -> str:
+        """`q:<run>|<call>` on the root: "tokens:micro-dollars" a model call reserved."""
+        return f"q:{run_id}|{call}"
 
     @staticmethod
     def decision(kind: PendingKind, what: str) -> str:
@@ -171,6 +200,10 @@ class Keys:
     @property
     def activity(self) -> str:
         return self._("activity")
+
+    @property
+    def deadlines(self) -> str:
+        return self._("deadlines")
 
     @property
     def prune_cursor(self) -> str:

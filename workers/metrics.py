@@ -130,7 +130,7 @@ class FleetMetrics:
                 found.scanned += 1
                 state = str(record.get("state", "running"))
                 found.runs[(state, str(record.get("waiting_for") or ""))] += 1
-        for pending in store.pending():
+        for pending in store.people.pending():
             found.waiting_on_person[pending.kind] += 1
             found.oldest_wait_s = max(found.oldest_wait_s, (now_ms - pending.created_ms) / 1000)
         return found
@@ -150,9 +150,9 @@ def _add_call(facts: CallFacts, adds: dict[str, int], sums: dict[str, float]) ->
     if facts.usage is not None:
         adds[f"tokens|{name}|{key}|input"] = facts.usage.prompt_tokens
         adds[f"tokens|{name}|{key}|output"] = facts.usage.completion_tokens
-        cost = getattr(facts.usage, "cost_usd", None)  # Usage.cost_usd, where prices are set
-        if isinstance(cost, int | float) and cost:
-            adds[f"cost|{name}|{key}"] = round(cost * 1_000_000)
+        cost = getattr(facts.usage, "cost_micro", 0)  # exact, where the model has a price
+        if isinstance(cost, int) and cost:
+            adds[f"cost|{name}|{key}"] = cost
 
 
 def _read_into(totals: Totals, parts: list[str], value: str) -> None:

@@ -174,7 +174,12 @@ class ModelClient:
         """
         settings = self._settings
         body = json.dumps(
-            chat_body(settings.model, request, attachment_chars=settings.attachment_chars)
+            chat_body(
+                settings.model,
+                request,
+                attachment_chars=settings.attachment_chars,
+                max_tokens=settings.max_tokens,
+            )
         ).encode("utf-8")
         call = _Call(settings.deadline, settings.retries + 1, should_stop)
         for attempt in range(call.attempts):

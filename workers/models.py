@@ -77,6 +77,9 @@ class ModelSettings(BaseModel):
     backoff_base: float = Field(default=0.5, gt=0, allow_inf_nan=False)
     backoff_cap: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """No wait between attempts is longer, whatever a server's Retry-After says."""
+    max_tokens: int = Field(default=4096, ge=0, le=10**7)
+    """The reply's cap in tokens, sent as `max_tokens` (0: not sent): it bounds what a
+    call can cost, so budgets hold exactly."""
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     attachment_chars: int = Field(default=20_000, gt=0)
     """A text attachment is cut to this many characters."""

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, computed_field
 
 from agent_core import Config, Outcome, Risk, Stop, ToolOutput
 from agent_core.steps import FROZEN
+from workers.pricing import Budget
 
 __all__ = [
     "Answer",
+    "BudgetExtended",
+    "BudgetReached",
     "CallDecision",
     "CallTrack",
     "CancelRun",
@@ -36,24 +39,44 @@ __all__ = [
 
 
 class Usage(BaseModel):
-    """Tokens one call (or, summed with `+`, many calls) used."""
+    """What one model call (or, summed with `+`, many calls) used and cost.
+
+    `cost_micro` is exact, in whole micro-dollars (each call rounded up);
+    `cost_usd` shows it in dollars. `unpriced_calls` counts calls to a model
+    with no price: they cost 0 here, and `relay show` says "no price".
+    """
 
     model_config = ConfigDict(frozen=True, strict=True)
 
     prompt_tokens: NonNegativeInt = 0
     completion_tokens: NonNegativeInt = 0
     total_tokens: NonNegativeInt = 0
+    cached_prompt_tokens: NonNegativeInt = 0
+    """Prompt tokens the server served from its cache (where it says so)."""
+    cost_micro: NonNegativeInt = 0
+    model_calls: NonNegativeInt = 0
+    unpriced_calls: NonNegativeInt = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_usd(self) -> float:
+        """The cost in dollars (exact to the micro-dollar)."""
+        return self.cost_micro / 1_000_000
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+            cost_micro=self.cost_micro + other.cost_micro,
+            model_calls=self.model_calls + other.model_calls,
+            unpriced_calls=self.unpriced_calls + other.unpriced_calls,
         )
 
 
 RunState = Literal["running", "waiting", "finished"]
-WaitingFor = Literal["model", "tools", "children", "plan", "call", "question"]
+WaitingFor = Literal["model", "tools", "children", "plan", "call", "question", "budget"]
 
 
 class CallTrack(BaseModel):
@@ -98,8 +121,14 @@ class RunRecord(BaseModel):
     children: tuple[str, ...] = ()
     usage: Usage = Usage()
     """Tokens of this run's own model calls (descendants' are in the totals)."""
-    budget: int | None = None
-    """Tokens the whole tree may use (set on the root; children draw on it)."""
+    budget: Budget | None = None
+    """What the whole tree may spend, as given at the start (set on the root; children
+    draw on it); `relay.extend` raises the limits kept in the root's hash."""
+    parked: str | None = None
+    """Why the run waits, holding no worker, for a person to extend the tree's budget
+    (None: it does not)."""
+    asked_bytes: NonNegativeInt = 0
+    """The size of the model request asked for (`asked`): what admission reserves for."""
     config: Config
     tools: tuple[str, ...] | None = None
     """The tools this run may use (a recipe's); None: all."""
@@ -133,6 +162,8 @@ class ModelReplied(BaseModel):
     seq: int
     text: str
     usage: Usage = Usage()
+    truncated: bool = False
+    """The reply was cut by its length limit: the agent asks for the rest."""
 
 
 class ModelFailed(BaseModel):
@@ -141,7 +172,7 @@ class ModelFailed(BaseModel):
     seq: int
     error: str
     budget: bool = False
-    """The call was not made: the tree's token budget is spent."""
+    """The call was not made: the tree's time budget (`seconds`) is spent."""
 
 
 class ToolDone(BaseModel):
@@ -184,6 +215,25 @@ class Answer(BaseModel):
     text: str
 
 
+class BudgetReached(BaseModel):
+    """The model call was not made: the tree is at a limit of its budget. The run parks."""
+
+    model_config = FROZEN
+    kind: Literal["budget_reached"] = "budget_reached"
+    seq: int
+    limit: Literal["tokens", "usd", "model_calls"]
+    detail: str
+
+
+class BudgetExtended(BaseModel):
+    """A person raised the tree's limits: a run parked at its budget goes on."""
+
+    model_config = FROZEN
+    kind: Literal["budget_extended"] = "budget_extended"
+    seq: int
+    """The step the run was parked at (a decision names what the person saw)."""
+
+
 class CancelRun(BaseModel):
     model_config = FROZEN
     kind: Literal["cancel"] = "cancel"
@@ -199,6 +249,8 @@ InboxEvent = Annotated[
     | CallDecision
     | PlanDecision
     | Answer
+    | BudgetReached
+    | BudgetExtended
     | CancelRun,
     Field(discriminator="kind"),
 ]
@@ -217,7 +269,7 @@ class Pending(BaseModel):
     """Something waiting on a person: a plan, a call or a question."""
 
     model_config = FROZEN
-    kind: Literal["plan", "call", "question"]
+    kind: Literal["plan", "call", "question", "budget"]
     run_id: str
     root_id: str
     call_id: str | None = None
@@ -253,3 +305,5 @@ class RunStatus(BaseModel):
     finished_ms: int | None
     outcome: Outcome | None
     pending: tuple[Pending, ...] = ()
+    budget: Budget | None = None
+    """The whole tree's budget as it stands (extensions included); None: no limits."""

@@ -55,11 +55,13 @@ from workers.client import RunsClient
 from workers.effects import Message
 from workers.errors import RelayError
 from workers.model_client import ModelSource
+from workers.pricing import Budget, Price, load_prices
 from workers.records import Pending, RunRecord, RunStatus, TraceEntry
 from workers.runtime import Runtime
 from workers.scheduling import Scheduling
 from workers.settings import Settings, now_ms
 from workers.skill_tools import gather_skills
+from workers.starting import check_start, checked_prices, start_budget
 from workers.store import RunStore
 from workers.working import Verifier
 
@@ -67,8 +69,6 @@ __all__ = ["Relay"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-MAX_TASK_CHARS = 100_000
-MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -96,9 +96,13 @@ class Relay:
         questions: bool = False,
         settings: Settings | None = None,
         model: Model | None = None,
+        prices: Mapping[str, Price] | None = None,
     ) -> None:
         self.name = name
         self.settings = settings if settings is not None else Settings.from_env()
+        from_file = load_prices(self.settings.prices) if self.settings.prices else {}
+        self.prices: dict[str, Price] = {**from_file, **checked_prices(prices)}
+        """Dollars per million tokens by model name (RELAY_PRICES, then `prices`)."""
         self.config = config or Config()
         skills_found, self.skills_report = gather_skills(skills, skills_dir)
         """`skills` and every skill under `skills_dir`; the report says what did not load."""
@@ -227,7 +231,13 @@ class Relay:
                 app = build_celery(self.name, settings, settings.broker_url or self.redis_url)
                 send = sender(app, self.queues, self._tool_timeout)
                 runtime = Runtime(
-                    settings, store, self.kit, model=self.model, send=send, tick=self.tick
+                    settings,
+                    store,
+                    self.kit,
+                    model=self.model,
+                    send=send,
+                    tick=self.tick,
+                    prices=self.prices,
                 )
                 register_tasks(app, runtime)
                 self._parts = _Parts(store, app, runtime, RunsClient(store, send, settings.timing))
@@ -265,7 +275,7 @@ class Relay:
         *,
         config: Config | None = None,
         attachments: Iterable[Attachment] | None = None,
-        budget: int | None = None,
+        budget: Budget | int | None = None,
         tools: Sequence[str] | None = None,
         notes: Sequence[str] | None = None,
         recipe: str | None = None,
@@ -274,8 +284,9 @@ class Relay:
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
-        `budget` caps the tokens the run and its children may use; `tools`
-        narrows the registered tools; `notes` enables memory with these notes.
+        `budget` caps what the run and its children may spend (a `Budget`: tokens,
+        dollars, model calls, seconds; an int is a token budget); `tools` narrows
+        the registered tools; `notes` enables memory with these notes.
         `run_id` names the run (letters and digits): starting a run whose id
         exists already does nothing and returns that id, so a retried start is safe.
 
@@ -283,7 +294,8 @@ class Relay:
             RelayError: the task or attachments are too large, or a tool name is unknown.
             StoreUnavailable: Redis cannot be reached.
         """
-        files = self._check_start(task, budget, attachments, tools, run_id)
+        files = check_start(task, attachments, tools, run_id, known=self.kit.names())
+        limits = start_budget(budget)
         run_config = config or self.config
         try:
             agent = self.kit.new_agent(run_config, tools, notes)
@@ -303,41 +315,16 @@ class Relay:
             updated_ms=now,
             config=run_config,
             tools=tuple(tools) if tools is not None else None,
-            budget=budget,
+            budget=limits,
         )
         parts = self._built()
         due = now + self.settings.timing.grace_ms
-        created = parts.store.create(record, agent.snapshot(), due, budget)
+        created = parts.store.create(record, agent.snapshot(), due)
         if not created and not chosen:
             raise RelayError(f"a run with id {run_id} exists already")  # 64 random bits: never
         if created:
             parts.runtime.send([Message("advance", run_id)])
         return run_id
-
-    def _check_start(
-        self,
-        task: object,
-        budget: object,
-        attachments: Iterable[Attachment] | None,
-        tools: Sequence[str] | None,
-        run_id: str | None,
-    ) -> tuple[Attachment, ...]:
-        """Refuse what `start` cannot take, in one line each; return the attachments."""
-        if not isinstance(task, str) or not task.strip():
-            raise RelayError("the task must be non-empty text")
-        if len(task) > MAX_TASK_CHARS:
-            raise RelayError(f"the task is longer than {MAX_TASK_CHARS} characters")
-        if budget is not None and (not isinstance(budget, int) or budget <= 0):
-            raise RelayError("budget must be a positive number of tokens")
-        files = tuple(attachments or ())
-        if sum(len(a.data) for a in files) > MAX_ATTACHMENT_BYTES:
-            raise RelayError(f"attachments are larger than {MAX_ATTACHMENT_BYTES} bytes in all")
-        unknown = sorted(set(tools or ()) - self.kit.names())
-        if unknown:
-            raise RelayError(f"unknown tools: {', '.join(unknown)}")
-        if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
-            raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
-        return files
 
     def tick(self, now: int | None = None) -> list[str]:
         """Tick once, now (schedules, then healing); return the runs it started.
@@ -384,6 +371,10 @@ class Relay:
         """Answer the question a run waits on."""
         self.runs_client.answer(run_id, text)
 
+    def extend(self, run_id: str, more: Budget) -> int:
+        """Raise the tree's budget by `more` and let its parked runs go on (see RunsClient)."""
+        return self.runs_client.extend(run_id, more)
+
     def cancel(self, run_id: str, reason: str = "") -> bool:
         """Stop a run and its children; False if it had finished already."""
         return self.runs_client.cancel(run_id, reason)
@@ -415,11 +406,20 @@ class Relay:
         utc_offset_minutes: int = 0,
         *,
         mode: Mode = "run",
+        budget: Budget | None = None,
         now_ms: int | None = None,
     ) -> Schedule:
-        """Schedule `recipe`, filled with `values`, to fire on `trigger` (see Scheduling)."""
+        """Schedule `recipe`, filled with `values`, to fire on `trigger`, each run within
+        `budget` (see Scheduling)."""
         return self.scheduling.schedule(
-            name, recipe, values, trigger, utc_offset_minutes, mode=mode, now_ms=now_ms
+            name,
+            recipe,
+            values,
+            trigger,
+            utc_offset_minutes,
+            mode=mode,
+            budget=budget,
+            now_ms=now_ms,
         )
 
     def schedules(self) -> list[Schedule]:

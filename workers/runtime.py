@@ -13,15 +13,17 @@ says nobody dealt with (a lost message, a dead worker's call).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from workers.agent_kit import AgentKit
+from workers.budgets import Pricing
 from workers.calls import Calls
 from workers.chat import Model
 from workers.decisions import expiry_event
 from workers.effects import Message
 from workers.metrics import FleetMetrics
-from workers.records import Pending
+from workers.pricing import Price
+from workers.records import CancelRun, Pending
 from workers.reports import Report
 from workers.scripts import Decided
 from workers.settings import Settings, now_ms
@@ -47,13 +49,15 @@ class Runtime:
         model: Callable[[], Model],
         send: Callable[[list[Message]], None],
         tick: Callable[[int], object],
+        prices: Mapping[str, Price] | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
         self.send = send
         self.timing = settings.timing
         self.steps = Steps(store, kit, self.timing, send, clock)
-        self.calls = Calls(self.steps, settings, kit.spec, model)
+        pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens)
+        self.calls = Calls(self.steps, settings, kit.spec, model, pricing)
         self.ticker = Ticker(store, tick, settings.tick_seconds, clock)
         self.metrics = FleetMetrics(store)
         self.telemetry = Telemetry(settings.model_url)
@@ -88,8 +92,10 @@ class Runtime:
 
     def heal(self, now: int) -> int:
         """Re-send what was never dealt with, decline what expired; return how many were re-sent."""
-        for pending in self.store.expired_pending(now):
+        for pending in self.store.people.expired_pending(now):
             self._expire(pending, now)
+        for root in self.store.upkeep.deadlines_due(now):
+            self._time_is_up(root, now)
         self.store.upkeep.prune_runs(now - self.timing.retention_s * 1000)
         members = self.store.upkeep.due_messages(now)
         self.store.upkeep.postpone(members, now + self.timing.grace_ms)
@@ -97,11 +103,19 @@ class Runtime:
         self.send(messages)
         return len(messages)
 
+    def _time_is_up(self, root: str, now: int) -> None:
+        """Stop a tree whose budget's `seconds` ran out, waiting or not (a finished one
+        ignores it)."""
+        stop = CancelRun(reason="The run's time budget ran out.", stop="budget_exceeded")
+        if self.store.append(root, stop, now + self.timing.grace_ms, cancel_flag=True):
+            self.send([Message("advance", root)])
+        self.store.upkeep.forget_deadline(root)
+
     def _expire(self, pending: Pending, now: int) -> None:
         """Decline (or answer for) what waited too long, and wake the run to hear it."""
         what = pending.call_id if pending.call_id is not None else str(pending.seq)
         event = expiry_event(pending.kind, what)
-        decided = self.store.decide(
+        decided = self.store.people.decide(
             pending.run_id,
             pending.kind,
             what,

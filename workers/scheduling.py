@@ -18,6 +18,7 @@ from functools import cached_property
 from agent_core import Recipe, Tool, Trigger
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
+from workers.pricing import Budget
 from workers.settings import now_ms as clock
 from workers.store import RunStore
 
@@ -50,6 +51,7 @@ class Scheduling:
         utc_offset_minutes: int = 0,
         *,
         mode: Mode = "run",
+        budget: Budget | None = None,
         now_ms: int | None = None,
     ) -> Schedule:
         """Schedule `recipe`, filled with `values`, to fire on `trigger`; return the schedule.
@@ -73,6 +75,7 @@ class Scheduling:
             trigger,
             utc_offset_minutes,
             mode=mode,
+            budget=None if budget is None else budget.model_dump(exclude_none=True),
             now_ms=clock() if now_ms is None else now_ms,
         )
         recipe.tools_for(self._tools())  # refuses a tool that is not registered

@@ -3,7 +3,9 @@
     RELAY_REDIS_URL              redis://, rediss:// or unix:// URL; unset: the CLI
                                  starts an embedded Redis
     RELAY_BROKER_URL             Celery's broker; default: the Redis URL (a unix://
-                                 URL becomes kombu's redis+socket://)
+                                 URL becomes kombu's redis+socket://); amqp:// or
+                                 amqps:// for RabbitMQ (see workers.brokers)
+    RELAY_QUEUE_TYPE             RabbitMQ's queue type: quorum (default) or classic
     RELAY_MODEL_URL              OpenAI-compatible base URL (http://localhost:11434/v1)
                                  or its /chat/completions URL; unset: the demo model
     RELAY_MODEL                  model name sent with each call (default "default")
@@ -14,6 +16,8 @@
     RELAY_MODEL_TIMEOUT          seconds without a byte from the model server (120)
     RELAY_MODEL_RETRIES          retries of a transient model failure (4)
     RELAY_MODEL_DEADLINE         seconds a whole model call may take, retries and all (600)
+    RELAY_MODEL_MAX_TOKENS       a reply's cap in tokens, sent as max_tokens; 0 = none (4096)
+    RELAY_PRICES                 a JSON or TOML file of prices per model (optional)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
     RELAY_RECOVERY_SECONDS       how soon a dead worker's call is picked up again (15):
@@ -41,7 +45,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -135,7 +139,7 @@ def _count(minimum: int) -> Callable[[object], int]:
     return parse
 
 
-def _redis_url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
+def _url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
     names = [f"{scheme}://" for scheme in schemes]
     expected = f"expected a {', '.join(names[:-1])} or {names[-1]} URL"
 
@@ -159,6 +163,13 @@ def _redis_url(schemes: tuple[str, ...]) -> Callable[[object], str | None]:
         return value
 
     return parse
+
+
+def _queue_type(value: object) -> str:
+    kind = str(value).strip().lower()
+    if kind not in ("quorum", "classic"):
+        raise ValueError("expected quorum or classic")
+    return kind
 
 
 def _model_url(value: object) -> str | None:
@@ -198,6 +209,14 @@ def _app(value: object) -> str | None:
     return value
 
 
+def _path(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a file path")
+    return value
+
+
 def _prefix(value: object) -> str:
     if not isinstance(value, str) or not value or not value.isprintable():
         raise ValueError("expected a non-empty prefix")
@@ -208,9 +227,10 @@ def _prefix(value: object) -> str:
 
 
 _Seconds = Annotated[float, BeforeValidator(_seconds)]
-_RedisUrl = Annotated[str | None, BeforeValidator(_redis_url(("redis", "rediss", "unix")))]
+_RedisUrl = Annotated[str | None, BeforeValidator(_url(("redis", "rediss", "unix")))]
 _BrokerUrl = Annotated[
-    str | None, BeforeValidator(_redis_url(("redis", "rediss", "redis+socket", "unix")))
+    str | None,
+    BeforeValidator(_url(("redis", "rediss", "redis+socket", "unix", "amqp", "amqps"))),
 ]
 
 
@@ -221,6 +241,8 @@ class Settings(BaseModel):
 
     redis_url: _RedisUrl = None
     broker_url: _BrokerUrl = None
+    queue_type: Annotated[Literal["quorum", "classic"], BeforeValidator(_queue_type)] = "quorum"
+    """On RabbitMQ: quorum queues, or classic ones for a server without them."""
     model_url: Annotated[str | None, BeforeValidator(_model_url)] = None
     """The chat completions endpoint (a base URL is completed); None: the demo model."""
     model: Annotated[str, BeforeValidator(_model_name)] = "default"
@@ -232,6 +254,10 @@ class Settings(BaseModel):
     model_retries: Annotated[int, BeforeValidator(_count(0))] = 4
     model_deadline: _Seconds = 600.0
     """Seconds one model call may take, every attempt and wait included."""
+    model_max_tokens: Annotated[int, BeforeValidator(_count(0))] = 4096
+    """The reply's cap in tokens (0: none): what admission reserves for a reply."""
+    prices: Annotated[str | None, BeforeValidator(_path)] = None
+    """A JSON or TOML file of prices per model (RELAY_PRICES), for apps that set none."""
     tool_timeout: _Seconds = 300.0
     tool_output_chars: Annotated[int, BeforeValidator(_count(1))] = 20_000
     recovery_seconds: _Seconds = 15.0
@@ -282,6 +308,7 @@ class Settings(BaseModel):
             read_timeout=self.model_timeout,
             retries=self.model_retries,
             deadline=self.model_deadline,
+            max_tokens=self.model_max_tokens,
         )
 
     @property

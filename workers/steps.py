@@ -102,7 +102,7 @@ class Steps:
         record = loaded.record
         around = self.around()
         if record is None:
-            held = self.store.pending_members_of(run_id)
+            held = self.store.people.pending_members_of(run_id)
             return endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
         if record.state == "finished":
             return endings.finished_already(

@@ -10,7 +10,7 @@ hidden. Nothing here knows about agents beyond opaque snapshot text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +27,7 @@ from workers.codec import (
     record_json,
     save_arguments,
     trace_line,
+    usage_of,
 )
 from workers.durability import Durability, probe, wait_durable
 from workers.effects import Advanced, OwnOutcome
@@ -35,16 +36,61 @@ from workers.layout import (
     TRACE_MAX,
     Keys,
     OutboxMember,
-    PendingKind,
     RunFields,
-    pending_member,
 )
-from workers.records import InboxEvent, Pending, RunRecord, TraceEntry
+from workers.people import People
+from workers.records import InboxEvent, RunRecord, TraceEntry, Usage
 from workers.redact import redact_url
-from workers.scripts import ClaimStatus, Decided, Recorded, Saved, lua
+from workers.scripts import ClaimStatus, Recorded, Saved, lua
 from workers.upkeep import Upkeep
 
-__all__ = ["Claim", "Loaded", "RunStore"]
+__all__ = ["NO_ADMISSION", "Admission", "Claim", "Loaded", "Over", "RunStore", "TreeLimits"]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a model call's admission against its tree's budget needs beside the request:
+    the reply's largest size, and the highest prices (micro-dollars per token) it may
+    be charged. `max_tokens` 0: the reply's size is not capped (nor reserved for)."""
+
+    max_tokens: int
+    input_micro: float
+    output_micro: float
+
+
+NO_ADMISSION = Admission(0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Over:
+    """The limit a model call was not admitted under, with the numbers (for the person)."""
+
+    limit: str
+    """tokens, usd, model_calls, or deadline."""
+    spent: int = 0
+    reserved: int = 0
+    cap: int = 0
+    estimate: int = 0
+
+    @classmethod
+    def of(cls, text: str) -> Over | None:
+        if not text:
+            return None
+        limit, *numbers = text.split("|")
+        values = [int(float(n)) for n in numbers] + [0, 0, 0, 0]
+        return cls(limit, *values[:4])
+
+
+@dataclass(frozen=True)
+class TreeLimits:
+    """A tree's budget as it stands: tokens, micro-dollars, model calls, deadline (ms);
+    None where it has no such limit; and what its calls in flight reserved."""
+
+    tokens: int | None
+    cost_micro: int | None
+    model_calls: int | None
+    deadline_ms: int | None
+    reserved: tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -52,13 +98,13 @@ class Claim:
     """The answer to a claim, with the attempt number when claimed.
 
     A claimed call also gets the run as it stands (`loaded`), so the call and the
-    save after it need no other read.
+    save after it need no other read. `over` is set when a model call was claimed
+    but not admitted: its tree is at a limit of its budget.
     """
 
     status: ClaimStatus
     attempts: int
-    root_tokens: int
-    root_budget: int | None
+    over: Over | None = None
     loaded: Loaded | None = None
 
 
@@ -90,11 +136,12 @@ class RunStore:
         self._renew: Any = script(lua("renew"))
         self._unclaim: Any = script(lua("unclaim"))
         self._record: Any = script(lua("record"))
-        self._decide: Any = script(lua("decide"))
         self._save: Any = script(lua("save"))
         self._trace: Any = script(lua("trace"))
         self._read_trace: Any = script(lua("read_trace"))
         self._durability: Durability | None = None
+        self.people = People(self)
+        """What waits on a person, and the decisions and extensions that settle it."""
         self.upkeep = Upkeep(self)
         """The fleet-wide upkeep the tick does: its lock, pruning, the outbox's due messages."""
 
@@ -108,13 +155,15 @@ class RunStore:
 
     # --- creating and reading --------------------------------------------------------
 
-    def create(self, record: RunRecord, snapshot: str, due_ms: int, budget: int | None) -> bool:
-        """Create a run; False if one with that id exists."""
+    def create(self, record: RunRecord, snapshot: str, due_ms: int) -> bool:
+        """Create a run (its budget, if any, becomes its tree's limits); False if one with
+        that id exists."""
         k = self.keys
-        args = [record.id, record_json(record), snapshot, record.created_ms]
-        args += [OutboxMember.advance(record.id), due_ms, "" if budget is None else budget]
+        args: list[str | int] = [record.id, record_json(record), snapshot, record.created_ms]
+        args += [OutboxMember.advance(record.id), due_ms, *_limits(record)]
+        keys = [k.run(record.id), k.runs, k.outbox, k.deadlines]
         with self.errors():
-            answer = self._create(keys=[k.run(record.id), k.runs, k.outbox], args=args)
+            answer = self._create(keys=keys, args=args)
         return as_text(answer) == "created"
 
     def load(self, run_id: str) -> Loaded | None:
@@ -127,27 +176,44 @@ class RunStore:
             (version, meta, snap), entries = pipe.execute()
         return loaded(version, meta, snap, entries)
 
-    def read(self, run_id: str) -> tuple[RunRecord, tuple[int, int, int]] | None:
-        """Return the run's record and token totals (no snapshot), or None if there is no run.
+    def read(self, run_id: str) -> tuple[RunRecord, Usage] | None:
+        """Return the run's record and what it and its descendants used (no snapshot),
+        or None if there is no run.
 
         Raises:
             RunCorrupt: the stored record cannot be read.
         """
-        fields = [
-            RunFields.RECORD,
-            RunFields.PROMPT_TOKENS,
-            RunFields.COMPLETION_TOKENS,
-            RunFields.TOTAL_TOKENS,
-        ]
         with self.errors():
-            meta, *totals = self.redis.hmget(self.keys.run(run_id), fields)
+            meta, *totals = self.redis.hmget(
+                self.keys.run(run_id), [RunFields.RECORD, *RunFields.USAGE]
+            )
         if meta is None:
             return None
         try:
             record = RunRecord.model_validate_json(meta)
         except ValidationError as error:
             raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
-        return record, (as_int(totals[0]), as_int(totals[1]), as_int(totals[2]))
+        return record, usage_of(totals)
+
+    def limits(self, root: str) -> TreeLimits | None:
+        """Return the tree's budget as it stands (extensions included), and what its
+        calls in flight reserved; None if the tree has no limits (or no root)."""
+        fields = [
+            RunFields.LIMIT_TOKENS,
+            RunFields.LIMIT_COST,
+            RunFields.LIMIT_CALLS,
+            RunFields.DEADLINE,
+            RunFields.RESERVED_TOKENS,
+            RunFields.RESERVED_COST,
+            RunFields.RESERVED_CALLS,
+        ]
+        with self.errors():
+            values = self.redis.hmget(self.keys.run(root), fields)
+        if all(v is None for v in values[:4]):
+            return None
+        tokens, cost, calls, deadline = (None if v is None else int(v) for v in values[:4])
+        reserved = (as_int(values[4]), as_int(values[5]), as_int(values[6]))
+        return TreeLimits(tokens, cost, calls, deadline, reserved)
 
     def snapshot(self, run_id: str) -> str | None:
         with self.errors():
@@ -171,24 +237,27 @@ class RunStore:
         lease_ms: int,
         now_ms: int,
         root: str,
+        admission: Admission = NO_ADMISSION,
     ) -> Claim:
         """Claim call `what` of the run (a tool call, or with `seq` the model call `m<seq>`).
 
-        Only a call the run's record says is due can be claimed (see lua/claim.lua).
+        Only a call the run's record says is due can be claimed, and a model call only
+        within its tree's budget (see lua/claim.lua; `Claim.over` says which limit).
         """
         k = self.keys
         keys = [k.run(run_id), k.lease(run_id, what), k.outbox, k.run(root), k.inbox(run_id)]
         kind = "tool" if seq is None else "model"
-        args = [what, kind, seq or 0, token, lease_ms, member, now_ms + lease_ms]
+        args: list[str | int | float] = [what, kind, seq or 0, token, lease_ms, member]
+        args += [now_ms + lease_ms, run_id, admission.max_tokens]
+        args += [admission.input_micro, admission.output_micro, now_ms]
         with self.errors():
             answer = self._claim(keys=keys, args=args)
-        status, attempts, tokens, budget, version, meta, snap, entries = answer
-        budget = int(budget)
+        status, attempts, over, version, meta, snap, entries = answer
         claimed = ClaimStatus(as_text(status))
         found = (
             loaded(version or None, meta, snap, entries) if claimed is ClaimStatus.CLAIMED else None
         )
-        return Claim(claimed, int(attempts), int(tokens), None if budget < 0 else budget, found)
+        return Claim(claimed, int(attempts), Over.of(as_text(over)), found)
 
     def renew(
         self,
@@ -267,56 +336,6 @@ class RunStore:
         with self.errors():
             self.redis.zrem(self.keys.outbox, member)
 
-    # --- people ---------------------------------------------------------------------------
-
-    def decide(
-        self,
-        run_id: str,
-        kind: PendingKind,
-        what: str,
-        event: InboxEvent,
-        *,
-        expired: InboxEvent,
-        now_ms: int,
-        due_ms: int,
-    ) -> Decided:
-        """Apply a decision for the pending entry (`kind`, `what`) of the run, unless it
-        came after the entry's expiry: then `expired` (the event for "no decision in
-        time") is applied instead."""
-        k = self.keys
-        keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.pending, k.pending_data]
-        args: list[str | int] = [pending_member(run_id, kind, what)]
-        args += [RunFields.decision(kind, what), event.model_dump_json()]
-        args += [OutboxMember.advance(run_id), due_ms, now_ms, expired.model_dump_json()]
-        with self.errors():
-            return Decided(as_text(self._decide(keys=keys, args=args)))
-
-    def pending(self, limit: int = 1_000) -> list[Pending]:
-        """Return what waits on a person, oldest expiry first."""
-        with self.errors():
-            members = self.redis.zrange(self.keys.pending, 0, limit - 1)
-            values = self.redis.hmget(self.keys.pending_data, members) if members else []
-        return _readable(values)
-
-    def pending_of(self, members: Sequence[str]) -> list[Pending]:
-        if not members:
-            return []
-        with self.errors():
-            values = self.redis.hmget(self.keys.pending_data, list(members))
-        return _readable(values)
-
-    def pending_members_of(self, run_id: str) -> tuple[str, ...]:
-        """Return the pending entries a run holds, found by their names (for a lost record)."""
-        with self.errors():
-            found = self.redis.hscan_iter(self.keys.pending_data, match=f"{run_id}|*", count=1_000)
-            return tuple(as_text(member) for member, _ in found)
-
-    def expired_pending(self, now_ms: int, limit: int = 500) -> list[Pending]:
-        with self.errors():
-            members = self.redis.zrangebyscore(self.keys.pending, 0, now_ms, start=0, num=limit)
-            values = self.redis.hmget(self.keys.pending_data, members) if members else []
-        return _readable(values)
-
     def append(
         self, run_id: str, event: InboxEvent, due_ms: int, *, cancel_flag: bool = False
     ) -> bool:
@@ -384,14 +403,12 @@ class RunStore:
             return [as_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, limit - 1)]
 
 
-def _readable(values: list[Any]) -> list[Pending]:
-    """The pending entries that can be read (a missing or broken one is skipped)."""
-    found: list[Pending] = []
-    for value in values:
-        if value is None:
-            continue
-        try:
-            found.append(Pending.model_validate_json(value))
-        except ValidationError:
-            continue
-    return found
+def _limits(record: RunRecord) -> list[str | int]:
+    """The tree limits a new root's budget sets, in CREATE's order ('' for none)."""
+    budget = record.budget
+    if budget is None:
+        return ["", "", "", ""]
+    cost = budget.usd_micro
+    deadline = None if budget.seconds is None else record.created_ms + int(budget.seconds * 1000)
+    values = (budget.tokens, cost, budget.model_calls, deadline)
+    return ["" if value is None else value for value in values]

@@ -74,6 +74,17 @@ class Upkeep:
             pipe.execute()
         return len(gone)
 
+    def deadlines_due(self, now_ms: int, limit: int = 500) -> list[str]:
+        """Return the roots whose budget's `seconds` ran out by `now_ms`."""
+        redis, key = self._store.redis, self._store.keys.deadlines
+        with self._store.errors():
+            roots = redis.zrangebyscore(key, 0, now_ms, start=0, num=limit)
+        return [as_text(r) for r in roots]
+
+    def forget_deadline(self, root: str) -> None:
+        with self._store.errors():
+            self._store.redis.zrem(self._store.keys.deadlines, root)
+
     def due_messages(self, now_ms: int, limit: int = 500) -> list[str]:
         """Return outbox members whose time to be dealt with has passed."""
         redis, outbox = self._store.redis, self._store.keys.outbox

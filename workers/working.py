@@ -82,6 +82,9 @@ class Working:
         self.create: list[ChildRun] = []
         self.deliver_to: list[Delivery] = []
         self.forget: list[str] = []
+        self.settle: list[tuple[str, str]] = []
+        self.parked = record.parked
+        self.asked_bytes = record.asked_bytes
         self.notes: KeptNotes | None = None
         self.retention_s = 0
         self.messages: list[Message] = []
@@ -118,10 +121,11 @@ class Working:
     def add_usage(self, usage: Usage, call: str | None = None) -> None:
         """Add the tokens of one model call (`call`: its name, `m<seq>`) to the run and above."""
         self.usage = self.usage + usage
-        for run in (*self.record.ancestors, self.id):
-            adds = UsageAdd(run, usage.prompt_tokens, usage.completion_tokens, usage.total_tokens)
-            self.usage_adds.append(adds)
-        self.note("usage", call_id=call, data={"tokens": usage.total_tokens})
+        self.usage_adds += [UsageAdd(run, usage) for run in (*self.record.ancestors, self.id)]
+        data: dict[str, object] = {"tokens": usage.total_tokens}
+        if usage.cost_micro or usage.unpriced_calls:
+            data["cost_micro"] = usage.cost_micro
+        self.note("usage", call_id=call, data=data)
 
     def deliver(self, run: str, event: InboxEvent, *, cancel_flag: bool = False) -> None:
         """Put `event` in another run's inbox with this save, and wake that run after it."""
@@ -137,6 +141,8 @@ class Working:
             update={
                 "seq": self.seq,
                 "asked": self.asked,
+                "asked_bytes": self.asked_bytes,
+                "parked": self.parked,
                 "state": self.state,
                 "waiting_for": self.waiting_for,
                 "pending": self.pending,
@@ -163,6 +169,7 @@ class Working:
             retention_s=self.retention_s,
             forget=tuple(self.forget),
             running=tuple(c for c, t in self.calls.items() if t.status == "running"),
+            settle=tuple(self.settle),
             notes=self.notes,
         )
         return Advanced(record, snapshot, effects, tuple(self.messages))

@@ -1,24 +1,48 @@
 """A whole Relay on loopback for one test: private Redis, a scripted model server,
-real `relay worker` processes, and a client-side Relay to drive it."""
+real `relay worker` processes, and a client-side Relay to drive it.
+
+The broker is the same Redis, or (`broker="amqp"`) a vhost of its own on the
+machine's RabbitMQ, made for the fleet and deleted after it. `on_broker(...)`
+changes the default for the fleets made inside it (so a test written for Redis
+runs unchanged on RabbitMQ); RELAY_TEST_BROKER=amqp changes it for a whole run.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from tests.apps.notes import build
 from tests.support.brain import Brain
 from tests.support.model_server import ModelServer
+from tests.support.rabbitmq import rabbit_vhost
 from tests.support.redis_server import RedisServer
 from tests.support.worker_process import RelayProcess
 from workers import Relay, Settings
 
-__all__ = ["Fleet", "fleet"]
+__all__ = ["Broker", "Fleet", "fleet", "on_broker"]
 
 APP = "tests.apps.notes:relay"
+
+Broker = Literal["redis", "amqp"]
+_DEFAULT = os.environ.get("RELAY_TEST_BROKER") or "redis"
+_BROKER: ContextVar[str] = ContextVar("broker", default=_DEFAULT)
+
+
+@contextmanager
+def on_broker(broker: Broker) -> Iterator[None]:
+    """Make `broker` the default of every `fleet(...)` made inside the block."""
+    token = _BROKER.set(broker)
+    try:
+        yield
+    finally:
+        _BROKER.reset(token)
 
 
 @dataclass
@@ -30,6 +54,7 @@ class Fleet:
     env: dict[str, str]
     relay: Relay
     processes: list[RelayProcess] = field(default_factory=list)
+    broker: str = "redis"
 
     def worker(
         self, *extra: str, name: str = "", env: dict[str, str] | None = None
@@ -89,15 +114,24 @@ def fleet(
     appendonly: bool = False,
     recovery: float | None = 4,
     extra_env: dict[str, str] | None = None,
+    broker: Broker | None = None,
 ) -> Iterator[Fleet]:
     """Yield a Fleet with Redis and the model server up (start workers with `fleet.worker()`).
 
-    `recovery` is RELAY_RECOVERY_SECONDS (None: Relay's default).
+    `recovery` is RELAY_RECOVERY_SECONDS (None: Relay's default); `broker` is
+    "redis" or "amqp" (None: the default, see `on_broker`).
     """
     brain = Brain()
-    with RedisServer(directory, appendonly=appendonly) as redis_server, ModelServer(brain) as model:
+    with ExitStack() as stack:
+        redis_server = stack.enter_context(RedisServer(directory, appendonly=appendonly))
+        model = stack.enter_context(ModelServer(brain))
+        chosen = broker or _BROKER.get()
+        if chosen not in ("redis", "amqp"):
+            raise ValueError(f"unknown broker {chosen!r}: redis or amqp")
+        broker_url = stack.enter_context(rabbit_vhost()) if chosen == "amqp" else None
         env = {
             "RELAY_REDIS_URL": redis_server.url,
+            **({"RELAY_BROKER_URL": broker_url} if broker_url else {}),
             "RELAY_MODEL_URL": model.url,
             "RELAY_TEST_DIR": str(directory),
             "RELAY_MODEL_TIMEOUT": "10",
@@ -107,7 +141,7 @@ def fleet(
         }
         settings = Settings.from_env(env)
         relay = build(settings, skills_dir=env.get("RELAY_TEST_SKILLS"))
-        running = Fleet(directory, redis_server, model, brain, env, relay)
+        running = Fleet(directory, redis_server, model, brain, env, relay, broker=chosen)
         try:
             yield running
         finally:

@@ -80,6 +80,10 @@ class Reply:
     usage: tuple[int, int] | None = None
     hang: bool = False
     close: bool = False
+    cached: int = 0
+    """Prompt tokens reported as served from the server's cache."""
+    model: str = ""
+    """The model name the reply reports (default: the one asked for)."""
     trickle: float = 0.0
 
 
@@ -122,6 +126,7 @@ class ModelServer:
         self._calls: list[ChatCall] = []
         self._errors: list[BaseException] = []
         self._usage = (0, 0)
+        self._billed: list[tuple[str, int, int]] = []
         self._connections: set[socket.socket] = set()
         self._ids = itertools.count(1)
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
@@ -182,6 +187,13 @@ class ModelServer:
         with self._lock:
             return list(self._errors)
 
+    def billed(self, marker: str = "") -> list[tuple[int, int]]:
+        """(prompt, completion) tokens of every completed call whose task (the prompt's
+        first section) holds `marker`, in order."""
+        with self._lock:
+            billed = list(self._billed)
+        return [(p, c) for prompt, p, c in billed if marker in prompt.split("\n\n", 1)[0]]
+
     def usage_total(self) -> tuple[int, int]:
         """(prompt, completion) tokens summed over the 200 replies the server built."""
         with self._lock:
@@ -218,26 +230,34 @@ class ModelServer:
         return Reply(text=reply) if isinstance(reply, str) else reply
 
     def _completion(self, call: ChatCall, reply: Reply) -> bytes:
-        usage = reply.usage or (len(call.system + call.prompt) // 4 + 1, len(reply.text) // 4 + 1)
+        text, finish = reply.text, "stop"
+        usage = reply.usage or (len(call.system + call.prompt) // 4 + 1, len(text) // 4 + 1)
+        cap = call.body.get("max_tokens")
+        if isinstance(cap, int) and cap > 0 and usage[1] > cap:
+            # As a real server does: the reply is cut at max_tokens.
+            text, finish, usage = text[: cap * 4], "length", (usage[0], cap)
         with self._lock:
             self._usage = (self._usage[0] + usage[0], self._usage[1] + usage[1])
+            self._billed.append((call.prompt, usage[0], usage[1]))
+        details = {"prompt_tokens_details": {"cached_tokens": reply.cached}} if reply.cached else {}
         return _json(
             {
                 "id": f"chatcmpl-{next(self._ids)}",
                 "object": "chat.completion",
                 "created": int(time.time()),
-                "model": call.body.get("model", ""),
+                "model": reply.model or call.body.get("model", ""),
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": reply.text},
-                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": finish,
                     }
                 ],
                 "usage": {
                     "prompt_tokens": usage[0],
                     "completion_tokens": usage[1],
                     "total_tokens": usage[0] + usage[1],
+                    **details,
                 },
             }
         )

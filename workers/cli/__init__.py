@@ -24,6 +24,7 @@ from typing import Any
 import click
 
 from agent_core.errors import AgentError
+from workers.cli.budget import extend
 from workers.cli.common import Context, Failure
 from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
 from workers.cli.schedule import schedule
@@ -99,6 +100,7 @@ VERBS = (
     deny,
     answer,
     cancel,
+    extend,
 )
 for verb in (*VERBS, schedule, skills):
     cli.add_command(verb)

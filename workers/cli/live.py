@@ -72,6 +72,12 @@ _LINES: dict[str, tuple[str, str]] = {
     "rejected": ("↩ the final answer was sent back: {text}", "yellow"),
     "verifier_failed": ("✗ the final answer could not be checked: {text}", "red"),
     "ignored": ("  ignored: {text}", "dim"),
+    "budget": ("⏸ the budget is spent: {text}", "yellow"),
+    "budget_extended": ("✓ the budget was extended", "green"),
+    "warning": ("! {text}", "yellow"),
+    "message": ("✉ the person said: {text}", "cyan"),
+    "follow_up": ("▶ next turn: {text}", "bold"),
+    "continued": ("… the reply was cut; asked for the rest", "dim"),
 }
 _HIDDEN = frozenset({"usage", "stop"})
 _RESULT_STYLES = {"ok": "green", "error": "red", "declined": "yellow", "unknown": "magenta"}
@@ -258,7 +264,9 @@ class Follower:
 
     def _settle(self, pending: Pending) -> None:
         mode = self.policy.mode
-        if pending.kind == "question":
+        if pending.kind == "budget":  # never decided for a person: it costs money
+            self._hint(pending)
+        elif pending.kind == "question":
             if mode != "watch" and self.tty:
                 try:
                     self._ask_question(pending)
@@ -323,6 +331,14 @@ class Follower:
         if self.embedded is not None:
             env = f"RELAY_REDIS_URL=$(cat {self.embedded.url_file}) "
         run = one_line(pending.run_id, 200)
+        if pending.kind == "budget":
+            root = one_line(pending.root_id, 200)
+            self._say(
+                f"Waiting for the budget to be extended. From another shell:\n"
+                f"  {env}relay extend {root} --usd X (or --tokens N, --calls N)",
+                "yellow",
+            )
+            return
         if pending.kind == "question":
             self._say(f'Waiting for an answer. From another shell: {env}relay answer {run} "…"')
             return
@@ -377,7 +393,37 @@ class Follower:
 
 
 def usage_line(usage: Usage) -> str:
-    return (
+    """`1,234 tokens (1,000 prompt, 234 completion) · $0.0123`, saying "no price" for
+    calls to a model with none."""
+    line = (
         f"{usage.total_tokens:,} tokens ({usage.prompt_tokens:,} prompt,"
         f" {usage.completion_tokens:,} completion)"
     )
+    if usage.cost_micro or usage.unpriced_calls < usage.model_calls:
+        line += f" · {cost_text(usage)}"
+    elif usage.unpriced_calls:
+        line += " · no price"
+    return line
+
+
+def cost_cell(usage: Usage) -> str:
+    """The cost in a table cell: dollars, `no price`, or dollars+ when some calls had none."""
+    if not usage.model_calls:
+        return ""
+    if usage.unpriced_calls == usage.model_calls:
+        return "no price"
+    cost = usage.cost_micro / 1_000_000
+    text = f"${cost:,.2f}" if cost >= 0.01 or cost == 0 else f"${cost:.6f}".rstrip("0")
+    return text + ("+" if usage.unpriced_calls else "")
+
+
+def cost_text(usage: Usage) -> str:
+    """The cost in dollars (to the micro-dollar when under a cent), and "no price" for
+    calls whose model has none."""
+    cost = usage.cost_micro / 1_000_000
+    text = f"${cost:,.2f}" if cost >= 0.01 or cost == 0 else f"${cost:.6f}".rstrip("0")
+    if usage.unpriced_calls:
+        text += (
+            f" (+{usage.unpriced_calls} call{'s' if usage.unpriced_calls > 1 else ''}, no price)"
+        )
+    return text

@@ -17,6 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from workers.cli.budget import budget_from, budget_options
 from workers.cli.common import Context, Failure, app_option, json_option, print_json, row
 from workers.cli.embedded import Embedded
 from workers.cli.live import (
@@ -24,11 +25,14 @@ from workers.cli.live import (
     Deciding,
     Follower,
     console,
+    cost_cell,
+    cost_text,
     describe,
     usage_line,
 )
 from workers.cli.terminal import json_text, one_line, printable
 from workers.errors import DecisionRefused
+from workers.pricing import Budget
 from workers.records import Pending, RunStatus
 from workers.relay import Relay
 from workers.settings import Settings, redact_url
@@ -62,6 +66,7 @@ class _Job:
     policy: Deciding
     as_json: bool = False
     worker_env: dict[str, str] | None = None
+    budget: Budget | None = None
 
 
 def _start_and_follow(obj: Context, job: _Job, stack: ExitStack) -> int:
@@ -87,7 +92,7 @@ def _start_and_follow(obj: Context, job: _Job, stack: ExitStack) -> int:
             " build its Relay from the environment, or set RELAY_REDIS_URL and start workers"
         )
     started = time.monotonic()
-    run_id = relay.start(job.task, job.context)
+    run_id = relay.start(job.task, job.context, budget=job.budget)
     out.print(Text(f"Run {run_id} started.", style="dim"))
     follow = Follower(relay, run_id, job.policy, embedded=embedded, app=job.app, quiet=job.as_json)
     try:
@@ -104,11 +109,22 @@ def _start_and_follow(obj: Context, job: _Job, stack: ExitStack) -> int:
 @click.option("--context", default="", help="Background the agent should know.")
 @click.option("--yes", "approve_all", is_flag=True, help="Approve every plan and call.")
 @click.option("--deny", "deny_all", is_flag=True, help="Decline every plan and call.")
+@budget_options
 @json_option
 @app_option
 @click.pass_obj
 def run(
-    obj: Context, *, task: str, context: str, approve_all: bool, deny_all: bool, as_json: bool
+    obj: Context,
+    *,
+    task: str,
+    context: str,
+    approve_all: bool,
+    deny_all: bool,
+    as_json: bool,
+    budget_tokens: int | None,
+    budget_usd: float | None,
+    budget_calls: int | None,
+    deadline: float | None,
 ) -> None:
     """Start a run and follow it live: the plan, each call and its result, usage at the end.
 
@@ -121,12 +137,16 @@ def run(
 
     Exit status: 0 when the run did its task, 1 when it stopped otherwise
     (declined, cancelled, failed), 130 after Ctrl-C.
+
+    A budget caps the whole run tree: at a token, dollar or model-call limit it
+    waits until `relay extend RUN ...`; at --deadline it stops.
     """
     if approve_all and deny_all:
         raise click.UsageError("--yes and --deny exclude each other")
     mode: Literal["ask", "yes", "no"] = "yes" if approve_all else "no" if deny_all else "ask"
     why = "--yes" if approve_all else "--deny" if deny_all else ""
-    job = _Job(obj.spec("run"), task, context, Deciding(mode, why), as_json)
+    budget = budget_from(budget_tokens, budget_usd, budget_calls, deadline)
+    job = _Job(obj.spec("run"), task, context, Deciding(mode, why), as_json, budget=budget)
     with ExitStack() as stack:
         code = _start_and_follow(obj, job, stack)
     sys.exit(code)
@@ -202,7 +222,7 @@ def _state(status: RunStatus) -> str:
 @app_option
 @click.pass_obj
 def runs(obj: Context, limit: int, as_json: bool) -> None:
-    """List the newest runs (specialists' runs included): state, tokens, task."""
+    """List the newest runs (specialists' runs included): state, tokens, cost, task."""
     found = obj.relay.runs(limit)
     if as_json:
         print_json([status.model_dump(mode="json") for status in found])
@@ -211,17 +231,16 @@ def runs(obj: Context, limit: int, as_json: bool) -> None:
     if not found:
         out.print("No runs.")
         return
-    table = Table("run", "state", "tokens", "started", "task", box=None, header_style="bold")
+    spent = any(status.total_usage.model_calls for status in found)  # else no cost column
+    table = Table(box=None, header_style="bold")
+    table.add_column("run", no_wrap=True)
+    for header in ("state", "tokens", *(["cost"] if spent else []), "started", "task"):
+        table.add_column(header)
     for status in found:
-        table.add_row(
-            *row(
-                status.id,
-                _state(status),
-                f"{status.total_usage.total_tokens:,}",
-                _age(status.created_ms),
-                one_line(status.task, 60),
-            )
-        )
+        usage = status.total_usage
+        cost = [cost_cell(usage)] if spent else []
+        cells = [status.id, _state(status), f"{usage.total_tokens:,}", *cost]
+        table.add_row(*row(*cells, _age(status.created_ms), one_line(status.task, 60)))
     out.print(table)
 
 
@@ -255,6 +274,8 @@ def show(obj: Context, run_id: str, as_json: bool) -> None:
         ("children", ", ".join(status.children)),
         ("schedule", status.schedule or ""),
         ("tokens", usage_line(status.total_usage)),
+        ("cost", cost_text(status.total_usage) if status.total_usage.model_calls else ""),
+        ("budget", status.budget.describe() if status.budget is not None else ""),
         ("started", _age(status.created_ms)),
         ("finished", _age(status.finished_ms)),
         ("outcome", one_line(status.outcome.summary, 300) if status.outcome else ""),
@@ -304,6 +325,8 @@ def _pending_line(pending: Pending) -> str:
         return "plan: " + one_line(" ".join(f"{n}. {s}" for n, s in enumerate(steps, 1)), 200)
     if pending.kind == "question":
         return "question: " + one_line(pending.summary, 200)
+    if pending.kind == "budget":
+        return "budget: " + one_line(pending.summary, 300)
     return f"{pending.call_id}: {one_line(pending.summary, 200)}"
 
 
@@ -313,7 +336,7 @@ def _pending_line(pending: Pending) -> str:
 @app_option
 @click.pass_obj
 def pending(obj: Context, run_id: str | None, as_json: bool) -> None:
-    """List what waits on a person: plans, calls and questions, oldest first."""
+    """List what waits on a person: plans, calls, questions and spent budgets, oldest first."""
     found = [p for p in obj.relay.pending() if run_id is None or run_id in (p.run_id, p.root_id)]
     if as_json:
         print_json([p.model_dump(mode="json") for p in found])
@@ -329,7 +352,10 @@ def pending(obj: Context, run_id: str | None, as_json: bool) -> None:
             *row(p.run_id, p.kind, p.call_id or "", risk, _age(p.created_ms), _pending_line(p))
         )
     out.print(table)
-    out.print(Text("Decide with: relay approve RUN [CALL] · relay deny RUN [CALL]", style="dim"))
+    hint = "Decide with: relay approve RUN [CALL] · relay deny RUN [CALL]"
+    if any(p.kind == "budget" for p in found):
+        hint += " · a budget: relay extend RUN --usd X (or --tokens, --calls, --seconds)"
+    out.print(Text(hint, style="dim"))
 
 
 def _decide(relay: Relay, run_id: str, call_id: str | None, yes: bool, reason: str) -> str:

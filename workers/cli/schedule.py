@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import click
 from pydantic import ValidationError
@@ -28,6 +29,7 @@ from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
 from scheduler import Schedule
 from scheduler.schedules import local_iso
+from workers.cli.budget import budget_from, budget_options
 from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
 from workers.relay import Relay
@@ -189,6 +191,7 @@ def schedule() -> None:
     help="The offset of the schedule's local time, e.g. +05:45.",
 )
 @click.option("--notify", is_flag=True, help="Only record a notification; start no run.")
+@budget_options
 def add(
     name: str,
     *,
@@ -202,6 +205,10 @@ def add(
     weekly: tuple[str, str] | None,
     utc_offset: str,
     notify: bool,
+    budget_tokens: int | None,
+    budget_usd: float | None,
+    budget_calls: int | None,
+    deadline: float | None,
 ) -> None:
     """Add a schedule, or replace the one named NAME."""
     offset = parse_offset(utc_offset)
@@ -211,9 +218,9 @@ def add(
         filled = _pairs(values, "--value", need_value=True)
         relay = _relay()
         existed = any(s.name == name for s in relay.schedules())
-        made = relay.schedule(
-            name, recipe, filled, trigger, offset, mode="notify" if notify else "run"
-        )
+        budget = budget_from(budget_tokens, budget_usd, budget_calls, deadline)
+        mode: Literal["run", "notify"] = "notify" if notify else "run"
+        made = relay.schedule(name, recipe, filled, trigger, offset, mode=mode, budget=budget)
     verb = "replaced" if existed else "scheduled"
     click.echo(one_line(f"{verb} {made.name}: {made.describe()}, next at {_next(made)}"))
 

@@ -7,6 +7,7 @@ import socket
 
 import click
 
+from workers.brokers import check_broker
 from workers.cli.common import Context, Failure, app_option
 from workers.relay import Relay
 from workers.settings import SettingsError
@@ -69,6 +70,7 @@ def worker(
         names.append(relay.queues.tick)  # ticks sent by a beat, if one runs
     if relay.settings.durable_claims:
         _check_durable(relay)
+    _check_broker(relay, names)
     argv = [
         "worker",
         f"--loglevel={loglevel}",
@@ -95,6 +97,16 @@ def _check_durable(relay: Relay) -> None:
     except SettingsError as error:
         raise Failure(str(error)) from None
     click.echo(f"relay: durable claims on ({mode.value})", err=True)
+
+
+def _check_broker(relay: Relay, names: list[str]) -> None:
+    """Refuse to start, in one line, on a RabbitMQ that cannot take the queues `names`."""
+    try:
+        found = check_broker(relay.celery, names, relay.settings.queue_type)
+    except SettingsError as error:
+        raise Failure(str(error)) from None
+    if found:
+        click.echo(f"relay: broker {found}", err=True)
 
 
 @click.command()

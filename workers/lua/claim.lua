@@ -8,15 +8,25 @@
 -- fence that RECORD and SAVE check) and hands back what the call and the save
 -- after it need, so neither reads the run again.
 --
+-- A model call is also admitted against its tree's budget (on the root's hash):
+-- its estimate (the request's size in bytes / 2, plus max_tokens; in micro-dollars
+-- at the highest price it may be charged) must fit in each limit less what is
+-- spent and what calls in flight reserved. Admitted, the estimate is reserved
+-- (`q:<run>|<call>`, once however often the call is claimed) until the save that
+-- applies its outcome settles it. Not admitted, the claim still counts and takes
+-- the lease (the worker records "budget reached", and the run parks), and
+-- `over` says which limit: "limit|spent|reserved|cap|estimate", or "deadline".
+--
 -- KEYS[1] run hash  KEYS[2] the call's lease  KEYS[3] outbox  KEYS[4] root's hash
 -- KEYS[5] inbox
 -- ARGV[1] the call ("call-2", or "m<seq>")  ARGV[2] "tool" or "model"
 -- ARGV[3] seq (model calls)  ARGV[4] token  ARGV[5] lease (ms)  ARGV[6] outbox member
--- ARGV[7] lease deadline (ms)
--- Returns: {status, attempts, root tokens, root budget or -1, version, record, snapshot,
--- inbox}; status is claimed, gone (no run), done (outcome recorded), refused (the
--- record does not call for it) or busy (another worker holds the lease).
-local function answer(status) return {status, 0, 0, -1, '', '', '', {}} end
+-- ARGV[7] lease deadline (ms)  ARGV[8] run id  ARGV[9] max_tokens (0: none)
+-- ARGV[10] input and ARGV[11] output price, micro-dollars per token  ARGV[12] now (ms)
+-- Returns: {status, attempts, over, version, record, snapshot, inbox}; status is
+-- claimed, gone (no run), done (outcome recorded), refused (the record does not
+-- call for it) or busy (another worker holds the lease).
+local function answer(status) return {status, 0, '', '', '', '', {}} end
 local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'snap')
 if not run[1] then return answer('gone') end
 if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then return answer('done') end
@@ -32,10 +42,39 @@ elseif record.asked ~= tonumber(ARGV[3]) or (record.seq or 0) ~= tonumber(ARGV[3
   return answer('refused')  -- not the model call the run waits on at this step
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return answer('busy') end
+
+local over = ''
+if ARGV[2] == 'model' then
+  local root = redis.call('HMGET', KEYS[4], 'lt', 'lu', 'lc', 'ld', 'tt', 'cu', 'mc',
+    'rt', 'ru', 'rc')
+  local held = 'q:' .. ARGV[8] .. '|' .. ARGV[1]
+  local n = function(i) return tonumber(root[i] or '0') end
+  local int = function(x) return string.format('%d', x) end
+  if root[4] and tonumber(ARGV[12]) >= n(4) then
+    over = 'deadline'
+  elseif redis.call('HEXISTS', KEYS[4], held) == 0 then
+    local prompt = math.ceil((tonumber(record.asked_bytes) or 0) / 2)
+    local reply = tonumber(ARGV[9])
+    local tokens = prompt + reply
+    local cost = math.ceil(prompt * tonumber(ARGV[10]) + reply * tonumber(ARGV[11]))
+    local checks = {{'tokens', 1, 5, 8, tokens}, {'usd', 2, 6, 9, cost},
+      {'model_calls', 3, 7, 10, 1}}
+    for _, c in ipairs(checks) do
+      if over == '' and root[c[2]] and n(c[3]) + n(c[4]) + c[5] > n(c[2]) then
+        over = table.concat({c[1], int(n(c[3])), int(n(c[4])), int(n(c[2])), int(c[5])}, '|')
+      end
+    end
+    if over == '' then
+      redis.call('HINCRBY', KEYS[4], 'rt', tokens)
+      redis.call('HINCRBY', KEYS[4], 'ru', cost)
+      redis.call('HINCRBY', KEYS[4], 'rc', 1)
+      redis.call('HSET', KEYS[4], held, int(tokens) .. ':' .. int(cost))
+    end
+  end
+end
+
 local attempts = redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], 1)
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
-local total = tonumber(redis.call('HGET', KEYS[4], 'tt') or '0')
-local budget = tonumber(redis.call('HGET', KEYS[4], 'budget') or '-1')
 local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
-return {'claimed', attempts, total, budget, run[1], run[2], run[3], inbox}
+return {'claimed', attempts, over, run[1], run[2], run[3], inbox}

@@ -42,12 +42,25 @@ for _, p in ipairs(fx.pending_add) do
   redis.call('ZADD', KEYS[5], p[2], p[1])
   redis.call('HSET', KEYS[6], p[1], p[3])
 end
+local counters = {'tp', 'tc', 'tt', 'cc', 'cu', 'mc', 'np'}
 for _, u in ipairs(fx.usage) do
   -- An ancestor that finished and expired is not brought back without a TTL.
   if redis.call('HEXISTS', u[1], 'v') == 1 then
-    redis.call('HINCRBY', u[1], 'tp', u[2])
-    redis.call('HINCRBY', u[1], 'tc', u[3])
-    redis.call('HINCRBY', u[1], 'tt', u[4])
+    for i, field in ipairs(counters) do
+      if u[i + 1] ~= 0 then redis.call('HINCRBY', u[1], field, u[i + 1]) end
+    end
+  end
+end
+for _, q in ipairs(fx.settle) do
+  -- A model call's reservation on its tree's budget goes once its outcome is in.
+  local held = redis.call('HGET', q[1], q[2])
+  if held then
+    local tokens, cost = string.match(held, '^(%d+):(%d+)$')
+    -- (0 - n, not -n: Redis refuses the text "-0" as a number.)
+    redis.call('HINCRBY', q[1], 'rt', 0 - tonumber(tokens))
+    redis.call('HINCRBY', q[1], 'ru', 0 - tonumber(cost))
+    redis.call('HINCRBY', q[1], 'rc', -1)
+    redis.call('HDEL', q[1], q[2])
   end
 end
 for _, c in ipairs(fx.create) do

@@ -1,7 +1,7 @@
 """`/metrics` of relay web: the fleet in Prometheus's text format, read from Redis at each scrape.
 
     relay_runs{state,waiting_for}                  runs now (the newest 10,000; cached 5 s)
-    relay_waiting_on_person{kind}                  plans, calls and questions pending
+    relay_waiting_on_person{kind}                  plans, calls, questions and budgets pending
     relay_oldest_wait_seconds                      how long the oldest of them has waited
     relay_runs_read                                runs whose state the numbers above count
     relay_steps_total{task,outcome}                tasks done, by name; outcome ok or failed
@@ -67,7 +67,7 @@ class RelayCollector(Collector):
         people = GaugeMetricFamily(
             "relay_waiting_on_person", "Plans, calls and questions waiting", labels=["kind"]
         )
-        for kind in ("plan", "call", "question"):
+        for kind in ("plan", "call", "question", "budget"):
             people.add_metric([kind], state.waiting_on_person.get(kind, 0))
         yield people
         yield GaugeMetricFamily(

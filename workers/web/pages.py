@@ -57,7 +57,7 @@ class _Pages:
         plans = [entry.text for entry in entries if entry.kind == "plan"]
         trace = [trace_row(entry, web.settings.flower_url) for entry in entries]
         user = web.user(request)
-        pending = [(row, web.form_token(user, row)) for row in tree["pending"]]
+        pending = [(row, _token(web, user, row)) for row in tree["pending"]]
         plan = plans[-1] if plans else ""
         return web.page(
             request, "run.html", run=tree, trace=trace, after=position, plan=plan, pending=pending
@@ -110,8 +110,9 @@ def routes(web: Web) -> list[Route]:
 
 
 def _token(web: Web, user: str, row: dict[str, object]) -> str:
-    """An approval form's token; none for a question (answered with `relay answer`)."""
-    return "" if row["kind"] == "question" else web.form_token(user, row)
+    """An approval form's token, for a call or a plan; none for what relay web does not
+    decide (a question: `relay answer`; a budget: `relay extend`)."""
+    return web.form_token(user, row) if row["kind"] in ("call", "plan") else ""
 
 
 def _refused(web: Web, request: Request, why: str, status: int = 403) -> Response:

@@ -32,7 +32,7 @@ def age(now_ms: int, since_ms: int | None) -> str:
 def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
     """One run, as the runs list and the API show it."""
     usage = status.total_usage
-    cost = getattr(usage, "cost_usd", None)
+    cost = _cost(usage)
     outcome = status.outcome
     ended = None
     if outcome is not None:
@@ -60,6 +60,14 @@ def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
         "outcome": ended,
         "pending": [pending_row(p, now_ms) for p in status.pending],
     }
+
+
+def _cost(usage: object) -> float | None:
+    """Dollars spent, or None where nothing had a price (shown as "no price")."""
+    micro = getattr(usage, "cost_micro", None)
+    if not isinstance(micro, int) or (micro == 0 and getattr(usage, "unpriced_calls", None)):
+        return None
+    return micro / 1_000_000
 
 
 def pending_row(pending: Pending, now_ms: int) -> dict[str, Any]:

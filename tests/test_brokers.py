@@ -1,0 +1,92 @@
+"""How the Celery app declares Relay's queues on each broker (no server needed).
+
+What these declarations do on a real RabbitMQ is tests/test_runtime_brokers.py.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import pytest
+from celery import Celery
+
+from workers.brokers import is_amqp
+from workers.celery_app import build_celery, visibility_timeout
+from workers.settings import Settings
+
+REDIS = "redis://cache:6379/0"
+RABBIT = "amqp://relay:pw@rabbitmq:5672/relay"
+
+
+def _app(broker: str, **env: str) -> tuple[Settings, Celery]:
+    settings = Settings.from_env({"RELAY_REDIS_URL": REDIS, "RELAY_BROKER_URL": broker, **env})
+    return settings, build_celery("t", settings, broker)
+
+
+@pytest.mark.parametrize(
+    ("url", "amqp"),
+    [
+        (RABBIT, True),
+        ("amqps://h/v", True),
+        ("AMQP://h", True),
+        (REDIS, False),
+        ("unix:///s", False),
+    ],
+)
+def test_which_urls_are_rabbitmq(url: str, amqp: bool) -> None:
+    assert is_amqp(url) is amqp
+
+
+def test_on_redis_the_queues_are_plain_and_the_visibility_timeout_outlasts_any_task() -> None:
+    settings, app = _app(REDIS)
+    conf = app.conf
+    assert [q.name for q in conf.task_queues] == [
+        "relay:advance",
+        "relay:model",
+        "relay:tools",
+        "relay:tick",
+    ]
+    assert all(q.queue_arguments is None for q in conf.task_queues)
+    timeout = conf.broker_transport_options["visibility_timeout"]
+    assert timeout == visibility_timeout(settings)
+    assert timeout > settings.model_deadline
+    assert timeout > settings.tool_timeout
+    assert conf.task_default_exchange_type == "direct"  # as before: nothing changes on Redis
+
+
+def test_on_rabbitmq_the_queues_are_durable_quorum_queues_on_one_topic_exchange() -> None:
+    settings, app = _app(RABBIT, RELAY_PREFIX="team-a")
+    conf = app.conf
+    queues = {q.name: q for q in conf.task_queues}
+    assert list(queues) == ["team-a:advance", "team-a:model", "team-a:tools", "team-a:tick"]
+    for name, queue in queues.items():
+        assert queue.durable
+        assert queue.queue_arguments == {"x-queue-type": "quorum"}
+        assert (queue.exchange.name, queue.exchange.type) == ("team-a:tasks", "topic")
+        assert queue.routing_key == name  # each queue its own: a tick never lands among tools
+        # Unacknowledged for longer than any task can run: the same figure as Redis's.
+        assert queue.consumer_arguments == {
+            "x-consumer-timeout": visibility_timeout(settings) * 1000
+        }
+    assert "visibility_timeout" not in conf.broker_transport_options  # a Redis notion
+    assert conf.task_default_delivery_mode == "persistent"
+    assert conf.task_default_queue == "team-a:advance"
+    assert conf.worker_prefetch_multiplier == 1
+    assert conf.task_acks_late
+    assert conf.task_reject_on_worker_lost
+    assert conf.task_routes["relay.tick"] == {"queue": "team-a:tick"}
+
+
+def test_classic_queues_for_a_rabbitmq_without_quorum_queues() -> None:
+    _, app = _app(RABBIT, RELAY_QUEUE_TYPE="classic")
+    conf = app.conf
+    assert all(q.queue_arguments is None and q.durable for q in conf.task_queues)
+    assert conf.task_default_queue_type == "classic"
+
+
+def test_amqps_checks_the_certificate_and_that_it_names_the_host() -> None:
+    _, app = _app("amqps://relay:pw@mq.example.com/relay")
+    tls = app.conf.broker_use_ssl
+    assert tls == {"server_hostname": None, "cert_reqs": ssl.CERT_REQUIRED}  # None: the URL's host
+    _, plain = _app(RABBIT)
+    assert not plain.conf.broker_use_ssl
