@@ -7,12 +7,19 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.brain import call, final
 from tests.support.fleet import fleet
 from tests.support.model_server import Reply
+from tests.support.redis_server import RedisServer
 from tests.support.web import RelayWeb
+from workers.metrics import FleetMetrics
+from workers.records import Usage
+from workers.reports import CallFacts, Report
+from workers.store import RunStore
+from workers.web.exporter import registry_for
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -84,3 +91,30 @@ def test_metrics_show_the_fleet(tmp_path: Path) -> None:
         assert _sum(after, "relay_oldest_wait_seconds") == 0
         assert _sum(after, "relay_model_calls_total", outcome="failed") >= 1
         assert _sum(after, "relay_steps_total", task="call_model", outcome="failed") >= 1
+
+
+def test_cost_and_tokens_are_counted_by_model_and_key(tmp_path: Path) -> None:
+    with RedisServer(tmp_path) as server:
+        store = RunStore(server.url, "relay:")
+        metrics = FleetMetrics(store)
+        for key, micro in (("tenant-a", 1_250), ("tenant-a", 750), ("tenant-b", 40)):
+            usage = Usage(
+                prompt_tokens=100, completion_tokens=20, total_tokens=120, cost_micro=micro
+            )
+            facts = CallFacts(
+                "model", "r", "r", "m1", "big", key, 0, 2_000_000_000, True, usage=usage
+            )
+            metrics.count("call_model", Report("model call m1 replied", call=facts))
+        text = generate_latest(registry_for(metrics, lambda: 0)).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("relay_cost_usd_total", (("key", "tenant-a"), ("model", "big")))] == 0.002
+    assert samples[("relay_cost_usd_total", (("key", "tenant-b"), ("model", "big")))] == 0.00004
+    input_a = (("direction", "input"), ("key", "tenant-a"), ("model", "big"))
+    assert samples[("relay_tokens_total", input_a)] == 200
+    assert samples[("relay_model_call_seconds_bucket", (("le", "2.5"), ("model", "big")))] == 3
+    assert samples[("relay_model_call_seconds_bucket", (("le", "1.0"), ("model", "big")))] == 0
+    assert samples[("relay_model_call_seconds_sum", (("model", "big"),))] == 6.0

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from agent_core import Stop
 from agent_core.text import cut
 from workers.effects import Advanced
-from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, Usage
+from workers.records import (
+    BudgetReached,
+    InboxEvent,
+    ModelFailed,
+    ModelReplied,
+    RunRecord,
+    ToolDone,
+    Usage,
+)
 from workers.scripts import Recorded
 
 __all__ = [
@@ -36,10 +44,9 @@ __all__ = [
     "run_now",
 ]
 
-FAILED_STOPS = frozenset(
-    {Stop.FAILED, Stop.MODEL_FAILED, Stop.BAD_REPLIES, Stop.CALL_LIMIT, Stop.BUDGET_EXCEEDED}
-)
-"""The ends of a run that are failures (done, cancelled and a declined plan are not)."""
+FAILED_STOPS = frozenset(Stop) - {Stop.DONE, Stop.CANCELLED, Stop.PLAN_DECLINED}
+"""The ends of a run that are failures: all but done, cancelled and a declined plan (a
+person's choice), so a stop added to the core later counts as a failure."""
 
 LINE_CHARS = 300
 
@@ -109,6 +116,7 @@ def run_now(record: RunRecord) -> str:
         "model": f"run waits for the model (step {record.seq})",
         "plan": "run waits for approval of its plan",
         "question": "run waits for an answer",
+        "budget": "run waits for its budget to be extended",
     }
     if waiting is None:
         return f"run is {record.state}"
@@ -132,6 +140,8 @@ def did(what: str, tool: str | None, event: InboxEvent) -> Report:
     """What a call did (`what` is `m<seq>` or the call id); failed if the call failed."""
     if isinstance(event, ModelReplied):
         return Report(f"model call {what} replied, {event.usage.total_tokens} tokens")
+    if isinstance(event, BudgetReached):  # not a failure: the run parks until extended
+        return Report(f"model call {what} not made: {_short(event.detail)}")
     if isinstance(event, ModelFailed):
         return Report(f"model call {what} failed: {_short(event.error)}", failed=True)
     if isinstance(event, ToolDone):
