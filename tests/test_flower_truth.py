@@ -14,9 +14,10 @@ import pytest
 import redis
 
 from tests.support.brain import call, final
-from tests.support.fleet import fleet
+from tests.support.fleet import fleet, on_broker
 from tests.support.flower import FINAL_STATES, Flower, relay_tasks
 from tests.support.model_server import Reply
+from tests.support.rabbitmq import VHOSTS_MADE, require_rabbitmq
 from tests.support.worker_process import RelayProcess
 
 POOLS = {
@@ -32,6 +33,19 @@ POOLS = {
 def test_every_task_reaches_its_final_state_with_a_readable_result(
     tmp_path: Path, pool: str
 ) -> None:
+    _every_task_final(tmp_path, pool)
+
+
+@pytest.mark.timeout(240)
+def test_on_rabbitmq_a_threads_pool_loses_no_task_event(tmp_path: Path) -> None:
+    require_rabbitmq()
+    made = len(VHOSTS_MADE)
+    with on_broker("amqp"):
+        _every_task_final(tmp_path, "threads")
+    assert len(VHOSTS_MADE) > made  # it really ran on RabbitMQ
+
+
+def _every_task_final(tmp_path: Path, pool: str) -> None:
     runs, pool_args = POOLS[pool]
     with fleet(tmp_path, extra_env={"RELAY_TICK_SECONDS": "1"}) as f:
         f.brain.script("TRUTH", {0: call("read_note", name="a.txt"), 1: final("read it")})

@@ -199,7 +199,7 @@ class Calls:
             return Report(f"{asked.what}: its claim is not durable yet; the tick sends it again")
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
-            return Report(f"{asked.what}: the run moved on; nothing was run")
+            return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
         track = call.record.calls.get(asked.what)
         name = self.settings.model if asked.seq is not None else track.tool if track else "?"
         attempt = call.attempt
@@ -223,12 +223,12 @@ class Calls:
             kind = "model call" if asked.seq is not None else "tool call"
             log.warning("refused %s %s of run %s: %s", kind, asked.what, asked.run_id, why)
             self.store.forget_message(asked.member)
-            return Report(f"refused {asked.what}: {why}")
+            return Report(f"refused {asked.what}: {why}", idle=True)
         if status is ClaimStatus.DONE:
             self.store.forget_message(asked.member)
             after = self.steps.advance(asked.run_id)
             return Report(f"{asked.what} was made already").then(after)
-        return Report(f"{asked.what} is being made by another worker; nothing to do")
+        return Report(f"{asked.what} is being made by another worker; nothing to do", idle=True)
 
     def _keep(self, call: Claimed, event: InboxEvent) -> Report:
         """Save the call's outcome with the run, or record it in the inbox; advance the run.

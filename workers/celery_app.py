@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import click
-from celery import Celery, bootsteps
+from celery import Celery, Task, bootsteps
+from celery.exceptions import Ignore
 from celery.signals import beat_init, worker_shutting_down
 
 from workers.brokers import broker_conf
@@ -165,17 +166,19 @@ def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
             return REFUSED
         return _told(runtime.advance(run_id))
 
-    @app.task(name="relay.call_model", shared=False, throws=(StepFailed,))
-    def call_model(run_id: str, seq: int) -> str:
+    @app.task(name="relay.call_model", shared=False, throws=(StepFailed,), bind=True)
+    def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str:
         if not _valid("relay.call_model", run_id=run_id, seq=seq):
             return REFUSED
-        return _told(runtime.call_model(run_id, seq))
+        own_id = task.request.id == model_task_id(run_id, seq)
+        return _told(runtime.call_model(run_id, seq), own_id)
 
-    @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,))
-    def run_tool(run_id: str, call_id: str) -> str:
+    @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True)
+    def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str:
         if not _valid("relay.run_tool", run_id=run_id, call_id=call_id):
             return REFUSED
-        return _told(runtime.run_tool(run_id, call_id))
+        own_id = task.request.id == tool_task_id(run_id, call_id)
+        return _told(runtime.run_tool(run_id, call_id), own_id)
 
     # The tick sends no task events: every few seconds, it would push the real
     # tasks out of Flower's memory.
@@ -197,8 +200,27 @@ def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
 REFUSED = "refused: arguments Relay never sends (see the worker's log)"
 
 
-def _told(report: Report) -> str:
-    """Return the report's line, or raise StepFailed with it when the step failed."""
+def model_task_id(run_id: str, seq: int) -> str:
+    """The task id of a run's model call: the same at every sending."""
+    return f"{run_id}:m{seq}"
+
+
+def tool_task_id(run_id: str, call_id: str) -> str:
+    """The task id of a run's tool call: the same at every sending."""
+    return f"{run_id}:{call_id}"
+
+
+def _told(report: Report, own_id: bool = False) -> str:
+    """Return the report's line, or raise StepFailed with it when the step failed.
+
+    A call's messages all carry one task id, so Flower shows them as one task. A
+    second delivery that does nothing (the call is under way elsewhere, or was made
+    and applied) raises Ignore: it is acked and sends no final event, and Flower
+    keeps the result of the delivery that made the call. A message with another id
+    (sent by someone else) reports as usual, so it too ends in Flower.
+    """
+    if report.idle and own_id:
+        raise Ignore(report.line)
     if report.failed:
         raise StepFailed(report.line)
     return report.line
@@ -305,7 +327,7 @@ def _send_one(
         app.send_task(
             "relay.call_model",
             args=[m.run, m.seq],
-            task_id=f"{m.run}:m{m.seq}",
+            task_id=model_task_id(m.run, m.seq),
             argsrepr=f"run={m.run} step={m.seq}",
             queue=queues.model,
         )
@@ -313,7 +335,7 @@ def _send_one(
         app.send_task(
             "relay.run_tool",
             args=[m.run, m.call],
-            task_id=f"{m.run}:{m.call}",
+            task_id=tool_task_id(m.run, m.call),
             argsrepr=f"run={m.run} call={m.call} tool={m.tool or '?'}",
             queue=queues.tools,
             time_limit=int(tool_time_limit(m.tool)) + 60,

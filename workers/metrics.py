@@ -3,7 +3,7 @@
 Counters are added to by every worker after each task, in one pipelined round
 trip (`FleetMetrics.count`), into the `metrics` hash (`workers.layout`):
 
-    steps|<task>|<ok|failed>              tasks by name and whether they failed
+    steps|<task>|<ok|failed|idle>         tasks by name: done, failed, or nothing to do
     calls|<model>|<key>|<ok|failed>       model calls
     tokens|<model>|<key>|<input|output>   tokens
     cost|<model>|<key>                    micro-dollars, where usage carries a cost
@@ -82,7 +82,7 @@ class FleetMetrics:
 
     def count(self, task: str, report: Report) -> None:
         """Count one task (`advance`, `call_model`, `run_tool`) and its call, if it made one."""
-        outcome = "failed" if report.failed else "ok"
+        outcome = "failed" if report.failed else "idle" if report.idle else "ok"
         adds: dict[str, int] = {f"steps|{task}|{outcome}": 1}
         sums: dict[str, float] = {}
         if report.call is not None:

@@ -89,6 +89,9 @@ class Report:
     line: str
     failed: bool = False
     call: CallFacts | None = None
+    idle: bool = False
+    """The message did nothing: its call is under way elsewhere, or was made and applied
+    (a second delivery), or it was never due (refused)."""
 
     def then(self, after: Report) -> Report:
         """This report followed by what came after it (the run's state once saved)."""

@@ -4,7 +4,8 @@
     relay_waiting_on_person{kind}                  plans, calls, questions and budgets pending
     relay_oldest_wait_seconds                      how long the oldest of them has waited
     relay_runs_read                                runs whose state the numbers above count
-    relay_steps_total{task,outcome}                tasks done, by name; outcome ok or failed
+    relay_steps_total{task,outcome}                tasks done, by name; ok, failed or idle
+                                                   (a duplicate or refused message)
     relay_model_calls_total{model,key,outcome}     model calls
     relay_tokens_total{model,key,direction}        tokens, input and output
     relay_cost_usd_total{model,key}                dollars, where models have prices
