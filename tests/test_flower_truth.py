@@ -136,3 +136,22 @@ def _check_monitoring_needs_credentials(flower: Flower) -> None:
     assert metrics.status_code == 200
     assert "flower_events_total" in metrics.text
     assert flower.client.get("/healthcheck").text == "OK"
+
+
+@pytest.mark.timeout(180)
+def test_a_second_delivery_does_not_hide_what_the_call_did(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        f.brain.script("TWICE", {0: call("read_note", name="a.txt"), 1: final("read it")})
+        with Flower(f.env, tmp_path / "flower.log") as flower:
+            # Every message a worker sends goes to the broker twice (tests/apps/notes.py).
+            worker = f.worker("--pool", "threads", "-c", "8", env={"RELAY_TEST_DUPLICATES": "1"})
+            ids = [f.relay.start(f"TWICE-{i}: read a note") for i in range(10)]
+            for run_id in ids:
+                assert f.relay.wait(run_id, timeout=60).summary == "read it"
+            f.until(lambda: worker.output().count(" ignored") >= 10, what="the duplicates")
+            tasks = relay_tasks(flower, ids, expected=40)
+            calls = [t for t in tasks if t["name"] in ("relay.call_model", "relay.run_tool")]
+            assert len(calls) == 30
+            assert {t["state"] for t in tasks} == {"SUCCESS"}
+            results = [str(t["result"]) for t in calls]
+            assert all(" replied, " in r or " read_note ok, " in r for r in results), results
