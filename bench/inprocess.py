@@ -23,6 +23,7 @@ from bench.model import Task, reply_for
 from workers import Settings
 from workers.chat import Model, ModelReply
 from workers.effects import Message
+from workers.model_client import ModelSource
 from workers.records import RunRecord, Usage
 from workers.runtime import Runtime
 from workers.settings import now_ms
@@ -57,7 +58,7 @@ class LocalRuntime:
             settings,
             self.relay.store,
             self.relay.kit,
-            model=lambda: chosen,
+            models=ModelSource(settings, chosen),
             send=self._send,
             tick=self.relay.tick,
         )

@@ -24,6 +24,7 @@ WORKERS = [
     "EmbeddedError",
     "ModelCallError",
     "ModelReply",
+    "ModelRoute",
     "Pending",
     "Price",
     "Relay",

@@ -48,8 +48,9 @@ def _of(exporter: InMemorySpanExporter, run_id: str) -> list[ReadableSpan]:
 
 @pytest.mark.timeout(120)
 def test_one_trace_per_run_across_workers_and_resumes(
-    tmp_path: Path, spans: InMemorySpanExporter
+    tmp_path: Path, spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("RELAY_TEST_DIR", str(tmp_path))  # the tools run in this process
     with fleet(tmp_path) as f:
         f.brain.script("OTEL-1", {0: call("delete_note", name="x.txt"), 1: final("deleted")})
         f.brain.script("OTEL-2", {0: call("boom"), 1: final("it failed")})
@@ -61,6 +62,7 @@ def test_one_trace_per_run_across_workers_and_resumes(
         with _worker(f):  # another worker picks the run up once a person decides
             f.relay.approve(first, "call-1")
             assert f.relay.wait(first, timeout=30).summary == "deleted"
+        assert f.ledger() == ["delete_note x.txt"]
 
     mine = _of(spans, first)
     assert sorted(s.name for s in mine) == [

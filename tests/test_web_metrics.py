@@ -74,11 +74,15 @@ def test_metrics_show_the_fleet(tmp_path: Path) -> None:
         served = f.model.usage_total()
         assert _sum(samples, "relay_tokens_total", direction="input") == served[0]
         assert _sum(samples, "relay_tokens_total", direction="output") == served[1]
-        count = samples[("relay_model_call_seconds_count", (("model", "default"),))]
+        assert _sum(samples, "relay_tokens_total", route="default", key="notes") == sum(served)
+        count = _sum(samples, "relay_model_call_seconds_count", model="default", route="default")
         assert count == model_calls
-        inf = samples[("relay_model_call_seconds_bucket", (("le", "+Inf"), ("model", "default")))]
-        assert inf == model_calls
-        assert 0 < samples[("relay_model_call_seconds_sum", (("model", "default"),))] < 60
+        assert _sum(samples, "relay_model_call_seconds_bucket", le="+Inf") == model_calls
+        assert 0 < _sum(samples, "relay_model_call_seconds_sum", route="default") < 60
+        # The one route RELAY_MODEL_URL makes, as its limits in Redis say it is.
+        assert _sum(samples, "relay_route_circuit", route="default", state="closed") == 1
+        assert _sum(samples, "relay_route_failures", route="default") == 0
+        assert _sum(samples, "relay_route_in_flight", route="default") == 0
 
         f.model.set_responder(lambda _: Reply(status=400, text="no"))
         f.relay.approve(waiting, "call-1")
@@ -98,23 +102,27 @@ def test_cost_and_tokens_are_counted_by_model_and_key(tmp_path: Path) -> None:
         store = RunStore(server.url, "relay:")
         metrics = FleetMetrics(store)
         for key, micro in (("tenant-a", 1_250), ("tenant-a", 750), ("tenant-b", 40)):
-            usage = Usage(
-                prompt_tokens=100, completion_tokens=20, total_tokens=120, cost_micro=micro
-            )
+            usage = Usage(prompt_tokens=100, completion_tokens=20, cost_micro=micro)
+            took_2s = (0, 2_000_000_000)
             facts = CallFacts(
-                "model", "r", "r", "m1", "big", key, 0, 2_000_000_000, True, usage=usage
+                "model", "r", "r", "m1", "big", key, *took_2s, True, usage=usage, route="primary"
             )
             metrics.count("call_model", Report("model call m1 replied", call=facts))
+        metrics.count("call_model", Report("m2: waits 900 ms for a model route", waited=True))
         text = generate_latest(registry_for(metrics, lambda: 0)).decode()
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
-    assert samples[("relay_cost_usd_total", (("key", "tenant-a"), ("model", "big")))] == 0.002
-    assert samples[("relay_cost_usd_total", (("key", "tenant-b"), ("model", "big")))] == 0.00004
-    input_a = (("direction", "input"), ("key", "tenant-a"), ("model", "big"))
+    on = (("model", "big"), ("route", "primary"))
+    assert samples[("relay_cost_usd_total", (("key", "tenant-a"), *on))] == 0.002
+    assert samples[("relay_cost_usd_total", (("key", "tenant-b"), *on))] == 0.00004
+    input_a = (("direction", "input"), ("key", "tenant-a"), *on)
     assert samples[("relay_tokens_total", input_a)] == 200
-    assert samples[("relay_model_call_seconds_bucket", (("le", "2.5"), ("model", "big")))] == 3
-    assert samples[("relay_model_call_seconds_bucket", (("le", "1.0"), ("model", "big")))] == 0
-    assert samples[("relay_model_call_seconds_sum", (("model", "big"),))] == 6.0
+    assert samples[("relay_model_call_seconds_bucket", (("le", "2.5"), *on))] == 3
+    assert samples[("relay_model_call_seconds_bucket", (("le", "1.0"), *on))] == 0
+    assert samples[("relay_model_call_seconds_sum", on)] == 6.0
+    assert samples[("relay_rate_limit_waits_total", (("task", "call_model"),))] == 1
+    waiting = (("outcome", "waiting"), ("task", "call_model"))
+    assert samples[("relay_steps_total", waiting)] == 1

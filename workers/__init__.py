@@ -20,6 +20,7 @@ from workers.pricing import Budget, Price
 from workers.records import Pending, RunStatus, TraceEntry, Usage
 from workers.registry import ToolContext
 from workers.relay import Relay
+from workers.routes import ModelRoute
 from workers.settings import Settings
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "EmbeddedError",
     "ModelCallError",
     "ModelReply",
+    "ModelRoute",
     "Pending",
     "Price",
     "Relay",

@@ -11,37 +11,56 @@ a run whose time is up stops.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from workers.chat import ModelReply
 from workers.pricing import Price
 from workers.records import BudgetReached, InboxEvent, ModelFailed, Usage
+from workers.routes import ModelRoute
 from workers.store import Admission, Over
 
 __all__ = ["Pricing", "not_admitted"]
 
 
 class Pricing:
-    """The prices of the models one worker may call, by the name the server reports."""
+    """The prices of the models one worker may call: a route's own price, else the price
+    of the model by the name the server reports (or the name asked for)."""
 
-    def __init__(self, prices: Mapping[str, Price], model: str, max_tokens: int) -> None:
+    def __init__(
+        self,
+        prices: Mapping[str, Price],
+        model: str,
+        max_tokens: int,
+        routes: Sequence[ModelRoute] = (),
+    ) -> None:
         self.prices = dict(prices)
         self.model = model
         self.max_tokens = max_tokens
+        self.routes = tuple(routes)
 
     def admission(self) -> Admission:
-        """What a model call reserves beside its request: the reply's cap, and the prices
-        of the model it asks for (micro-dollars per token: dollars per million)."""
-        price = self.prices.get(self.model)
-        if price is None:
+        """What a model call reserves beside its request: the reply's cap, and the highest
+        prices it may be charged on any route (micro-dollars per token: dollars per
+        million)."""
+        known = [self._price_of(r.model, r) for r in self.routes] or [self.prices.get(self.model)]
+        priced = [p for p in known if p is not None]
+        if not priced:
             return Admission(self.max_tokens, 0.0, 0.0)
-        return Admission(self.max_tokens, price.input_per_m, price.output_per_m)
+        highest_in = max(p.input_per_m for p in priced)
+        highest_out = max(p.output_per_m for p in priced)
+        return Admission(self.max_tokens, highest_in, highest_out)
 
-    def priced(self, reply: ModelReply) -> Usage:
+    def _price_of(self, model: str, route: ModelRoute | None) -> Price | None:
+        if route is not None and route.price is not None:
+            return route.price
+        return self.prices.get(model)
+
+    def priced(self, reply: ModelReply, route: ModelRoute | None = None) -> Usage:
         """The reply's usage with its exact cost (0, and counted as unpriced, for a model
         with no price)."""
         usage = reply.usage.model_copy(update={"model_calls": 1})
-        price = self.prices.get(reply.model or self.model) or self.prices.get(self.model)
+        asked = route.model if route is not None else self.model
+        price = self._price_of(reply.model or asked, route) or self._price_of(asked, route)
         if price is None:
             return usage.model_copy(update={"unpriced_calls": 1})
         cost = price.cost_micro(

@@ -22,13 +22,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
 from workers.budgets import Pricing, not_admitted
-from workers.chat import Model
+from workers.chat import Model, ModelReply
 from workers.codec import Loaded
-from workers.effects import OwnOutcome
+from workers.effects import Message, OwnOutcome
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
 from workers.holding import save_holding
 from workers.layout import OutboxMember, model_call
@@ -36,6 +37,8 @@ from workers.leases import Lease, run_leased
 from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
 from workers.registry import ToolContext, ToolSpec, tool_output
 from workers.reports import RECORDED, Report, after_step, call_facts, did
+from workers.router import ModelRouter, Requeue
+from workers.routes import ModelRoute
 from workers.scripts import ClaimStatus, Recorded, Saved
 from workers.settings import Settings
 from workers.steps import Steps
@@ -127,7 +130,8 @@ class Claimed:
 
 
 class _Postponed(Exception):
-    """Raised when a claimed call cannot start now; its message stays due in the outbox."""
+    """Raised when a claimed call cannot start now; its message stays due in the outbox.
+    Its args: (why, in words; whether it waits for a model route's capacity)."""
 
 
 Produce = Callable[[Claimed], InboxEvent | None]
@@ -140,9 +144,12 @@ class Calls:
         self,
         steps: Steps,
         settings: Settings,
+        *,
         spec: Callable[[str], ToolSpec | None],
         model: Callable[[], Model],
         pricing: Pricing,
+        router: ModelRouter | None = None,
+        key: str = "relay",
     ) -> None:
         self.steps = steps
         self.store = steps.store
@@ -151,6 +158,9 @@ class Calls:
         self.spec = spec
         self.model = model
         self.pricing = pricing
+        self.router = router
+        self.settings_key = key
+        """The key of runs started without one (the app's name)."""
         self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
 
     def _asked(self, run_id: str, what: str, seq: int | None, member: str) -> CallMessage:
@@ -195,17 +205,15 @@ class Calls:
         started = time.time_ns()
         try:
             event = produce(call)
-        except _Postponed:
-            return Report(f"{asked.what}: its claim is not durable yet; the tick sends it again")
+        except _Postponed as later:
+            return Report(f"{asked.what}: {later.args[0]}", waited=later.args[1])
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
-        track = call.record.calls.get(asked.what)
-        name = self.settings.model if asked.seq is not None else track.tool if track else "?"
-        attempt = call.attempt
         facts = call_facts(
-            call.record, asked.what, name=name, event=event, started_ns=started, attempt=attempt
-        )
+            call.record, asked.what, event, started_ns=started, attempt=call.attempt,
+            model=self.settings.model,
+        )  # fmt: skip
         recovery_s = self.settings.recovery_seconds
         after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
         done = did(asked.what, facts.name if asked.seq is None else None, event)
@@ -231,9 +239,8 @@ class Calls:
         return Report(f"{asked.what} is being made by another worker; nothing to do", idle=True)
 
     def _keep(self, call: Claimed, event: InboxEvent) -> Report:
-        """Save the call's outcome with the run, or record it in the inbox; advance the run.
-
-        Returns where the run is now."""
+        """Save the call's outcome with the run, or record it in the inbox; advance the run;
+        say where the run is now."""
         if not call.others_out():
             saved = self._save_with_run(call, event)
             if saved is not None:
@@ -302,18 +309,52 @@ class Calls:
             return not_admitted(seq, call.over)
         cancel = threading.Event()
         lease = self._lease(call, self.timing.lease_ms)
-        model = self.model()
         try:
-            reply = run_leased(
-                lambda: model.complete(request, should_stop=cancel.is_set), lease, None, cancel
-            )
+            reply, route = run_leased(lambda: self._ask(call, request, cancel), lease, None, cancel)
+        except Requeue as later:
+            self._come_back(call, later)
         except ModelCallError as error:
             return ModelFailed(seq=seq, error=str(error))
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
-        usage = self.pricing.priced(reply)
+        usage = self.pricing.priced(reply, route)
         cut = reply.finish_reason == "length"
-        return ModelReplied(seq=seq, text=reply.text, usage=usage, truncated=cut)
+        name = route.name if route is not None else ""
+        return ModelReplied(seq=seq, text=reply.text, usage=usage, route=name, truncated=cut)
+
+    def _ask(
+        self, call: Claimed, request: ModelRequest, cancel: threading.Event
+    ) -> tuple[ModelReply, ModelRoute | None]:
+        """Make the model call: on the app's own model, or on the first route that takes it."""
+        if self.router is None:
+            return self.model().complete(request, should_stop=cancel.is_set), None
+        prompt = -(-call.record.asked_bytes // 2)  # what admission reserved for: bytes / 2
+        routed = self.router.complete(
+            request,
+            key=call.record.key or self.settings_key,
+            holder=call.asked.token,
+            tokens=prompt + self.pricing.max_tokens,
+            should_stop=cancel.is_set,
+        )
+        return routed.reply, routed.route
+
+    def _come_back(self, call: Claimed, later: Requeue) -> NoReturn:
+        """No route takes the call soon: give its claim back, and send it again when its
+        turn comes (the task ends; no worker waits meanwhile)."""
+        asked, now = call.asked, self.steps.clock()
+        self.store.unclaim(
+            asked.run_id,
+            asked.what,
+            attempt=call.attempt,
+            token=asked.token,
+            member=asked.member,
+            due_ms=later.at_ms + self.timing.grace_ms,
+        )
+        delay = max(later.at_ms - now, 0)
+        assert asked.seq is not None
+        self.steps.send([Message("call_model", asked.run_id, seq=asked.seq, delay_ms=delay)])
+        log.info("%s waits %d ms for a model route (%s)", call.label, delay, later.why)
+        raise _Postponed(f"waits {delay} ms for a model route ({later.why})", True)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -366,7 +407,7 @@ class Calls:
             member=asked.member,
             due_ms=self.steps.clock() + self.timing.grace_ms,
         )
-        raise _Postponed
+        raise _Postponed("its claim is not durable yet; the tick sends it again", False)
 
     def _tool_lease(self, call: Claimed, spec: ToolSpec) -> Lease:
         """Return the call's lease, lengthened for a tool that asked for a longer one."""

@@ -330,6 +330,7 @@ def _send_one(
             task_id=model_task_id(m.run, m.seq),
             argsrepr=f"run={m.run} step={m.seq}",
             queue=queues.model,
+            countdown=m.delay_ms / 1000 if m.delay_ms > 0 else None,
         )
     elif m.kind == "run_tool":
         app.send_task(

@@ -67,6 +67,8 @@ class RunsClient:
             usage=record.usage,
             total_usage=total,
             budget=self._budget(record),
+            key=record.key,
+            usage_by_route=record.usage_by_route,
             created_ms=record.created_ms,
             updated_ms=record.updated_ms,
             finished_ms=record.finished_ms,

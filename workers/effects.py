@@ -36,6 +36,8 @@ class Message:
     seq: int = 0
     call: str = ""
     tool: str = ""
+    delay_ms: int = 0
+    """Deliver it no sooner than this (a model call waiting for its route's turn)."""
 
     @property
     def member(self) -> str:

@@ -114,7 +114,7 @@ def _waiting_for_model(run: Working, seq: int) -> bool:
 
 def _on_model_replied(run: Working, event: ModelReplied) -> None:
     _forget_model_call(run, event.seq)
-    run.add_usage(event.usage, model_call(event.seq))
+    run.add_usage(event.usage, event.route, model_call(event.seq))
     if _waiting_for_model(run, event.seq):
         run.agent.reply(event.text, truncated=event.truncated)
 
@@ -326,6 +326,7 @@ def _start_child(run: Working, call: ToolCall) -> None:
         updated_ms=now,
         config=parent.config,
         tools=parent.tools,
+        key=parent.key,
     )
     run.create.append(ChildRun(record, child.snapshot(), run.due()))
     run.messages.append(Message("advance", child_id))

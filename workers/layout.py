@@ -35,6 +35,19 @@ Fleet-wide:
     web-used:<n>    string  an approval form's nonce, used once (relay web; a TTL)
     schedule-notes:<name>  list  notes a schedule's runs remembered, for the next run
 
+Per model route (`workers.limits`; every worker shares them):
+
+    route:<r>                hash    GCRA times for rpm (`tat`) and tpm (`ttat`), `paused`
+                                     until (a 429), the circuit (`circuit`, `failures`,
+                                     `probe`: when the next probe may go), the last `error`,
+                                     `round` (the last waiting tag admitted), `seq`
+    route:<r>:inflight       zset    calls in flight on the route, by lease deadline
+    route:<r>:queue          zset    waiting calls in turn order (tag * 1e6 + arrival)
+    route:<r>:queue-keys     hash    waiting call -> its key
+    route:<r>:tags           hash    key -> the tag of its last waiting call
+    route:<r>:told           zset    waiting call -> when it was told to come back (ms)
+    key-inflight:<key>       zset    a key's model calls in flight, by lease deadline
+
 Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import this):
 
     schedules       hash    name -> Schedule JSON
@@ -238,6 +251,13 @@ class Keys:
 
     def schedule_notes(self, schedule: str) -> str:
         return self._(f"schedule-notes:{schedule}")
+
+    def route(self, name: str, part: str = "") -> str:
+        """`route:<name>` or `route:<name>:<part>` (see the map above)."""
+        return self._(f"route:{name}" + (f":{part}" if part else ""))
+
+    def key_inflight(self, key: str) -> str:
+        return self._(f"key-inflight:{key}")
 
     def schedules(self) -> ScheduleKeys:
         """The scheduler's keys, under the same prefix."""

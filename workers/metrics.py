@@ -3,13 +3,15 @@
 Counters are added to by every worker after each task, in one pipelined round
 trip (`FleetMetrics.count`), into the `metrics` hash (`workers.layout`):
 
-    steps|<task>|<ok|failed|idle>         tasks by name: done, failed, or nothing to do
-    calls|<model>|<key>|<ok|failed>       model calls
-    tokens|<model>|<key>|<input|output>   tokens
-    cost|<model>|<key>                    micro-dollars, where usage carries a cost
-    latency|<model>|<i>                   model calls whose time fell in bucket i
-    latency_sum|<model>                   seconds, summed
-    tools|<tool>|<ok|failed>              tool calls
+    steps|<task>|<outcome>                        tasks by name: ok, failed, idle (nothing
+                                                  to do) or waiting (for a route's capacity)
+    calls|<model>|<route>|<key>|<ok|failed>       model calls
+    tokens|<model>|<route>|<key>|<input|output>   tokens
+    cost|<model>|<route>|<key>                    micro-dollars, where the model has a price
+    latency|<model>|<route>|<i>                   model calls whose time fell in bucket i
+    latency_sum|<model>|<route>                   seconds, summed
+    waits|<task>                                  calls sent again later: no route had room
+    tools|<tool>|<ok|failed>                      tool calls
 
 What is a state rather than a count (runs by state, what waits on a person and
 for how long) is read when scraped (`fleet_state`). A metrics write that fails
@@ -53,12 +55,13 @@ class Totals:
     """The counters as read back: each keyed by its labels."""
 
     steps: Counter[tuple[str, str]] = field(default_factory=Counter)
-    calls: Counter[tuple[str, str, str]] = field(default_factory=Counter)
-    tokens: Counter[tuple[str, str, str]] = field(default_factory=Counter)
-    cost_usd: dict[tuple[str, str], float] = field(default_factory=dict)
-    latency: dict[str, list[int]] = field(default_factory=dict)
-    """Per model, the count in each bucket (not cumulative), +Inf last."""
-    latency_sum: dict[str, float] = field(default_factory=dict)
+    calls: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
+    tokens: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
+    cost_usd: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    latency: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    """Per (model, route), the count in each bucket (not cumulative), +Inf last."""
+    latency_sum: dict[tuple[str, str], float] = field(default_factory=dict)
+    waits: Counter[str] = field(default_factory=Counter)
     tools: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
@@ -83,7 +86,10 @@ class FleetMetrics:
     def count(self, task: str, report: Report) -> None:
         """Count one task (`advance`, `call_model`, `run_tool`) and its call, if it made one."""
         outcome = "failed" if report.failed else "idle" if report.idle else "ok"
+        outcome = "waiting" if report.waited else outcome
         adds: dict[str, int] = {f"steps|{task}|{outcome}": 1}
+        if report.waited:
+            adds[f"waits|{task}"] = 1
         sums: dict[str, float] = {}
         if report.call is not None:
             _add_call(report.call, adds, sums)
@@ -142,17 +148,17 @@ def _add_call(facts: CallFacts, adds: dict[str, int], sums: dict[str, float]) ->
     if facts.kind == "tool":
         adds[f"tools|{name}|{outcome}"] = 1
         return
-    key = _label(facts.key)
-    adds[f"calls|{name}|{key}|{outcome}"] = 1
+    labels = f"{name}|{_label(facts.route)}"
+    spent = f"{labels}|{_label(facts.key)}"
+    adds[f"calls|{spent}|{outcome}"] = 1
     bucket = next((i for i, top in enumerate(LATENCY_BUCKETS) if facts.seconds <= top), None)
-    adds[f"latency|{name}|{len(LATENCY_BUCKETS) if bucket is None else bucket}"] = 1
-    sums[f"latency_sum|{name}"] = facts.seconds
+    adds[f"latency|{labels}|{len(LATENCY_BUCKETS) if bucket is None else bucket}"] = 1
+    sums[f"latency_sum|{labels}"] = facts.seconds
     if facts.usage is not None:
-        adds[f"tokens|{name}|{key}|input"] = facts.usage.prompt_tokens
-        adds[f"tokens|{name}|{key}|output"] = facts.usage.completion_tokens
-        cost = getattr(facts.usage, "cost_micro", 0)  # exact, where the model has a price
-        if isinstance(cost, int) and cost:
-            adds[f"cost|{name}|{key}"] = cost
+        adds[f"tokens|{spent}|input"] = facts.usage.prompt_tokens
+        adds[f"tokens|{spent}|output"] = facts.usage.completion_tokens
+        if facts.usage.cost_micro:  # exact, where the model has a price
+            adds[f"cost|{spent}"] = facts.usage.cost_micro
 
 
 def _read_into(totals: Totals, parts: list[str], value: str) -> None:
@@ -161,17 +167,19 @@ def _read_into(totals: Totals, parts: list[str], value: str) -> None:
         match parts:
             case ["steps", task, outcome]:
                 totals.steps[(task, outcome)] += int(value)
-            case ["calls", model, key, outcome]:
-                totals.calls[(model, key, outcome)] += int(value)
-            case ["tokens", model, key, direction]:
-                totals.tokens[(model, key, direction)] += int(value)
-            case ["cost", model, key]:
-                totals.cost_usd[(model, key)] = int(value) / 1_000_000
-            case ["latency", model, index]:
-                counts = totals.latency.setdefault(model, [0] * (len(LATENCY_BUCKETS) + 1))
+            case ["calls", model, route, key, outcome]:
+                totals.calls[(model, route, key, outcome)] += int(value)
+            case ["tokens", model, route, key, direction]:
+                totals.tokens[(model, route, key, direction)] += int(value)
+            case ["cost", model, route, key]:
+                totals.cost_usd[(model, route, key)] = int(value) / 1_000_000
+            case ["latency", model, route, index]:
+                counts = totals.latency.setdefault((model, route), [0] * (len(LATENCY_BUCKETS) + 1))
                 counts[min(int(index), len(LATENCY_BUCKETS))] += int(value)
-            case ["latency_sum", model]:
-                totals.latency_sum[model] = float(value)
+            case ["latency_sum", model, route]:
+                totals.latency_sum[(model, route)] = float(value)
+            case ["waits", task]:
+                totals.waits[task] += int(value)
             case ["tools", tool, outcome]:
                 totals.tools[(tool, outcome)] += int(value)
     except ValueError:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -45,6 +46,9 @@ from workers.errors import ModelCallError
 from workers.models import ModelSettings
 from workers.redact import redact_url, url_secrets
 from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from workers.routes import ModelRoute
 
 __all__ = ["ModelClient", "ModelSource"]
 
@@ -159,9 +163,17 @@ class ModelClient:
         _hide_secrets_in_httpx_logs()
 
     def complete(
-        self, request: ModelRequest, *, should_stop: Callable[[], bool] | None = None
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        longest_wait: float | None = None,
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
+
+        A retry that would have to wait longer than `longest_wait` seconds (a
+        server's Retry-After, say) is not waited for: the failure is raised, so the
+        caller can try another route or come back later without holding a worker.
 
         The whole call (every attempt, its reads, the waits between them) ends by
         the settings' `deadline`: each attempt's timeouts are cut to what is left,
@@ -182,6 +194,7 @@ class ModelClient:
             )
         ).encode("utf-8")
         call = _Call(settings.deadline, settings.retries + 1, should_stop)
+        call.longest_wait = longest_wait
         for attempt in range(call.attempts):
             call.attempt = attempt
             try:
@@ -206,6 +219,8 @@ class ModelClient:
         delay = backoff_seconds(call.attempt, error.retry_after, base, cap, self._rand())
         if delay >= call.left():
             raise call.past_deadline(error)  # waiting only to fail helps nobody
+        if call.longest_wait is not None and delay > call.longest_wait:
+            raise error  # the caller would rather not wait that long here
         log.warning(
             "model call attempt %d of %d failed, retrying in %.2f s: %s",
             call.attempt + 1,
@@ -281,6 +296,8 @@ class _Call:
         self.should_stop = should_stop
         self.attempt = 0
         """The attempt under way (0 for the first)."""
+        self.longest_wait: float | None = None
+        """Seconds the call would wait before a retry at most (None: as long as it takes)."""
 
     def left(self) -> float:
         return self.ends_at - time.monotonic()
@@ -342,17 +359,31 @@ class ModelSource:
         self._settings = settings
         self._model = model
         self._lock = threading.Lock()
-        self._clients: dict[int, ModelClient] = {}
+        self._pid = os.getpid()
+        self._clients: dict[str, ModelClient] = {}
+
+    @property
+    def given(self) -> Model | None:
+        """The model the app gave (`Relay(model=...)`), which takes no routes."""
+        return self._model
 
     def get(self) -> Model:
         if self._model is not None:
             return self._model
         if self._settings.model_url is None:
             return _NoModel()
+        return self._client("", self._settings.model_settings)
+
+    def for_route(self, route: ModelRoute) -> ModelClient:
+        """This process's client of a route."""
+        return self._client(route.name, lambda: route.client_settings(self._settings))
+
+    def _client(self, name: str, settings: Callable[[], ModelSettings]) -> ModelClient:
         pid = os.getpid()
         with self._lock:
-            client = self._clients.get(pid)
+            if self._pid != pid:  # a forked child: clients are not shared across processes
+                self._pid, self._clients = pid, {}
+            client = self._clients.get(name)
             if client is None:
-                client = ModelClient(self._settings.model_settings())
-                self._clients = {pid: client}
+                client = self._clients[name] = ModelClient(settings())
         return client

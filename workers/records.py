@@ -121,6 +121,10 @@ class RunRecord(BaseModel):
     children: tuple[str, ...] = ()
     usage: Usage = Usage()
     """Tokens of this run's own model calls (descendants' are in the totals)."""
+    usage_by_route: dict[str, Usage] = Field(default_factory=dict)
+    """This run's own usage, by the model route that served each call."""
+    key: str | None = None
+    """Groups runs for fair shares of the model routes (a tenant, say); children inherit it."""
     budget: Budget | None = None
     """What the whole tree may spend, as given at the start (set on the root; children
     draw on it); `relay.extend` raises the limits kept in the root's hash."""
@@ -162,6 +166,8 @@ class ModelReplied(BaseModel):
     seq: int
     text: str
     usage: Usage = Usage()
+    route: str = ""
+    """The model route that served the call ("" when the app gave its own model)."""
     truncated: bool = False
     """The reply was cut by its length limit: the agent asks for the rest."""
 
@@ -307,3 +313,6 @@ class RunStatus(BaseModel):
     pending: tuple[Pending, ...] = ()
     budget: Budget | None = None
     """The whole tree's budget as it stands (extensions included); None: no limits."""
+    key: str | None = None
+    usage_by_route: dict[str, Usage] = Field(default_factory=dict)
+    """This run's own usage, by the model route that served each call."""

@@ -45,7 +45,6 @@ from agent_core import (
     Tool,
     Trigger,
 )
-from agent_core.errors import AgentError
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.agent_kit import AgentKit
@@ -57,11 +56,19 @@ from workers.errors import RelayError
 from workers.model_client import ModelSource
 from workers.pricing import Budget, Price, load_prices
 from workers.records import Pending, RunRecord, RunStatus, TraceEntry
+from workers.routes import ModelRoute, routes_from
 from workers.runtime import Runtime
 from workers.scheduling import Scheduling
 from workers.settings import Settings, now_ms
 from workers.skill_tools import gather_skills
-from workers.starting import check_start, checked_prices, start_budget
+from workers.starting import (
+    check_start,
+    checked_concurrency,
+    checked_key,
+    checked_prices,
+    start_budget,
+    started_agent,
+)
 from workers.store import RunStore
 from workers.working import Verifier
 
@@ -97,6 +104,8 @@ class Relay:
         settings: Settings | None = None,
         model: Model | None = None,
         prices: Mapping[str, Price] | None = None,
+        models: Sequence[ModelRoute] | None = None,
+        key_concurrency: int | None = None,
     ) -> None:
         self.name = name
         self.settings = settings if settings is not None else Settings.from_env()
@@ -114,6 +123,9 @@ class Relay:
         )
         self.scheduling = Scheduling(lambda: self.store, lambda: self.tools)
         self._models = ModelSource(self.settings, model)
+        self.routes = routes_from(models, self.settings)
+        """The model routes, tried in order (`models`, RELAY_MODELS, or RELAY_MODEL_URL's)."""
+        self.key_concurrency = checked_concurrency(key_concurrency)
         self._lock = threading.Lock()
         self._parts: _Parts | None = None
 
@@ -234,10 +246,13 @@ class Relay:
                     settings,
                     store,
                     self.kit,
-                    model=self.model,
+                    models=self._models,
                     send=send,
                     tick=self.tick,
                     prices=self.prices,
+                    routes=self.routes,
+                    key=self.name,
+                    key_concurrency=self.key_concurrency,
                 )
                 register_tasks(app, runtime)
                 self._parts = _Parts(store, app, runtime, RunsClient(store, send, settings.timing))
@@ -281,6 +296,7 @@ class Relay:
         recipe: str | None = None,
         schedule: str | None = None,
         run_id: str | None = None,
+        key: str | None = None,
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
@@ -289,6 +305,9 @@ class Relay:
         the registered tools; `notes` enables memory with these notes.
         `run_id` names the run (letters and digits): starting a run whose id
         exists already does nothing and returns that id, so a retried start is safe.
+        `key` groups runs for fair shares of the model routes (a tenant, say;
+        default: the app's name): when a route is saturated, waiting keys take
+        turns, and `Relay(key_concurrency=N)` caps each key's calls in flight.
 
         Raises:
             RelayError: the task or attachments are too large, or a tool name is unknown.
@@ -297,11 +316,7 @@ class Relay:
         files = check_start(task, attachments, tools, run_id, known=self.kit.names())
         limits = start_budget(budget)
         run_config = config or self.config
-        try:
-            agent = self.kit.new_agent(run_config, tools, notes)
-            agent.start_with(task, context, files)
-        except AgentError as error:
-            raise RelayError(str(error)) from error
+        agent = started_agent(self.kit, run_config, (task, context, files), tools, notes)
         chosen = run_id is not None
         run_id = run_id or secrets.token_hex(8)
         now = now_ms()
@@ -316,6 +331,7 @@ class Relay:
             config=run_config,
             tools=tuple(tools) if tools is not None else None,
             budget=limits,
+            key=checked_key(key),
         )
         parts = self._built()
         due = now + self.settings.timing.grace_ms

@@ -76,6 +76,8 @@ class CallFacts:
     error: str = ""
     usage: Usage | None = None
     attempt: int = 1
+    route: str = ""
+    """The model route that served the call ("" for a tool, or the app's own model)."""
 
     @property
     def seconds(self) -> float:
@@ -92,6 +94,8 @@ class Report:
     idle: bool = False
     """The message did nothing: its call is under way elsewhere, or was made and applied
     (a second delivery), or it was never due (refused)."""
+    waited: bool = False
+    """The call waits for a model route's capacity (rate limits): it is sent again later."""
 
     def then(self, after: Report) -> Report:
         """This report followed by what came after it (the run's state once saved)."""
@@ -157,16 +161,19 @@ def did(what: str, tool: str | None, event: InboxEvent) -> Report:
 
 
 def call_facts(
-    record: RunRecord, what: str, *, name: str, event: InboxEvent, started_ns: int, attempt: int
+    record: RunRecord, what: str, event: InboxEvent, *, started_ns: int, attempt: int, model: str
 ) -> CallFacts:
-    """The facts of call `what` of the run `record` (as claimed), which ended with `event`."""
+    """The facts of call `what` of the run `record` (as claimed), which ended with `event`;
+    `model` names the model of a model call (a route's model replaces it later)."""
     done = did(what, None, event)
+    track = record.calls.get(what)
+    tool = isinstance(event, ToolDone)
     return CallFacts(
-        kind="tool" if isinstance(event, ToolDone) else "model",
+        kind="tool" if tool else "model",
         run_id=record.id,
         root_id=record.root,
         call_id=what,
-        name=name,
+        name=(track.tool if track else "?") if tool else model,
         key=str(getattr(record, "key", None) or ""),
         started_ns=started_ns,
         ended_ns=time.time_ns(),
@@ -174,6 +181,7 @@ def call_facts(
         error=done.line if done.failed else "",
         usage=event.usage if isinstance(event, ModelReplied) else None,
         attempt=attempt,
+        route=event.route if isinstance(event, ModelReplied) else "",
     )
 
 

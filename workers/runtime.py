@@ -13,18 +13,22 @@ says nobody dealt with (a lost message, a dead worker's call).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from workers.agent_kit import AgentKit
 from workers.budgets import Pricing
 from workers.calls import Calls
-from workers.chat import Model
 from workers.decisions import expiry_event
 from workers.effects import Message
+from workers.limits import RouteLimits
 from workers.metrics import FleetMetrics
+from workers.model_client import ModelSource
 from workers.pricing import Price
 from workers.records import CancelRun, Pending
 from workers.reports import Report
+from workers.router import ModelRouter
+from workers.routes import ModelRoute
 from workers.scripts import Decided
 from workers.settings import Settings, now_ms
 from workers.steps import Steps
@@ -46,21 +50,45 @@ class Runtime:
         store: RunStore,
         kit: AgentKit,
         *,
-        model: Callable[[], Model],
+        models: ModelSource,
         send: Callable[[list[Message]], None],
         tick: Callable[[int], object],
         prices: Mapping[str, Price] | None = None,
+        routes: Sequence[ModelRoute] = (),
+        key: str = "relay",
+        key_concurrency: int | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
         self.send = send
         self.timing = settings.timing
         self.steps = Steps(store, kit, self.timing, send, clock)
-        pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens)
-        self.calls = Calls(self.steps, settings, kit.spec, model, pricing)
+        routed = routes if models.given is None else ()
+        pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens, routed)
+        router = None
+        if routed:
+            router = ModelRouter(
+                routed,
+                RouteLimits(store),
+                models.for_route,
+                key_concurrency=key_concurrency,
+                lease_ms=self.timing.lease_ms,
+                clock=clock,
+            )
+        self.calls = Calls(
+            self.steps,
+            settings,
+            spec=kit.spec,
+            model=models.get,
+            pricing=pricing,
+            router=router,
+            key=key,
+        )
         self.ticker = Ticker(store, tick, settings.tick_seconds, clock)
         self.metrics = FleetMetrics(store)
         self.telemetry = Telemetry(settings.model_url)
+        self._route_models = {route.name: route.model for route in routed}
+        self._key = key
 
     # Each returns what the task did, in one line (workers.reports): Flower shows it.
 
@@ -75,6 +103,10 @@ class Runtime:
 
     def _seen(self, task: str, report: Report) -> Report:
         """Count the task in the fleet's metrics, and trace its call."""
+        facts = report.call
+        if facts is not None:  # the model that served it; the app's key unless the run has one
+            name = self._route_models.get(facts.route, facts.name)
+            report = replace(report, call=replace(facts, name=name, key=facts.key or self._key))
         self.metrics.count(task, report)
         if report.call is not None:
             self.telemetry.record(report.call)

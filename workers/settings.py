@@ -18,6 +18,7 @@
     RELAY_MODEL_DEADLINE         seconds a whole model call may take, retries and all (600)
     RELAY_MODEL_MAX_TOKENS       a reply's cap in tokens, sent as max_tokens; 0 = none (4096)
     RELAY_PRICES                 a JSON or TOML file of prices per model (optional)
+    RELAY_MODELS                 a JSON or TOML file of model routes (optional)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
     RELAY_RECOVERY_SECONDS       how soon a dead worker's call is picked up again (15):
@@ -256,6 +257,8 @@ class Settings(BaseModel):
     """Seconds one model call may take, every attempt and wait included."""
     model_max_tokens: Annotated[int, BeforeValidator(_count(0))] = 4096
     """The reply's cap in tokens (0: none): what admission reserves for a reply."""
+    models: Annotated[str | None, BeforeValidator(_path)] = None
+    """A JSON or TOML file of model routes (RELAY_MODELS), for apps that give none."""
     prices: Annotated[str | None, BeforeValidator(_path)] = None
     """A JSON or TOML file of prices per model (RELAY_PRICES), for apps that set none."""
     tool_timeout: _Seconds = 300.0

@@ -9,7 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import ValidationError
 
-from agent_core import Attachment
+from agent_core import Agent, Attachment, Config
+from agent_core.errors import AgentError
+from workers.agent_kit import AgentKit
 from workers.errors import RelayError
 from workers.pricing import Budget, Price
 
@@ -17,8 +19,11 @@ __all__ = [
     "MAX_ATTACHMENT_BYTES",
     "MAX_TASK_CHARS",
     "check_start",
+    "checked_concurrency",
+    "checked_key",
     "checked_prices",
     "start_budget",
+    "started_agent",
 ]
 
 MAX_TASK_CHARS = 100_000
@@ -73,3 +78,38 @@ def checked_prices(given: Mapping[str, Price] | None) -> dict[str, Price]:
     ):
         raise RelayError("prices maps model names to Price values")
     return dict(given)
+
+
+def checked_key(given: object) -> str | None:
+    """A run's key: 1 to 128 printable characters, or None (the app's name)."""
+    if given is None:
+        return None
+    if not isinstance(given, str) or not 0 < len(given) <= 128 or not given.isprintable():
+        raise RelayError(f"a key is 1 to 128 printable characters, got {given!r:.80}")
+    return given
+
+
+def checked_concurrency(given: object) -> int | None:
+    if given is None:
+        return None
+    if not isinstance(given, int) or isinstance(given, bool) or given < 1:
+        raise RelayError("key_concurrency is a whole number of calls, 1 or more")
+    return given
+
+
+def started_agent(
+    kit: AgentKit,
+    config: Config,
+    opening: tuple[str, str, Sequence[Attachment]],
+    tools: Sequence[str] | None,
+    notes: Sequence[str] | None,
+) -> Agent:
+    """A new agent holding its task (`opening`: task, context, attachments), ready to
+    take its first step; what the agent refuses is a `RelayError`."""
+    task, context, files = opening
+    try:
+        agent = kit.new_agent(config, tools, notes)
+        agent.start_with(task, context, files)
+    except AgentError as error:
+        raise RelayError(str(error)) from error
+    return agent

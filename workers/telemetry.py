@@ -92,6 +92,8 @@ class Telemetry:
         }
         if facts.key:
             found["relay.key"] = facts.key
+        if facts.route:
+            found["relay.route"] = facts.route
         if operation == "chat":
             found["gen_ai.provider.name"] = "openai"  # the wire protocol Relay speaks
             found["gen_ai.request.model"] = facts.name

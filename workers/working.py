@@ -68,6 +68,7 @@ class Working:
         self.calls: dict[str, CallTrack] = dict(record.calls)
         self.children = record.children
         self.usage = record.usage
+        self.usage_by_route = dict(record.usage_by_route)
         self.verifier_rejections = record.verifier_rejections
         self.forced_stop = record.forced_stop
         self.outcome = record.outcome
@@ -118,11 +119,16 @@ class Working:
         self.messages.append(message)
         self.sends.append(Send(message.member, self.due()))
 
-    def add_usage(self, usage: Usage, call: str | None = None) -> None:
-        """Add the tokens of one model call (`call`: its name, `m<seq>`) to the run and above."""
+    def add_usage(self, usage: Usage, route: str = "", call: str | None = None) -> None:
+        """Add the tokens of one model call (`call`: its name, `m<seq>`; `route`: the route
+        that served it) to the run and above."""
         self.usage = self.usage + usage
+        if route:
+            self.usage_by_route[route] = self.usage_by_route.get(route, Usage()) + usage
         self.usage_adds += [UsageAdd(run, usage) for run in (*self.record.ancestors, self.id)]
         data: dict[str, object] = {"tokens": usage.total_tokens}
+        if route:
+            data["route"] = route
         if usage.cost_micro or usage.unpriced_calls:
             data["cost_micro"] = usage.cost_micro
         self.note("usage", call_id=call, data=data)
@@ -149,6 +155,7 @@ class Working:
                 "calls": self.calls,
                 "children": self.children,
                 "usage": self.usage,
+                "usage_by_route": self.usage_by_route,
                 "verifier_rejections": self.verifier_rejections,
                 "forced_stop": self.forced_stop,
                 "outcome": self.outcome,

@@ -16,6 +16,7 @@ again when the `with` block ends, so a broken script cannot pass for a server fa
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
@@ -129,6 +130,13 @@ class ModelServer:
         self._billed: list[tuple[str, int, int]] = []
         self._connections: set[socket.socket] = set()
         self._ids = itertools.count(1)
+        self._rpm: int | None = None
+        self._served: collections.deque[float] = collections.deque()
+        self._failing: int | None = None
+        self.refused = 0
+        """Calls answered 429 because they passed the server's own rpm limit."""
+        self.failed = 0
+        """Calls answered with the status of `fail_with`."""
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self._thread = threading.Thread(
@@ -172,6 +180,36 @@ class ModelServer:
         self.stop()
         if error is None and self._errors:
             raise AssertionError("the responder failed") from self._errors[0]
+
+    # --- limits and faults a test turns on ---
+
+    def limit_rpm(self, rpm: int | None) -> None:
+        """Answer 429 (with Retry-After) to a call past `rpm` in any 60 s, as a provider does."""
+        with self._lock:
+            self._rpm = rpm
+
+    def fail_with(self, status: int | None) -> None:
+        """Answer every call with `status` (None: answer again as scripted)."""
+        with self._lock:
+            self._failing = status
+
+    def _refusal(self) -> tuple[int, dict[str, str]] | None:
+        """The status (and headers) a call gets before its script is asked, or None."""
+        now = time.monotonic()
+        with self._lock:
+            if self._failing is not None:
+                self.failed += 1
+                return self._failing, {}
+            if self._rpm is None:
+                return None
+            while self._served and self._served[0] <= now - 60:
+                self._served.popleft()
+            if len(self._served) >= self._rpm:
+                self.refused += 1
+                wait = max(self._served[0] + 60 - now, 0.05)
+                return 429, {"Retry-After": f"{wait:.2f}"}
+            self._served.append(now)
+        return None
 
     # --- what tests look at ---
 
@@ -307,6 +345,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, _error_body("the body is not a chat completions request"))
             return
         owner = self.server.owner
+        refused = owner._refusal()
+        if refused is not None:
+            with owner._lock:
+                owner._calls.append(call)
+            self._send(refused[0], _error_body(_phrase(refused[0])), refused[1])
+            return
         reply = owner._reply_to(call)
         stopped = owner._stopping.wait(reply.delay) if reply.delay > 0 else False
         if reply.hang:

@@ -31,6 +31,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from workers.errors import DecisionRefused
+from workers.limits import RouteLimits
 from workers.metrics import FleetMetrics
 from workers.relay import Relay
 from workers.settings import now_ms
@@ -114,7 +115,9 @@ def build_app(relay: Relay, settings: WebSettings) -> Starlette:
         settings=settings,
         tokens=FormTokens(settings.secret, _claim_nonce(relay)),
         templates=Jinja2Templates(env=environment),
-        registry=registry_for(FleetMetrics(relay.store), now_ms),
+        registry=registry_for(
+            FleetMetrics(relay.store), now_ms, relay.routes, RouteLimits(relay.store)
+        ),
     )
 
     async def metrics(request: Request) -> Response:

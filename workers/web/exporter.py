@@ -1,26 +1,31 @@
 """`/metrics` of relay web: the fleet in Prometheus's text format, read from Redis at each scrape.
 
-    relay_runs{state,waiting_for}                  runs now (the newest 10,000; cached 5 s)
-    relay_waiting_on_person{kind}                  plans, calls, questions and budgets pending
-    relay_oldest_wait_seconds                      how long the oldest of them has waited
-    relay_runs_read                                runs whose state the numbers above count
-    relay_steps_total{task,outcome}                tasks done, by name; ok, failed or idle
-                                                   (a duplicate or refused message)
-    relay_model_calls_total{model,key,outcome}     model calls
-    relay_tokens_total{model,key,direction}        tokens, input and output
-    relay_cost_usd_total{model,key}                dollars, where models have prices
-    relay_model_call_seconds{model}                a histogram of model calls' durations
-    relay_tool_calls_total{tool,outcome}           tool calls
+    relay_runs{state,waiting_for}                    runs now (the newest 10,000; cached 5 s)
+    relay_runs_read                                  how many runs the numbers above count
+    relay_waiting_on_person{kind}                    plans, calls, questions, budgets pending
+    relay_oldest_wait_seconds                        how long the oldest of them has waited
+    relay_steps_total{task,outcome}                  tasks, by name: ok, failed, idle (a
+                                                     duplicate or refused message) or waiting
+    relay_model_calls_total{model,route,key,outcome} model calls
+    relay_tokens_total{model,route,key,direction}    tokens, input and output
+    relay_cost_usd_total{model,route,key}            dollars, where models have prices
+    relay_model_call_seconds{model,route}            a histogram of model calls' durations
+    relay_rate_limit_waits_total{task}               calls sent again later: no route had room
+    relay_tool_calls_total{tool,outcome}             tool calls
+    relay_route_circuit{route,state}                 1 for each route's circuit state now
+    relay_route_failures{route}                      failures in a row (the circuit opens at 5)
+    relay_route_paused{route}                        1 while a 429 pauses the route
+    relay_route_in_flight{route}, relay_route_waiting{route}   calls on it, calls queued for it
 
 Counts come from the workers (`workers.metrics`), so every worker of the fleet
-is in them, however many there are; one relay web scrapes them all. Rate-limit
-waits and circuit states are not here: Relay has neither yet.
+is in them, however many there are; one relay web scrapes them all. The routes'
+states come from their limits in Redis (`workers.limits`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -30,7 +35,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from workers.limits import RouteLimits
 from workers.metrics import LATENCY_BUCKETS, MAX_RUNS_SCANNED, FleetMetrics, FleetState
+from workers.routes import ModelRoute
 
 __all__ = ["STATE_CACHE_MS", "RelayCollector", "registry_for"]
 
@@ -38,12 +45,29 @@ STATE_CACHE_MS = 5_000
 """How long one reading of the runs' states serves scrapes (counters are always read fresh)."""
 
 
+def _counter(
+    name: str, text: str, labels: list[str], values: Iterable[tuple[tuple[str, ...], float]]
+) -> Metric:
+    family = CounterMetricFamily(name, text, labels=labels)
+    for found, value in sorted(values):
+        family.add_metric(list(found), value)
+    return family
+
+
 class RelayCollector(Collector):
     """Reads the fleet's state and counters each time Prometheus scrapes."""
 
-    def __init__(self, metrics: FleetMetrics, clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        metrics: FleetMetrics,
+        clock: Callable[[], int],
+        routes: Sequence[ModelRoute] = (),
+        limits: RouteLimits | None = None,
+    ) -> None:
         self._metrics = metrics
         self._clock = clock
+        self._routes = tuple(routes)
+        self._limits = limits
         self._cached: tuple[int, FleetState] | None = None
         self._lock = threading.Lock()
 
@@ -58,6 +82,7 @@ class RelayCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._state()
         yield from self._counters()
+        yield from self._route_states()
 
     def _state(self) -> Iterator[Metric]:
         state = self._fleet_state()
@@ -65,8 +90,13 @@ class RelayCollector(Collector):
         for (run_state, waiting_for), count in sorted(state.runs.items()):
             runs.add_metric([run_state, waiting_for], count)
         yield runs
+        yield GaugeMetricFamily(
+            "relay_runs_read",
+            f"Runs whose state was read (the newest, at most {MAX_RUNS_SCANNED})",
+            value=state.scanned,
+        )
         people = GaugeMetricFamily(
-            "relay_waiting_on_person", "Plans, calls and questions waiting", labels=["kind"]
+            "relay_waiting_on_person", "What waits on a person, by kind", labels=["kind"]
         )
         for kind in ("plan", "call", "question", "budget"):
             people.add_metric([kind], state.waiting_on_person.get(kind, 0))
@@ -76,55 +106,71 @@ class RelayCollector(Collector):
             "How long the oldest thing waiting on a person has waited",
             value=state.oldest_wait_s,
         )
-        yield GaugeMetricFamily(
-            "relay_runs_read",
-            f"Runs whose state was read (the newest, at most {MAX_RUNS_SCANNED})",
-            value=state.scanned,
-        )
 
     def _counters(self) -> Iterator[Metric]:
         totals = self._metrics.totals()
-        steps = CounterMetricFamily("relay_steps", "Tasks done", labels=["task", "outcome"])
-        for labels, count in sorted(totals.steps.items()):
-            steps.add_metric(list(labels), count)
-        yield steps
-        calls = CounterMetricFamily(
-            "relay_model_calls", "Model calls", labels=["model", "key", "outcome"]
+        spent = ["model", "route", "key"]
+        yield _counter("relay_steps", "Tasks done", ["task", "outcome"], totals.steps.items())
+        yield _counter(
+            "relay_model_calls", "Model calls", [*spent, "outcome"], totals.calls.items()
         )
-        for call_labels, count in sorted(totals.calls.items()):
-            calls.add_metric(list(call_labels), count)
-        yield calls
-        tokens = CounterMetricFamily(
-            "relay_tokens", "Tokens used", labels=["model", "key", "direction"]
-        )
-        for token_labels, count in sorted(totals.tokens.items()):
-            tokens.add_metric(list(token_labels), count)
-        yield tokens
-        cost = CounterMetricFamily("relay_cost_usd", "Dollars spent", labels=["model", "key"])
-        for labels, dollars in sorted(totals.cost_usd.items()):
-            cost.add_metric(list(labels), dollars)
-        yield cost
+        yield _counter("relay_tokens", "Tokens used", [*spent, "direction"], totals.tokens.items())
+        yield _counter("relay_cost_usd", "Dollars spent", spent, totals.cost_usd.items())
         yield self._latency(totals.latency, totals.latency_sum)
-        tools = CounterMetricFamily("relay_tool_calls", "Tool calls", labels=["tool", "outcome"])
-        for labels, count in sorted(totals.tools.items()):
-            tools.add_metric(list(labels), count)
-        yield tools
-
-    def _latency(self, counts: dict[str, list[int]], sums: dict[str, float]) -> Metric:
-        histogram = HistogramMetricFamily(
-            "relay_model_call_seconds", "How long model calls took", labels=["model"]
+        waits = [((task,), count) for task, count in totals.waits.items()]
+        yield _counter(
+            "relay_rate_limit_waits", "Calls sent again later: no route had room", ["task"], waits
         )
-        for model, per_bucket in sorted(counts.items()):
+        yield _counter("relay_tool_calls", "Tool calls", ["tool", "outcome"], totals.tools.items())
+
+    def _latency(
+        self, counts: dict[tuple[str, str], list[int]], sums: dict[tuple[str, str], float]
+    ) -> Metric:
+        histogram = HistogramMetricFamily(
+            "relay_model_call_seconds", "How long model calls took", labels=["model", "route"]
+        )
+        for labels, per_bucket in sorted(counts.items()):
             running, buckets = 0, []
             for top, count in zip([*map(str, LATENCY_BUCKETS), "+Inf"], per_bucket, strict=True):
                 running += count
                 buckets.append((top, running))
-            histogram.add_metric([model], buckets, sums.get(model, 0.0))
+            histogram.add_metric(list(labels), buckets, sums.get(labels, 0.0))
         return histogram
 
+    def _route_states(self) -> Iterator[Metric]:
+        if self._limits is None or not self._routes:
+            return
+        now = self._clock()
+        circuit = GaugeMetricFamily(
+            "relay_route_circuit", "Each route's circuit state", labels=["route", "state"]
+        )
+        gauges = {
+            name: GaugeMetricFamily(f"relay_route_{name}", text, labels=["route"])
+            for name, text in (
+                ("failures", "Failures in a row"),
+                ("paused", "1 while a 429 pauses the route"),
+                ("in_flight", "Calls on the route now"),
+                ("waiting", "Calls queued for the route's capacity"),
+            )
+        }
+        for route in self._routes:
+            state = self._limits.state(route, now)
+            circuit.add_metric([route.name, str(state["circuit"])], 1)
+            gauges["failures"].add_metric([route.name], state["failures"])
+            gauges["paused"].add_metric([route.name], 1 if state["paused_until_ms"] else 0)
+            gauges["in_flight"].add_metric([route.name], state["in_flight"])
+            gauges["waiting"].add_metric([route.name], state["waiting"])
+        yield circuit
+        yield from gauges.values()
 
-def registry_for(metrics: FleetMetrics, clock: Callable[[], int]) -> CollectorRegistry:
+
+def registry_for(
+    metrics: FleetMetrics,
+    clock: Callable[[], int],
+    routes: Sequence[ModelRoute] = (),
+    limits: RouteLimits | None = None,
+) -> CollectorRegistry:
     """A registry holding only Relay's collector (not this process's own metrics)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RelayCollector(metrics, clock))
+    registry.register(RelayCollector(metrics, clock, routes, limits))
     return registry

@@ -1,0 +1,122 @@
+-- ROUTE_ADMIT: may this model call use this route now? The fleet's limits in one step.
+--
+-- In order: a route paused by a 429 (its Retry-After) refuses until then; a route
+-- whose circuit is open refuses, but lets one call through as a probe per interval;
+-- the route's and the key's calls in flight are capped (each holder expires with its
+-- lease, so a dead worker's slot comes back); requests and tokens per minute are
+-- spaced evenly (GCRA: each admission moves the route's theoretical arrival time on
+-- by one request's, or its tokens', share of a minute).
+--
+-- Calls that must wait queue fairly between keys (start-time fair queuing): a key's
+-- next waiting call gets the tag after its previous one, or after the tag last
+-- admitted, whichever is later; calls go in tag order (ties by arrival). So a key
+-- with a thousand waiting calls and one with five take turns, and a key that shows
+-- up late is not put behind the whole backlog. A waiting call is told when to come
+-- back (its place in the queue times the spacing); one that has not come back
+-- `absent` ms after that does not hold the calls behind it, and after `stale` ms
+-- its place is gone.
+--
+-- KEYS[1] route hash (tat, ttat, paused, circuit, probe, failures, error, round, seq)
+-- KEYS[2] route's calls in flight (zset holder -> deadline)
+-- KEYS[3] key's calls in flight (zset holder -> deadline)
+-- KEYS[4] waiting calls (zset holder -> tag * 1e6 + arrival)
+-- KEYS[5] waiting holder -> key (hash)  KEYS[6] key -> its last tag (hash)
+-- KEYS[7] waiting holder -> when it was told to come back (zset)
+-- ARGV[1] now  ARGV[2] holder  ARGV[3] key  ARGV[4] ms per request (0: no rpm)
+-- ARGV[5] tokens this call may use  ARGV[6] ms per token (0: no tpm)
+-- ARGV[7] route's max calls in flight (0: none)  ARGV[8] key's (0: none)
+-- ARGV[9] lease (ms)  ARGV[10] probe interval (ms)  ARGV[11] stale (ms)
+-- ARGV[12] absent (ms)
+-- Returns: {verdict, ms}: admitted (ms 1 if it is the circuit's probe), paused (until),
+-- open (next probe), or wait (until its turn, or a free slot).
+local now, holder, key = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local per_request, tokens, per_token = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local state = redis.call('HMGET', KEYS[1], 'tat', 'ttat', 'paused', 'circuit', 'probe')
+local paused = tonumber(state[3] or '0')
+if paused > now then return {'paused', paused} end
+local probe = 0
+if state[4] == 'open' then
+  local next_probe = tonumber(state[5] or '0')
+  if now < next_probe then return {'open', next_probe} end
+  probe = 1
+end
+
+-- Calls in flight: a dead worker's holder lapses with its lease.
+local lease_end = now + tonumber(ARGV[9])
+local caps = {{KEYS[2], tonumber(ARGV[7])}, {KEYS[3], tonumber(ARGV[8])}}
+for _, cap in ipairs(caps) do
+  redis.call('ZREMRANGEBYSCORE', cap[1], '-inf', now)
+  if cap[2] > 0 and not redis.call('ZSCORE', cap[1], holder)
+      and redis.call('ZCARD', cap[1]) >= cap[2] then
+    return {'wait', now + 250}
+  end
+end
+
+local SCALE, LOOK_AHEAD = 1000000, 32
+
+local function forget(gone)
+  local owner = redis.call('HGET', KEYS[5], gone)
+  local score = tonumber(redis.call('ZSCORE', KEYS[4], gone) or '0')
+  if owner and tonumber(redis.call('HGET', KEYS[6], owner) or '-1') == math.floor(score / SCALE) then
+    redis.call('HDEL', KEYS[6], owner)  -- its key's last waiting call: nothing to follow
+  end
+  redis.call('HDEL', KEYS[5], gone)
+  redis.call('ZREM', KEYS[4], gone)
+  redis.call('ZREM', KEYS[7], gone)
+  return score
+end
+
+-- Waiting calls told to come back long ago gave up (their run moved on, or died).
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - tonumber(ARGV[11]))) do
+  forget(gone)
+end
+
+local tat = math.max(tonumber(state[1] or '0'), now)
+local ttat = math.max(tonumber(state[2] or '0'), now)
+local due = math.max(per_request > 0 and tat or now, per_token > 0 and ttat or now)
+local step = math.max(per_request, per_token > 0 and tokens * per_token or 0, 1)
+local waiting = redis.call('ZCARD', KEYS[4])
+local place = redis.call('ZRANK', KEYS[4], holder)
+if not place and (waiting > 0 or due > now) then
+  -- A new waiter: after its key's last waiting call, or after the last admitted.
+  local round = tonumber(redis.call('HGET', KEYS[1], 'round') or '0')
+  local tag = math.max(tonumber(redis.call('HGET', KEYS[6], key) or '0'), round) + 1
+  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1) % SCALE
+  redis.call('HSET', KEYS[6], key, tag)
+  redis.call('HSET', KEYS[5], holder, key)
+  redis.call('ZADD', KEYS[4], tag * SCALE + seq, holder)
+  place = redis.call('ZRANK', KEYS[4], holder)
+end
+
+-- Calls ahead in the queue that are here (not absent past their turn) go first.
+local ahead = place or 0
+if place and place > 0 and place <= LOOK_AHEAD then
+  ahead = 0
+  local absent_before = now - tonumber(ARGV[12])
+  for _, other in ipairs(redis.call('ZRANGE', KEYS[4], 0, place - 1)) do
+    if tonumber(redis.call('ZSCORE', KEYS[7], other) or '0') >= absent_before then
+      ahead = ahead + 1
+    end
+  end
+end
+
+if due <= now and ahead == 0 then
+  if per_request > 0 then redis.call('HSET', KEYS[1], 'tat', tat + per_request) end
+  if per_token > 0 then redis.call('HSET', KEYS[1], 'ttat', ttat + tokens * per_token) end
+  if probe == 1 then
+    redis.call('HSET', KEYS[1], 'probe', now + tonumber(ARGV[10]))
+  end
+  redis.call('ZADD', KEYS[2], lease_end, holder)
+  redis.call('ZADD', KEYS[3], lease_end, holder)
+  if place then
+    local round = math.floor(forget(holder) / SCALE)
+    if round > tonumber(redis.call('HGET', KEYS[1], 'round') or '0') then
+      redis.call('HSET', KEYS[1], 'round', round)
+    end
+  end
+  return {'admitted', probe}
+end
+
+local back = math.max(due, now) + ahead * step
+redis.call('ZADD', KEYS[7], back, holder)
+return {'wait', back}

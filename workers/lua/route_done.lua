@@ -1,0 +1,44 @@
+-- ROUTE_DONE: what came of a call a route admitted: its slots come back, its circuit
+-- and pause learn from it.
+--
+-- A success closes the circuit. A failure that says the server is in trouble (5xx, a
+-- timeout, a refused connection) counts; at `threshold` in a row the circuit opens and
+-- only one probe per interval gets through. A 429 pauses the route for the whole
+-- fleet until its Retry-After. A call that used fewer tokens than it was admitted for
+-- gives the difference back to the tokens-per-minute spacing.
+--
+-- KEYS[1] route hash  KEYS[2] route's calls in flight  KEYS[3] key's calls in flight
+-- ARGV[1] now  ARGV[2] holder  ARGV[3] outcome: ok, failed, limited, or refused (a
+-- request the server called wrong: neither the circuit nor the pause hear of it)
+-- ARGV[4] pause until (ms; limited)  ARGV[5] tokens to give back  ARGV[6] ms per token
+-- ARGV[7] failures that open the circuit  ARGV[8] probe interval (ms)
+-- ARGV[9] the error, for `relay routes` ('' for none)
+-- Returns: the circuit's state (closed or open).
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[2])
+local now, outcome = tonumber(ARGV[1]), ARGV[3]
+local back = tonumber(ARGV[5]) * tonumber(ARGV[6])
+if back > 0 then
+  local ttat = tonumber(redis.call('HGET', KEYS[1], 'ttat') or '0')
+  redis.call('HSET', KEYS[1], 'ttat', math.max(ttat - back, now))
+end
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9], 'error_at', now) end
+if outcome == 'ok' then
+  redis.call('HSET', KEYS[1], 'circuit', 'closed', 'failures', 0)
+  return 'closed'
+end
+if outcome == 'limited' then
+  local paused = tonumber(redis.call('HGET', KEYS[1], 'paused') or '0')
+  redis.call('HSET', KEYS[1], 'paused', math.max(paused, tonumber(ARGV[4])))
+end
+if outcome == 'failed' or outcome == 'limited' then
+  local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+  if failures >= tonumber(ARGV[7]) then
+    if redis.call('HGET', KEYS[1], 'circuit') ~= 'open' then
+      redis.call('HSET', KEYS[1], 'circuit', 'open', 'opened', now)
+    end
+    redis.call('HSET', KEYS[1], 'probe', now + tonumber(ARGV[8]))
+    return 'open'
+  end
+end
+return redis.call('HGET', KEYS[1], 'circuit') or 'closed'

@@ -1,0 +1,159 @@
+"""Routing a model call: the routes in order, within the fleet's limits.
+
+    routes tried in order ──► admitted by the route's limits (workers.limits)?
+        admitted   the call is made; a 429, a 5xx after its retries, a timeout, a
+                   refused connection falls through to the next route; a request
+                   the server calls wrong (400, 401, 404, 422) fails the call
+        paused     (a 429's Retry-After, fleet-wide) or its circuit open: the next route
+        wait       a moment: wait here; longer: `Requeue` (the task ends, the call comes
+                   back with a countdown, holding no worker meanwhile)
+
+Every outcome is told to the route (`RouteLimits.done`): its slots come back,
+its circuit counts failures, a 429 pauses it for the fleet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agent_core import ModelRequest
+from workers.chat import ModelReply
+from workers.errors import ModelCallError
+from workers.limits import Outcome, RouteLimits
+from workers.model_client import ModelClient
+from workers.routes import ModelRoute
+
+__all__ = ["MOMENT_MS", "ModelRouter", "Requeue", "Routed"]
+
+log = logging.getLogger(__name__)
+
+MOMENT_MS = 1_000
+"""A call waits in its worker at most this long for its turn; longer, it is re-queued."""
+WRONG_REQUEST = frozenset({400, 401, 403, 404, 405, 413, 422})
+"""Answers that say the request itself is wrong: another route would say the same."""
+
+
+class Requeue(Exception):
+    """Raised when no route can take the call soon: try again at `at_ms`."""
+
+    def __init__(self, at_ms: int, why: str) -> None:
+        super().__init__(why)
+        self.at_ms = at_ms
+        self.why = why
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A reply, and the route that gave it."""
+
+    reply: ModelReply
+    route: ModelRoute
+
+
+class ModelRouter:
+    """Makes a model call on the first route that takes it (see the module docstring)."""
+
+    def __init__(
+        self,
+        routes: Sequence[ModelRoute],
+        limits: RouteLimits,
+        model_for: Callable[[ModelRoute], ModelClient],
+        *,
+        key_concurrency: int | None,
+        lease_ms: int,
+        clock: Callable[[], int],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.routes = tuple(routes)
+        self._limits = limits
+        self._model_for = model_for
+        self._key_concurrency = key_concurrency
+        self._lease_ms = lease_ms
+        self._clock = clock
+        self._sleep = sleep
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        key: str,
+        holder: str,
+        tokens: int,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Routed:
+        """Return the first route's reply to `request`.
+
+        Raises:
+            Requeue: no route can take it within a moment.
+            ModelCallError: the request is wrong, or every route failed (the last error).
+        """
+        last: ModelCallError | None = None
+        soonest: tuple[int, str] | None = None
+        for index, route in enumerate(self.routes):
+            more = index + 1 < len(self.routes)
+            verdict = self._turn(route, key=key, holder=holder, tokens=tokens, more=more)
+            if isinstance(verdict, tuple):
+                soonest = verdict if soonest is None else min(soonest, verdict)
+                continue
+            try:
+                reply = self._model_for(route).complete(
+                    request, should_stop=should_stop, longest_wait=MOMENT_MS / 1000
+                )
+            except ModelCallError as error:
+                self._failed(route, key, holder, error)
+                if error.status in WRONG_REQUEST:
+                    raise
+                last = error
+                continue
+            used = reply.usage.total_tokens
+            self._limits.done(
+                route, key=key, holder=holder, outcome="ok", now_ms=self._clock(),
+                tokens_back=tokens - used,
+            )  # fmt: skip
+            return Routed(reply, route)
+        if soonest is not None and last is None:
+            raise Requeue(*soonest)
+        if last is not None:
+            raise last
+        raise ModelCallError("no model route is configured: set RELAY_MODEL_URL", retryable=False)
+
+    def _turn(
+        self, route: ModelRoute, *, key: str, holder: str, tokens: int, more: bool
+    ) -> tuple[int, str] | None:
+        """Wait for the route's turn if it comes within a moment; None when admitted, else
+        (when to come back, why not now)."""
+        while True:
+            now = self._clock()
+            admitted = self._limits.admit(
+                route, key=key, holder=holder, tokens=tokens,
+                key_concurrency=self._key_concurrency, lease_ms=self._lease_ms, now_ms=now,
+            )  # fmt: skip
+            if admitted.admitted:
+                return None
+            why = f"route {route.name}: {admitted.verdict}"
+            if admitted.verdict in ("paused", "open") and more:
+                return (admitted.at_ms, why)  # the next route may take it now
+            wait = admitted.at_ms - now
+            if wait > MOMENT_MS:
+                return (admitted.at_ms, why)
+            self._sleep(max(wait, 0) / 1000)
+
+    def _failed(self, route: ModelRoute, key: str, holder: str, error: ModelCallError) -> None:
+        now = self._clock()
+        if error.status == 429:
+            pause = int((error.retry_after or 1.0) * 1000)
+            outcome: Outcome = "limited"
+        elif error.status in WRONG_REQUEST:
+            pause, outcome = 0, "refused"
+        else:
+            pause, outcome = 0, "failed"
+        circuit = self._limits.done(
+            route, key=key, holder=holder, outcome=outcome, now_ms=now,
+            paused_until_ms=now + pause, error=error.message,
+        )  # fmt: skip
+        log.warning(
+            "model route %s failed (%s; circuit %s): %s", route.name, outcome, circuit, error
+        )
