@@ -29,6 +29,7 @@ WORKERS = [
     "Price",
     "Relay",
     "RelayError",
+    "RouteState",
     "RunCorrupt",
     "RunNotFound",
     "RunStatus",

@@ -16,6 +16,7 @@ from workers.errors import (
     ToolRegistrationError,
     WaitTimeout,
 )
+from workers.limits import RouteState
 from workers.pricing import Budget, Price
 from workers.records import Pending, RunStatus, TraceEntry, Usage
 from workers.registry import ToolContext
@@ -36,6 +37,7 @@ __all__ = [
     "Price",
     "Relay",
     "RelayError",
+    "RouteState",
     "RunCorrupt",
     "RunNotFound",
     "RunStatus",

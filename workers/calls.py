@@ -280,6 +280,8 @@ class Calls:
         asked = call.asked
 
         def renew() -> bool:
+            if self.router is not None and asked.seq is not None:
+                self.router.renew(_route_holder(call))
             return self.store.renew(
                 asked.run_id,
                 asked.what,
@@ -332,7 +334,7 @@ class Calls:
         routed = self.router.complete(
             request,
             key=call.record.key or self.settings_key,
-            holder=call.asked.token,
+            holder=_route_holder(call),
             tokens=prompt + self.pricing.max_tokens,
             should_stop=cancel.is_set,
         )
@@ -455,3 +457,9 @@ def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:
             f"it was tried {MAX_CALL_ATTEMPTS} times and each worker stopped mid-call"
         )
     return None
+
+
+def _route_holder(call: Claimed) -> str:
+    """A model call's name at the routes: the same each time it comes back, so it keeps
+    its place in a route's queue."""
+    return f"{call.asked.run_id}|{call.asked.seq}"

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from workers.codec import as_text
 from workers.scripts import lua
 
@@ -29,6 +31,7 @@ __all__ = [
     "STALE_MS",
     "Admitted",
     "RouteLimits",
+    "RouteState",
 ]
 
 FAILURES_TO_OPEN = 5
@@ -58,6 +61,30 @@ class Admitted:
     @property
     def admitted(self) -> bool:
         return self.verdict == "admitted"
+
+
+class RouteState(BaseModel):
+    """A route as the fleet shares it now: its limits, its circuit, its calls."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    model: str
+    rpm: int | None
+    tpm: int | None
+    max_concurrency: int | None
+    circuit: Literal["closed", "open"]
+    failures: int
+    """Failures in a row (a success sets it back to 0)."""
+    next_probe_ms: int | None
+    """While the circuit is open: when the next call may probe the route."""
+    paused_until_ms: int | None
+    """A 429 paused the route for the fleet until then."""
+    in_flight: int
+    waiting: int
+    """Calls queued for their turn."""
+    error: str
+    error_at_ms: int | None
 
 
 class RouteLimits:
@@ -96,10 +123,28 @@ class RouteLimits:
         per_token = SPACING_MARGIN * 60_000 / route.tpm if route.tpm else 0
         args = [now_ms, holder, key, per_request, tokens, per_token]
         args += [route.max_concurrency or 0, key_concurrency or 0, lease_ms]
-        args += [PROBE_INTERVAL_MS, STALE_MS, ABSENT_MS]
+        args += [PROBE_INTERVAL_MS, STALE_MS, ABSENT_MS, ""]
         with self._store.errors():
             verdict, at = self._admit(keys=self._keys(route.name, key), args=args)
         return Admitted(as_text(verdict), int(float(at)))  # type: ignore[arg-type]
+
+    def renew(
+        self, route: ModelRoute, *, key: str, holder: str, lease_ms: int, now_ms: int
+    ) -> None:
+        """Keep a call's slots while it runs (a long reply outlasts one lease)."""
+        until = now_ms + lease_ms
+        k = self._store.keys
+        with self._store.errors():
+            pipe = self._store.redis.pipeline(transaction=False)
+            pipe.zadd(k.route(route.name, "inflight"), {holder: until}, xx=True)
+            pipe.zadd(k.key_inflight(key), {holder: until}, xx=True)
+            pipe.execute()
+
+    def leave(self, route: ModelRoute, *, key: str, holder: str) -> None:
+        """Take a call out of the route's queue: another route took it, or it failed."""
+        args = [0, holder, key, 0, 0, 0, 0, 0, 0, 0, 0, 0, "leave"]
+        with self._store.errors():
+            self._admit(keys=self._keys(route.name, key), args=args)
 
     def done(
         self,
@@ -120,9 +165,8 @@ class RouteLimits:
         with self._store.errors():
             return as_text(self._done(keys=self._keys(route.name, key)[:3], args=args))
 
-    def state(self, route: ModelRoute, now_ms: int) -> dict[str, Any]:
-        """What `relay routes` shows: the circuit, the pause, calls in flight and waiting,
-        and the last error."""
+    def state(self, route: ModelRoute, now_ms: int) -> RouteState:
+        """What `relay routes` shows of a route now."""
         k = self._store.keys
         with self._store.errors():
             pipe = self._store.redis.pipeline(transaction=False)
@@ -131,13 +175,24 @@ class RouteLimits:
             pipe.zcard(k.route(route.name, "queue"))
             found, inflight, waiting = pipe.execute()
         fields = {as_text(f): as_text(v) for f, v in found.items()}
-        paused = int(float(fields.get("paused", "0")))
-        return {
-            "circuit": fields.get("circuit", "closed"),
-            "failures": int(fields.get("failures", "0")),
-            "paused_until_ms": paused if paused > now_ms else None,
-            "in_flight": int(inflight),
-            "waiting": int(waiting),
-            "error": fields.get("error", ""),
-            "error_at_ms": int(float(fields["error_at"])) if "error_at" in fields else None,
-        }
+
+        def ms(name: str) -> int | None:
+            value = int(float(fields.get(name, "0")))
+            return value or None
+
+        paused = ms("paused")
+        return RouteState(
+            name=route.name,
+            model=route.model,
+            rpm=route.rpm,
+            tpm=route.tpm,
+            max_concurrency=route.max_concurrency,
+            circuit="open" if fields.get("circuit") == "open" else "closed",
+            failures=int(fields.get("failures", "0")),
+            next_probe_ms=ms("probe") if fields.get("circuit") == "open" else None,
+            paused_until_ms=paused if paused is not None and paused > now_ms else None,
+            in_flight=int(inflight),
+            waiting=int(waiting),
+            error=fields.get("error", ""),
+            error_at_ms=ms("error_at"),
+        )

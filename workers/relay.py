@@ -53,6 +53,7 @@ from workers.chat import Model
 from workers.client import RunsClient
 from workers.effects import Message
 from workers.errors import RelayError
+from workers.limits import RouteLimits, RouteState
 from workers.model_client import ModelSource
 from workers.pricing import Budget, Price, load_prices
 from workers.records import Pending, RunRecord, RunStatus, TraceEntry
@@ -125,7 +126,9 @@ class Relay:
         self._models = ModelSource(self.settings, model)
         self.routes = routes_from(models, self.settings)
         """The model routes, tried in order (`models`, RELAY_MODELS, or RELAY_MODEL_URL's)."""
-        self.key_concurrency = checked_concurrency(key_concurrency)
+        self.key_concurrency = checked_concurrency(key_concurrency) or (
+            self.settings.key_concurrency or None
+        )
         self._lock = threading.Lock()
         self._parts: _Parts | None = None
 
@@ -363,6 +366,11 @@ class Relay:
     def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
         """The run's outcome once it finishes (WaitTimeout if it does not in time)."""
         return self.runs_client.wait(run_id, timeout)
+
+    def route_states(self) -> list[RouteState]:
+        """Each model route as the fleet shares it now: circuit, pause, calls, last error."""
+        limits, now = RouteLimits(self._built().store), now_ms()
+        return [limits.state(route, now) for route in self.routes]
 
     def pending(self) -> list[Pending]:
         """What waits on a person: plans, calls and questions, oldest first."""

@@ -74,6 +74,8 @@ class ModelRouter:
         self._lease_ms = lease_ms
         self._clock = clock
         self._sleep = sleep
+        self._held: dict[str, tuple[ModelRoute, str]] = {}
+        """holder -> the route it holds a slot of now, and its key (threads share a router)."""
 
     def complete(
         self,
@@ -90,6 +92,38 @@ class ModelRouter:
             Requeue: no route can take it within a moment.
             ModelCallError: the request is wrong, or every route failed (the last error).
         """
+        waited: list[ModelRoute] = []
+        try:
+            return self._first_reply(request, key, holder, tokens, should_stop, waited=waited)
+        except Requeue:
+            waited.clear()  # it comes back: it keeps its places in the queues
+            raise
+        finally:
+            self._held.pop(holder, None)
+            for route in waited:
+                self._limits.leave(route, key=key, holder=holder)
+
+    def renew(self, holder: str) -> None:
+        """Keep the route slot `holder` holds for another lease (called with its claim's
+        renewal, so a long call keeps its slot and a dead worker's lapses)."""
+        held = self._held.get(holder)
+        if held is not None:
+            route, key = held
+            self._limits.renew(
+                route, key=key, holder=holder, lease_ms=self._lease_ms, now_ms=self._clock()
+            )
+
+    def _first_reply(
+        self,
+        request: ModelRequest,
+        key: str,
+        holder: str,
+        tokens: int,
+        should_stop: Callable[[], bool] | None,
+        *,
+        waited: list[ModelRoute],
+    ) -> Routed:
+        """The first route's reply; `waited` gathers the routes that queued the call."""
         last: ModelCallError | None = None
         soonest: tuple[int, str] | None = None
         for index, route in enumerate(self.routes):
@@ -97,7 +131,9 @@ class ModelRouter:
             verdict = self._turn(route, key=key, holder=holder, tokens=tokens, more=more)
             if isinstance(verdict, tuple):
                 soonest = verdict if soonest is None else min(soonest, verdict)
+                waited.append(route)
                 continue
+            self._held[holder] = (route, key)
             try:
                 reply = self._model_for(route).complete(
                     request, should_stop=should_stop, longest_wait=MOMENT_MS / 1000

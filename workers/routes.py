@@ -65,8 +65,9 @@ class ModelRoute(BaseModel):
     timeout: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
     """Seconds without a byte from this server (default RELAY_MODEL_TIMEOUT)."""
 
-    def __init__(self, name: str, /, **fields: Any) -> None:
-        super().__init__(name=name, **fields)
+    def __init__(self, name: str | None = None, /, **fields: Any) -> None:
+        # The name may come first, positionally; pydantic's validation passes it by name.
+        super().__init__(**fields if name is None else {**fields, "name": name})
 
     def client_settings(self, settings: Settings) -> ModelSettings:
         """What a client of this route needs (the key read from `key_env` now)."""
@@ -121,6 +122,8 @@ def load_routes(path: str | Path) -> tuple[ModelRoute, ...]:
         raise SettingsError(f"RELAY_MODELS: {where} lists no routes")
     routes = []
     for n, item in enumerate(listed):
+        if not isinstance(item, dict):
+            raise SettingsError(f"RELAY_MODELS: {where}: route {n + 1} is not a table of fields")
         try:
             routes.append(ModelRoute.model_validate(item))
         except ValidationError as error:

@@ -130,11 +130,11 @@ class ModelServer:
         self._billed: list[tuple[str, int, int]] = []
         self._connections: set[socket.socket] = set()
         self._ids = itertools.count(1)
-        self._rpm: int | None = None
+        self._rate: tuple[int, float] | None = None
         self._served: collections.deque[float] = collections.deque()
         self._failing: int | None = None
         self.refused = 0
-        """Calls answered 429 because they passed the server's own rpm limit."""
+        """Calls answered 429 because they passed the server's own rate limit."""
         self.failed = 0
         """Calls answered with the status of `fail_with`."""
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
@@ -183,10 +183,11 @@ class ModelServer:
 
     # --- limits and faults a test turns on ---
 
-    def limit_rpm(self, rpm: int | None) -> None:
-        """Answer 429 (with Retry-After) to a call past `rpm` in any 60 s, as a provider does."""
+    def limit_rate(self, calls: int | None, per_seconds: float = 60.0) -> None:
+        """Answer 429 (with Retry-After) to a call past `calls` in any `per_seconds`, as
+        a provider does (None: no limit)."""
         with self._lock:
-            self._rpm = rpm
+            self._rate = None if calls is None else (calls, per_seconds)
 
     def fail_with(self, status: int | None) -> None:
         """Answer every call with `status` (None: answer again as scripted)."""
@@ -200,13 +201,14 @@ class ModelServer:
             if self._failing is not None:
                 self.failed += 1
                 return self._failing, {}
-            if self._rpm is None:
+            if self._rate is None:
                 return None
-            while self._served and self._served[0] <= now - 60:
+            calls, window = self._rate
+            while self._served and self._served[0] <= now - window:
                 self._served.popleft()
-            if len(self._served) >= self._rpm:
+            if len(self._served) >= calls:
                 self.refused += 1
-                wait = max(self._served[0] + 60 - now, 0.05)
+                wait = max(self._served[0] + window - now, 0.05)
                 return 429, {"Retry-After": f"{wait:.2f}"}
             self._served.append(now)
         return None

@@ -5,6 +5,8 @@
     relay --app mymodule:relay run "task"       # start a run and follow it live
     relay web                                   # runs, approvals and /metrics in a browser
     relay runs | show RUN | watch RUN | pending | approve RUN [CALL] | deny | answer | cancel
+    relay extend RUN --usd 1.00                 # raise a run tree's budget
+    relay routes                                # the model routes: limits, circuits, errors
     relay skills list|check PATH                # the Agent Skills in a folder
 
 `--app module:attr` (or RELAY_APP) names the Relay object, before or after the
@@ -26,6 +28,7 @@ import click
 from agent_core.errors import AgentError
 from workers.cli.budget import extend
 from workers.cli.common import Context, Failure
+from workers.cli.routes import routes
 from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
 from workers.cli.schedule import schedule
 from workers.cli.serve import beat, flower, worker
@@ -101,6 +104,7 @@ VERBS = (
     answer,
     cancel,
     extend,
+    routes,
 )
 for verb in (*VERBS, schedule, skills):
     cli.add_command(verb)

@@ -24,6 +24,7 @@ __all__ = [
     "load_app",
     "print_json",
     "row",
+    "span",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -97,3 +98,12 @@ def row(*cells: str) -> list[Text]:
 
 def print_json(value: object) -> None:
     click.echo(json_text(json.dumps(value, ensure_ascii=False)))
+
+
+def span(seconds: float) -> str:
+    """A stretch of time the way a person reads it: 45s, 12m, 3h, 2d."""
+    whole = max(0, int(seconds))
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if whole >= size:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"

@@ -18,7 +18,15 @@ from rich.table import Table
 from rich.text import Text
 
 from workers.cli.budget import budget_from, budget_options
-from workers.cli.common import Context, Failure, app_option, json_option, print_json, row
+from workers.cli.common import (
+    Context,
+    Failure,
+    app_option,
+    json_option,
+    print_json,
+    row,
+    span,
+)
 from workers.cli.embedded import Embedded
 from workers.cli.live import (
     EXIT_INTERRUPTED,
@@ -201,11 +209,7 @@ def demo(obj: Context, ask: bool, task: str | None) -> None:
 def _age(ms: int | None) -> str:
     if ms is None:
         return ""
-    seconds = max(0, int(time.time() - ms / 1000))
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit} ago"
-    return f"{seconds}s ago"
+    return f"{span(time.time() - ms / 1000)} ago"
 
 
 def _state(status: RunStatus) -> str:

@@ -26,10 +26,31 @@
 -- ARGV[5] tokens this call may use  ARGV[6] ms per token (0: no tpm)
 -- ARGV[7] route's max calls in flight (0: none)  ARGV[8] key's (0: none)
 -- ARGV[9] lease (ms)  ARGV[10] probe interval (ms)  ARGV[11] stale (ms)
--- ARGV[12] absent (ms)
+-- ARGV[12] absent (ms)  ARGV[13] 'leave': only take the call out of the queue (it
+-- went to another route, or failed)
 -- Returns: {verdict, ms}: admitted (ms 1 if it is the circuit's probe), paused (until),
--- open (next probe), or wait (until its turn, or a free slot).
+-- open (next probe), wait (until its turn, or a free slot), or left.
 local now, holder, key = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local SCALE, LOOK_AHEAD = 1000000, 32
+
+local function forget(gone)
+  local owner = redis.call('HGET', KEYS[5], gone)
+  local score = tonumber(redis.call('ZSCORE', KEYS[4], gone) or '0')
+  local last = owner and tonumber(redis.call('HGET', KEYS[6], owner) or '-1')
+  if last == math.floor(score / SCALE) then
+    redis.call('HDEL', KEYS[6], owner)  -- its key's last waiting call: nothing to follow
+  end
+  redis.call('HDEL', KEYS[5], gone)
+  redis.call('ZREM', KEYS[4], gone)
+  redis.call('ZREM', KEYS[7], gone)
+  return score
+end
+
+if ARGV[13] == 'leave' then
+  if redis.call('ZSCORE', KEYS[4], holder) then forget(holder) end
+  return {'left', 0}
+end
+
 local per_request, tokens, per_token = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local state = redis.call('HMGET', KEYS[1], 'tat', 'ttat', 'paused', 'circuit', 'probe')
 local paused = tonumber(state[3] or '0')
@@ -50,20 +71,6 @@ for _, cap in ipairs(caps) do
       and redis.call('ZCARD', cap[1]) >= cap[2] then
     return {'wait', now + 250}
   end
-end
-
-local SCALE, LOOK_AHEAD = 1000000, 32
-
-local function forget(gone)
-  local owner = redis.call('HGET', KEYS[5], gone)
-  local score = tonumber(redis.call('ZSCORE', KEYS[4], gone) or '0')
-  if owner and tonumber(redis.call('HGET', KEYS[6], owner) or '-1') == math.floor(score / SCALE) then
-    redis.call('HDEL', KEYS[6], owner)  -- its key's last waiting call: nothing to follow
-  end
-  redis.call('HDEL', KEYS[5], gone)
-  redis.call('ZREM', KEYS[4], gone)
-  redis.call('ZREM', KEYS[7], gone)
-  return score
 end
 
 -- Waiting calls told to come back long ago gave up (their run moved on, or died).

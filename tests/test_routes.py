@@ -1,0 +1,262 @@
+"""Model routes: reading them, and the router against real servers and a real Redis.
+
+The servers are ModelServers on loopback; the limits live in a private Redis; the
+clock is the real one, except where a test passes its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_core.steps import ModelRequest
+from tests.support.model_server import ModelServer, Reply, refusing_url, scripted
+from tests.support.redis_server import RedisServer
+from workers import ModelRoute, Settings
+from workers.errors import ModelCallError, SettingsError
+from workers.limits import RouteLimits
+from workers.model_client import ModelClient
+from workers.models import ModelSettings
+from workers.router import MOMENT_MS, ModelRouter, Requeue
+from workers.routes import load_routes, routes_from
+from workers.settings import now_ms
+from workers.store import RunStore
+
+REQUEST = ModelRequest(system="You are terse.", prompt="Say hi.")
+
+
+# --- reading routes -------------------------------------------------------------------------
+
+
+def test_routes_load_from_json_and_toml(tmp_path: Path) -> None:
+    listed = [
+        {"name": "primary", "url": "https://a.example/v1", "model": "big", "rpm": 600},
+        {"name": "backup", "url": "http://127.0.0.1:8000/v1", "model": "small", "tpm": 9000},
+    ]
+    as_json = tmp_path / "models.json"
+    as_json.write_text(json.dumps({"routes": listed}))
+    as_toml = tmp_path / "models.toml"
+    as_toml.write_text(
+        '[[routes]]\nname = "primary"\nurl = "https://a.example/v1"\nmodel = "big"\nrpm = 600\n'
+        '[[routes]]\nname = "backup"\nurl = "http://127.0.0.1:8000/v1"\nmodel = "small"\n'
+        "tpm = 9000\n"
+    )
+    for path in (as_json, as_toml):
+        routes = load_routes(path)
+        assert [r.name for r in routes] == ["primary", "backup"]
+        assert routes[0].rpm == 600
+        assert routes[1].tpm == 9000
+        assert routes[0].url == "https://a.example/v1/chat/completions"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "cannot read"),
+        ("[]", "lists no routes"),
+        ('{"routes": {"name": "x"}}', "lists no routes"),
+        ('["primary"]', "route 1 is not a table"),
+        ('[{"url": "http://x/v1", "model": "m"}]', "route 1: name"),
+        ('[{"name": "a b", "url": "http://x/v1", "model": "m"}]', "route 1: name"),
+        ('[{"name": "a", "url": "http://x/v1", "model": "m", "rpm": 0}]', "route 1: rpm"),
+        ('[{"name": "a", "url": "ftp://x/v1", "model": "m"}]', "route 1: url"),
+        ('[{"name": "a", "url": "http://x/v1", "model": "m", "colour": 1}]', "route 1: colour"),
+        ('[{"name": "a", "url": "http://x/v1", "model": "m", "key_env": "A-B"}]', "key_env"),
+    ],
+)
+def test_a_wrong_routes_file_is_one_clear_error(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "models.json"
+    path.write_text(content)
+    with pytest.raises(SettingsError, match=message) as caught:
+        load_routes(path)
+    assert str(path) in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_routes_come_from_the_app_then_relay_models_then_the_model_url(tmp_path: Path) -> None:
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps([{"name": "filed", "url": "http://f/v1", "model": "m"}]))
+    settings = Settings.from_env(
+        {"RELAY_MODELS": str(path), "RELAY_MODEL_URL": "http://u/v1", "RELAY_MODEL": "u"}
+    )
+    given = ModelRoute("given", url="http://g/v1", model="m")
+    assert [r.name for r in routes_from([given], settings)] == ["given"]
+    assert [r.name for r in routes_from(None, settings)] == ["filed"]
+    plain = Settings.from_env({"RELAY_MODEL_URL": "http://u/v1", "RELAY_MODEL": "u"})
+    (default,) = routes_from(None, plain)
+    assert (default.name, default.model) == ("default", "u")
+    assert routes_from(None, Settings.from_env({})) == ()
+    twice = [given, ModelRoute("given", url="http://h/v1", model="m")]
+    with pytest.raises(SettingsError, match="share a name"):
+        routes_from(twice, settings)
+
+
+def test_a_route_reads_its_key_from_its_own_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRIMARY_KEY", "sk-primary-0123456789")
+    route = ModelRoute("p", url="http://p/v1", model="m", key_env="PRIMARY_KEY", timeout=7)
+    settings = Settings.from_env({"RELAY_MODEL_KEY": "sk-fleet-0123456789"})
+    client = route.client_settings(settings)
+    assert client.key is not None
+    assert client.key.get_secret_value() == "sk-primary-0123456789"
+    assert client.read_timeout == 7
+    other = ModelRoute("o", url="http://o/v1", model="m").client_settings(settings)
+    assert other.key is not None
+    assert other.key.get_secret_value() == "sk-fleet-0123456789"
+
+
+# --- the router -----------------------------------------------------------------------------
+
+
+_CLIENTS: list[ModelClient] = []
+
+
+@pytest.fixture
+def limits(tmp_path: Path) -> Iterator[RouteLimits]:
+    with RedisServer(tmp_path) as server:
+        yield RouteLimits(RunStore(server.url, "t:"))
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
+def _router(limits: RouteLimits, *routes: ModelRoute, sleep: bool = True) -> ModelRouter:
+    """A router on `routes`, as one worker has it (its clients closed after the test)."""
+    made: dict[str, ModelClient] = {}
+
+    def client(route: ModelRoute) -> ModelClient:
+        if route.name not in made:
+            settings = ModelSettings(url=route.url, model=route.model, retries=0)
+            made[route.name] = ModelClient(settings)
+            _CLIENTS.append(made[route.name])
+        return made[route.name]
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"the router slept {seconds} s")
+
+    return ModelRouter(
+        routes, limits, client, key_concurrency=None, lease_ms=10_000, clock=now_ms,
+        **({} if sleep else {"sleep": no_sleep}),
+    )  # fmt: skip
+
+
+def _ask(router: ModelRouter, holder: str = "run|1", key: str = "k") -> str:
+    routed = router.complete(REQUEST, key=key, holder=holder, tokens=200)
+    return routed.route.name
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+def test_a_route_in_trouble_falls_through_to_the_next(limits: RouteLimits, status: int) -> None:
+    with (
+        ModelServer(scripted(Reply(status=status, headers={"Retry-After": "30"}))) as first,
+        ModelServer(scripted("from the backup")) as second,
+    ):
+        router = _router(
+            limits,
+            ModelRoute("primary", url=first.url, model="m"),
+            ModelRoute("backup", url=second.url, model="m"),
+        )
+        routed = router.complete(REQUEST, key="k", holder="run|1", tokens=200)
+        assert (routed.route.name, routed.reply.text) == ("backup", "from the backup")
+        assert len(first.calls) == 1
+        assert len(second.calls) == 1
+        state = limits.state(router.routes[0], now_ms())
+        assert state.error
+        assert state.in_flight == 0
+        assert (state.paused_until_ms is not None) == (status == 429)
+
+
+def test_a_refused_connection_falls_through(limits: RouteLimits) -> None:
+    with refusing_url() as dead, ModelServer(scripted("alive")) as second:
+        router = _router(
+            limits,
+            ModelRoute("dead", url=dead, model="m"),
+            ModelRoute("alive", url=second.url, model="m"),
+        )
+        assert _ask(router) == "alive"
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 422])
+def test_a_wrong_request_fails_the_call_without_trying_another_route(
+    limits: RouteLimits, status: int
+) -> None:
+    with ModelServer(scripted(Reply(status=status))) as first, ModelServer(scripted()) as second:
+        router = _router(
+            limits,
+            ModelRoute("primary", url=first.url, model="m"),
+            ModelRoute("backup", url=second.url, model="m"),
+        )
+        with pytest.raises(ModelCallError) as caught:
+            _ask(router)
+        assert caught.value.status == status
+        assert second.calls == []
+        assert limits.state(router.routes[0], now_ms()).circuit == "closed"
+
+
+def test_when_every_route_fails_the_call_fails_with_the_last_error(limits: RouteLimits) -> None:
+    failing = (scripted(Reply(status=500)), scripted(Reply(status=502)))
+    with ModelServer(failing[0]) as a, ModelServer(failing[1]) as b:
+        router = _router(
+            limits, ModelRoute("a", url=a.url, model="m"), ModelRoute("b", url=b.url, model="m")
+        )
+        with pytest.raises(ModelCallError) as caught:
+            _ask(router)
+        assert caught.value.status == 502
+
+
+def test_a_429_pauses_the_route_for_every_worker_until_its_retry_after(
+    limits: RouteLimits,
+) -> None:
+    limited = Reply(status=429, headers={"Retry-After": "60"})
+    with ModelServer(scripted(limited)) as first, ModelServer(scripted("b1", "b2")) as second:
+        routes = (
+            ModelRoute("primary", url=first.url, model="m"),
+            ModelRoute("backup", url=second.url, model="m"),
+        )
+        assert _ask(_router(limits, *routes), holder="r|1") == "backup"
+        # Another worker (another router on the same Redis) does not try the paused route.
+        assert _ask(_router(limits, *routes), holder="r|2") == "backup"
+        assert len(first.calls) == 1
+
+
+def test_a_broken_route_is_probed_once_per_interval_not_per_call(limits: RouteLimits) -> None:
+    with (
+        ModelServer(lambda _call: Reply(status=500)) as broken,
+        ModelServer(lambda _call: "ok") as backup,
+    ):
+        router = _router(
+            limits,
+            ModelRoute("broken", url=broken.url, model="m"),
+            ModelRoute("backup", url=backup.url, model="m"),
+        )
+        for n in range(40):
+            assert _ask(router, holder=f"r|{n}") == "backup"
+        assert len(backup.calls) == 40
+        # Five failures open the circuit; within the probe interval, nothing more.
+        assert len(broken.calls) == 5
+        assert limits.state(router.routes[0], now_ms()).circuit == "open"
+
+
+def test_a_call_whose_turn_is_far_off_is_requeued_not_slept_on(limits: RouteLimits) -> None:
+    with ModelServer(scripted("first")) as server:
+        route = ModelRoute("slow", url=server.url, model="m", rpm=1)
+        router = _router(limits, route, sleep=False)
+        assert _ask(router, holder="r|1") == "slow"
+        before = now_ms()
+        with pytest.raises(Requeue) as caught:
+            _ask(router, holder="r|2")
+        assert caught.value.at_ms - before > MOMENT_MS
+        assert "slow" in caught.value.why
+        assert limits.state(route, now_ms()).waiting == 1  # it keeps its place
+
+
+def test_a_call_served_by_another_route_leaves_the_first_routes_queue(
+    limits: RouteLimits,
+) -> None:
+    with ModelServer(lambda _call: "p") as first, ModelServer(lambda _call: "b") as second:
+        primary = ModelRoute("primary", url=first.url, model="m", rpm=1)
+        router = _router(limits, primary, ModelRoute("backup", url=second.url, model="m"))
+        assert _ask(router, holder="r|1") == "primary"
+        assert _ask(router, holder="r|2") == "backup"  # primary's turn is a minute off
+        assert limits.state(primary, now_ms()).waiting == 0

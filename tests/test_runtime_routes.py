@@ -1,0 +1,157 @@
+"""Model routes on real workers: fleet-wide limits, fall-through, fair turns, dead holders.
+
+Real Redis, real `relay worker` processes (two of them, so a limit that held per
+process only would show), real HTTP model servers that enforce their own rate
+limits and fail when told to. The routes come from a RELAY_MODELS file, as an
+operator writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_core import Stop
+from tests.support.brain import final
+from tests.support.fleet import Fleet, fleet
+from tests.support.model_server import ModelServer, Reply
+from workers.limits import FAILURES_TO_OPEN, PROBE_INTERVAL_MS
+
+WORKER = ("--concurrency", "8", "--pool", "threads")
+
+
+def _routes(f: Fleet, *routes: dict[str, Any]) -> dict[str, str]:
+    """Write a RELAY_MODELS file of `routes`; return the workers' environment for it."""
+    path = f.directory / "models.json"
+    path.write_text(json.dumps({"routes": list(routes)}))
+    return {"RELAY_MODELS": str(path)}
+
+
+def _answer(f: Fleet, tags: list[str]) -> None:
+    for tag in tags:
+        f.brain.script(f"{tag}:", {0: final(f"{tag} done")})
+
+
+def _tag(prompt: str) -> str:
+    """The tag of the run a model call came from (its task begins with it)."""
+    found = re.search(r"\b([A-Z]+\d*):", prompt)
+    assert found is not None, prompt[:200]
+    return found.group(1)
+
+
+def _finish(f: Fleet, run_ids: list[str], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    for run_id in run_ids:
+        outcome = f.relay.wait(run_id, timeout=max(deadline - time.monotonic(), 1))
+        assert outcome.stop is Stop.DONE, (run_id, outcome, f.logs())
+
+
+def test_a_fleet_keeps_to_a_rate_limit_the_server_enforces(tmp_path: Path) -> None:
+    """Two workers share one route's rpm: the server, which enforces that rate itself
+    (60 calls in any 6 s, as a provider that counts a minute in tenths), refuses at most
+    1% of the calls, and the fleet keeps it busy."""
+    with fleet(tmp_path) as f:
+        f.model.limit_rate(60, per_seconds=6.0)
+        env = _routes(f, {"name": "limited", "url": f.model.url, "model": "m", "rpm": 600})
+        f.worker(*WORKER, env=env)
+        f.worker(*WORKER, env=env)
+        tags = [f"RATE{n}" for n in range(200)]
+        _answer(f, tags)
+        run_ids = [f.relay.start(f"{tag}: answer") for tag in tags]
+        _finish(f, run_ids)
+        served = [c.at for c in f.model.calls]
+        assert f.model.refused <= len(served) // 100, (f.model.refused, len(served))
+        rate = (len(served) - 1) / (served[-1] - served[0])
+        # 10 calls a second is the limit; a 2-core test machine keeps at least a fifth
+        # of it (bench/routes.py measures how close the fleet really gets).
+        assert 2.0 <= rate <= 10.5, rate
+        status = f.relay.status(run_ids[0])
+        assert set(status.usage_by_route) == {"limited"}
+
+
+def test_a_failing_primary_sends_every_call_to_the_backup_and_is_probed_sparingly(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path) as f, ModelServer(f.brain) as backup:
+        f.model.fail_with(500)
+        env = _routes(
+            f,
+            {"name": "primary", "url": f.model.url, "model": "m"},
+            {"name": "backup", "url": backup.url, "model": "m"},
+        )
+        f.worker(*WORKER, env=env)
+        f.worker(*WORKER, env=env)
+        tags = [f"FAIL{n}" for n in range(60)]
+        _answer(f, tags)
+        started = time.monotonic()
+        run_ids = [f.relay.start(f"{tag}: answer") for tag in tags]
+        _finish(f, run_ids)
+        took = time.monotonic() - started
+        assert len(backup.calls) == len(tags)
+        for run_id in run_ids:
+            assert set(f.relay.status(run_id).usage_by_route) == {"backup"}
+        # Until the circuit opened, each worker thread's call may have failed there
+        # (with its retries: RELAY_MODEL_RETRIES=2); after, one probe per interval.
+        retries = int(f.env["RELAY_MODEL_RETRIES"]) + 1
+        probes = 1 + int(took * 1000 // PROBE_INTERVAL_MS)
+        most = (FAILURES_TO_OPEN + 16 + probes) * retries
+        assert 0 < f.model.failed <= most, (f.model.failed, most)
+
+        # The primary comes back: a probe finds it, and the calls go to it again.
+        f.model.fail_with(None)
+        later = [f"BACK{n}" for n in range(40)]
+        _answer(f, later)
+        back_ids = []
+        deadline = time.monotonic() + 3 * PROBE_INTERVAL_MS / 1000
+        for tag in later:
+            back_ids.append(f.relay.start(f"{tag}: answer"))
+            _finish(f, back_ids[-1:])
+            if set(f.relay.status(back_ids[-1]).usage_by_route) == {"primary"}:
+                break
+            assert time.monotonic() < deadline, "the primary was never probed back"
+            time.sleep(0.5)
+
+
+def test_a_key_with_few_runs_is_not_stuck_behind_a_key_with_many(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        env = _routes(f, {"name": "shared", "url": f.model.url, "model": "m", "rpm": 600})
+        f.worker(*WORKER, env=env)
+        f.worker(*WORKER, env=env)
+        big = [f"BIG{n}" for n in range(200)]
+        small = [f"SMALL{n}" for n in range(5)]
+        _answer(f, big + small)
+        big_ids = [f.relay.start(f"{tag}: answer", key="big") for tag in big]
+        f.until(lambda: len(f.model.calls) >= 10, what="the big key's calls to queue up")
+        small_ids = [f.relay.start(f"{tag}: answer", key="small") for tag in small]
+        _finish(f, small_ids, timeout=60)
+        order = [_tag(c.prompt) for c in f.model.calls]
+        last_small = max(order.index(tag) for tag in small)
+        first_small = min(order.index(tag) for tag in small)
+        # In turn: about one big call between two small ones, not the big backlog.
+        assert last_small - first_small <= 2 * len(small) + 16, order
+        assert sum(1 for tag in order if tag.startswith("BIG")) < 120, "the backlog went first"
+        _finish(f, big_ids)
+        assert f.relay.status(small_ids[0]).key == "small"
+
+
+def test_a_dead_worker_holding_the_only_slot_gives_it_back_with_its_lease(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path) as f:
+        env = _routes(f, {"name": "one", "url": f.model.url, "model": "m", "max_concurrency": 1})
+        f.brain.script("HELD:", {0: [Reply(text=final("slow"), delay=60), final("held done")]})
+        _answer(f, ["NEXT"])
+        first = f.worker(*WORKER, env=env)
+        held = f.relay.start("HELD: answer")
+        f.until(lambda: any("HELD" in c.prompt for c in f.model.calls), what="the held call")
+        waiting = f.relay.start("NEXT: answer")
+        time.sleep(1)
+        assert not any("NEXT" in c.prompt for c in f.model.calls)  # the slot is taken
+        first.kill()
+        f.worker(*WORKER, env=env)
+        _finish(f, [held, waiting], timeout=60)
+        assert f.relay.status(waiting).state == "finished"
+        assert [_tag(c.prompt) for c in f.model.calls].count("HELD") == 2
