@@ -130,8 +130,7 @@ class Claimed:
 
 
 class _Postponed(Exception):
-    """Raised when a claimed call cannot start now; its message stays due in the outbox.
-    Its args: (why, in words; whether it waits for a model route's capacity)."""
+    """Raised when a claimed call cannot start now (args: why; whether it waits for a route)."""
 
 
 Produce = Callable[[Claimed], InboxEvent | None]
@@ -180,7 +179,6 @@ class Calls:
     # --- claim, produce, keep ---------------------------------------------------------------
 
     def _once(self, asked: CallMessage, produce: Produce) -> Report:
-        """Claim, produce, keep; return what happened, in one line (and the call's facts)."""
         claim = self.store.claim(
             asked.run_id,
             asked.what,
@@ -210,10 +208,7 @@ class Calls:
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
-        facts = call_facts(
-            call.record, asked.what, event, started_ns=started, attempt=call.attempt,
-            model=self.settings.model,
-        )  # fmt: skip
+        facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
         recovery_s = self.settings.recovery_seconds
         after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
         done = did(asked.what, facts.name if asked.seq is None else None, event)
@@ -239,12 +234,10 @@ class Calls:
         return Report(f"{asked.what} is being made by another worker; nothing to do", idle=True)
 
     def _keep(self, call: Claimed, event: InboxEvent) -> Report:
-        """Save the call's outcome with the run, or record it in the inbox; advance the run;
-        say where the run is now."""
-        if not call.others_out():
-            saved = self._save_with_run(call, event)
-            if saved is not None:
-                return saved
+        """Save the call's outcome with the run, or record it in the inbox; advance the run."""
+        saved = None if call.others_out() else self._save_with_run(call, event)
+        if saved is not None:
+            return saved
         asked = call.asked
         recorded, loaded = self.store.record(
             asked.run_id,
@@ -270,9 +263,8 @@ class Calls:
         saved = self.steps.save(advanced, call.loaded.version, own)
         if saved is Saved.FENCED:
             _log_fenced(call)
-            return Report(RECORDED[Recorded.FENCED])
-        if saved is Saved.DUPLICATE:
-            return Report(RECORDED[Recorded.DUPLICATE])
+        if saved in (Saved.FENCED, Saved.DUPLICATE):
+            return Report(RECORDED[Recorded(saved.value)])
         return after_step(call.record, advanced) if saved is Saved.SAVED else None
 
     def _lease(self, call: Claimed, lease_ms: int) -> Lease:

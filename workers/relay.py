@@ -376,20 +376,17 @@ class Relay:
         """What waits on a person: plans, calls and questions, oldest first."""
         return self.runs_client.pending()
 
-    def approve(
-        self, run_id: str, call_id: str, yes: bool = True, reason: str = "", *, by: str = ""
-    ) -> None:
-        """Decide a call that waits for approval (DecisionRefused unless it is pending);
-        `by` names who decided, in the run's trace."""
-        self.runs_client.approve(run_id, call_id, yes, reason, by=by)
+    def approve(self, run_id: str, call_id: str, yes: bool = True, reason: str = "") -> None:
+        """Decide a call that waits for approval (DecisionRefused unless it is pending)."""
+        self.runs_client.approve(run_id, call_id, yes, reason)
 
     def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
         """Decline a call that waits for approval (the model is told)."""
         self.runs_client.deny(run_id, call_id, reason)
 
-    def approve_plan(self, run_id: str, yes: bool = True, *, by: str = "") -> None:
-        """Decide the plan a run waits on (`by`: who decided)."""
-        self.runs_client.approve_plan(run_id, yes, by=by)
+    def approve_plan(self, run_id: str, yes: bool = True) -> None:
+        """Decide the plan a run waits on."""
+        self.runs_client.approve_plan(run_id, yes)
 
     def answer(self, run_id: str, text: str) -> None:
         """Answer the question a run waits on."""

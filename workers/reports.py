@@ -161,10 +161,11 @@ def did(what: str, tool: str | None, event: InboxEvent) -> Report:
 
 
 def call_facts(
-    record: RunRecord, what: str, event: InboxEvent, *, started_ns: int, attempt: int, model: str
+    record: RunRecord, what: str, event: InboxEvent, *, started_ns: int, attempt: int
 ) -> CallFacts:
-    """The facts of call `what` of the run `record` (as claimed), which ended with `event`;
-    `model` names the model of a model call (a route's model replaces it later)."""
+    """The facts of call `what` of the run `record` (as claimed), which ended with `event`.
+
+    A model call's `name` is left '' here: the runtime knows which model a route is."""
     done = did(what, None, event)
     track = record.calls.get(what)
     tool = isinstance(event, ToolDone)
@@ -173,7 +174,7 @@ def call_facts(
         run_id=record.id,
         root_id=record.root,
         call_id=what,
-        name=(track.tool if track else "?") if tool else model,
+        name=(track.tool if track else "?") if tool else "",
         key=str(getattr(record, "key", None) or ""),
         started_ns=started_ns,
         ended_ns=time.time_ns(),

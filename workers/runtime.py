@@ -89,6 +89,7 @@ class Runtime:
         self.telemetry = Telemetry(settings.model_url)
         self._route_models = {route.name: route.model for route in routed}
         self._key = key
+        self._model = settings.model
 
     # Each returns what the task did, in one line (workers.reports): Flower shows it.
 
@@ -105,7 +106,7 @@ class Runtime:
         """Count the task in the fleet's metrics, and trace its call."""
         facts = report.call
         if facts is not None:  # the model that served it; the app's key unless the run has one
-            name = self._route_models.get(facts.route, facts.name)
+            name = self._route_models.get(facts.route) or facts.name or self._model
             report = replace(report, call=replace(facts, name=name, key=facts.key or self._key))
         self.metrics.count(task, report)
         if report.call is not None:

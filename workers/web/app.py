@@ -31,7 +31,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from workers.errors import DecisionRefused
-from workers.limits import RouteLimits
 from workers.metrics import FleetMetrics
 from workers.relay import Relay
 from workers.settings import now_ms
@@ -70,16 +69,16 @@ class Web:
             DecisionRefused: it is not pending (any more), or was decided already.
             RunNotFound: there is no such run.
         """
-        verb = "approved" if yes else "denied"
+        verb, client = ("approved" if yes else "denied"), self.relay.runs_client
         if kind == "call":
             why = reason or f"denied by {user} in relay web"
-            self.relay.approve(run_id, what, yes=yes, reason="" if yes else why, by=user)
+            client.approve(run_id, what, yes=yes, reason="" if yes else why, by=user)
             return f"{verb} {what} of run {run_id}"
         if kind == "plan":
             pending = [p for p in self.relay.status(run_id).pending if p.kind == "plan"]
             if not pending or str(pending[0].seq) != what:
                 raise DecisionRefused(f"the plan of run {run_id} you saw is no longer pending")
-            self.relay.approve_plan(run_id, yes=yes, by=user)
+            client.approve_plan(run_id, yes=yes, by=user)
             return f"{verb} the plan of run {run_id}"
         raise DecisionRefused(f"relay web decides calls and plans, not {kind!r}")
 
@@ -115,9 +114,7 @@ def build_app(relay: Relay, settings: WebSettings) -> Starlette:
         settings=settings,
         tokens=FormTokens(settings.secret, _claim_nonce(relay)),
         templates=Jinja2Templates(env=environment),
-        registry=registry_for(
-            FleetMetrics(relay.store), now_ms, relay.routes, RouteLimits(relay.store)
-        ),
+        registry=registry_for(FleetMetrics(relay.store), now_ms, relay.route_states),
     )
 
     async def metrics(request: Request) -> Response:

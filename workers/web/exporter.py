@@ -19,7 +19,7 @@
 
 Counts come from the workers (`workers.metrics`), so every worker of the fleet
 is in them, however many there are; one relay web scrapes them all. The routes'
-states come from their limits in Redis (`workers.limits`).
+states are `Relay.route_states()`, read from their limits in Redis.
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from workers.limits import RouteLimits
+from workers.limits import RouteState
 from workers.metrics import LATENCY_BUCKETS, MAX_RUNS_SCANNED, FleetMetrics, FleetState
-from workers.routes import ModelRoute
 
 __all__ = ["STATE_CACHE_MS", "RelayCollector", "registry_for"]
 
@@ -61,13 +60,11 @@ class RelayCollector(Collector):
         self,
         metrics: FleetMetrics,
         clock: Callable[[], int],
-        routes: Sequence[ModelRoute] = (),
-        limits: RouteLimits | None = None,
+        route_states: Callable[[], Sequence[RouteState]] = tuple,
     ) -> None:
         self._metrics = metrics
         self._clock = clock
-        self._routes = tuple(routes)
-        self._limits = limits
+        self._read_routes = route_states
         self._cached: tuple[int, FleetState] | None = None
         self._lock = threading.Lock()
 
@@ -82,7 +79,7 @@ class RelayCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._state()
         yield from self._counters()
-        yield from self._route_states()
+        yield from self._routes()
 
     def _state(self) -> Iterator[Metric]:
         state = self._fleet_state()
@@ -137,10 +134,10 @@ class RelayCollector(Collector):
             histogram.add_metric(list(labels), buckets, sums.get(labels, 0.0))
         return histogram
 
-    def _route_states(self) -> Iterator[Metric]:
-        if self._limits is None or not self._routes:
+    def _routes(self) -> Iterator[Metric]:
+        states = self._read_routes()
+        if not states:
             return
-        now = self._clock()
         circuit = GaugeMetricFamily(
             "relay_route_circuit", "Each route's circuit state", labels=["route", "state"]
         )
@@ -153,13 +150,12 @@ class RelayCollector(Collector):
                 ("waiting", "Calls queued for the route's capacity"),
             )
         }
-        for route in self._routes:
-            state = self._limits.state(route, now)
-            circuit.add_metric([route.name, str(state["circuit"])], 1)
-            gauges["failures"].add_metric([route.name], state["failures"])
-            gauges["paused"].add_metric([route.name], 1 if state["paused_until_ms"] else 0)
-            gauges["in_flight"].add_metric([route.name], state["in_flight"])
-            gauges["waiting"].add_metric([route.name], state["waiting"])
+        for state in states:
+            circuit.add_metric([state.name, state.circuit], 1)
+            gauges["failures"].add_metric([state.name], state.failures)
+            gauges["paused"].add_metric([state.name], 1 if state.paused_until_ms else 0)
+            gauges["in_flight"].add_metric([state.name], state.in_flight)
+            gauges["waiting"].add_metric([state.name], state.waiting)
         yield circuit
         yield from gauges.values()
 
@@ -167,10 +163,10 @@ class RelayCollector(Collector):
 def registry_for(
     metrics: FleetMetrics,
     clock: Callable[[], int],
-    routes: Sequence[ModelRoute] = (),
-    limits: RouteLimits | None = None,
+    route_states: Callable[[], Sequence[RouteState]] = tuple,
 ) -> CollectorRegistry:
-    """A registry holding only Relay's collector (not this process's own metrics)."""
+    """A registry holding only Relay's collector (not this process's own metrics);
+    `route_states` reads the model routes' states (`Relay.route_states`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RelayCollector(metrics, clock, routes, limits))
+    registry.register(RelayCollector(metrics, clock, route_states))
     return registry
