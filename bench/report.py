@@ -339,6 +339,40 @@ def _admission(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _routes(r: dict[str, Any]) -> list[Row]:
+    spaced, unspaced, admit = r["with_route_limit"], r["without"], r["admission"]
+    limit = f"{r['limit']} calls in any {r['window_s']:.0f} s"
+    return [
+        Row(
+            "10 routes",
+            f"429s from a provider enforcing {limit}, with the route's rpm / without",
+            f"{spaced['refused_share']:.1%} / {unspaced['refused_share']:.1%}",
+            f"<= {r['goal_refused_share']:.0%} ({spaced['refused_429']} of {spaced['requests']}"
+            f" vs {unspaced['refused_429']} of {unspaced['requests']})",
+            _check(spaced["refused_share"] <= r["goal_refused_share"]),
+        ),
+        Row(
+            "10 routes",
+            f"  the limit used, with the route's rpm / without ({spaced['runs']} runs, 2 workers)",
+            f"{spaced['used_share']:.1%} / {unspaced['used_share']:.1%}",
+            f">= {r['goal_used_share']:.0%} ({spaced['served_per_s']:.2f}"
+            f" of {spaced['limit_per_s']:.0f} calls/s)",
+            _check(spaced["used_share"] >= r["goal_used_share"]),
+        ),
+        Row(
+            "10 routes",
+            f"  admit + done, ms per call ({admit['calls']:,} calls, in process)",
+            f"{admit['admit_ms']:.3f} + {admit['done_ms']:.3f}",
+            f"<= {r['goal_admit_ms']} each; {admit['round_trips_per_call']:.2f} round trips,"
+            f" server µs {admit['redis_usec_per_call']:.1f}",
+            _check(
+                max(admit["admit_ms"], admit["done_ms"]) <= r["goal_admit_ms"]
+                and admit["round_trips_per_call"] <= 2.01
+            ),
+        ),
+    ]
+
+
 _ROWS = {
     "turns": _turns,
     "batch": _batch,
@@ -349,6 +383,7 @@ _ROWS = {
     "recovery": _recovery,
     "outage": _outage,
     "admission": _admission,
+    "routes": _routes,
 }
 
 

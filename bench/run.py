@@ -18,7 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import admission, batch, growth, many, outage, peers, recovery, turns, waiting
+from bench import (
+    admission,
+    batch,
+    growth,
+    many,
+    outage,
+    peers,
+    recovery,
+    routes,
+    turns,
+    waiting,
+)
 from bench.context import Bench, bench
 from bench.report import machine, table
 
@@ -36,6 +47,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "recovery": recovery.run,
     "outage": outage.run,
     "admission": admission.run,
+    "routes": routes.run,
 }
 
 

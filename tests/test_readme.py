@@ -19,6 +19,7 @@ from tests.support.model_server import ChatCall, ModelServer
 from tests.support.redis_server import RedisServer
 from workers import Relay, Settings
 from workers.cli import cli
+from workers.routes import load_routes
 
 README = (ROOT / "README.md").read_text()
 INSTALL_AND_DEMO = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/relay demo"
@@ -190,3 +191,12 @@ def _run_the_python_snippets(
     assert budgeted.budget.usd == 2.50  # 1.50, then extended by 1.00
     exec(blocks("Specialists", "python")[0], namespace)
     assert [s.name for s in namespace["relay"].specialists] == ["reader"]
+    exec(blocks("Model routes", "python")[0], namespace)
+    routed: Relay = namespace["relay"]
+    assert [r.name for r in routed.routes] == ["primary", "local"]
+    assert routed.key_concurrency == 8
+    assert routed.status(namespace["run_id"]).key == "acme"
+    routed.cancel(namespace["run_id"])
+    (toml,) = blocks("Model routes", "toml")
+    (tmp_path / "models.toml").write_text(toml)
+    assert [r.name for r in load_routes(tmp_path / "models.toml")] == ["primary", "local"]

@@ -260,3 +260,24 @@ def test_a_call_served_by_another_route_leaves_the_first_routes_queue(
         assert _ask(router, holder="r|1") == "primary"
         assert _ask(router, holder="r|2") == "backup"  # primary's turn is a minute off
         assert limits.state(primary, now_ms()).waiting == 0
+
+
+def test_a_429_saying_when_on_the_last_route_requeues_the_call_for_then(
+    limits: RouteLimits,
+) -> None:
+    limited = Reply(status=429, headers={"Retry-After": "30"})
+    with ModelServer(scripted(limited)) as server:
+        router = _router(limits, ModelRoute("only", url=server.url, model="m"), sleep=False)
+        before = now_ms()
+        with pytest.raises(Requeue) as caught:
+            _ask(router)
+        assert 29_000 <= caught.value.at_ms - before <= 31_000
+        assert len(server.calls) == 1  # the client did not wait it out, holding a worker
+
+
+def test_a_429_without_a_retry_after_fails_the_call(limits: RouteLimits) -> None:
+    with ModelServer(scripted(Reply(status=429))) as server:
+        router = _router(limits, ModelRoute("only", url=server.url, model="m"))
+        with pytest.raises(ModelCallError) as caught:
+            _ask(router)
+        assert caught.value.status == 429

@@ -93,6 +93,8 @@ def test_a_failing_primary_sends_every_call_to_the_backup_and_is_probed_sparingl
         assert len(backup.calls) == len(tags)
         for run_id in run_ids:
             assert set(f.relay.status(run_id).usage_by_route) == {"backup"}
+        routed = [e.data.get("route") for e in f.relay.trace(run_ids[0]) if e.kind == "stop"]
+        assert routed == ["backup"]  # the trace names the route that served the reply
         # Until the circuit opened, each worker thread's call may have failed there
         # (with its retries: RELAY_MODEL_RETRIES=2); after, one probe per interval.
         retries = int(f.env["RELAY_MODEL_RETRIES"]) + 1

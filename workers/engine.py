@@ -115,6 +115,7 @@ def _waiting_for_model(run: Working, seq: int) -> bool:
 def _on_model_replied(run: Working, event: ModelReplied) -> None:
     _forget_model_call(run, event.seq)
     run.add_usage(event.usage, event.route, model_call(event.seq))
+    run.replied_by = event.route
     if _waiting_for_model(run, event.seq):
         run.agent.reply(event.text, truncated=event.truncated)
 

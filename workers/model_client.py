@@ -168,12 +168,14 @@ class ModelClient:
         *,
         should_stop: Callable[[], bool] | None = None,
         longest_wait: float | None = None,
+        longest_retry_after: float | None = None,
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
 
-        A retry that would have to wait longer than `longest_wait` seconds (a
-        server's Retry-After, say) is not waited for: the failure is raised, so the
-        caller can try another route or come back later without holding a worker.
+        A retry that would have to wait longer than `longest_wait` seconds is not
+        waited for: the failure is raised, so the caller can try another route.
+        Nor is one whose server asked (Retry-After) for longer than
+        `longest_retry_after`: the caller can come back then without holding a worker.
 
         The whole call (every attempt, its reads, the waits between them) ends by
         the settings' `deadline`: each attempt's timeouts are cut to what is left,
@@ -195,6 +197,7 @@ class ModelClient:
         ).encode("utf-8")
         call = _Call(settings.deadline, settings.retries + 1, should_stop)
         call.longest_wait = longest_wait
+        call.longest_retry_after = longest_retry_after
         for attempt in range(call.attempts):
             call.attempt = attempt
             try:
@@ -221,6 +224,9 @@ class ModelClient:
             raise call.past_deadline(error)  # waiting only to fail helps nobody
         if call.longest_wait is not None and delay > call.longest_wait:
             raise error  # the caller would rather not wait that long here
+        asked, longest = error.retry_after, call.longest_retry_after
+        if asked is not None and longest is not None and asked > longest:
+            raise error  # the caller comes back when the server said
         log.warning(
             "model call attempt %d of %d failed, retrying in %.2f s: %s",
             call.attempt + 1,
@@ -297,6 +303,7 @@ class _Call:
         self.attempt = 0
         """The attempt under way (0 for the first)."""
         self.longest_wait: float | None = None
+        self.longest_retry_after: float | None = None
         """Seconds the call would wait before a retry at most (None: as long as it takes)."""
 
     def left(self) -> float:

@@ -8,6 +8,12 @@
         wait       a moment: wait here; longer: `Requeue` (the task ends, the call comes
                    back with a countdown, holding no worker meanwhile)
 
+A route's client waits between its retries at most a moment when another route
+could take the call instead; on the last route it backs off as usual, but never
+waits out a Retry-After longer than a moment. A 429 that says when to come back
+is capacity, not failure: when no route takes the call, it is re-queued for then.
+The call fails when a route failed otherwise and none took it.
+
 Every outcome is told to the route (`RouteLimits.done`): its slots come back,
 its circuit counts failures, a 429 pauses it for the fleet.
 """
@@ -134,15 +140,22 @@ class ModelRouter:
                 waited.append(route)
                 continue
             self._held[holder] = (route, key)
+            moment = MOMENT_MS / 1000
             try:
                 reply = self._model_for(route).complete(
-                    request, should_stop=should_stop, longest_wait=MOMENT_MS / 1000
+                    request,
+                    should_stop=should_stop,
+                    longest_wait=moment if more else None,  # the next route may take it now
+                    longest_retry_after=moment,
                 )
             except ModelCallError as error:
-                self._failed(route, key, holder, error)
+                paused = self._failed(route, key, holder, error)
                 if error.status in WRONG_REQUEST:
                     raise
-                last = error
+                if paused is not None:  # a 429 saying when: capacity, not a failure
+                    soonest = paused if soonest is None else min(soonest, paused)
+                else:
+                    last = error
                 continue
             used = reply.usage.total_tokens
             self._limits.done(
@@ -177,7 +190,10 @@ class ModelRouter:
                 return (admitted.at_ms, why)
             self._sleep(max(wait, 0) / 1000)
 
-    def _failed(self, route: ModelRoute, key: str, holder: str, error: ModelCallError) -> None:
+    def _failed(
+        self, route: ModelRoute, key: str, holder: str, error: ModelCallError
+    ) -> tuple[int, str] | None:
+        """Tell the route how the call failed; return (until when, why) if a 429 paused it."""
         now = self._clock()
         if error.status == 429:
             pause = int((error.retry_after or 1.0) * 1000)
@@ -193,3 +209,6 @@ class ModelRouter:
         log.warning(
             "model route %s failed (%s; circuit %s): %s", route.name, outcome, circuit, error
         )
+        if outcome == "limited" and error.retry_after is not None:
+            return (now + pause, f"route {route.name}: 429, back in {pause} ms")
+        return None

@@ -89,6 +89,8 @@ class Working:
         self.notes: KeptNotes | None = None
         self.retention_s = 0
         self.messages: list[Message] = []
+        self.replied_by = ""
+        """The route of the model reply just applied: its trace lines name it."""
 
     @property
     def id(self) -> str:
@@ -111,9 +113,10 @@ class Working:
     def take_trace(self) -> None:
         """Move the agent's new trace events to the run's trace; each batch is a new seq."""
         events = self.agent.take_trace()
+        route, self.replied_by = self.replied_by, ""
         if events:
             self.seq += 1
-            self.trace.extend(_entry(self.id, self.around.now_ms, e) for e in events)
+            self.trace.extend(_entry(self.id, self.around.now_ms, e, route) for e in events)
 
     def send(self, message: Message) -> None:
         self.messages.append(message)
@@ -182,7 +185,7 @@ class Working:
         return Advanced(record, snapshot, effects, tuple(self.messages))
 
 
-def _entry(run_id: str, now_ms: int, event: TraceEvent) -> TraceEntry:
+def _entry(run_id: str, now_ms: int, event: TraceEvent, route: str) -> TraceEntry:
     return TraceEntry(
         at_ms=now_ms,
         run=run_id,
@@ -192,5 +195,8 @@ def _entry(run_id: str, now_ms: int, event: TraceEvent) -> TraceEntry:
         tool=event.call.tool if event.call else None,
         status=event.output.status if event.output else None,
         stop=event.stop.value if event.stop else None,
-        data={"args": event.call.args} if event.call and event.kind == "call" else {},
+        data={
+            **({"args": event.call.args} if event.call and event.kind == "call" else {}),
+            **({"route": route} if route else {}),
+        },
     )
