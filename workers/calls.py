@@ -19,6 +19,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
@@ -35,6 +36,7 @@ from workers.layout import OutboxMember, model_call
 from workers.leases import Lease, run_leased
 from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
 from workers.registry import ToolContext, ToolSpec, tool_output
+from workers.reports import RECORDED, Report, after_step, call_facts, did
 from workers.router import ModelRouter, Requeue
 from workers.routes import ModelRoute
 from workers.scripts import ClaimStatus, Recorded, Saved
@@ -128,7 +130,7 @@ class Claimed:
 
 
 class _Postponed(Exception):
-    """Raised when a claimed call cannot start now; its message stays due in the outbox."""
+    """Raised when a claimed call cannot start now (args: why; whether it waits for a route)."""
 
 
 Produce = Callable[[Claimed], InboxEvent | None]
@@ -164,19 +166,19 @@ class Calls:
         token = f"{self._token_prefix}-{secrets.token_hex(4)}"
         return CallMessage(run_id, what, seq, member, token)
 
-    def call_model(self, run_id: str, seq: int) -> None:
+    def call_model(self, run_id: str, seq: int) -> Report:
         """Make the model call for the run's step `seq`, once, and advance the run."""
         member = OutboxMember.model(run_id, seq)
-        self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
+        return self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
 
-    def run_tool(self, run_id: str, call_id: str) -> None:
+    def run_tool(self, run_id: str, call_id: str) -> Report:
         """Run one call of the run's batch, at most once unless its tool is idempotent."""
         member = OutboxMember.tool(run_id, call_id)
-        self._once(self._asked(run_id, call_id, None, member), self._tool_event)
+        return self._once(self._asked(run_id, call_id, None, member), self._tool_event)
 
     # --- claim, produce, keep ---------------------------------------------------------------
 
-    def _once(self, asked: CallMessage, produce: Produce) -> None:
+    def _once(self, asked: CallMessage, produce: Produce) -> Report:
         claim = self.store.claim(
             asked.run_id,
             asked.what,
@@ -189,27 +191,30 @@ class Calls:
             admission=self.pricing.admission() if asked.seq is not None else NO_ADMISSION,
         )
         if claim.status is not ClaimStatus.CLAIMED:
-            self._unclaimed(asked, claim.status)
-            return
+            return self._unclaimed(asked, claim.status)
         assert claim.loaded is not None
         if claim.loaded.record is None:
             self.store.forget_message(asked.member)
-            return
+            return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
         call = Claimed(asked, claim.attempts, claim.over, claim.loaded)
         if not call.open(self.steps.kit.restore):
             self.store.forget_message(asked.member)
-            return
+            return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
+        started = time.time_ns()
         try:
             event = produce(call)
-        except _Postponed:
-            return
+        except _Postponed as later:
+            return Report(f"{asked.what}: {later.args[0]}", waited=later.args[1])
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
-            return
+            return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
+        facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
         recovery_s = self.settings.recovery_seconds
-        save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        done = did(asked.what, facts.name if asked.seq is None else None, event)
+        return Report(done.line, done.failed, facts).then(after)
 
-    def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> None:
+    def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> Report:
         if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:
             # Never sent by Relay for a run in this state: forged, replayed or early.
             why = (
@@ -221,14 +226,18 @@ class Calls:
             kind = "model call" if asked.seq is not None else "tool call"
             log.warning("refused %s %s of run %s: %s", kind, asked.what, asked.run_id, why)
             self.store.forget_message(asked.member)
-        elif status is ClaimStatus.DONE:
+            return Report(f"refused {asked.what}: {why}", idle=True)
+        if status is ClaimStatus.DONE:
             self.store.forget_message(asked.member)
-            self.steps.advance(asked.run_id)
+            after = self.steps.advance(asked.run_id)
+            return Report(f"{asked.what} was made already").then(after)
+        return Report(f"{asked.what} is being made by another worker; nothing to do", idle=True)
 
-    def _keep(self, call: Claimed, event: InboxEvent) -> None:
+    def _keep(self, call: Claimed, event: InboxEvent) -> Report:
         """Save the call's outcome with the run, or record it in the inbox; advance the run."""
-        if not call.others_out() and self._save_with_run(call, event):
-            return
+        saved = None if call.others_out() else self._save_with_run(call, event)
+        if saved is not None:
+            return saved
         asked = call.asked
         recorded, loaded = self.store.record(
             asked.run_id,
@@ -243,17 +252,20 @@ class Calls:
         if recorded is Recorded.FENCED:
             _log_fenced(call)
         elif recorded is Recorded.ADVANCE:
-            self.steps.advance(asked.run_id, loaded)
+            return self.steps.advance(asked.run_id, loaded)
+        return Report(RECORDED[recorded])
 
-    def _save_with_run(self, call: Claimed, event: InboxEvent) -> bool:
-        """Save `event` with the run as the claim found it; False if the run changed since."""
+    def _save_with_run(self, call: Claimed, event: InboxEvent) -> Report | None:
+        """Save `event` with the run as the claim found it; None if the run changed since."""
         asked = call.asked
         advanced = self.steps.decide(asked.run_id, call.loaded, call.take_agent(), event)
         own = OwnOutcome(asked.run_id, asked.what, call.attempt, asked.token, asked.member)
         saved = self.steps.save(advanced, call.loaded.version, own)
         if saved is Saved.FENCED:
             _log_fenced(call)
-        return saved is not Saved.STALE  # recorded (or fenced off) already: nothing left to do
+        if saved in (Saved.FENCED, Saved.DUPLICATE):
+            return Report(RECORDED[Recorded(saved.value)])
+        return after_step(call.record, advanced) if saved is Saved.SAVED else None
 
     def _lease(self, call: Claimed, lease_ms: int) -> Lease:
         """Return how to keep `call`'s lease (of `lease_ms`) while it runs."""
@@ -338,7 +350,7 @@ class Calls:
         assert asked.seq is not None
         self.steps.send([Message("call_model", asked.run_id, seq=asked.seq, delay_ms=delay)])
         log.info("%s waits %d ms for a model route (%s)", call.label, delay, later.why)
-        raise _Postponed
+        raise _Postponed(f"waits {delay} ms for a model route ({later.why})", True)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -391,7 +403,7 @@ class Calls:
             member=asked.member,
             due_ms=self.steps.clock() + self.timing.grace_ms,
         )
-        raise _Postponed
+        raise _Postponed("its claim is not durable yet; the tick sends it again", False)
 
     def _tool_lease(self, call: Claimed, spec: ToolSpec) -> Lease:
         """Return the call's lease, lengthened for a tool that asked for a longer one."""
