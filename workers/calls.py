@@ -334,18 +334,20 @@ class Calls:
         )
         return routed.reply, routed.route
 
+    def _unclaim(self, call: Claimed, *, due_ms: int) -> None:
+        """Give the claim back, uncounted (the call never started); its message is due
+        again at `due_ms`."""
+        asked = call.asked
+        self.store.unclaim(
+            asked.run_id, asked.what, attempt=call.attempt, token=asked.token,
+            member=asked.member, due_ms=due_ms,
+        )  # fmt: skip
+
     def _come_back(self, call: Claimed, later: Requeue) -> NoReturn:
         """No route takes the call soon: give its claim back, and send it again when its
         turn comes (the task ends; no worker waits meanwhile)."""
         asked, now = call.asked, self.steps.clock()
-        self.store.unclaim(
-            asked.run_id,
-            asked.what,
-            attempt=call.attempt,
-            token=asked.token,
-            member=asked.member,
-            due_ms=later.at_ms + self.timing.grace_ms,
-        )
+        self._unclaim(call, due_ms=later.at_ms + self.timing.grace_ms)
         delay = max(later.at_ms - now, 0)
         assert asked.seq is not None
         self.steps.send([Message("call_model", asked.run_id, seq=asked.seq, delay_ms=delay)])
@@ -395,14 +397,7 @@ class Calls:
         if self.store.make_durable(asked.run_id, asked.what, wait_ms):
             return
         log.warning("%s: Redis did not confirm its claim is durable; trying later", call.label)
-        self.store.unclaim(
-            asked.run_id,
-            asked.what,
-            attempt=call.attempt,
-            token=asked.token,
-            member=asked.member,
-            due_ms=self.steps.clock() + self.timing.grace_ms,
-        )
+        self._unclaim(call, due_ms=self.steps.clock() + self.timing.grace_ms)
         raise _Postponed("its claim is not durable yet; the tick sends it again", False)
 
     def _tool_lease(self, call: Claimed, spec: ToolSpec) -> Lease:
