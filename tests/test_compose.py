@@ -40,6 +40,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 SECRETS = {
     "REDIS_PASSWORD": "compose-redis-pw",
     "RELAY_FLOWER_PASSWORD": "compose-flower-pw",
+    "RELAY_WEB_PASSWORD": "compose-web-pw",
     "RABBITMQ_PASSWORD": "compose-rabbit-pw",
 }
 _VARIABLE = re.compile(r"\$\$|\$\{(\w+)(?::([-?])([^}]*))?\}")
@@ -98,18 +99,29 @@ def rabbit_compose() -> dict[str, Any]:
 
 
 def test_the_services_are_all_there(services: dict[str, Any]) -> None:
-    assert set(services) == {"redis", "rabbitmq", "worker-model", "worker-tools", "flower", "demo"}
+    assert set(services) == {
+        "redis",
+        "rabbitmq",
+        "worker-model",
+        "worker-tools",
+        "flower",
+        "web",
+        "demo",
+    }
     servers = {"redis": "redis-server", "rabbitmq": "rabbitmq-server"}
     for name, service in services.items():
         command = service["command"]
         assert isinstance(command, list), name  # exec form: no shell between Docker and relay
         assert command[0] == servers.get(name, "relay"), name
     assert services["flower"]["ports"] == ["127.0.0.1:5555:5555"]
+    assert services["web"]["ports"] == ["127.0.0.1:5556:5556"]
     assert services["demo"]["profiles"] == ["demo"]
     assert services["rabbitmq"]["profiles"] == ["rabbitmq"]
 
 
-@pytest.mark.parametrize("needed", ["REDIS_PASSWORD", "RELAY_FLOWER_PASSWORD"])
+@pytest.mark.parametrize(
+    "needed", ["REDIS_PASSWORD", "RELAY_FLOWER_PASSWORD", "RELAY_WEB_PASSWORD"]
+)
 def test_the_passwords_must_be_given(needed: str) -> None:
     without = {k: v for k, v in SECRETS.items() if k != needed}
     with pytest.raises(KeyError, match=needed):
@@ -230,16 +242,16 @@ def _start(
     return process.start()
 
 
-def _flower_on_loopback(services: dict[str, Any]) -> int:
-    """Make the flower service listen on 127.0.0.1 and a free port; return the port.
+def _flower_on_loopback(services: dict[str, Any], name: str = "flower") -> int:
+    """Make the flower (or web) service listen on 127.0.0.1 and a free port; return the port.
 
     The container listens on every address, Docker publishes it on 127.0.0.1 only;
     here, with no container around it, it listens on 127.0.0.1 itself.
     """
-    flower = services["flower"]["command"]
+    command = services[name]["command"]
     port = free_port()
-    services["flower"]["command"] = [
-        *flower[: flower.index("--address")],
+    services[name]["command"] = [
+        *command[: command.index("--address")],
         "--address",
         "127.0.0.1",
         "--port",
@@ -261,6 +273,7 @@ def test_every_command_runs_the_demo_end_to_end(
 ) -> None:
     services = copy.deepcopy(services)
     port = _flower_on_loopback(services)
+    web_port = _flower_on_loopback(services, "web")
     started: list[RelayProcess] = []
     try:
         started.append(_start(services, "worker-model", compose_redis, tmp_path, "ready."))
@@ -269,6 +282,11 @@ def test_every_command_runs_the_demo_end_to_end(
         started.append(_start(services, "flower", compose_redis, tmp_path, "Visit me at"))
         assert httpx.get(f"http://127.0.0.1:{port}/api/workers", timeout=10).status_code == 401
         assert _workers_in_flower(port) == {"model", "tools"}
+        started.append(_start(services, "web", compose_redis, tmp_path, "Uvicorn running on"))
+        web = f"http://127.0.0.1:{web_port}"
+        assert httpx.get(f"{web}/api/runs", timeout=10).status_code == 401
+        web_auth = ("admin", SECRETS["RELAY_WEB_PASSWORD"])
+        assert httpx.get(f"{web}/api/runs", auth=web_auth, timeout=10).json() == []
 
         demo = services["demo"]
         env = clean_env(**{**demo["environment"], "RELAY_REDIS_URL": compose_redis})
@@ -278,6 +296,8 @@ def test_every_command_runs_the_demo_end_to_end(
         assert "■ Done: I listed 3 notes" in done.stdout
         assert "Started a private Redis" not in done.stdout  # the fleet served it
         assert (tmp_path / "notes" / "summary.md").is_file()  # written by the tools worker
+        runs = httpx.get(f"{web}/api/runs", auth=web_auth, timeout=10).json()
+        assert [run["state"] for run in runs] == ["finished"]
     finally:
         for process in reversed(started):
             process.stop()

@@ -35,6 +35,7 @@ WORKERS = [
     "RunStatus",
     "Settings",
     "SettingsError",
+    "StepFailed",
     "StoreUnavailable",
     "StreamEvent",
     "ToolContext",

@@ -19,6 +19,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
@@ -26,7 +27,7 @@ from typing import NoReturn
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
 from workers.budgets import Pricing, not_admitted
-from workers.chat import Model, ModelReply, takes_text
+from workers.chat import Model, ModelReply, complete
 from workers.codec import Loaded
 from workers.effects import Message, OwnOutcome
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
@@ -36,6 +37,7 @@ from workers.leases import Lease, run_leased
 from workers.live import ReplyStream
 from workers.records import InboxEvent, ModelFailed, ModelReplied, RunRecord, ToolDone, TraceEntry
 from workers.registry import ToolContext, ToolSpec, tool_output
+from workers.reports import RECORDED, Report, after_step, call_facts, did
 from workers.router import ModelRouter, Requeue
 from workers.routes import ModelRoute
 from workers.scripts import ClaimStatus, Recorded, Saved
@@ -129,7 +131,7 @@ class Claimed:
 
 
 class _Postponed(Exception):
-    """Raised when a claimed call cannot start now; its message stays due in the outbox."""
+    """Raised when a claimed call cannot start now (args: why; whether it waits for a route)."""
 
 
 Produce = Callable[[Claimed], InboxEvent | None]
@@ -165,19 +167,19 @@ class Calls:
         token = f"{self._token_prefix}-{secrets.token_hex(4)}"
         return CallMessage(run_id, what, seq, member, token)
 
-    def call_model(self, run_id: str, seq: int) -> None:
+    def call_model(self, run_id: str, seq: int) -> Report:
         """Make the model call for the run's step `seq`, once, and advance the run."""
         member = OutboxMember.model(run_id, seq)
-        self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
+        return self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
 
-    def run_tool(self, run_id: str, call_id: str) -> None:
+    def run_tool(self, run_id: str, call_id: str) -> Report:
         """Run one call of the run's batch, at most once unless its tool is idempotent."""
         member = OutboxMember.tool(run_id, call_id)
-        self._once(self._asked(run_id, call_id, None, member), self._tool_event)
+        return self._once(self._asked(run_id, call_id, None, member), self._tool_event)
 
     # --- claim, produce, keep ---------------------------------------------------------------
 
-    def _once(self, asked: CallMessage, produce: Produce) -> None:
+    def _once(self, asked: CallMessage, produce: Produce) -> Report:
         claim = self.store.claim(
             asked.run_id,
             asked.what,
@@ -190,27 +192,30 @@ class Calls:
             admission=self.pricing.admission() if asked.seq is not None else NO_ADMISSION,
         )
         if claim.status is not ClaimStatus.CLAIMED:
-            self._unclaimed(asked, claim.status)
-            return
+            return self._unclaimed(asked, claim.status)
         assert claim.loaded is not None
         if claim.loaded.record is None:
             self.store.forget_message(asked.member)
-            return
+            return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
         call = Claimed(asked, claim.attempts, claim.over, claim.loaded)
         if not call.open(self.steps.kit.restore):
             self.store.forget_message(asked.member)
-            return
+            return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
+        started = time.time_ns()
         try:
             event = produce(call)
-        except _Postponed:
-            return
+        except _Postponed as later:
+            return Report(f"{asked.what}: {later.args[0]}", waited=later.args[1])
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
-            return
+            return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
+        facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
         recovery_s = self.settings.recovery_seconds
-        save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        done = did(asked.what, facts.name if asked.seq is None else None, event)
+        return Report(done.line, done.failed, facts).then(after)
 
-    def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> None:
+    def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> Report:
         if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:
             # Never sent by Relay for a run in this state: forged, replayed or early.
             why = (
@@ -222,14 +227,18 @@ class Calls:
             kind = "model call" if asked.seq is not None else "tool call"
             log.warning("refused %s %s of run %s: %s", kind, asked.what, asked.run_id, why)
             self.store.forget_message(asked.member)
-        elif status is ClaimStatus.DONE:
+            return Report(f"refused {asked.what}: {why}", idle=True)
+        if status is ClaimStatus.DONE:
             self.store.forget_message(asked.member)
-            self.steps.advance(asked.run_id)
+            after = self.steps.advance(asked.run_id)
+            return Report(f"{asked.what} was made already").then(after)
+        return Report(f"{asked.what} is being made by another worker; nothing to do", idle=True)
 
-    def _keep(self, call: Claimed, event: InboxEvent) -> None:
+    def _keep(self, call: Claimed, event: InboxEvent) -> Report:
         """Save the call's outcome with the run, or record it in the inbox; advance the run."""
-        if not call.others_out() and self._save_with_run(call, event):
-            return
+        saved = None if call.others_out() else self._save_with_run(call, event)
+        if saved is not None:
+            return saved
         asked = call.asked
         recorded, loaded = self.store.record(
             asked.run_id,
@@ -244,17 +253,20 @@ class Calls:
         if recorded is Recorded.FENCED:
             _log_fenced(call)
         elif recorded is Recorded.ADVANCE:
-            self.steps.advance(asked.run_id, loaded)
+            return self.steps.advance(asked.run_id, loaded)
+        return Report(RECORDED[recorded])
 
-    def _save_with_run(self, call: Claimed, event: InboxEvent) -> bool:
-        """Save `event` with the run as the claim found it; False if the run changed since."""
+    def _save_with_run(self, call: Claimed, event: InboxEvent) -> Report | None:
+        """Save `event` with the run as the claim found it; None if the run changed since."""
         asked = call.asked
         advanced = self.steps.decide(asked.run_id, call.loaded, call.take_agent(), event)
         own = OwnOutcome(asked.run_id, asked.what, call.attempt, asked.token, asked.member)
         saved = self.steps.save(advanced, call.loaded.version, own)
         if saved is Saved.FENCED:
             _log_fenced(call)
-        return saved is not Saved.STALE  # recorded (or fenced off) already: nothing left to do
+        if saved in (Saved.FENCED, Saved.DUPLICATE):
+            return Report(RECORDED[Recorded(saved.value)])
+        return after_step(call.record, advanced) if saved is Saved.SAVED else None
 
     def _lease(self, call: Claimed, lease_ms: int) -> Lease:
         """Return how to keep `call`'s lease (of `lease_ms`) while it runs."""
@@ -292,16 +304,15 @@ class Calls:
             return not_admitted(seq, call.over)
         cancel = threading.Event()
         lease = self._lease(call, self.timing.lease_ms)
-        # The reply goes to the tree's live stream as it is written ("restarted" first
-        # when an earlier attempt's worker died mid-reply).
-        live = ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt)
-        try:
-            with live:  # (its last pieces are in the stream before the reply is saved)
+        try:  # the reply goes to the tree's live stream as it comes (workers.live)
+            with ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt) as live:
                 reply, route = run_leased(
                     lambda: self._ask(call, request, cancel, live), lease, None, cancel
                 )
         except Requeue as later:
             self._come_back(call, later)
+        except StoreUnavailable:
+            raise  # no route could be asked, no call made: the lease lapses, the tick re-sends
         except ModelCallError as error:
             return ModelFailed(seq=seq, error=str(error))
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
@@ -314,12 +325,10 @@ class Calls:
     def _ask(
         self, call: Claimed, request: ModelRequest, cancel: threading.Event, live: ReplyStream
     ) -> tuple[ModelReply, ModelRoute | None]:
-        """Make the model call: on the app's own model, or on the first route that takes it;
-        its text goes to `live` as it comes (a model written without `on_text` gives none)."""
+        """Make the model call, on the app's own model or on the first route that takes it;
+        its text goes to `live` as it comes."""
         if self.router is None:
-            model = self.model()
-            streams = {"on_text": live} if takes_text(model) else {}
-            return model.complete(request, should_stop=cancel.is_set, **streams), None
+            return complete(self.model(), request, should_stop=cancel.is_set, on_text=live), None
         prompt = -(-call.record.asked_bytes // 2)  # what admission reserved for: bytes / 2
         routed = self.router.complete(
             request,
@@ -331,23 +340,25 @@ class Calls:
         )
         return routed.reply, routed.route
 
+    def _unclaim(self, call: Claimed, *, due_ms: int) -> None:
+        """Give the claim back, uncounted (the call never started); its message is due
+        again at `due_ms`."""
+        asked = call.asked
+        self.store.unclaim(
+            asked.run_id, asked.what, attempt=call.attempt, token=asked.token,
+            member=asked.member, due_ms=due_ms,
+        )  # fmt: skip
+
     def _come_back(self, call: Claimed, later: Requeue) -> NoReturn:
         """No route takes the call soon: give its claim back, and send it again when its
         turn comes (the task ends; no worker waits meanwhile)."""
         asked, now = call.asked, self.steps.clock()
-        self.store.unclaim(
-            asked.run_id,
-            asked.what,
-            attempt=call.attempt,
-            token=asked.token,
-            member=asked.member,
-            due_ms=later.at_ms + self.timing.grace_ms,
-        )
+        self._unclaim(call, due_ms=later.at_ms + self.timing.grace_ms)
         delay = max(later.at_ms - now, 0)
         assert asked.seq is not None
         self.steps.send([Message("call_model", asked.run_id, seq=asked.seq, delay_ms=delay)])
         log.info("%s waits %d ms for a model route (%s)", call.label, delay, later.why)
-        raise _Postponed
+        raise _Postponed(f"waits {delay} ms for a model route ({later.why})", True)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -392,15 +403,8 @@ class Calls:
         if self.store.make_durable(asked.run_id, asked.what, wait_ms):
             return
         log.warning("%s: Redis did not confirm its claim is durable; trying later", call.label)
-        self.store.unclaim(
-            asked.run_id,
-            asked.what,
-            attempt=call.attempt,
-            token=asked.token,
-            member=asked.member,
-            due_ms=self.steps.clock() + self.timing.grace_ms,
-        )
-        raise _Postponed
+        self._unclaim(call, due_ms=self.steps.clock() + self.timing.grace_ms)
+        raise _Postponed("its claim is not durable yet; the tick sends it again", False)
 
     def _tool_lease(self, call: Claimed, spec: ToolSpec) -> Lease:
         """Return the call's lease, lengthened for a tool that asked for a longer one."""

@@ -19,13 +19,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import click
-from celery import Celery, bootsteps
-from celery.signals import worker_shutting_down
+from celery import Celery, Task, bootsteps
+from celery.exceptions import Ignore
+from celery.signals import beat_init, worker_shutting_down
 
 from workers.brokers import broker_conf
 from workers.effects import Message
+from workers.errors import StepFailed
 from workers.holding import held
+from workers.reports import Report
 from workers.settings import Settings
+from workers.task_events import RelayEvents
 
 __all__ = ["Queues", "build_celery", "delivery_settings", "register_tasks", "sender"]
 
@@ -70,9 +74,9 @@ class Queues:
 class RuntimeLike(Protocol):
     """The part of the runtime the tasks call (see workers.runtime.Runtime)."""
 
-    def advance(self, run_id: str) -> None: ...
-    def call_model(self, run_id: str, seq: int) -> None: ...
-    def run_tool(self, run_id: str, call_id: str) -> None: ...
+    def advance(self, run_id: str) -> Report: ...
+    def call_model(self, run_id: str, seq: int) -> Report: ...
+    def run_tool(self, run_id: str, call_id: str) -> Report: ...
     def tick(self) -> None: ...
     def start_ticking(self) -> Callable[[], None]: ...
 
@@ -112,7 +116,8 @@ def delivery_settings(visibility_timeout_s: int, *, events: bool) -> dict[str, A
 def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
     """Return the configured Celery app (`register_tasks` gives it its tasks)."""
     queues = Queues.under(settings.prefix)
-    app = Celery(name, broker=broker_url, set_as_current=False)
+    # RelayEvents: task events that reach Flower from a threads pool too (workers.task_events).
+    app = Celery(name, broker=broker_url, set_as_current=False, events=RelayEvents)
     timeout_s = visibility_timeout(settings)
     # Declared, so a plain `celery -A mymodule:app worker` consumes all four.
     declared = broker_conf(
@@ -145,31 +150,80 @@ def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
 
 def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
     """Register `relay.advance`, `relay.call_model`, `relay.run_tool` and `relay.tick` on
-    `app`, each a short body on `runtime`, and the tick in every worker of the app."""
+    `app`, each a short body on `runtime`, and the tick in every worker of the app.
 
-    @app.task(name="relay.advance")
-    def advance(run_id: str) -> None:
-        if _valid("relay.advance", run_id=run_id):
-            runtime.advance(run_id)
+    Each step task returns one readable line (what it did, what the run waits for
+    now), or raises StepFailed with it once its work is saved: Flower shows it as
+    FAILURE, the message is acked like any other, and nothing is retried. The
+    tasks are this app's alone (`shared=False`): Celery would otherwise add them
+    to every app of the process, and two Relays in one process would run each
+    other's tasks on the wrong Redis.
+    """
 
-    @app.task(name="relay.call_model")
-    def call_model(run_id: str, seq: int) -> None:
-        if _valid("relay.call_model", run_id=run_id, seq=seq):
-            runtime.call_model(run_id, seq)
+    @app.task(name="relay.advance", shared=False, throws=(StepFailed,))
+    def advance(run_id: str) -> str:
+        if not _valid("relay.advance", run_id=run_id):
+            return REFUSED
+        return _told(runtime.advance(run_id))
 
-    @app.task(name="relay.run_tool")
-    def run_tool(run_id: str, call_id: str) -> None:
-        if _valid("relay.run_tool", run_id=run_id, call_id=call_id):
-            runtime.run_tool(run_id, call_id)
+    @app.task(name="relay.call_model", shared=False, throws=(StepFailed,), bind=True)
+    def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str:
+        if not _valid("relay.call_model", run_id=run_id, seq=seq):
+            return REFUSED
+        own_id = task.request.id == model_task_id(run_id, seq)
+        return _told(runtime.call_model(run_id, seq), own_id)
+
+    @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True)
+    def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str:
+        if not _valid("relay.run_tool", run_id=run_id, call_id=call_id):
+            return REFUSED
+        own_id = task.request.id == tool_task_id(run_id, call_id)
+        return _told(runtime.run_tool(run_id, call_id), own_id)
 
     # The tick sends no task events: every few seconds, it would push the real
     # tasks out of Flower's memory.
-    @app.task(name="relay.tick", send_events=False)
+    @app.task(name="relay.tick", shared=False, send_events=False)
     def tick() -> None:
         runtime.tick()
 
     _add_ticker(app, runtime)
     worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
+
+    def quiet_beat(sender: Any, **_: Any) -> None:
+        # A beat sends only ticks: their `task-sent` events would fill Flower too.
+        if getattr(sender, "app", None) is app:
+            app.conf.task_send_sent_event = False
+
+    beat_init.connect(quiet_beat, weak=False, dispatch_uid=f"relay-quiet-beat-{id(app)}")
+
+
+REFUSED = "refused: arguments Relay never sends (see the worker's log)"
+
+
+def model_task_id(run_id: str, seq: int) -> str:
+    """The task id of a run's model call: the same at every sending."""
+    return f"{run_id}:m{seq}"
+
+
+def tool_task_id(run_id: str, call_id: str) -> str:
+    """The task id of a run's tool call: the same at every sending."""
+    return f"{run_id}:{call_id}"
+
+
+def _told(report: Report, own_id: bool = False) -> str:
+    """Return the report's line, or raise StepFailed with it when the step failed.
+
+    A call's messages all carry one task id, so Flower shows them as one task. A
+    second delivery that does nothing (the call is under way elsewhere, or was made
+    and applied) raises Ignore: it is acked and sends no final event, and Flower
+    keeps the result of the delivery that made the call. A message with another id
+    (sent by someone else) reports as usual, so it too ends in Flower.
+    """
+    if report.idle and own_id:
+        raise Ignore(report.line)
+    if report.failed:
+        raise StepFailed(report.line)
+    return report.line
 
 
 def _say_what_is_held(**_: Any) -> None:
@@ -273,7 +327,7 @@ def _send_one(
         app.send_task(
             "relay.call_model",
             args=[m.run, m.seq],
-            task_id=f"{m.run}:m{m.seq}",
+            task_id=model_task_id(m.run, m.seq),
             argsrepr=f"run={m.run} step={m.seq}",
             queue=queues.model,
             countdown=m.delay_ms / 1000 if m.delay_ms > 0 else None,
@@ -282,7 +336,7 @@ def _send_one(
         app.send_task(
             "relay.run_tool",
             args=[m.run, m.call],
-            task_id=f"{m.run}:{m.call}",
+            task_id=tool_task_id(m.run, m.call),
             argsrepr=f"run={m.run} call={m.call} tool={m.tool or '?'}",
             queue=queues.tools,
             time_limit=int(tool_time_limit(m.tool)) + 60,

@@ -51,6 +51,7 @@ __all__ = [
     "StreamedReply",
     "backoff_seconds",
     "chat_body",
+    "complete",
     "error_for_status",
     "excerpt",
     "one_line",
@@ -89,6 +90,19 @@ class Model(Protocol):
         should_stop: Callable[[], bool] | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> ModelReply: ...
+
+
+def complete(
+    model: Model,
+    request: ModelRequest,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> ModelReply:
+    """`model.complete(...)`, handing `on_text` only to a model that takes it."""
+    if on_text is not None and takes_text(model):
+        return model.complete(request, should_stop=should_stop, on_text=on_text)
+    return model.complete(request, should_stop=should_stop)
 
 
 def takes_text(model: object) -> bool:

@@ -165,8 +165,12 @@ class RunsClient:
         """Return what waits on a person: plans, calls and questions, oldest first."""
         return self.store.people.pending()
 
-    def approve(self, run_id: str, call_id: str, yes: bool = True, reason: str = "") -> None:
+    def approve(
+        self, run_id: str, call_id: str, yes: bool = True, reason: str = "", *, by: str = ""
+    ) -> None:
         """Decide a call that waits for approval. Refused unless that call is pending.
+
+        `by` names who decided; the run's trace says so.
 
         Raises:
             DecisionRefused: the call is not waiting for a decision, was decided
@@ -176,18 +180,19 @@ class RunsClient:
         _check_yes(yes)
         if not isinstance(call_id, str):
             raise DecisionRefused(f"a call id is text, got {call_id!r}")
-        event = CallDecision(call=call_id, yes=yes, reason=str(reason)[:2_000])
+        event = CallDecision(call=call_id, yes=yes, reason=str(reason)[:2_000], by=str(by)[:200])
         self._decide(run_id, "call", call_id, event, f"call {call_id}")
 
     def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
         """Decline a call that waits for approval (the model is told)."""
         self.approve(run_id, call_id, yes=False, reason=reason)
 
-    def approve_plan(self, run_id: str, yes: bool = True) -> None:
+    def approve_plan(self, run_id: str, yes: bool = True, *, by: str = "") -> None:
         """Decide the plan a run waits on (refused like `approve`)."""
         _check_yes(yes)
         seq = self._pending_seq(run_id, "plan")
-        self._decide(run_id, "plan", str(seq), PlanDecision(seq=seq, yes=yes), "a plan")
+        event = PlanDecision(seq=seq, yes=yes, by=str(by)[:200])
+        self._decide(run_id, "plan", str(seq), event, "a plan")
 
     def answer(self, run_id: str, text: str) -> None:
         """Answer the question a run waits on (refused like `approve`)."""

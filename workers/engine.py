@@ -122,7 +122,7 @@ def _waiting_for_model(run: Working, seq: int) -> bool:
 
 def _on_model_replied(run: Working, event: ModelReplied) -> None:
     _forget_model_call(run, event.seq)
-    run.add_usage(event.usage, event.route)
+    run.add_usage(event.usage, event.route, model_call(event.seq))
     run.replied_by = event.route
     if _waiting_for_model(run, event.seq):
         run.agent.reply(event.text, truncated=event.truncated)
@@ -165,6 +165,8 @@ def _on_child_done(run: Working, event: ChildDone) -> None:
 
 def _on_plan_decision(run: Working, event: PlanDecision) -> None:
     if event.seq == run.seq and isinstance(run.agent.resume(), Plan):
+        if event.by:
+            run.note("decided", f"plan {'approved' if event.yes else 'declined'} by {event.by}")
         run.agent.approve_plan(event.yes)
 
 
@@ -182,15 +184,17 @@ def _on_call_decision(run: Working, event: CallDecision) -> None:
     track = run.calls.get(event.call)
     if track is None or track.status != "approval":
         return
+    who = {"by": event.by} if event.by else {}
     if event.yes:
         status = "held" if run.paused else "running"  # a paused run sends it when resumed
         run.calls[event.call] = track.model_copy(update={"status": status, "expires_ms": None})
         if not run.paused:
             run.send(Message("run_tool", run.id, call=event.call, tool=track.tool))
-        run.note("approved", call_id=event.call, tool=track.tool)
+        by = f"by {event.by}" if event.by else ""
+        run.note("approved", by, call_id=event.call, tool=track.tool, data=who)
         return
     run.calls.pop(event.call)
-    run.note("declined", event.reason, call_id=event.call, tool=track.tool)
+    run.note("declined", event.reason, call_id=event.call, tool=track.tool, data=who)
     run.agent.result(event.call, ToolOutput.declined(event.reason))
 
 

@@ -12,6 +12,8 @@
     │                         ConnectionError and scheduler.StoreUnreachable)
     ├── ModelCallError        a model call failed; `retryable` says it was transient
     ├── CallTimedOut          a call ran past its time limit (it may still be running)
+    ├── StepFailed            a task's step ended its run in failure, or its call failed
+    │                         (raised after the step is saved, so Flower shows FAILURE)
     └── EmbeddedError         the private Redis or worker of `relay run`/`demo` failed
 
 Errors of the pure core are `agent_core.AgentError`; where the runtime reports
@@ -33,6 +35,7 @@ __all__ = [
     "RunCorrupt",
     "RunNotFound",
     "SettingsError",
+    "StepFailed",
     "StoreUnavailable",
     "ToolRegistrationError",
     "WaitTimeout",
@@ -104,6 +107,12 @@ class ModelCallError(RelayError):
 
 class CallTimedOut(RelayError):
     """Raised when a call did not finish within its time limit (it may still be running)."""
+
+
+class StepFailed(RelayError):
+    """Raised by a Relay task after its step is saved, when the step ended its run in
+    failure or the call it made failed: Flower shows the task as FAILURE, with this
+    line as the reason. The message is acked like any other (nothing is retried)."""
 
 
 class EmbeddedError(RelayError):

@@ -46,6 +46,9 @@ Fleet-wide:
     prune-cursor    string  how far the tick's sweep of expired runs got
     tick-lock       string  the process ticking in this interval (lapses after it)
     tick-stats      hash    n ticks, last_ms, by whom
+    metrics         hash    the fleet's counters (steps, calls, tokens, latency buckets):
+                            added to by every task (workers.metrics), read by relay web
+    web-used:<n>    string  an approval form's nonce, used once (relay web; a TTL)
     schedule-notes:<name>  list  notes a schedule's runs remembered, for the next run
     memory:<name>   list    notes runs started with memory=<name> remembered, for the next
 
@@ -266,6 +269,13 @@ class Keys:
     @property
     def tick_stats(self) -> str:
         return self._("tick-stats")
+
+    @property
+    def metrics(self) -> str:
+        return self._("metrics")
+
+    def web_used(self, nonce: str) -> str:
+        return self._(f"web-used:{nonce}")
 
     def run(self, run_id: str) -> str:
         return self._(f"run:{run_id}")

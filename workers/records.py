@@ -223,6 +223,8 @@ class CallDecision(BaseModel):
     call: str
     yes: bool
     reason: str = ""
+    by: str = ""
+    """Who decided (as the client that decided names them), for the trace."""
 
 
 class PlanDecision(BaseModel):
@@ -230,6 +232,7 @@ class PlanDecision(BaseModel):
     kind: Literal["plan_decision"] = "plan_decision"
     seq: int
     yes: bool
+    by: str = ""
 
 
 class Answer(BaseModel):

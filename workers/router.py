@@ -24,10 +24,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from agent_core import ModelRequest
 from workers.chat import RESTART, ModelReply
-from workers.errors import ModelCallError
+from workers.errors import ModelCallError, StoreUnavailable
 from workers.limits import Outcome, RouteLimits
 from workers.model_client import ModelClient
 from workers.routes import ModelRoute
@@ -112,7 +114,7 @@ class ModelRouter:
         finally:
             self._held.pop(holder, None)
             for route in waited:
-                self._limits.leave(route, key=key, holder=holder)
+                _quietly(partial(self._limits.leave, route, key=key, holder=holder), "leave")
 
     def renew(self, holder: str) -> None:
         """Keep the route slot `holder` holds for another lease (called with its claim's
@@ -120,8 +122,12 @@ class ModelRouter:
         held = self._held.get(holder)
         if held is not None:
             route, key = held
-            self._limits.renew(
-                route, key=key, holder=holder, lease_ms=self._lease_ms, now_ms=self._clock()
+            lease, now = self._lease_ms, self._clock()
+            _quietly(
+                lambda: self._limits.renew(
+                    route, key=key, holder=holder, lease_ms=lease, now_ms=now
+                ),
+                "renew",
             )
 
     def _first_reply(
@@ -166,11 +172,9 @@ class ModelRouter:
                 else:
                     last = error
                 continue
-            used = reply.usage.total_tokens
-            self._limits.done(
-                route, key=key, holder=holder, outcome="ok", now_ms=self._clock(),
-                tokens_back=tokens - used,
-            )  # fmt: skip
+            back, now = tokens - reply.usage.total_tokens, self._clock()
+            done = partial(self._limits.done, route, key=key, holder=holder, outcome="ok")
+            _quietly(partial(done, now_ms=now, tokens_back=back), "done")
             return Routed(reply, route)
         if soonest is not None and last is None:
             raise Requeue(*soonest)
@@ -211,15 +215,27 @@ class ModelRouter:
             pause, outcome = 0, "refused"
         else:
             pause, outcome = 0, "failed"
-        circuit = self._limits.done(
-            route, key=key, holder=holder, outcome=outcome, now_ms=now,
-            paused_until_ms=now + pause, error=error.message,
-        )  # fmt: skip
+        done = partial(self._limits.done, route, key=key, holder=holder, outcome=outcome)
+        told = partial(done, now_ms=now, paused_until_ms=now + pause, error=error.message)
+        circuit = _quietly(told, "done") or "unknown"
         log.warning(
             "model route %s failed (%s; circuit %s): %s", route.name, outcome, circuit, error
         )
         if outcome == "limited" and error.retry_after is not None:
             return (now + pause, f"route {route.name}: 429, back in {pause} ms")
+        return None
+
+
+T = TypeVar("T")
+
+
+def _quietly(tell: Callable[[], T], what: str) -> T | None:
+    """Tell the routes' limits something once the call is made (or given up): with Redis
+    away, the reply must not be lost for it; the call's slots lapse with their lease."""
+    try:
+        return tell()
+    except StoreUnavailable as error:
+        log.warning("could not tell the model routes (%s): %s", what, error)
         return None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from workers.agent_kit import AgentKit
 from workers.budgets import Pricing
@@ -21,15 +22,18 @@ from workers.calls import Calls
 from workers.decisions import expiry_event
 from workers.effects import Message
 from workers.limits import RouteLimits
+from workers.metrics import FleetMetrics
 from workers.model_client import ModelSource
 from workers.pricing import Price
 from workers.records import CancelRun, Pending
+from workers.reports import Report
 from workers.router import ModelRouter
 from workers.routes import ModelRoute
 from workers.scripts import Decided
 from workers.settings import Settings, now_ms
 from workers.steps import Steps
 from workers.store import RunStore
+from workers.telemetry import Telemetry
 from workers.ticker import Ticker
 
 __all__ = ["Runtime"]
@@ -81,15 +85,33 @@ class Runtime:
             key=key,
         )
         self.ticker = Ticker(store, tick, settings.tick_seconds, clock)
+        self.metrics = FleetMetrics(store)
+        self.telemetry = Telemetry(settings.model_url)
+        self._route_models = {route.name: route.model for route in routed}
+        self._key = key
+        self._model = settings.model
 
-    def advance(self, run_id: str) -> None:
-        self.steps.advance(run_id)
+    # Each returns what the task did, in one line (workers.reports): Flower shows it.
 
-    def call_model(self, run_id: str, seq: int) -> None:
-        self.calls.call_model(run_id, seq)
+    def advance(self, run_id: str) -> Report:
+        return self._seen("advance", self.steps.advance(run_id))
 
-    def run_tool(self, run_id: str, call_id: str) -> None:
-        self.calls.run_tool(run_id, call_id)
+    def call_model(self, run_id: str, seq: int) -> Report:
+        return self._seen("call_model", self.calls.call_model(run_id, seq))
+
+    def run_tool(self, run_id: str, call_id: str) -> Report:
+        return self._seen("run_tool", self.calls.run_tool(run_id, call_id))
+
+    def _seen(self, task: str, report: Report) -> Report:
+        """Count the task in the fleet's metrics, and trace its call."""
+        facts = report.call
+        if facts is not None:  # the model that served it; the app's key unless the run has one
+            name = self._route_models.get(facts.route) or facts.name or self._model
+            report = replace(report, call=replace(facts, name=name, key=facts.key or self._key))
+        self.metrics.count(task, report)
+        if report.call is not None:
+            self.telemetry.record(report.call)
+        return report
 
     def tick(self) -> None:
         """Tick unless another process ticked in this interval (the `relay.tick` task)."""

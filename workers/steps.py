@@ -20,6 +20,7 @@ from workers.codec import Loaded
 from workers.effects import Advanced, Message, OwnOutcome
 from workers.layout import OutboxMember
 from workers.records import FollowUp, InboxEvent
+from workers.reports import Report, after_step
 from workers.scripts import Saved
 from workers.settings import Timing
 from workers.store import RunStore
@@ -60,20 +61,25 @@ class Steps:
             verifier=self.kit.verifier,
         )
 
-    def advance(self, run_id: str, loaded: Loaded | None = None) -> None:
-        """Apply the run's new inbox events and act on its next step; retries lost races."""
+    def advance(self, run_id: str, loaded: Loaded | None = None) -> Report:
+        """Apply the run's new inbox events and act on its next step; retries lost races.
+
+        Returns what the step did and where the run is now, in one line.
+        """
         for _ in range(SAVE_TRIES):
             if loaded is None:
                 loaded = self.store.load(run_id)
             if loaded is None:
                 self.store.forget_message(OutboxMember.advance(run_id))
-                return
-            if self.save(self.decide(run_id, loaded), loaded.version) is not Saved.STALE:
-                return
+                return Report(f"no run {run_id} (it expired, or never existed)")
+            advanced = self.decide(run_id, loaded)
+            if self.save(advanced, loaded.version) is not Saved.STALE:
+                return after_step(loaded.record, advanced)
             loaded = None
         log.warning(
             "run %s: gave up saving after %d lost races; the tick will retry", run_id, SAVE_TRIES
         )
+        return Report(f"gave up after {SAVE_TRIES} lost races to save; the tick will retry")
 
     def save(self, advanced: Advanced, version: str, own: OwnOutcome | None = None) -> Saved:
         """Save a step; once it has landed, send what it decided."""

@@ -127,7 +127,9 @@ class Working:
         self.messages.append(message)
         self.sends.append(Send(message.member, self.due()))
 
-    def add_usage(self, usage: Usage, route: str = "") -> None:
+    def add_usage(self, usage: Usage, route: str = "", call: str | None = None) -> None:
+        """Add the tokens of one model call (`call`: its name, `m<seq>`; `route`: the route
+        that served it) to the run and above."""
         self.usage = self.usage + usage
         if route:
             self.usage_by_route[route] = self.usage_by_route.get(route, Usage()) + usage
@@ -137,7 +139,7 @@ class Working:
             data["route"] = route
         if usage.cost_micro or usage.unpriced_calls:
             data["cost_micro"] = usage.cost_micro
-        self.note("usage", data=data)
+        self.note("usage", call_id=call, data=data)
 
     def deliver(self, run: str, event: InboxEvent, *, cancel_flag: bool = False) -> None:
         """Put `event` in another run's inbox with this save, and wake that run after it."""

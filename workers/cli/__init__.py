@@ -3,6 +3,7 @@
     relay demo                                  # try it: private Redis, a worker, the demo model
     relay --app mymodule:relay worker           # serve an app: every queue, or --queues
     relay --app mymodule:relay run "task"       # start a run and follow it live
+    relay web                                   # runs, approvals and /metrics in a browser
     relay runs | show RUN | watch RUN | pending | approve RUN [CALL] | deny | answer | cancel
     relay extend RUN --usd 1.00                 # raise a run tree's budget
     relay routes                                # the model routes: limits, circuits, errors
@@ -35,6 +36,7 @@ from workers.cli.serve import beat, flower, worker
 from workers.cli.skills import skills
 from workers.cli.steer import pause, reply, resume, send
 from workers.cli.terminal import one_line
+from workers.cli.web import web
 from workers.errors import RelayError
 from workers.settings import SettingsError
 
@@ -92,6 +94,7 @@ VERBS = (
     worker,
     beat,
     flower,
+    web,
     run,
     demo,
     runs,

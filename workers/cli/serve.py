@@ -144,6 +144,34 @@ def _flower_credentials() -> None:
         )
 
 
+def _guard_flower_monitoring() -> None:
+    """Put Flower's /metrics and /healthcheck behind its auth, like every other page.
+
+    Flower serves both to anyone (flower.views.monitor has no @authenticated);
+    its metrics name every task and worker. The handlers are swapped in Flower's
+    URL table, which it reads when it builds its app, for subclasses that ask
+    for the same credentials as the rest of Flower.
+    """
+    import tornado.web  # noqa: PLC0415 - Flower's own web framework, needed only here
+    from flower import urls  # noqa: PLC0415
+    from flower.views import monitor  # noqa: PLC0415
+
+    class Metrics(monitor.Metrics):  # type: ignore[misc]
+        @tornado.web.authenticated
+        async def get(self) -> None:
+            await super().get()
+
+    class Healthcheck(monitor.Healthcheck):  # type: ignore[misc]
+        @tornado.web.authenticated
+        async def get(self) -> None:
+            await super().get()
+
+    guarded = {monitor.Metrics: Metrics, monitor.Healthcheck: Healthcheck}
+    for index, handler in enumerate(urls.handlers):
+        if isinstance(handler, tuple) and handler[1] in guarded:
+            urls.handlers[index] = (handler[0], guarded[handler[1]], *handler[2:])
+
+
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--address", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=5555, show_default=True)
@@ -160,6 +188,7 @@ def flower(obj: Context, address: str, port: int, flower_args: tuple[str, ...]) 
     """
     obj.spec("flower")
     _flower_credentials()
+    _guard_flower_monitoring()
     relay = obj.relay
     argv = ["flower", f"--address={address}", f"--port={port}", *flower_args]
     relay.celery.start(argv)

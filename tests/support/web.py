@@ -1,0 +1,82 @@
+"""A real `relay web` on loopback for a test, and a headless chromium to drive it."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.redis_server import free_port
+from tests.support.worker_process import RelayProcess
+
+__all__ = ["CHROMIUM", "RelayWeb", "browser_page", "form_of"]
+
+CHROMIUM = Path("/usr/bin/chromium")
+USER = "alice"
+
+
+class RelayWeb:
+    """`relay web` on a free port, signed in as `alice`; `client` is an httpx client."""
+
+    def __init__(self, env: Mapping[str, str], log_path: Path, *, flower_url: str = "") -> None:
+        self.port = free_port()
+        self.user = USER
+        self.password = f"web-{secrets.token_hex(8)}"
+        web_env = {
+            **env,
+            "RELAY_WEB_USER": self.user,
+            "RELAY_WEB_PASSWORD": self.password,
+            "RELAY_FLOWER_URL": flower_url,
+        }
+        self.process = RelayProcess(
+            ["web", "--port", str(self.port)],
+            web_env,
+            log_path,
+            ready_text="Uvicorn running on",
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = httpx.Client(base_url=self.url, auth=(self.user, self.password), timeout=10)
+
+    def __enter__(self) -> RelayWeb:
+        self.process.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.client.close()
+        self.process.stop()
+
+
+def form_of(html: str, run_id: str, what: str) -> dict[str, str]:
+    """The hidden fields of the approval form for (`run_id`, `what`) in a page."""
+    for form in re.findall(r'<form method="post" action="/approvals/decide".*?</form>', html, re.S):
+        fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form))
+        if fields.get("run") == run_id and fields.get("what") == what:
+            return {k: v for k, v in fields.items() if k != "decision"}
+    raise AssertionError(f"no form for {what} of {run_id} in the page")
+
+
+@contextmanager
+def browser_page(web: RelayWeb) -> Iterator[object]:
+    """A page of Debian's chromium, headless, signed in to `web` (skips if it is missing)."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only the browser tests
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        try:
+            context = browser.new_context(
+                http_credentials={"username": web.user, "password": web.password},
+                base_url=web.url,
+            )
+            yield context.new_page()
+        finally:
+            browser.close()

@@ -1,0 +1,188 @@
+"""relay web, driven in a real headless chromium against real workers: sign in, see a
+waiting run, click Approve, see it finish; forged and replayed forms are refused."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agent_core import Config
+from tests.support.brain import call, final
+from tests.support.cli import clean_env, relay
+from tests.support.fleet import Fleet, fleet
+from tests.support.redis_server import free_port
+from tests.support.web import RelayWeb, browser_page, form_of
+from tests.test_flower import _listening_address
+
+FLOWER = "http://127.0.0.1:5555"
+
+
+def _waiting_run(f: Fleet, marker: str) -> str:
+    f.brain.script(marker, {0: call("delete_note", name="old.txt"), 1: final("deleted it")})
+    run_id = f.relay.start(f"{marker}: delete the old note")
+    f.until(lambda: f.relay.status(run_id).state == "waiting", what="the run to wait")
+    return run_id
+
+
+@pytest.mark.timeout(180)
+def test_approve_in_the_browser_and_watch_the_run_finish(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log", flower_url=FLOWER) as web:
+        f.worker("--pool", "threads", "-c", "4")
+        run_id = _waiting_run(f, "WEB-1")
+        with browser_page(web) as page:
+            _drive(page, run_id)
+        assert f.relay.wait(run_id, timeout=30).summary == "deleted it"
+        assert f.ledger() == ["delete_note old.txt"]
+        approved = [e for e in f.relay.trace(run_id) if e.kind == "approved"]
+        assert [(e.call_id, e.text, e.data) for e in approved] == [
+            ("call-1", "by alice", {"by": "alice"})
+        ]
+
+
+def _drive(page: Any, run_id: str) -> None:
+    page.goto("/runs")
+    row = page.locator(f"tr[data-run='{run_id}']")
+    assert "waiting" in row.locator("td.state").inner_text()
+    assert "call" in row.locator("td.waiting").inner_text()
+    page.goto("/runs?state=finished")
+    assert page.locator(f"tr[data-run='{run_id}']").count() == 0
+    page.goto("/runs?state=waiting")
+    page.click(f"a[href='/runs/{run_id}']")
+    assert page.locator("#run-state").inner_text() == "waiting, waiting for call"
+    assert "delete_note" in page.locator("li.pending").inner_text()
+
+    page.goto("/approvals")
+    pending = page.locator(f"tr.pending[data-run='{run_id}'][data-what='call-1']")
+    assert "delete_note" in pending.inner_text()
+    the_form = pending.locator("form").evaluate("form => form.outerHTML")
+    pending.locator("button.approve").click()
+    page.wait_for_url(re.compile(r"/approvals\?said="))
+    assert page.locator("p.said").inner_text() == f"approved call-1 of run {run_id}"
+    assert page.locator(f"tr.pending[data-run='{run_id}']").count() == 0
+
+    # The same form sent again (as a second click, or a resent page would): refused.
+    page.evaluate("html => document.querySelector('main').insertAdjacentHTML('beforeend', html)",
+                  the_form)  # fmt: skip
+    page.locator("main > form.decide button.approve").click()
+    assert page.locator("p.refused").inner_text() == "this form was used already"
+
+    page.goto(f"/runs/{run_id}")  # the page follows the run until it finishes
+    page.wait_for_selector("dd.outcome", timeout=30_000)
+    assert page.locator("#run-state").inner_text() == "finished"
+    assert "deleted it" in page.locator("dd.outcome").inner_text()
+    link = page.locator("#trace a[title='its Celery task in Flower']").first
+    assert link.get_attribute("href").startswith(f"{FLOWER}/task/{run_id}:")
+
+
+@pytest.mark.timeout(120)
+def test_a_forged_or_replayed_form_is_refused(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        first, second = _waiting_run(f, "FORGE-1"), _waiting_run(f, "FORGE-2")
+        page = web.client.get("/approvals").text
+        form = {**form_of(page, first, "call-1"), "decision": "approve"}
+        other = {**form_of(page, second, "call-1"), "decision": "approve"}
+        nonce, expires, mac = form["token"].split(".")
+        forged = [
+            {**form, "token": f"{nonce}.{expires}.{'0' * len(mac)}"},  # a made-up signature
+            {**form, "token": f"{nonce}.{int(expires) + 9_999}.{mac}"},  # a longer life
+            {**form, "run": second},  # this form, for another run's call
+            {**other, "what": "call-2"},  # another form, for a call it was not made for
+            {k: v for k, v in form.items() if k != "token"},
+        ]
+        for fields in forged:
+            answer = web.client.post("/approvals/decide", data=fields)
+            assert answer.status_code == 403, (fields, answer.text)
+        cross = web.client.post("/approvals/decide", data=form, headers={"Origin": "http://evil"})
+        assert cross.status_code == 403
+        as_bob = httpx.Client(base_url=web.url, auth=("bob", web.password), timeout=10)
+        with as_bob:
+            assert as_bob.post("/approvals/decide", data=form).status_code == 401
+        assert {f.relay.status(r).state for r in (first, second)} == {"waiting"}
+
+        assert web.client.post("/approvals/decide", data=form).status_code == 303
+        replayed = web.client.post("/approvals/decide", data=form)
+        assert replayed.status_code == 403
+        assert "this form was used already" in replayed.text
+        assert f.relay.wait(first, timeout=30).summary == "deleted it"
+        assert f.relay.status(second).state == "waiting"
+        assert f.ledger() == ["delete_note old.txt"]
+
+
+@pytest.mark.timeout(120)
+def test_the_json_api_and_basic_auth(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        run_id = _waiting_run(f, "API-1")
+        assert _listening_address(web.port) == "127.0.0.1"
+        anonymous = httpx.Client(base_url=web.url, timeout=10)
+        with anonymous:
+            for path in ("/", "/runs", f"/runs/{run_id}", "/approvals", "/api/runs", "/metrics"):
+                answer = anonymous.get(path)
+                assert answer.status_code == 401, path
+                assert answer.headers["www-authenticate"].startswith("Basic")
+        runs = web.client.get("/api/runs", params={"state": "waiting"}).json()
+        assert [(r["id"], r["waiting_for"]) for r in runs] == [(run_id, "call")]
+        pending = web.client.get("/api/pending").json()
+        assert [(p["run_id"], p["what"], p["tool"]) for p in pending] == [
+            (run_id, "call-1", "delete_note")
+        ]
+        url = f"/api/runs/{run_id}/calls/call-1/decision"
+        as_form = web.client.post(url, data={"approve": "true"})
+        assert as_form.status_code == 415
+        assert f.relay.status(run_id).state == "waiting"
+        done = web.client.post(url, json={"approve": False, "reason": "keep it"})
+        assert done.json() == {"done": f"denied call-1 of run {run_id}"}
+        again = web.client.post(url, json={"approve": True})
+        assert again.status_code == 409
+        f.relay.wait(run_id, timeout=30)
+        assert f.ledger() == []
+        declined = [e for e in f.relay.trace(run_id) if e.kind == "declined"]
+        assert [(e.text, e.data) for e in declined] == [("keep it", {"by": "alice"})]
+        trace = web.client.get(f"/api/runs/{run_id}/trace", params={"after": 0}).json()
+        assert trace["state"] == "finished"
+        assert trace["next"] == len(trace["entries"]) > 0
+        assert web.client.get("/api/runs/nope").status_code == 404
+
+
+@pytest.mark.timeout(120)
+def test_a_plan_is_approved_from_the_approvals_page(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        script = {0: call("read_note", name="a.txt"), 1: final("read it")}
+        f.brain.script("PLAN-1", script, plan=["Read a.txt.", "Say so."])
+        run_id = f.relay.start("PLAN-1: read a note", config=Config(require_plan=True))
+        f.until(lambda: f.relay.status(run_id).waiting_for == "plan", what="the plan")
+        page = web.client.get("/approvals").text
+        assert "Read a.txt." in page
+        (pending,) = f.relay.pending()
+        form = {**form_of(page, run_id, str(pending.seq)), "decision": "approve"}
+        assert form["kind"] == "plan"
+        done = web.client.post("/approvals/decide", data=form)
+        assert done.status_code == 303
+        said = web.client.get(done.headers["location"]).text
+        assert f"approved the plan of run {run_id}" in said
+        spoofed = web.client.get("/approvals", params={"said": "approved everything"}).text
+        assert "approved everything" not in spoofed
+        assert f.relay.wait(run_id, timeout=30).summary == "read it"
+        decided = [e.text for e in f.relay.trace(run_id) if e.kind == "decided"]
+        assert decided == ["plan approved by alice"]
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({}, "refusing to start relay web without credentials"),
+        ({"RELAY_WEB_USER": "alice"}, "set both RELAY_WEB_USER and RELAY_WEB_PASSWORD"),
+        ({"RELAY_WEB_PASSWORD": "pw"}, "set both RELAY_WEB_USER and RELAY_WEB_PASSWORD"),
+    ],
+)
+def test_relay_web_refuses_to_start_without_credentials(given: dict[str, str], says: str) -> None:
+    done = relay("web", "--port", str(free_port()), env=clean_env(**given))
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith(f"relay: {says}")
+    assert "Uvicorn running" not in done.stderr

@@ -1,0 +1,133 @@
+"""The JSON API of relay web, for scripts (basic auth, like the pages).
+
+    GET  /api/runs?state=&limit=               the newest runs
+    GET  /api/runs/<id>                        one run, its specialists under it
+    GET  /api/runs/<id>/trace?after=N          trace lines from position N on, and `next`
+    GET  /api/pending                          what waits on a person
+    POST /api/runs/<id>/calls/<call>/decision  {"approve": true|false, "reason": "..."}
+    POST /api/runs/<id>/plan/decision          {"approve": true|false, "step": N}
+
+A decision must be sent as `application/json` (a page on another site cannot
+send that without a preflight, which this server never grants). Errors are
+`{"error": "..."}` with 400, 403, 404 or 409.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from workers.errors import DecisionRefused, RunNotFound
+from workers.settings import now_ms
+from workers.web.app import Web
+from workers.web.auth import cross_site
+from workers.web.views import pending_row, run_row, run_tree, trace_row
+
+__all__ = ["routes"]
+
+MAX_BODY_BYTES = 8_192
+
+
+def _error(message: str, status: int) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+class _Api:
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def runs(self, request: Request) -> Response:
+        state = request.query_params.get("state", "")
+        limit = request.query_params.get("limit", "100")
+        if not limit.isdigit() or not 0 < int(limit) <= 1_000:
+            return _error("limit is a number from 1 to 1000", 400)
+        now = now_ms()
+        rows = [run_row(status, now) for status in self.web.relay.runs(limit=int(limit))]
+        return JSONResponse([row for row in rows if not state or row["state"] == state])
+
+    def run(self, request: Request) -> Response:
+        relay = self.web.relay
+        try:
+            status = relay.status(request.path_params["run_id"])
+        except RunNotFound as error:
+            return _error(str(error), 404)
+        return JSONResponse(run_tree(relay, status, now_ms()))
+
+    def trace(self, request: Request) -> Response:
+        relay = self.web.relay
+        run_id = request.path_params["run_id"]
+        after = request.query_params.get("after", "0")
+        if not after.isdigit():
+            return _error("after is a trace position (a whole number)", 400)
+        try:
+            status = relay.status(run_id)
+        except RunNotFound as error:
+            return _error(str(error), 404)
+        position, entries = relay.store.trace(run_id, int(after))
+        rows = [trace_row(entry, self.web.settings.flower_url) for entry in entries]
+        return JSONResponse(
+            {"next": position, "entries": rows, "state": status.state,
+             "waiting_for": status.waiting_for or "", "tokens": status.total_usage.total_tokens}
+        )  # fmt: skip
+
+    def pending(self, _: Request) -> Response:
+        now = now_ms()
+        return JSONResponse([pending_row(p, now) for p in self.web.relay.pending()])
+
+    async def decision(self, request: Request) -> Response:
+        body = await _json_body(request)
+        if isinstance(body, Response):
+            return body
+        approve = body.get("approve")
+        if not isinstance(approve, bool):
+            return _error('"approve" must be true or false', 400)
+        run_id = request.path_params["run_id"]
+        call_id = request.path_params.get("call_id")
+        kind, what = ("call", call_id) if call_id else ("plan", str(body.get("step", "")))
+        reason = str(body.get("reason", ""))[:2_000]
+        user = self.web.user(request)
+        try:
+            said = await run_in_threadpool(
+                self.web.decide, user, kind, run_id, what, yes=approve, reason=reason
+            )
+        except RunNotFound as error:
+            return _error(str(error), 404)
+        except DecisionRefused as error:
+            return _error(str(error), 409)
+        return JSONResponse({"done": said})
+
+
+def routes(web: Web) -> list[Route]:
+    """The API's routes, on `web`."""
+    api = _Api(web)
+    return [
+        Route("/api/runs", api.runs),
+        Route("/api/runs/{run_id}", api.run),
+        Route("/api/runs/{run_id}/trace", api.trace),
+        Route("/api/pending", api.pending),
+        Route("/api/runs/{run_id}/calls/{call_id}/decision", api.decision, methods=["POST"]),
+        Route("/api/runs/{run_id}/plan/decision", api.decision, methods=["POST"]),
+    ]
+
+
+async def _json_body(request: Request) -> dict[str, Any] | Response:
+    """The request's JSON object, or the error response that refuses it."""
+    if cross_site(request.headers):
+        return _error("a decision from another site is refused", 403)
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return _error("send decisions as application/json", 415)
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        return _error("the body is too large", 413)
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return _error("the body is not JSON", 400)
+    if not isinstance(body, dict):
+        return _error("the body must be a JSON object", 400)
+    return body

@@ -1,0 +1,119 @@
+"""The HTML pages of relay web: the runs, one run, and what waits on a person.
+
+GET  /runs?state=waiting     the runs (state, waiting for, age, key, tokens, cost)
+GET  /runs/<id>              one run: task, plan, outcome, usage, specialists, live trace
+GET  /approvals              plans and calls waiting, with Approve and Deny
+POST /approvals/decide       one decision, from a form made for this person and call
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from urllib.parse import parse_qs, urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from workers.errors import DecisionRefused, RunNotFound
+from workers.settings import now_ms
+from workers.web.app import Web
+from workers.web.auth import cross_site
+from workers.web.views import pending_row, run_row, run_tree, trace_row
+
+__all__ = ["routes"]
+
+STATES = ("running", "waiting", "finished")
+MAX_FORM_BYTES = 8_192
+
+
+class _Pages:
+    def __init__(self, web: Web) -> None:
+        self.web = web
+
+    def home(self, _: Request) -> Response:
+        return RedirectResponse("/runs", status_code=303)
+
+    def runs(self, request: Request) -> Response:
+        web = self.web
+        state = request.query_params.get("state", "")
+        now = now_ms()
+        rows = [run_row(status, now) for status in web.relay.runs(limit=500)]
+        if state in STATES:
+            rows = [row for row in rows if row["state"] == state]
+        return web.page(request, "runs.html", runs=rows, state=state, states=STATES)
+
+    def run(self, request: Request) -> Response:
+        web = self.web
+        run_id = request.path_params["run_id"]
+        now = now_ms()
+        try:
+            tree = run_tree(web.relay, web.relay.status(run_id), now)
+            position, entries = web.relay.store.trace(run_id)
+        except RunNotFound as error:
+            return web.page(request, "missing.html", 404, message=str(error))
+        plans = [entry.text for entry in entries if entry.kind == "plan"]
+        trace = [trace_row(entry, web.settings.flower_url) for entry in entries]
+        user = web.user(request)
+        pending = [(row, _token(web, user, row)) for row in tree["pending"]]
+        plan = plans[-1] if plans else ""
+        return web.page(
+            request, "run.html", run=tree, trace=trace, after=position, plan=plan, pending=pending
+        )
+
+    def approvals(self, request: Request) -> Response:
+        web = self.web
+        user, now = web.user(request), now_ms()
+        rows = [pending_row(p, now) for p in web.relay.pending()]
+        forms = [(row, _token(web, user, row)) for row in rows]
+        said = request.query_params.get("said", "")
+        if not hmac.compare_digest(request.query_params.get("sig", ""), web.signed(said)):
+            said = ""  # only what this server said, not text from a link someone sent
+        return web.page(request, "approvals.html", pending=forms, said=said)
+
+    async def decide(self, request: Request) -> Response:
+        web = self.web
+        if cross_site(request.headers):
+            return _refused(web, request, "a decision from another site is refused")
+        body = await request.body()
+        if len(body) > MAX_FORM_BYTES:
+            return _refused(web, request, "the form is too large")
+        form = {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items() if v}
+        kind, run_id, what = form.get("kind", ""), form.get("run", ""), form.get("what", "")
+        user = web.user(request)
+        why = await run_in_threadpool(
+            web.tokens.refusal, form.get("token", ""), user, (kind, run_id, what), int(time.time())
+        )
+        if why:
+            return _refused(web, request, why)
+        yes = form.get("decision") == "approve"
+        try:
+            said = await run_in_threadpool(web.decide, user, kind, run_id, what, yes=yes)
+        except (DecisionRefused, RunNotFound) as error:
+            return _refused(web, request, str(error), status=409)
+        query = urlencode({"said": said, "sig": web.signed(said)})
+        return RedirectResponse(f"/approvals?{query}", status_code=303)
+
+
+def routes(web: Web) -> list[Route]:
+    """The pages' routes, on `web`."""
+    pages = _Pages(web)
+    return [
+        Route("/", pages.home),
+        Route("/runs", pages.runs),
+        Route("/runs/{run_id}", pages.run),
+        Route("/approvals", pages.approvals),
+        Route("/approvals/decide", pages.decide, methods=["POST"]),
+    ]
+
+
+def _token(web: Web, user: str, row: dict[str, object]) -> str:
+    """An approval form's token, for a call or a plan; none for what relay web does not
+    decide (a question: `relay answer`; a budget: `relay extend`)."""
+    return web.form_token(user, row) if row["kind"] in ("call", "plan") else ""
+
+
+def _refused(web: Web, request: Request, why: str, status: int = 403) -> Response:
+    return web.page(request, "refused.html", status, message=why)

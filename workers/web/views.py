@@ -1,0 +1,135 @@
+"""What relay web shows of a run, as plain data: the same dicts feed the pages and /api/.
+
+Columns that other parts of Relay add later (a run's `key`, `Usage.cost_usd`)
+are read with `getattr`, so they appear as soon as the RunStatus has them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_core.toolbox import DELEGATE
+from workers.errors import RunNotFound
+from workers.records import Pending, RunStatus, TraceEntry
+from workers.relay import Relay
+
+__all__ = ["pending_row", "run_row", "run_tree", "trace_row"]
+
+MAX_TREE_RUNS = 200
+
+
+def age(now_ms: int, since_ms: int | None) -> str:
+    """`42 s`, `7 min`, `3 h`, `2 d`."""
+    if since_ms is None:
+        return ""
+    seconds = max(0, now_ms - since_ms) // 1000
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
+    """One run, as the runs list and the API show it."""
+    usage = status.total_usage
+    cost = _cost(usage)
+    outcome = status.outcome
+    ended = None
+    if outcome is not None:
+        stop = outcome.stop
+        ended = {"stop": stop.value, "label": stop.label(), "summary": outcome.summary}
+    return {
+        "id": status.id,
+        "state": status.state,
+        "waiting_for": status.waiting_for or "",
+        "task": status.task,
+        "parent": status.parent,
+        "root": status.root,
+        "children": list(status.children),
+        "key": getattr(status, "key", None),
+        "tokens": usage.total_tokens,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "own_tokens": status.usage.total_tokens,
+        "cost_usd": cost,
+        "created_ms": status.created_ms,
+        "updated_ms": status.updated_ms,
+        "finished_ms": status.finished_ms,
+        "age": age(now_ms, status.created_ms),
+        "waiting_since": age(now_ms, status.updated_ms) if status.state == "waiting" else "",
+        "outcome": ended,
+        "pending": [pending_row(p, now_ms) for p in status.pending],
+    }
+
+
+def _cost(usage: object) -> float | None:
+    """Dollars spent, or None where nothing had a price (shown as "no price")."""
+    micro = getattr(usage, "cost_micro", None)
+    if not isinstance(micro, int) or (micro == 0 and getattr(usage, "unpriced_calls", None)):
+        return None
+    return micro / 1_000_000
+
+
+def pending_row(pending: Pending, now_ms: int) -> dict[str, Any]:
+    """Something that waits on a person; `what` names it exactly (the call, or the step)."""
+    what = pending.call_id if pending.kind == "call" and pending.call_id else str(pending.seq)
+    return {
+        "kind": pending.kind,
+        "run_id": pending.run_id,
+        "root_id": pending.root_id,
+        "what": what,
+        "call_id": pending.call_id,
+        "tool": pending.tool,
+        "summary": pending.summary,
+        "args": pending.args,
+        "risk": None if pending.risk is None else str(pending.risk),
+        "created_ms": pending.created_ms,
+        "expires_ms": pending.expires_ms,
+        "waiting": age(now_ms, pending.created_ms),
+    }
+
+
+def trace_row(entry: TraceEntry, flower_url: str) -> dict[str, Any]:
+    """One trace line. `flower` links the Celery task that made its call, where there is one
+    (a model call `m<seq>`, a tool call); `run_link` the specialist's run a delegation started."""
+    child = entry.data.get("child") if entry.kind == "child" else None
+    made_by_task = entry.call_id is not None and entry.tool != DELEGATE and child is None
+    task_id = f"{entry.run}:{entry.call_id}" if made_by_task else None
+    text = entry.text
+    if entry.kind == "usage" and not text:
+        text = f"{entry.data.get('tokens', 0):,} tokens"
+    return {
+        "at_ms": entry.at_ms,
+        "run": entry.run,
+        "kind": entry.kind,
+        "text": text,
+        "call_id": entry.call_id,
+        "tool": entry.tool,
+        "status": entry.status,
+        "stop": entry.stop,
+        "data": entry.data,
+        "task_id": task_id,
+        "flower": f"{flower_url}/task/{task_id}" if flower_url and task_id else None,
+        "run_link": f"/runs/{child}" if isinstance(child, str) else None,
+    }
+
+
+def run_tree(relay: Relay, status: RunStatus, now_ms: int) -> dict[str, Any]:
+    """The run with its specialists under it, as deep as they go (at most MAX_TREE_RUNS)."""
+    seen = 0
+
+    def grow(node: RunStatus) -> dict[str, Any]:
+        nonlocal seen
+        row = run_row(node, now_ms)
+        row["specialists"] = []
+        for child_id in node.children:
+            if seen >= MAX_TREE_RUNS:
+                break
+            seen += 1
+            try:
+                row["specialists"].append(grow(relay.status(child_id)))
+            except RunNotFound:
+                continue
+        return row
+
+    return grow(status)
