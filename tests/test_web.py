@@ -14,6 +14,7 @@ from agent_core import Config
 from tests.support.brain import call, final
 from tests.support.cli import clean_env, relay
 from tests.support.fleet import Fleet, fleet
+from tests.support.model_server import Reply
 from tests.support.redis_server import free_port
 from tests.support.web import RelayWeb, browser_page, form_of
 from tests.test_flower import _listening_address
@@ -186,3 +187,37 @@ def test_relay_web_refuses_to_start_without_credentials(given: dict[str, str], s
     assert done.returncode == 1
     assert done.stderr.strip().startswith(f"relay: {says}")
     assert "Uvicorn running" not in done.stderr
+
+
+STREAMED = "Alpha beta gamma: the \u201cfigures\u201d add up to 1,234.50 \u20ac.\nDone."
+
+
+@pytest.mark.timeout(120)
+def test_a_run_page_shows_the_answer_while_it_is_written(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        # Two characters an event, 150 ms apart: about 6 s of writing.
+        f.brain.script("LIVE-1:", {0: Reply(final(STREAMED), piece_chars=2, gap=0.15)})
+        run_id = f.relay.start("LIVE-1: add the figures up")
+        with browser_page(web) as page:
+            page.goto(f"/runs/{run_id}")
+            page.wait_for_function(
+                "() => document.getElementById('live').textContent.startsWith("
+                "'Alpha beta gamma: the \u201cfigures\u201d')",
+                timeout=20_000,
+            )
+            # Shown while the model is still writing: decoded, not the raw JSON.
+            assert f.relay.status(run_id).state != "finished"
+            assert not page.locator("#live").inner_text().startswith("{")
+            assert page.locator("#live-run").inner_text() == run_id
+            page.wait_for_selector("dd.outcome", timeout=30_000)
+        live = web.client.get(f"/api/runs/{run_id}/live", params={"after": "0"}).json()
+        kinds = [e["kind"] for e in live["events"]]
+        assert (kinds[0], kinds[-1]) == ("step", "done")
+        assert "".join(e["text"] for e in live["events"] if e["kind"] == "text") == final(STREAMED)
+        assert live["next"] == live["events"][-1]["id"]
+        later = web.client.get(f"/api/runs/{run_id}/live", params={"after": live["next"]})
+        assert later.json() == {"next": live["next"], "events": []}
+        bad = web.client.get(f"/api/runs/{run_id}/live", params={"after": "x; DROP"})
+        assert bad.status_code == 400
+        assert web.client.get("/api/runs/nope/live").status_code == 404

@@ -3,6 +3,8 @@
     GET  /api/runs?state=&limit=               the newest runs
     GET  /api/runs/<id>                        one run, its specialists under it
     GET  /api/runs/<id>/trace?after=N          trace lines from position N on, and `next`
+    GET  /api/runs/<id>/live?after=ID          its replies as they are written (`relay.stream`'s
+                                               events after stream id ID), and `next`
     GET  /api/pending                          what waits on a person
     POST /api/runs/<id>/calls/<call>/decision  {"approve": true|false, "reason": "..."}
     POST /api/runs/<id>/plan/decision          {"approve": true|false, "step": N}
@@ -23,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from workers.errors import DecisionRefused, RunNotFound
+from workers.live import stream_id
 from workers.settings import now_ms
 from workers.web.app import Web
 from workers.web.auth import cross_site
@@ -75,6 +78,20 @@ class _Api:
              "waiting_for": status.waiting_for or "", "tokens": status.total_usage.total_tokens}
         )  # fmt: skip
 
+    def live(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        after = stream_id(request.query_params.get("after", "0"))
+        if after is None:
+            return _error("after is a stream id such as 0 or 1700000000000-0", 400)
+        try:
+            self.web.relay.status(run_id)
+        except RunNotFound as error:
+            return _error(str(error), 404)
+        events = self.web.relay.store.live.read(run_id, after, block_ms=None)
+        mine = [e for e in events if e.run_id == run_id or e.run_id.startswith(f"{run_id}.")]
+        next_id = events[-1].id if events else after
+        return JSONResponse({"next": next_id, "events": [e.model_dump() for e in mine]})
+
     def pending(self, _: Request) -> Response:
         now = now_ms()
         return JSONResponse([pending_row(p, now) for p in self.web.relay.pending()])
@@ -109,6 +126,7 @@ def routes(web: Web) -> list[Route]:
         Route("/api/runs", api.runs),
         Route("/api/runs/{run_id}", api.run),
         Route("/api/runs/{run_id}/trace", api.trace),
+        Route("/api/runs/{run_id}/live", api.live),
         Route("/api/pending", api.pending),
         Route("/api/runs/{run_id}/calls/{call_id}/decision", api.decision, methods=["POST"]),
         Route("/api/runs/{run_id}/plan/decision", api.decision, methods=["POST"]),

@@ -54,8 +54,65 @@ async function follow(facts) {
   }
 }
 
+// The final answer inside a reply being written (`{"final": "..."}`), decoded as far as
+// it has come; null while the reply is something else (a tool call, a plan).
+function finalSoFar(raw) {
+  const start = /^\s*\{\s*"final"\s*:\s*"/.exec(raw);
+  if (!start) return null;
+  let text = "";
+  for (let i = start[0].length; i < raw.length; i++) {
+    const c = raw[i];
+    if (c === '"') break;
+    if (c !== "\\") { text += c; continue; }
+    const e = raw[i + 1];
+    if (e === undefined) break;  // an escape cut in two: wait for the rest
+    if (e === "u") {
+      const hex = raw.slice(i + 2, i + 6);
+      if (hex.length < 4) break;
+      text += String.fromCharCode(parseInt(hex, 16));
+      i += 5;
+      continue;
+    }
+    text += { n: "\n", t: "\t", r: "\r", b: "\b", f: "\f" }[e] ?? e;
+    i += 1;
+  }
+  return text;
+}
+
+// Follow the run's replies as they are written (its live stream, polled).
+async function followLive(facts) {
+  const box = document.getElementById("live-box");
+  const shown = document.getElementById("live");
+  const who = document.getElementById("live-run");
+  let after = "0";
+  let raw = "";
+  for (;;) {
+    let answer;
+    try {
+      answer = await (await fetch(`/api/runs/${encodeURIComponent(facts.dataset.run)}/live?after=${after}`)).json();
+    } catch (error) {
+      answer = { events: [] };  // a dropped connection: try again at the next beat
+    }
+    for (const e of answer.events || []) {
+      if (e.kind === "step" || e.kind === "restarted") { raw = ""; who.textContent = e.run_id; }
+      else if (e.kind === "text") raw += e.text;
+      else if (e.kind === "done" && e.run_id === facts.dataset.run) return;
+    }
+    after = answer.next ?? after;
+    if (raw) {
+      const answerText = finalSoFar(raw);
+      shown.textContent = answerText === null ? raw : answerText;
+      box.hidden = false;
+    }
+    await new Promise((done) => setTimeout(done, 700));
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   showTimes(document);
   const facts = document.getElementById("run");
-  if (facts && facts.dataset.state !== "finished") follow(facts);
+  if (facts && facts.dataset.state !== "finished") {
+    follow(facts);
+    followLive(facts);
+  }
 });
