@@ -23,11 +23,13 @@ import click
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
 from celery.signals import beat_init, worker_process_init, worker_shutting_down
+from kombu import Producer
 
 from workers.brokers import broker_conf
 from workers.effects import Message
 from workers.errors import StepFailed
 from workers.holding import held
+from workers.publishing import one_round_trip
 from workers.reports import Report
 from workers.settings import Settings
 from workers.task_events import RelayEvents
@@ -352,17 +354,28 @@ def sender(
     """
 
     def send(messages: list[Message]) -> None:
-        for message in messages:
-            try:
-                _send_one(app, queues, message, tool_time_limit)
-            except Exception as error:  # noqa: BLE001 - the outbox keeps it; the tick re-sends
-                log.warning("could not send %s for run %s: %s", message.kind, message.run, error)
+        if not messages:
+            return
+        try:  # a batch in one broker round trip (workers.publishing)
+            with one_round_trip(app) as producer:
+                for message in messages:
+                    try:
+                        _send_one(app, queues, message, tool_time_limit, producer)
+                    except Exception as error:  # noqa: BLE001 - the outbox keeps it
+                        what = f"{message.kind} for run {message.run}"
+                        log.warning("could not send %s: %s", what, error)
+        except Exception as error:  # noqa: BLE001 - the outbox keeps them; the tick re-sends
+            log.warning("could not send %d message(s): %s", len(messages), error)
 
     return send
 
 
 def _send_one(
-    app: Celery, queues: Queues, m: Message, tool_time_limit: Callable[[str], float]
+    app: Celery,
+    queues: Queues,
+    m: Message,
+    tool_time_limit: Callable[[str], float],
+    producer: Producer,
 ) -> None:
     if m.kind == "call_model":
         app.send_task(
@@ -372,6 +385,7 @@ def _send_one(
             argsrepr=f"run={m.run} step={m.seq}",
             queue=queues.model,
             countdown=m.delay_ms / 1000 if m.delay_ms > 0 else None,
+            producer=producer,
         )
     elif m.kind == "run_tool":
         app.send_task(
@@ -381,6 +395,7 @@ def _send_one(
             argsrepr=f"run={m.run} call={m.call} tool={m.tool or '?'}",
             queue=queues.tools,
             time_limit=_tool_time_limit(tool_time_limit, m.tool),
+            producer=producer,
         )
     else:
         app.send_task(
@@ -389,6 +404,7 @@ def _send_one(
             task_id=f"{m.run}:advance:{secrets.token_hex(4)}",
             argsrepr=f"run={m.run}",
             queue=queues.advance,
+            producer=producer,
         )
 
 
