@@ -230,7 +230,10 @@ class WorkerReach:
         self._queues = {"advance": queues.advance, "call_model": queues.model}
         self._queues["run_tool"] = queues.tools
         self._tool_limit_s = tool_limit_s
-        self._model_s = settings.model_deadline + 30  # the model client ends a call by then
+        # A model call usually answers within one read timeout. One killed at the limit
+        # is recovered like a crash (its lease lapses, the tick sends it again): paid
+        # twice at worst, never lost. A tool is continued only within its own limit.
+        self._model_s = settings.model_timeout + 30
 
     def owns(self, message: Message) -> bool:
         # The queues this worker consumes: `-Q`'s selection, set before a prefork pool
