@@ -407,3 +407,16 @@ def test_a_bad_events_flag_names_the_variable() -> None:
         Settings.from_env({"RELAY_EVENTS": "maybe"})
     assert str(raised.value).startswith("RELAY_EVENTS:")
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(("given", "ms"), [(None, 250), ("0", 0), (" 40 ", 40), ("5000", 5000)])
+def test_continuation_in_place_has_a_slice_in_ms(given: str | None, ms: int) -> None:
+    env = {} if given is None else {"RELAY_INLINE_MS": given}
+    assert Settings.from_env(env).inline_ms == ms
+
+
+@pytest.mark.parametrize("given", ["-1", "0.5", "soon"])
+def test_a_bad_slice_names_the_variable(given: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"RELAY_INLINE_MS": given})
+    assert str(raised.value).startswith("RELAY_INLINE_MS:")
