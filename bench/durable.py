@@ -20,16 +20,29 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.context import Bench, median
+from bench.context import Bench
 from bench.graph import TOOLS, Http, build_graph, history_line, model_gaps, prompt_for, turn_gaps
 from bench.model import Task
 
-__all__ = ["POSTGRES_URL", "NotMeasured", "dbos", "postgres_saver", "scratch_database", "steps"]
+__all__ = [
+    "PEERS",
+    "POSTGRES_URL",
+    "NotMeasured",
+    "Peer",
+    "dbos",
+    "postgres_saver",
+    "scratch_database",
+    "sqlite_saver",
+    "steps",
+]
 
 POSTGRES_URL = os.environ.get("BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 """An administrative connection (it may create and drop databases)."""
@@ -42,6 +55,15 @@ class NotMeasured(Exception):
 def steps(turns: int) -> int:
     """Steps of a run of `turns` turns: a model and a tool call a turn, and the final model call."""
     return 2 * turns + 1
+
+
+@dataclass(frozen=True)
+class Peer:
+    """An open peer: `run` plays a task to its end and returns the ms between its model
+    calls (one a turn); `stored` returns the bytes the peer keeps for that task's run."""
+
+    run: Callable[[Task], list[float]]
+    stored: Callable[[Task], int]
 
 
 def _where() -> str:
@@ -77,14 +99,37 @@ def scratch_database(prefix: str) -> Iterator[str]:
             )
 
 
-def _figures(gaps: list[float], turns: int, stored: int) -> dict[str, Any]:
-    turn = median(gaps)
-    return {
-        "turn_ms": turn,
-        "step_ms": turn / 2,
-        "stored_bytes": stored,
-        "bytes_per_step": stored / steps(turns),
-    }
+# --- LangGraph + SqliteSaver (a file) ----------------------------------------------------
+
+_SQLITE_BYTES = """
+SELECT (SELECT COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0)
+          FROM checkpoints WHERE thread_id = ?)
+     + (SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes WHERE thread_id = ?)
+"""
+
+
+@contextmanager
+def sqlite_saver(b: Bench, durability: str | None = None) -> Iterator[Peer]:
+    """LangGraph saved by SqliteSaver in a file of the bench's work directory."""
+    try:
+        from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: PLC0415 - optional extra
+    except ImportError as error:
+        raise NotMeasured(f"not installed ({error.name}): pip install '.[bench]'") from error
+    path = b.directory / f"langgraph-turns-{durability or 'default'}.sqlite"
+    path.unlink(missing_ok=True)
+    http = Http(b.model.url)
+    db = sqlite3.connect(str(path), check_same_thread=False)
+    graph = build_graph(http, SqliteSaver(db))
+
+    def stored(task: Task) -> int:
+        row = db.execute(_SQLITE_BYTES, (task.marker, task.marker)).fetchone()
+        return int(row[0])
+
+    try:
+        yield Peer(lambda task: turn_gaps(b, graph, task, task.marker, durability), stored)
+    finally:
+        db.close()
+        http.close()
 
 
 # --- LangGraph + PostgresSaver -----------------------------------------------------------
@@ -95,12 +140,12 @@ SELECT
      FROM checkpoints WHERE thread_id = %(t)s)
 + (SELECT COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_blobs WHERE thread_id = %(t)s)
 + (SELECT COALESCE(SUM(octet_length(blob)), 0) FROM checkpoint_writes WHERE thread_id = %(t)s)
-  AS stored
 """
 
 
-def postgres_saver(b: Bench, turns: int) -> dict[str, Any]:
-    """Time `turns` turns of LangGraph saved by PostgresSaver; bytes are the thread's rows."""
+@contextmanager
+def postgres_saver(b: Bench, durability: str | None = None) -> Iterator[Peer]:
+    """LangGraph saved by PostgresSaver in a database of its own (JSONB counted as text)."""
     try:
         from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
     except ImportError as error:
@@ -113,12 +158,12 @@ def postgres_saver(b: Bench, turns: int) -> dict[str, Any]:
         ):
             saver.setup()
             graph = build_graph(http, saver)
-            turn_gaps(b, graph, Task("pg-warm", turns=3), "warm")
-            gaps = turn_gaps(b, graph, Task("pg-turns", turns=turns), "turns")
-            stored = _count(url, _LG_BYTES, {"t": "turns"})[0]
+            yield Peer(
+                lambda task: turn_gaps(b, graph, task, task.marker, durability),
+                lambda task: _count(url, _LG_BYTES, {"t": task.marker})[0],
+            )
     finally:
         http.close()
-    return _figures(gaps, turns, stored)
 
 
 # --- DBOS Transact -----------------------------------------------------------------------
@@ -127,24 +172,25 @@ _DBOS_BYTES = """
 SELECT COALESCE(SUM(octet_length(COALESCE(output, ''))), 0)
      + (SELECT COALESCE(SUM(octet_length(COALESCE(inputs, ''))
                           + octet_length(COALESCE(output, ''))), 0)
-          FROM dbos.workflow_status WHERE workflow_uuid = %(w)s),
-       COUNT(*)
+          FROM dbos.workflow_status WHERE workflow_uuid = %(w)s)
 FROM dbos.operation_outputs WHERE workflow_uuid = %(w)s
 """
 
 
-def dbos(b: Bench, turns: int) -> dict[str, Any]:
-    """Time `turns` turns of a DBOS workflow (a step per model and per tool call).
+@contextmanager
+def dbos(b: Bench) -> Iterator[Peer]:
+    """A DBOS workflow (a step per model and per tool call) on a database of its own.
 
-    Bytes are what DBOS keeps for the workflow: its inputs and output, and every step's output.
+    Bytes are what DBOS keeps for the workflow: its inputs and output, and every step's
+    output (a step's inputs are not kept: a recovered workflow runs its code again).
     """
     try:
-        from dbos import DBOS, SetWorkflowID  # noqa: PLC0415
+        from dbos import DBOS, SetWorkflowID  # noqa: PLC0415 - optional `bench` extra
     except ImportError as error:
         raise NotMeasured(f"not installed ({error.name}): pip install '.[bench]'") from error
     http = Http(b.model.url)
 
-    # Registered before launch, as DBOS requires; the registry is dropped in `destroy`.
+    # Registered before launch, as DBOS requires; `destroy` drops the registry.
     @DBOS.step()
     def model(prompt: str) -> str:
         return http.ask(prompt)
@@ -163,6 +209,11 @@ def dbos(b: Bench, turns: int) -> dict[str, Any]:
             call = {"tool": reply["tool"], "args": reply["args"]}
             history.append(history_line(len(history) + 1, call, tool(call)))
 
+    def run(task: Task) -> list[float]:
+        with SetWorkflowID(task.marker):
+            agent(task.text())
+        return model_gaps(b, task)
+
     try:
         with scratch_database("relay_bench_dbos") as url:
             try:
@@ -174,17 +225,11 @@ def dbos(b: Bench, turns: int) -> dict[str, Any]:
                     }
                 )
                 DBOS.launch()
-                for name, count in (("dbos-warm", 3), ("dbos-turns", turns)):
-                    task = Task(name, turns=count)
-                    with SetWorkflowID(name):
-                        agent(task.text())
-                gaps = model_gaps(b, task)
-                stored, recorded = _count(url, _DBOS_BYTES, {"w": "dbos-turns"})
+                yield Peer(run, lambda task: _count(url, _DBOS_BYTES, {"w": task.marker})[0])
             finally:
                 DBOS.destroy(destroy_registry=True)
     finally:
         http.close()
-    return {**_figures(gaps, turns, stored), "steps_recorded": recorded}
 
 
 def _count(url: str, query: str, params: dict[str, str]) -> list[int]:
@@ -194,3 +239,15 @@ def _count(url: str, query: str, params: dict[str, str]) -> list[int]:
     with psycopg.connect(url) as db:
         row = db.execute(query, params).fetchone()
     return [int(v) for v in row] if row else []
+
+
+PEERS: dict[str, Callable[[Bench], AbstractContextManager[Peer]]] = {
+    "langgraph": sqlite_saver,
+    "langgraph_postgres": postgres_saver,
+    "dbos": dbos,
+    "langgraph_sync": partial(sqlite_saver, durability="sync"),
+    "langgraph_postgres_sync": partial(postgres_saver, durability="sync"),
+}
+"""Each peer's key in the figures, and how to open it. LangGraph's default durability
+("async") writes a step's checkpoint while the next step runs; "sync" writes it before,
+as Relay and DBOS do."""

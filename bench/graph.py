@@ -111,9 +111,15 @@ def thread_config(thread: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}, "recursion_limit": 100_000}
 
 
-def turn_gaps(b: Bench, graph: Any, task: Task, thread: str) -> list[float]:
-    """Run `task` on `thread` to its end; return the ms between its model calls (one a turn)."""
-    graph.invoke({"task": task.text()}, thread_config(thread))
+def turn_gaps(
+    b: Bench, graph: Any, task: Task, thread: str, durability: str | None = None
+) -> list[float]:
+    """Run `task` on `thread` to its end; return the ms between its model calls (one a turn).
+
+    `durability` is LangGraph's: None is its default ("async": a step's checkpoint is written
+    while the next step runs), "sync" writes it before the next step starts.
+    """
+    graph.invoke({"task": task.text()}, thread_config(thread), durability=durability)
     return model_gaps(b, task)
 
 

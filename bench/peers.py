@@ -23,6 +23,7 @@ import sqlite3
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import ExitStack
 from typing import Any
 
 from agent_core import ModelRequest, ToolCall, ToolOutput
@@ -85,7 +86,8 @@ def _thread_bytes(db: sqlite3.Connection, thread: str) -> dict[str, int]:
     }
 
 
-def _langgraph(b: Bench, turns: int, long_turns: int) -> dict[str, Any]:
+def _langgraph(b: Bench, long_turns: int) -> dict[str, Any]:
+    """LangGraph + SqliteSaver's bytes when parked, and its turns early and late in a long run."""
     from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: PLC0415 - optional extra
 
     path = b.directory / "langgraph.sqlite"
@@ -95,11 +97,6 @@ def _langgraph(b: Bench, turns: int, long_turns: int) -> dict[str, Any]:
     graph = build_graph(http, SqliteSaver(db))
     out: dict[str, Any] = {}
     try:
-        turn_gaps(b, graph, Task("lg-warm", turns=3), "warm")
-        out["turn_ms"] = median(turn_gaps(b, graph, Task("lg-turns", turns=turns), "turns"))
-        out["step_ms"] = out["turn_ms"] / 2
-        stored = _thread_bytes(db, "turns")["all_checkpoint_bytes"]
-        out["bytes_per_step"] = stored / durable.steps(turns)
         for label, parked in (("first_approval", 0), ("after_four_turns", 4)):
             task = Task(f"lg-park-{parked}", turns=parked, park=1)
             graph.invoke({"task": task.text()}, thread_config(f"park-{parked}"))
@@ -135,33 +132,56 @@ def run(b: Bench) -> dict[str, Any]:
         f"turn_ms_near_{long_turns}": median(long_core[-10:]),
     }
     http.close()
-    try:
-        out["langgraph"] = _langgraph(b, turns, long_turns)
-    except ImportError as error:
-        out["langgraph"] = {"skipped": f"not measured: not installed ({error.name})"}
-    out["langgraph_postgres"] = _measured(durable.postgres_saver, b, turns)
-    out["dbos"] = _measured(durable.dbos, b, turns)
+    out.update(_side_by_side(b, turns, b.pick(5, 3)))
+    if "turn_ms" in out["langgraph"]:
+        out["langgraph"].update(_langgraph(b, long_turns))
     out.update(_ratios(b, out))
     return out
 
 
-def _measured(peer: Callable[[Bench, int], dict[str, Any]], b: Bench, turns: int) -> dict[str, Any]:
-    """The peer's figures, or why it was not measured (its package or PostgreSQL is away)."""
+def _side_by_side(b: Bench, turns: int, rounds: int) -> dict[str, dict[str, Any]]:
+    """Each peer that opens plays `rounds` runs of `turns` turns, round by round in turn (so
+    the machine's drift hits all alike); the rest are "not measured" with the reason."""
+    out: dict[str, dict[str, Any]] = {}
+    with ExitStack() as stack:
+        opened: dict[str, durable.Peer] = {}
+        for key, open_peer in durable.PEERS.items():
+            found = _guarded(stack.enter_context, open_peer(b))
+            if isinstance(found, durable.Peer):
+                opened[key] = found
+            else:
+                out[key] = found
+        gaps: dict[str, list[float]] = {key: [] for key in opened}
+        for r in range(-1, rounds):  # round -1 warms each peer up
+            for key, peer in list(opened.items()):
+                task = Task(f"{key}-{r}", turns=3 if r < 0 else turns)
+                ran = _guarded(peer.run, task)
+                if isinstance(ran, dict):
+                    out[key] = ran
+                    del opened[key]
+                elif r >= 0:
+                    gaps[key] += ran
+        for key, peer in opened.items():
+            stored = peer.stored(Task(f"{key}-0", turns=turns))
+            turn = median(gaps[key])
+            out[key] = {
+                "rounds": rounds,
+                "turn_ms": turn,
+                "step_ms": turn / 2,
+                "bytes_per_step": stored / durable.steps(turns),
+            }
+    return out
+
+
+def _guarded(act: Callable[..., Any], *args: Any) -> Any:
+    """What `act(*args)` returns, or a peer's figures that say why it was not measured."""
     try:
-        return peer(b, turns)
+        return act(*args)
     except durable.NotMeasured as reason:
         return {"skipped": f"not measured: {reason}"}
     except Exception as error:  # noqa: BLE001 - a broken peer must not lose the other figures
         traceback.print_exc()
         return {"skipped": f"not measured: {type(error).__name__}: {error}"}
-
-
-PEERS = {
-    "langgraph": "LangGraph + SqliteSaver",
-    "langgraph_postgres": "LangGraph + PostgresSaver",
-    "dbos": "DBOS Transact (PostgreSQL)",
-}
-"""The peers' keys in the figures, and their names in the table."""
 
 
 def _ratios(b: Bench, out: dict[str, Any]) -> dict[str, Any]:
@@ -172,7 +192,7 @@ def _ratios(b: Bench, out: dict[str, Any]) -> dict[str, Any]:
     if relay is not None:
         ratios["relay_step_ms"] = relay / 2
         ratios["relay_over_core"] = relay / out["core_turn_ms"]
-    for key in PEERS:
+    for key in durable.PEERS:
         peer = out[key].get("turn_ms")
         if relay is not None and peer is not None:
             ratios[f"relay_over_{key}"] = relay / peer

@@ -305,12 +305,21 @@ def _peers(r: dict[str, Any]) -> list[Row]:
     for key, name in _PEER_NAMES.items():
         ratio = r.get(f"relay_over_{key}")
         if ratio is not None:
-            goal, ok = ("<= 1", ratio <= 1) if key == "langgraph" else ("< 1", ratio < 1)
+            goal, ok = (
+                ("<= 1", ratio <= 1)
+                if key in ("langgraph", "langgraph_sync")
+                else ("< 1", ratio < 1)
+            )
             rows.append(Row(item, f"Relay per step / {name}", _fmt(ratio), goal, _check(ok)))
     return rows
 
 
-_DURABLE = {"langgraph_postgres": "LangGraph + PostgresSaver", "dbos": "DBOS Transact"}
+_DURABLE = {
+    "langgraph_postgres": "LangGraph + PostgresSaver",
+    "dbos": "DBOS Transact",
+    "langgraph_sync": "LangGraph + SqliteSaver, durability=sync",
+    "langgraph_postgres_sync": "LangGraph + PostgresSaver, durability=sync",
+}
 _PEER_NAMES = {"langgraph": "LangGraph + SqliteSaver", **_DURABLE}
 
 
