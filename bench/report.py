@@ -297,7 +297,8 @@ def _peers(r: dict[str, Any]) -> list[Row]:
         peer = r.get(key, {"skipped": "not measured: not in this run"})
         if "step_ms" in peer:
             rows.append(Row(item, f"{name} ms per step", _fmt(peer["step_ms"], 3)))
-            rows.append(Row(item, "  bytes stored per step", f"{peer['bytes_per_step']:,.0f}"))
+            if "bytes_per_step" in peer:
+                rows.append(Row(item, "  bytes stored per step", f"{peer['bytes_per_step']:,.0f}"))
         else:
             rows.append(Row(item, name, peer.get("skipped", "?")))
     if "relay_step_ms" in r:
