@@ -86,7 +86,7 @@ class LocalRuntime:
             updated_ms=now,
             config=CONFIG,
         )
-        self.relay.store.create(record, agent.snapshot(), now + 120_000, None)
+        self.relay.store.create(record, agent.snapshot(), now + 120_000)
         self._send([Message("advance", run_id)])
         return run_id
 
