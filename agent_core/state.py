@@ -53,6 +53,7 @@ __all__ = [
     "Summarizing",
     "TraceEvent",
     "dump",
+    "dump_head",
     "load",
 ]
 
@@ -368,6 +369,13 @@ _UPGRADES = {1: _from_v1}
 def dump(state: AgentState) -> str:
     """Return the snapshot text for `state` (always the current version)."""
     return Snapshot(format=FORMAT, version=VERSION, state=state).model_dump_json()
+
+
+def dump_head(state: AgentState) -> str:
+    """Return the snapshot text for `state` without its history (`state.history` left
+    out): a host that stores the entries apart keeps this beside them."""
+    snapshot = Snapshot(format=FORMAT, version=VERSION, state=state)
+    return snapshot.model_dump_json(exclude={"state": {"history"}})
 
 
 def load(saved: object) -> AgentState:

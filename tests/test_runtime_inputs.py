@@ -226,18 +226,41 @@ def _corrupt_meta(f: Fleet, run_id: str) -> None:
     f.relay.runtime.send([Message("advance", run_id)])
 
 
-def _corrupt_snap(f: Fleet, run_id: str) -> None:
-    f.relay.store.redis.hset(f"relay:run:{run_id}", "snap", "\x00 not a snapshot")
+def _corrupted(f: Fleet, run_id: str, *commands: tuple[str, ...]) -> None:
+    """Change the run's keys by hand, and its version: a worker trusts the agent it saved
+    only while the run is at the version it saved (workers.hot), so a change Relay did
+    not make is read, and validated, once the version moved."""
+    pipe = f.relay.store.redis.pipeline()
+    for command in commands:
+        pipe.execute_command(*command)
+    pipe.hincrby(f"relay:run:{run_id}", "v", 1)
+    pipe.execute()
     assert f.relay.cancel(run_id) is True
+
+
+def _corrupt_head(f: Fleet, run_id: str) -> None:
+    _corrupted(f, run_id, ("HSET", f"relay:run:{run_id}", "head", "\x00 not a snapshot"))
+
+
+def _corrupt_entry(f: Fleet, run_id: str) -> None:
+    _corrupted(f, run_id, ("RPUSH", f"relay:hist:{run_id}", '{"kind":"no such entry"}'))
+
+
+def _corrupt_whole_snapshot(f: Fleet, run_id: str) -> None:
+    """A run stored in the old form (one `snap`, no `sf`) whose snapshot is corrupt."""
+    key = f"relay:run:{run_id}"
+    _corrupted(f, run_id, ("HDEL", key, "sf", "head"), ("HSET", key, "snap", "{not json"))
 
 
 @pytest.mark.parametrize(
     ("corrupt", "reason"),
     [
-        (_corrupt_snap, "saved agent state could not be read"),
+        (_corrupt_head, "saved agent state could not be read"),
+        (_corrupt_entry, "saved agent state could not be read"),
+        (_corrupt_whole_snapshot, "saved agent state could not be read"),
         (_corrupt_meta, "record could not be read"),
     ],
-    ids=["snap", "meta"],
+    ids=["head", "history-entry", "whole-snapshot", "meta"],
 )
 def test_a_corrupt_run_fails_alone(
     f: Fleet, corrupt: Callable[[Fleet, str], None], reason: str
