@@ -869,3 +869,33 @@ def test_a_snapshot_stays_valid_json_with_a_format_tag() -> None:
     assert tree["format"] == "relay.agent"
     assert tree["version"] == 2
     assert set(tree) == {"format", "version", "state"}
+
+
+def test_the_head_and_the_history_entries_make_the_snapshot() -> None:
+    agent = Agent.restore(Config(), TOOLS, snapshots_v1.RICH)
+    head = json.loads(agent.snapshot_head())
+    whole = json.loads(agent.snapshot())
+    assert "history" not in head["state"]
+    entries = [json.loads(entry.model_dump_json()) for entry in agent.history()]
+    assert entries == whole["state"].pop("history")
+    assert len(entries) == 3
+    assert head == whole
+
+
+def test_a_copy_goes_on_alone_and_keeps_unchanged_entries_as_the_same_objects() -> None:
+    agent = Agent(Config(require_plan=False), TOOLS)
+    agent.start("read a")
+    agent.reply(call("read_file", path="a"))
+    step = agent.resume()
+    assert isinstance(step, Run)
+    agent.result(step.call.id, ToolOutput.ok("text of a"))
+    twin = agent.copy()
+    before = twin.history()
+    twin.reply(call("read_file", path="b"))
+    step = twin.resume()
+    assert isinstance(step, Run)
+    twin.result(step.call.id, ToolOutput.ok("text of b"))
+    assert agent.history() == before  # the original did not move
+    grown = twin.history()
+    assert len(grown) == len(before) + 1
+    assert all(new is old for new, old in zip(grown, before, strict=False))
