@@ -372,10 +372,17 @@ def dump(state: AgentState) -> str:
 
 
 def dump_head(state: AgentState) -> str:
-    """Return the snapshot text for `state` without its history (`state.history` left
-    out): a host that stores the entries apart keeps this beside them."""
+    """Return the snapshot text for `state` without its history, for a host that stores
+    the entries apart; `load` reads it (with or without the history put back).
+
+    It is written every step, so the state's fields that hold their default are left
+    out too (`load` gives them back). Only whole fields of the state: a nested value
+    is written in full, so every entry and phase keeps its `kind`.
+    """
+    fields = AgentState.model_fields
+    left_out = {n for n, f in fields.items() if n == "history" or getattr(state, n) == f.default}
     snapshot = Snapshot(format=FORMAT, version=VERSION, state=state)
-    return snapshot.model_dump_json(exclude={"state": {"history"}})
+    return snapshot.model_dump_json(exclude={"state": left_out})
 
 
 def load(saved: object) -> AgentState:
