@@ -47,6 +47,7 @@ from agent_core import (
     ToolOutput,
     UsageError,
 )
+from agent_core.state import Snapshot, Summarizing, dump, load
 from tests.support import snapshots_v1
 from tests.support.scripted import batch, call, final, finish_batch, plan
 
@@ -906,3 +907,24 @@ def test_a_copy_goes_on_alone_and_keeps_unchanged_entries_as_the_same_objects() 
     grown = twin.history()
     assert len(grown) == len(before) + 1
     assert all(new is old for new, old in zip(grown, before, strict=False))
+
+
+@pytest.mark.parametrize("summarize", [False, True], ids=["trimmed", "summarized"])
+def test_the_snapshot_text_is_the_whole_snapshot_dumped_at_every_step(summarize: bool) -> None:
+    config = Config(require_plan=False, history_chars=1_000, max_calls=10_000, summarize=summarize)
+    agent = Agent(config, TOOLS)
+    step = agent.start("read every file")
+    states = [load(saved) for saved in (RICH, snapshots_v1.SUMMARIZING)]
+    for n in range(60):
+        if isinstance(step, Summarize):
+            step = agent.reply(f"summary {n}")
+        elif isinstance(step, Ask):
+            step = agent.reply(call("read_file", path=f"f{n}"))
+        else:
+            assert isinstance(step, Run)
+            step = agent.result(step.call.id, ToolOutput.ok("x" * 200))
+        states.append(load(agent.snapshot()))
+    for state in states:
+        whole = Snapshot(format="relay.agent", version=2, state=state).model_dump_json()
+        assert dump(state) == whole
+    assert any(isinstance(s.phase, Summarizing) for s in states[2:]) is summarize
