@@ -31,7 +31,7 @@
 -- claimed, gone (no run), done (outcome recorded), refused (the record does not
 -- call for it) or busy (another worker holds the lease).
 local function answer(status) return {status, 0, '', '', '', '', '', {}, {}} end
-local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf', 'head', 'snap')
+local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf')
 if not run[1] then return answer('gone') end
 if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then return answer('done') end
 local ok, record = pcall(cjson.decode, run[2] or '')
@@ -83,7 +83,8 @@ redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
 local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
 if run[1] == ARGV[13] then return {'claimed', attempts, over, run[1], run[2], '', '', {}, inbox} end
 if run[3] == '2' then
-  return {'claimed', attempts, over, run[1], run[2], '2', run[4] or '',
-    redis.call('LRANGE', KEYS[6], 0, -1), inbox}
+  return {'claimed', attempts, over, run[1], run[2], '2',
+    redis.call('HGET', KEYS[1], 'head') or '', redis.call('LRANGE', KEYS[6], 0, -1), inbox}
 end
-return {'claimed', attempts, over, run[1], run[2], '', run[5] or '', {}, inbox}
+return {'claimed', attempts, over, run[1], run[2], '', redis.call('HGET', KEYS[1], 'snap') or '',
+  {}, inbox}
