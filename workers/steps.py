@@ -110,9 +110,7 @@ class Steps:
             ended = endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
             return replace(ended, stored=KEEP)
         if record.state == "finished" and not _reopens(loaded):
-            ended = endings.finished_already(
-                record, loaded.snapshot, loaded.inbox, around.retention_s
-            )
+            ended = endings.finished_already(record, loaded.snapshot, loaded.inbox, around)
             return replace(ended, stored=KEEP)
         if agent is None:
             try:
