@@ -36,7 +36,11 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": {
-            p: _version(p) for p in ("celery", "kombu", "redis", "pydantic", "httpx", "langgraph")
+            p: _version(p)
+            for p in (
+                *("celery", "kombu", "redis", "pydantic", "httpx", "langgraph"),
+                *("langgraph-checkpoint-postgres", "dbos", "psycopg"),
+            )
         },
     }
 
@@ -86,6 +90,18 @@ def _turns(r: dict[str, Any]) -> list[Row]:
             "bytes written to Redis per turn",
             _fmt(s["bytes_in_per_turn"], 0),
             f"bare hop {_fmt(s['bare_bytes_in_per_hop'], 0)}",
+        ),
+        Row(
+            item,
+            "  of which Relay's store (arguments, MONITOR)",
+            _fmt(s["bytes_by_part_per_turn"].get("store", 0), 0),
+            " + ".join(f"{k} {v:,}" for k, v in s["bytes_by_part_per_turn"].items()),
+        ),
+        Row(
+            item,
+            "Redis server time per step (us, idle workers' share out)",
+            _fmt(s["redis_usec_per_step"], 0),
+            f"bare hop {_fmt(s['bare_redis_usec_per_hop'], 0)}",
         ),
         Row(
             item,
@@ -275,6 +291,9 @@ def _peers(r: dict[str, Any]) -> list[Row]:
     lg = r["langgraph"]
     if "turn_ms" in lg:
         rows.append(Row(item, "LangGraph + SqliteSaver turn ms", _fmt(lg["turn_ms"], 3)))
+        if "step_ms" in lg:
+            rows.append(Row(item, "  ms per step", _fmt(lg["step_ms"], 3)))
+            rows.append(Row(item, "  bytes stored per step", f"{lg['bytes_per_step']:,.0f}"))
         rows.append(
             Row(
                 item,
@@ -286,16 +305,35 @@ def _peers(r: dict[str, Any]) -> list[Row]:
         )
     else:
         rows.append(Row(item, "LangGraph", lg.get("skipped", "?")))
-    if "relay_over_langgraph" in r:
-        rows.append(
-            Row(
-                item,
-                "Relay / LangGraph per step (1 agent)",
-                _fmt(r["relay_over_langgraph"]),
-                "distributed vs in-process",
+    for key, name in _DURABLE.items():
+        peer = r.get(key, {"skipped": "not measured: not in this run"})
+        if "step_ms" in peer:
+            rows.append(Row(item, f"{name} ms per step", _fmt(peer["step_ms"], 3)))
+            if "bytes_per_step" in peer:
+                rows.append(Row(item, "  bytes stored per step", f"{peer['bytes_per_step']:,.0f}"))
+        else:
+            rows.append(Row(item, name, peer.get("skipped", "?")))
+    if "relay_step_ms" in r:
+        rows.append(Row(item, "Relay ms per step (1 agent, turn / 2)", _fmt(r["relay_step_ms"], 3)))
+    for key, name in _PEER_NAMES.items():
+        ratio = r.get(f"relay_over_{key}")
+        if ratio is not None:
+            goal, ok = (
+                ("<= 1", ratio <= 1)
+                if key in ("langgraph", "langgraph_sync")
+                else ("< 1", ratio < 1)
             )
-        )
+            rows.append(Row(item, f"Relay per step / {name}", _fmt(ratio), goal, _check(ok)))
     return rows
+
+
+_DURABLE = {
+    "langgraph_postgres": "LangGraph + PostgresSaver",
+    "dbos": "DBOS Transact",
+    "langgraph_sync": "LangGraph + SqliteSaver, durability=sync",
+    "langgraph_postgres_sync": "LangGraph + PostgresSaver, durability=sync",
+}
+_PEER_NAMES = {"langgraph": "LangGraph + SqliteSaver", **_DURABLE}
 
 
 def _recovery(r: dict[str, Any]) -> list[Row]:

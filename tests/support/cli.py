@@ -14,6 +14,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -114,6 +115,7 @@ class Background:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=_interruptible,  # noqa: PLW1509 - only a signal disposition is set
         )
         self._lock = threading.Lock()
         self._text = ""
@@ -223,6 +225,18 @@ class Terminal:
         os.close(self.master)
 
 
+def _interruptible() -> None:
+    """Let SIGINT interrupt the child whatever the test process inherited.
+
+    A shell starts a background job (`pytest ... &`) with SIGINT ignored, which
+    its children inherit and Python keeps: `relay` would then never see Ctrl-C.
+    The tests are about what a person's Ctrl-C does, so the child starts as a
+    foreground command would.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _take_terminal() -> None:
     """Make the pty the child's controlling terminal, so Ctrl-C reaches it as SIGINT."""
+    _interruptible()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
