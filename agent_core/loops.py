@@ -59,7 +59,8 @@ def _key(done: Attempt) -> str:
         ensure_ascii=True,
         default=str,
     )
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
+    # 64 bits: ample to tell apart the SEEN_KEPT calls kept, and short, as it is saved.
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
 
 
 def _seen(seen: list[Seen], key: str) -> int:

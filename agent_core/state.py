@@ -7,8 +7,9 @@ tag and version; `dump` and `load` are the only way in or out.
 
 Versions: 1 had one turn and no loop counters, messages or continuations;
 2 added them (`request`, `calls_before`, `model_calls`, `loops`, `told`,
-`partial`, `cuts`, three history entries and four trace kinds). Version 1
-snapshots still load (`_UPGRADES`); new ones are written as version 2.
+`partial`, `cuts`, three history entries and four trace kinds); 3 writes the
+loop counters' seen calls as one text (`Loops`). Older snapshots still load
+(`_UPGRADES`); new ones are written as version 3.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pydantic import (
     NonNegativeInt,
     PositiveInt,
     ValidationError,
+    field_serializer,
+    field_validator,
     model_validator,
 )
 
@@ -58,7 +61,7 @@ __all__ = [
 ]
 
 FORMAT = "relay.agent"
-VERSION = 2
+VERSION = 3
 
 
 # --- history: what the model is shown, one entry per turn -------------------------
@@ -264,7 +267,8 @@ class Seen(BaseModel):
     """How often one call (tool, arguments and result, as a digest) happened this turn."""
 
     model_config = FROZEN
-    key: str
+    key: Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]
+    """A digest in hex (so the text form of `Loops.seen` reads back the same)."""
     count: PositiveInt
 
 
@@ -274,6 +278,27 @@ class Loops(BaseModel):
     model_config = FROZEN
     seen: tuple[Seen, ...] = ()
     """The most recently seen calls, newest last, a bounded number."""
+
+    @field_serializer("seen")
+    def _seen_as_text(self, seen: tuple[Seen, ...]) -> str:
+        # A host saves the state every step and a long turn keeps 64 of these:
+        # "key:count key:count" is a third of their JSON objects (version 3).
+        return " ".join(f"{s.key}:{s.count}" for s in seen)
+
+    @field_validator("seen", mode="before")
+    @classmethod
+    def _seen_from_text(cls, value: object) -> object:
+        """Read the text form; a list of objects (version 2) is validated as it is."""
+        if not isinstance(value, str):
+            return value
+        seen = []
+        for item in value.split():
+            key, sep, count = item.rpartition(":")
+            if not sep or not key or not count.isdigit() or len(count) > 9:
+                raise ValueError(f"not a seen call: {item[:40]!r}")
+            seen.append({"key": key, "count": int(count)})
+        return seen
+
     failures: NonNegativeInt = 0
     """Calls that failed in a row."""
     warned: bool = False
@@ -347,7 +372,7 @@ class AgentState(BaseModel):
 class Snapshot(BaseModel):
     model_config = FROZEN
     format: Literal["relay.agent"]
-    version: Literal[1, 2]
+    version: Literal[1, 2, 3]
     state: AgentState
 
 
@@ -362,7 +387,13 @@ def _from_v1(state: AgentState) -> AgentState:
     return state
 
 
-_UPGRADES = {1: _from_v1}
+def _from_v2(state: AgentState) -> AgentState:
+    """Return a version 2 state as version 3 means it: the same state (3 only writes
+    the loop counters' seen calls as text, and reads either form)."""
+    return state
+
+
+_UPGRADES = {1: _from_v1, 2: _from_v2}
 """From each old version to the next; `load` applies them in turn."""
 
 

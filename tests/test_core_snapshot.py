@@ -47,7 +47,7 @@ from agent_core import (
     ToolOutput,
     UsageError,
 )
-from agent_core.state import Snapshot, Summarizing, dump, load
+from agent_core.state import VERSION, Snapshot, Summarizing, dump, load
 from tests.support import snapshots_v1
 from tests.support.scripted import batch, call, final, finish_batch, plan
 
@@ -651,7 +651,7 @@ def test_a_version_1_snapshot_restores_where_it_left_off(name: str) -> None:
     agent = Agent.restore(config, TOOLS, saved)
     assert agent.resume().model_dump_json() == step
     upgraded = json.loads(agent.snapshot())
-    assert upgraded["version"] == 2
+    assert upgraded["version"] == VERSION
     assert _holds(upgraded["state"], json.loads(saved)["state"])  # nothing was lost
     assert not _holds(upgraded["state"], {"task": "something else"})
     again = Agent.restore(config, TOOLS, agent.snapshot())
@@ -733,7 +733,7 @@ NOT_SNAPSHOTS: dict[str, object] = {
     "no version": json.dumps({"format": "relay.agent", "state": {}}),
     "no format": json.dumps({"version": 1, "state": {}}),
     "wrong format": _with(["format"], "other.agent"),
-    "version 3": _with(["version"], 3),
+    "version 4": _with(["version"], 4),
     "version 1 with an unknown phase": snapshots_v1.FINISHED.replace(
         '"kind":"finished"', '"kind":"dreaming"'
     ),
@@ -868,7 +868,7 @@ def test_mutated_values_are_restored_or_refused(data: st.DataObject) -> None:
 def test_a_snapshot_stays_valid_json_with_a_format_tag() -> None:
     tree = json.loads(RICH)
     assert tree["format"] == "relay.agent"
-    assert tree["version"] == 2
+    assert tree["version"] == VERSION
     assert set(tree) == {"format", "version", "state"}
 
 
@@ -925,6 +925,47 @@ def test_the_snapshot_text_is_the_whole_snapshot_dumped_at_every_step(summarize:
             step = agent.result(step.call.id, ToolOutput.ok("x" * 200))
         states.append(load(agent.snapshot()))
     for state in states:
-        whole = Snapshot(format="relay.agent", version=2, state=state).model_dump_json()
+        whole = Snapshot(format="relay.agent", version=VERSION, state=state).model_dump_json()
         assert dump(state) == whole
     assert any(isinstance(s.phase, Summarizing) for s in states[2:]) is summarize
+
+
+def _with_seen_calls(calls: int) -> Agent:
+    agent = Agent(Config(require_plan=False, max_calls=10_000), TOOLS)
+    step = agent.start("read every file")
+    for n in range(calls):
+        step = agent.reply(call("read_file", path=f"f{n}"))
+        assert isinstance(step, Run)
+        step = agent.result(step.call.id, ToolOutput.ok(f"text {n}"))
+    return agent
+
+
+def test_seen_calls_are_saved_as_one_text_and_version_2_lists_still_load() -> None:
+    agent = _with_seen_calls(70)
+    saved = json.loads(agent.snapshot())
+    assert saved["version"] == VERSION == 3
+    seen = saved["state"]["loops"]["seen"]
+    assert isinstance(seen, str)
+    assert len(seen.split()) == 64
+    assert all(
+        len(key) == 16 and count == "1"
+        for key, _, count in map(str.partition, seen.split(), [":"] * 64)
+    )
+    state = load(json.dumps(saved))
+    assert load(dump(state)) == state
+    assert state.loops == load(agent.snapshot()).loops
+    # A version 2 snapshot holds the same calls as a list of objects.
+    as_list = [{"key": k, "count": int(c)} for k, _, c in (i.partition(":") for i in seen.split())]
+    saved_v2 = {**saved, "version": 2}
+    saved_v2["state"] = {**saved["state"], "loops": {**saved["state"]["loops"], "seen": as_list}}
+    assert load(json.dumps(saved_v2)).loops == state.loops
+
+
+@pytest.mark.parametrize(
+    "seen", ["abc", "abc:", ":3", "abc:x", "abc:0", "ABC:1", "a b:1", "abc:-1", "abc:1234567890", 7]
+)
+def test_a_corrupt_seen_text_is_a_snapshot_error(seen: object) -> None:
+    saved = json.loads(_with_seen_calls(2).snapshot())
+    saved["state"]["loops"]["seen"] = seen
+    with pytest.raises(SnapshotError):
+        load(json.dumps(saved))
