@@ -87,7 +87,9 @@ def test_a_budget_spent_mid_tree_parks_the_tree_and_cancel_stops_it(tmp_path: Pa
         f.brain.script("BUDGET:", {0: two, 2: final("never reached")})
         # Children that keep going: each turn costs tokens, so the tree's budget runs out.
         f.brain.script("KID-B1:", {n: call("read_note", name=f"n{n}") for n in range(30)})
-        f.brain.script("KID-B2:", {n: call("sleep", seconds=0.05) for n in range(30)})
+        # (Each nap a little different: the same call again and again is no progress.)
+        naps = {n: call("sleep", seconds=round(0.05 + n / 1000, 3)) for n in range(30)}
+        f.brain.script("KID-B2:", naps)
         f.worker("--concurrency", "4", "--pool", "threads")
         root = f.relay.start("BUDGET: spend", budget=9_000)
         f.until(lambda: _parked_at_budget(f, root), 90, what="the tree to park at its budget")
