@@ -1,0 +1,62 @@
+"""Redis Cluster: the client, and the short hash tags that put an index shard in a slot.
+
+On a cluster (`RELAY_REDIS_URL=redis+cluster://...` or `RELAY_REDIS_CLUSTER=1`)
+every key of a run tree carries the tree's hash tag `{root}`, so one Lua script
+only ever touches one slot; the fleet-wide indexes are cut into one shard per
+hash slot, and a tree's entries go to the shard of its own slot (tagged with a
+short text that hashes to that slot, `slot_tag`). `workers.layout` has the map.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.cluster import RedisCluster
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+__all__ = ["cluster_url", "connect", "key_slot", "plain_url", "slot_tag"]
+
+_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
+
+def cluster_url(url: str) -> bool:
+    """True for a `redis+cluster://` (or `rediss+cluster://`) URL."""
+    return urlsplit(url).scheme in _SCHEMES
+
+
+def plain_url(url: str) -> str:
+    """The URL redis-py understands: `redis://` for `redis+cluster://`, with no
+    database (a cluster has only database 0)."""
+    parts = urlsplit(url)
+    scheme = _SCHEMES.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, "", parts.query, parts.fragment))
+
+
+def connect(url: str, *, cluster: bool) -> Any:
+    """A client for run state: a `RedisCluster` (it learns the other nodes from the one
+    in the URL, and follows failovers), or a plain `Redis`."""
+    options: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": 30}
+    if cluster or cluster_url(url):
+        return RedisCluster.from_url(plain_url(url), **options)  # type: ignore[no-untyped-call]
+    return redis.Redis.from_url(url, health_check_interval=30, **options)
+
+
+@cache
+def _tags() -> tuple[str, ...]:
+    # The first hex numbers that land in each slot: found once per process, in about
+    # a quarter of a second (315k CRCs), and only on a cluster.
+    found: dict[int, str] = {}
+    number = 0
+    while len(found) < REDIS_CLUSTER_HASH_SLOTS:
+        text = format(number, "x")
+        found.setdefault(key_slot(text.encode()), text)
+        number += 1
+    return tuple(found[slot] for slot in range(REDIS_CLUSTER_HASH_SLOTS))
+
+
+def slot_tag(slot: int) -> str:
+    """A short text (at most five hex digits) whose hash slot is `slot`."""
+    return _tags()[slot]
