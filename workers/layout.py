@@ -77,6 +77,7 @@ Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 from scheduler import ScheduleKeys
@@ -240,6 +241,8 @@ class IndexKeys:
     deadlines: str
     activity: str
     prune_cursor: str
+    slot: int = -1
+    """The hash slot of the shard (-1: the only shard, on a single Redis)."""
 
 
 def outbox_run(member: str) -> str:
@@ -285,9 +288,9 @@ class Keys:
 
     def shard(self, slot: int) -> IndexKeys:
         """The index shard of hash slot `slot` (on a cluster)."""
-        return self._index(f"{{{slot_tag(slot)}}}")
+        return _shard(self, slot)
 
-    def _index(self, tag: str) -> IndexKeys:
+    def _index(self, tag: str, slot: int = -1) -> IndexKeys:
         return IndexKeys(
             runs=self._(f"runs{tag}"),
             outbox=self._(f"outbox{tag}"),
@@ -296,6 +299,7 @@ class Keys:
             deadlines=self._(f"deadlines{tag}"),
             activity=self._(f"activity{tag}"),
             prune_cursor=self._(f"prune-cursor{tag}"),
+            slot=slot,
         )
 
     @property
@@ -359,3 +363,10 @@ class Keys:
     def schedules(self) -> ScheduleKeys:
         """The scheduler's keys, under the same prefix."""
         return ScheduleKeys.under(self.schedule_prefix)
+
+
+@cache
+def _shard(keys: Keys, slot: int) -> IndexKeys:
+    # Made once per slot: a tick over a cluster's 16384 shards would spend most of
+    # its time spelling their names.
+    return keys._index(f"{{{slot_tag(slot)}}}", slot)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from workers.codec import as_text, notes_key
 from workers.effects import KeptNotes
 from workers.layout import NOTES_MAX, IndexKeys
+from workers.scripts import lua
 
 if TYPE_CHECKING:
     from workers.store import RunStore
@@ -39,6 +40,10 @@ class Shards:
         self._listed: set[int] = set()
         """Slots this process already saw in `index-slots`: listed once, they stay."""
         self._lock = threading.Lock()
+        self._turn = 0
+        """Where the next `window` starts."""
+        self._scripts: dict[str, Any] = {}
+        """SWEEP, registered on each node's own client (by node name)."""
 
     def all(self) -> list[IndexKeys]:
         """Every shard that may hold entries (the one on a single Redis)."""
@@ -48,6 +53,17 @@ class Shards:
         with self._store.errors():
             slots = self._store.redis.smembers(keys.index_slots)
         return [keys.shard(int(slot)) for slot in sorted(int(s) for s in slots)]
+
+    def window(self, count: int) -> list[IndexKeys]:
+        """The next `count` shards of all, in turn (each call starts where the last one
+        of this process stopped): for sweeps that may take their time, like pruning."""
+        shards = self.all()
+        if len(shards) <= count:
+            return shards
+        with self._lock:
+            start = self._turn % len(shards)
+            self._turn = start + count
+        return (shards + shards)[start : start + count]
 
     def enlist(self, run_id: str) -> None:
         """List the slot of the run's tree before its first index entry is written."""
@@ -72,27 +88,66 @@ class Shards:
 
     def newest_runs(self, limit: int) -> list[str]:
         """The newest `limit` run ids of every shard, newest first."""
-        shards = self.all()
-        with self._store.errors():
-            pipe = self._store.redis.pipeline(transaction=False)
-            for shard in shards:
-                pipe.zrevrange(shard.runs, 0, limit - 1, withscores=True)
-            found = [entry for entries in pipe.execute() for entry in entries]
+        found = self._read(self.all(), "runs", "newest", (0, float("inf"), limit))
         found.sort(key=lambda entry: -entry[1])
-        return [as_text(run_id) for run_id, _ in found[:limit]]
+        return [run_id for run_id, _ in found[:limit]]
 
     def in_range(self, index: str, low: float, high: float, limit: int) -> list[tuple[str, float]]:
-        """Up to `limit` (member, score) of each shard's `index` ("outbox", "pending",
+        """Up to `limit` (member, score) of the shards' `index` ("outbox", "pending",
         "deadlines") scored from `low` to `high`, lowest first."""
-        shards = self.all()
-        with self._store.errors():
-            pipe = self._store.redis.pipeline(transaction=False)
-            for shard in shards:
-                key = getattr(shard, index)
-                pipe.zrangebyscore(key, low, high, start=0, num=limit, withscores=True)
-            found = [(as_text(m), float(s)) for entries in pipe.execute() for m, s in entries]
+        found = self._read(self.all(), index, "due", (low, high, limit))
         found.sort(key=lambda entry: entry[1])
         return found[:limit]
+
+    def _read(
+        self, shards: list[IndexKeys], index: str, mode: str, bounds: tuple[float, float, int]
+    ) -> list[tuple[str, float]]:
+        """Range-read the sorted set `index` of each shard: one command per shard on a single
+        Redis (one shard), one SWEEP per node on a cluster, then one command per shard it
+        missed."""
+        redis, found = self._store.redis, list[tuple[str, float]]()
+        low, high, limit = bounds
+        with self._store.errors():
+            head = [mode, _bound(low), _bound(high), limit]
+            keys = [getattr(shard, index) for shard in shards]
+            missed = self._sweep(shards, keys, head, found) if len(keys) > 1 else keys
+            pipe = redis.pipeline(transaction=False)
+            for key in missed:
+                if mode == "newest":
+                    pipe.zrevrangebyscore(key, high, low, start=0, num=limit, withscores=True)
+                else:
+                    pipe.zrangebyscore(key, low, high, start=0, num=limit, withscores=True)
+            for entries in pipe.execute() if missed else []:
+                found.extend((as_text(member), float(score)) for member, score in entries)
+        return found
+
+    def _sweep(
+        self,
+        shards: list[IndexKeys],
+        keys: list[str],
+        head: list[Any],
+        found: list[tuple[str, float]],
+    ) -> list[str]:
+        """Read `keys` with one SWEEP per node (lua/sweep.lua) into `found`; return the keys
+        a node did not serve."""
+        cluster, by_node = self._store.redis, dict[str, tuple[Any, list[str]]]()
+        slots = cluster.nodes_manager
+        for shard, key in zip(shards, keys, strict=True):
+            node = slots.get_node_from_slot(shard.slot)
+            by_node.setdefault(node.name, (node, []))[1].append(key)
+        missed: list[str] = []
+        for name, (node, group) in by_node.items():
+            script = self._scripts.get(name)
+            if script is None:
+                script = cluster.get_redis_connection(node).register_script(lua("sweep"))
+                self._scripts[name] = script
+            args = [*head, *group]
+            entries, lost = script(keys=[], args=args)
+            found.extend(
+                (as_text(entries[i]), float(entries[i + 1])) for i in range(0, len(entries), 2)
+            )
+            missed += [group[int(position) - 1] for position in lost]
+        return missed
 
     def keep_notes(self, notes: KeptNotes) -> None:
         """Keep a finished run's notes on a cluster, after the SAVE that finished it (they
@@ -104,3 +159,12 @@ class Shards:
             pipe.rpush(key, *notes.notes)
             pipe.ltrim(key, -NOTES_MAX, -1)
             pipe.execute()
+
+
+def _bound(score: float) -> str:
+    """A score bound as ZRANGEBYSCORE reads it (`-inf`, `+inf`, or the number)."""
+    if score == float("inf"):
+        return "+inf"
+    if score == float("-inf"):
+        return "-inf"
+    return repr(score)
