@@ -9,6 +9,7 @@ short text that hashes to that slot, `slot_tag`). `workers.layout` has the map.
 
 from __future__ import annotations
 
+import time
 from functools import cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -16,8 +17,21 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import ClusterDownError, TryAgainError
 
-__all__ = ["cluster_url", "connect", "key_slot", "plain_url", "slot_tag"]
+__all__ = [
+    "FAILOVER_S",
+    "PatientCluster",
+    "cluster_url",
+    "connect",
+    "key_slot",
+    "plain_url",
+    "slot_tag",
+]
+
+FAILOVER_S = 10.0
+"""How long a command waits for a failover: a dead master's slots answer nothing until
+its replica is elected (after the cluster's `cluster-node-timeout`, then an election)."""
 
 _SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
@@ -40,8 +54,33 @@ def connect(url: str, *, cluster: bool) -> Any:
     in the URL, and follows failovers), or a plain `Redis`."""
     options: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": 30}
     if cluster or cluster_url(url):
-        return RedisCluster.from_url(plain_url(url), **options)  # type: ignore[no-untyped-call]
+        return PatientCluster.from_url(plain_url(url), **options)  # type: ignore[no-untyped-call]
     return redis.Redis.from_url(url, health_check_interval=30, **options)
+
+
+class PatientCluster(RedisCluster):
+    """A `RedisCluster` whose commands wait out a failover (up to FAILOVER_S).
+
+    redis-py re-reads the slot map and retries at once, which is over before a
+    replica is elected. Only what surely never ran is tried again: a refused
+    connection, or a node saying its slots are down (CLUSTERDOWN, TRYAGAIN). A
+    command cut off mid-way is not (it may have run); it fails as before, and the
+    outbox sends its message again. Pipelines are not retried either.
+    """
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        deadline, pause = time.monotonic() + FAILOVER_S, 0.05
+        while True:
+            try:
+                return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except (ClusterDownError, TryAgainError, redis.ConnectionError) as error:
+                never_sent = not isinstance(error, redis.ConnectionError) or (
+                    "connecting to" in str(error)
+                )
+                if not never_sent or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
 
 @cache

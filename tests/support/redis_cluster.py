@@ -53,6 +53,8 @@ class Cluster:
                 "--cluster-enabled", "yes",
                 "--cluster-config-file", f"nodes-{node.port}.conf",
                 "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                # A replica takes over however long ago it last heard from its master.
+                "--cluster-replica-validity-factor", "0",
                 # The bus port is given, not port + 10000 (which may be past 65535).
                 "--cluster-port", str(bus),
             )  # fmt: skip
@@ -76,7 +78,26 @@ class Cluster:
             timeout=60,
         )
         self.wait_ok()
+        self.wait_synced()
         return self
+
+    def wait_synced(self, timeout: float = 30) -> None:
+        """Wait until every live replica has its master's data (its link is up)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            links = []
+            for node in self.nodes:
+                if node.process is None:
+                    continue
+                client = node.client()
+                info = client.info("replication")
+                client.close()
+                if info["role"] == "slave":
+                    links.append(info.get("master_link_status") == "up")
+            if len(links) >= 2 and all(links):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("the Redis Cluster's replicas did not catch up")
 
     def wait_ok(self, timeout: float = 30) -> None:
         """Wait until every live node says `cluster_state:ok` and sees three masters."""
