@@ -32,7 +32,8 @@ Per tree (keyed by the root's id, so one cursor follows a run and its specialist
                             after a run of the tree parks for a person (unless another
                             event renews it), and STREAM_KEEP_S after its root finishes
 
-Fleet-wide:
+Fleet-wide (the index shards, `IndexKeys`: one set on a single Redis, one per hash
+slot on a cluster, see below):
 
     runs            zset    run ids by creation time (`relay runs`); pruned by the tick
     deadlines       zset    root ids by when their budget's `seconds` run out: the tick
@@ -72,6 +73,35 @@ Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import 
     schedule-slot:<name>:<slot>  string  the claim on one fired slot (SET NX)
     schedule-firing zset    "name|slot" of slots whose run is not confirmed yet
     notifications   list    what notify-only schedules recorded, newest first
+
+On Redis Cluster (`Keys(prefix, cluster=True)`; workers.sharding, workers.shards).
+The names above hold on a single Redis, unchanged, so runs in flight across an
+upgrade keep working. On a cluster every Lua script touches one slot:
+
+    a tree          run:{<root>}.<rest>, inbox:{<root>}..., trace:, lease:, live:{<root>}:
+                    every key of a run carries its root's hash tag, so a specialist
+                    `<root>.<call>` is in its root's slot (usage roll-up, settling
+                    reservations, children, deliveries: all one slot)
+    index shards    runs{<t>}, outbox{<t>}, pending{<t>}, pending:data{<t>},
+                    deadlines{<t>}, activity{<t>}, prune-cursor{<t>}: one shard per hash
+                    slot, `<t>` a short text hashing to that slot (sharding.slot_tag),
+                    and a tree's entries in the shard of its own slot: SAVE, CREATE,
+                    CLAIM, DECIDE... update the run and its entries in one script, and
+                    no node holds a whole index
+    index-slots{fleet}  set  the slots whose shards were ever written: added before a
+                    root's CREATE (a second, idempotent write: the set is always a
+                    superset), never removed; the tick and listings read these shards,
+                    one SWEEP per node (lua/sweep.lua, the one read-only script across
+                    slots), pruning PRUNE_SHARDS of them per tick
+    tick-lock{fleet}, tick-stats{fleet}, metrics{fleet}: one slot (one script uses two)
+    {schedules}schedules, {schedules}schedule-due, ...: the scheduler's keys in one
+                    slot (its claim script touches all of them; schedules are few)
+    route:{<r>}:<part>, key-inflight:{<r>}<key>: a route in one slot; a key's cap on
+                    calls in flight then counts per route, not across routes
+    memory:<name>, schedule-notes:<name>: in their own slots, so SAVE leaves them out;
+                    the store appends a finished run's notes right after its SAVE
+                    (lost, not doubled, if the worker dies between the two)
+    activity{<t>}   `wait`/`watch` follow the activity shard of the run they wait on
 """
 
 from __future__ import annotations
