@@ -23,6 +23,7 @@ from tests.support.brain import call, final
 from tests.support.fleet import Fleet, fleet, on_cluster
 from tests.support.rabbitmq import require_rabbitmq
 from tests.support.redis_cluster import Cluster, redis_cluster
+from workers.durability import Durability
 from workers.layout import Keys
 from workers.scripts import lua
 from workers.settings import now_ms
@@ -164,3 +165,13 @@ def test_a_run_finishes_when_its_master_fails_over_to_the_replica(
         master.start()  # back as a replica of the new master: the next test has six nodes
         redis_cluster.wait_ok()
         redis_cluster.wait_synced()
+
+
+def test_a_durable_claim_waits_for_the_replica_of_its_runs_master(on_the_cluster: Fleet) -> None:
+    store = on_the_cluster.relay.store
+    run_id = on_the_cluster.relay.start("DURABLE: no worker takes it")
+    assert store.durability() is Durability.REPLICA  # each master has a replica
+    # WAIT runs on the connection of the run's master, after a write there: it returns
+    # once the replica has it (on another node it would wait for nothing).
+    assert store.make_durable(run_id, "t1", 2_000)
+    assert store.redis.hget(store.keys.run(run_id), "a:t1") == b"0"

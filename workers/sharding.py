@@ -25,6 +25,7 @@ __all__ = [
     "cluster_url",
     "connect",
     "key_slot",
+    "node_client",
     "plain_url",
     "slot_tag",
 ]
@@ -81,6 +82,17 @@ class PatientCluster(RedisCluster):
                     raise
                 time.sleep(pause)
                 pause = min(pause * 2, 1.0)
+
+
+def node_client(client: Any, key: str | None = None) -> Any:
+    """The plain client of the master serving `key` (any master for None) on a cluster,
+    `client` itself on a single Redis: for what must run on one node's connection
+    (WAIT covers the writes of the connection it runs on; INFO describes one server)."""
+    if not isinstance(client, RedisCluster):
+        return client
+    cluster: Any = client  # redis-py leaves these methods unannotated
+    node = cluster.get_node_from_key(key) if key else cluster.get_primaries()[0]
+    return cluster.get_redis_connection(node)
 
 
 @cache

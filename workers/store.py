@@ -38,7 +38,7 @@ from workers.people import People
 from workers.records import InboxEvent, RunRecord, TraceEntry, Usage
 from workers.redact import redact_url
 from workers.scripts import ClaimStatus, Recorded, Saved, lua
-from workers.sharding import cluster_url, connect
+from workers.sharding import cluster_url, connect, node_client
 from workers.shards import Shards
 from workers.upkeep import Upkeep
 
@@ -289,7 +289,7 @@ class RunStore:
         """
         if self._durability is None:
             with self.errors():
-                self._durability = probe(self.redis)
+                self._durability = probe(node_client(self.redis))
         return self._durability
 
     def make_durable(self, run_id: str, what: str, timeout_ms: int) -> bool:
@@ -298,7 +298,7 @@ class RunStore:
         mode = self.durability()
         key, field = self.keys.run(run_id), RunFields.attempts(what)
         with self.errors():
-            return wait_durable(self.redis, mode, key, field, timeout_ms)
+            return wait_durable(node_client(self.redis, key), mode, key, field, timeout_ms)
 
     def unclaim(
         self, run_id: str, what: str, *, attempt: int, token: str, member: str, due_ms: int
