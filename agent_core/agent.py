@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from agent_core import transitions
 from agent_core.config import Config
 from agent_core.errors import DefinitionError, UsageError
@@ -32,6 +34,7 @@ from agent_core.state import (
     Summarizing,
     TraceEvent,
     dump,
+    dump_head,
     load,
 )
 from agent_core.steps import Ask, Attachment, Done, Plan, Question, Run, Step, Summarize
@@ -277,6 +280,30 @@ class Agent:
     def snapshot(self) -> str:
         """Return the whole state as JSON text; `Agent.restore` continues from it."""
         return dump(self._state)
+
+    def snapshot_head(self) -> str:
+        """Return the snapshot without its history entries (see `history`).
+
+        For a host that stores the entries apart, so a step writes only the new
+        ones: the snapshot `restore` reads is this text with the state's
+        `"history": [...]` (each entry's `model_dump_json()`) put back.
+        """
+        return dump_head(self._state)
+
+    def history(self) -> tuple[BaseModel, ...]:
+        """Return the history entries, oldest first.
+
+        Entries are immutable, and a step keeps an entry it does not drop as the
+        same object: a host tells which entries are new by identity (`is`).
+        """
+        return self._state.history
+
+    def copy(self) -> Agent:
+        """Return an independent agent in the same state (cheap: the state is
+        immutable), e.g. to keep one aside while the other is advanced."""
+        twin = Agent._with_state(self._config, self._tools, self._state)
+        twin._step = self._step
+        return twin
 
     @classmethod
     def restore(cls, config: Config, tools: Sequence[Tool], saved: str) -> Agent:

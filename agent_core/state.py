@@ -53,6 +53,7 @@ __all__ = [
     "Summarizing",
     "TraceEvent",
     "dump",
+    "dump_head",
     "load",
 ]
 
@@ -365,9 +366,51 @@ _UPGRADES = {1: _from_v1}
 """From each old version to the next; `load` applies them in turn."""
 
 
+_FIELDS = tuple(AgentState.model_fields)
+_BEFORE_HISTORY = set(_FIELDS[: _FIELDS.index("history")])
+_AFTER_HISTORY = set(_FIELDS[_FIELDS.index("history") + 1 :])
+_DUMPED: dict[int, tuple[Entry, str]] = {}
+_DUMPED_MAX = 4_096
+
+
 def dump(state: AgentState) -> str:
-    """Return the snapshot text for `state` (always the current version)."""
-    return Snapshot(format=FORMAT, version=VERSION, state=state).model_dump_json()
+    """Return the snapshot text for `state` (always the current version).
+
+    The same text as dumping the `Snapshot` whole, but each history entry's JSON is
+    memoised by identity (entries are immutable and a host saves every step, so the
+    history would otherwise be serialised again each time).
+    """
+    before = state.model_dump_json(include=_BEFORE_HISTORY)
+    after = state.model_dump_json(include=_AFTER_HISTORY)
+    history = ",".join(_entry_json(entry) for entry in state.history)
+    start = f'{{"format":"{FORMAT}","version":{VERSION},"state":'
+    return f'{start}{before[:-1]},"history":[{history}],{after[1:]}}}'
+
+
+def _entry_json(entry: Entry) -> str:
+    """One history entry's JSON, memoised as `history.render_entry` memoises its text."""
+    hit = _DUMPED.get(id(entry))
+    if hit is not None and hit[0] is entry:
+        return hit[1]
+    text = entry.model_dump_json()
+    if len(_DUMPED) >= _DUMPED_MAX:
+        _DUMPED.clear()
+    _DUMPED[id(entry)] = (entry, text)
+    return text
+
+
+def dump_head(state: AgentState) -> str:
+    """Return the snapshot text for `state` without its history, for a host that stores
+    the entries apart; `load` reads it (with or without the history put back).
+
+    It is written every step, so the state's fields that hold their default are left
+    out too (`load` gives them back). Only whole fields of the state: a nested value
+    is written in full, so every entry and phase keeps its `kind`.
+    """
+    fields = AgentState.model_fields
+    left_out = {n for n, f in fields.items() if n == "history" or getattr(state, n) == f.default}
+    snapshot = Snapshot(format=FORMAT, version=VERSION, state=state)
+    return snapshot.model_dump_json(exclude={"state": left_out})
 
 
 def load(saved: object) -> AgentState:

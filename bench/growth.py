@@ -23,10 +23,19 @@ SIZE = 200
 WINDOW = 5
 
 
+def _snapshot_chars(b: Bench, run_id: str) -> int:
+    """The agent's snapshot as stored: its head and history entries (or, stored whole,
+    the `snap` of runs saved before the history was kept apart)."""
+    keys = b.relay.store.keys
+    whole = b.redis.hstrlen(keys.run(run_id), "snap") + b.redis.hstrlen(keys.run(run_id), "head")
+    return whole + sum(len(e) for e in b.redis.lrange(keys.history(run_id), 0, -1))
+
+
 def _sizes(b: Bench, run_id: str) -> dict[str, int]:
     keys = b.relay.store.keys
     return {
-        "snapshot_chars": b.redis.hstrlen(keys.run(run_id), "snap"),
+        "snapshot_chars": _snapshot_chars(b, run_id),
+        "bytes_in_so_far": b.counters().bytes_in,
         "record_chars": b.redis.hstrlen(keys.run(run_id), "meta"),
         "run_hash_bytes": b.redis.memory_usage(keys.run(run_id), samples=0) or 0,
         "run_hash_fields": b.redis.hlen(keys.run(run_id)),
@@ -66,6 +75,10 @@ def _workers(b: Bench, turns: int, samples: list[int]) -> dict[str, Any]:
         str(t): {"turn_ms": _around(gaps, t), **seen.get(t, {})} for t in samples
     }
     out["all_turns_median_ms"] = median([g for g in gaps if g is not None])
+    # Bytes written to Redis per turn between samples (the samples' reads write little).
+    for earlier, later in itertools.pairwise(sorted(seen)):
+        written = seen[later]["bytes_in_so_far"] - seen[earlier]["bytes_in_so_far"]
+        out[str(later)]["bytes_in_per_turn"] = round(written / (later - earlier))
     return out
 
 

@@ -73,12 +73,14 @@ class Tally:
     round_trips: Counter[str] = field(default_factory=Counter)
     messages: Counter[str] = field(default_factory=Counter)
     """task name -> messages published (LPUSH)."""
+    bytes: Counter[str] = field(default_factory=Counter)
+    """component -> bytes of the top-level commands' arguments (MONITOR's escapes undone)."""
     lost_saves: int = 0
     """SAVE scripts that found the version moved on (they run one command: HGET v)."""
 
     def minus(self, other: Tally) -> Tally:
         out = Tally()
-        for name in ("commands", "inner", "round_trips", "messages"):
+        for name in ("commands", "inner", "round_trips", "messages", "bytes"):
             mine, theirs = getattr(self, name), getattr(other, name)
             getattr(out, name).update({k: mine[k] - theirs.get(k, 0) for k in mine})
         out.lost_saves = self.lost_saves - other.lost_saves
@@ -103,6 +105,16 @@ def _component(command: str, key: str) -> str:
     if command in {"INFO", "XREAD", "CLIENT", "PING"}:
         return "driver"
     return "store"
+
+
+_ESCAPE = re.compile(r"\\x[0-9a-fA-F]{2}|\\.")
+_ARGUMENT = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _size(key: str, rest: str) -> int:
+    """The bytes of a command's arguments as MONITOR quoted them (each escape one byte)."""
+    arguments = [key, *_ARGUMENT.findall(rest)]
+    return sum(len(_ESCAPE.sub("x", a).encode()) for a in arguments)
 
 
 def _label(command: str, key: str) -> str:
@@ -137,6 +149,7 @@ class _Reader:
         if command == "EVALSHA":
             self.script = label.removeprefix("EVALSHA ")
         self.out.commands[f"{component}: {label}"] += 1
+        self.out.bytes[component] += _size(key, rest)
         if not self._pipelined(when, client, command):
             self.out.round_trips[component] += 1
         if command == "LPUSH":

@@ -93,6 +93,18 @@ def _turns(r: dict[str, Any]) -> list[Row]:
         ),
         Row(
             item,
+            "  of which Relay's store (arguments, MONITOR)",
+            _fmt(s["bytes_by_part_per_turn"].get("store", 0), 0),
+            " + ".join(f"{k} {v:,}" for k, v in s["bytes_by_part_per_turn"].items()),
+        ),
+        Row(
+            item,
+            "Redis server time per step (us, idle workers' share out)",
+            _fmt(s["redis_usec_per_step"], 0),
+            f"bare hop {_fmt(s['bare_redis_usec_per_hop'], 0)}",
+        ),
+        Row(
+            item,
             f"turn ms, {t['agents']} agents (prefork -c 2)",
             _fmt(s["turn_ms"]),
             f"bare hop {_fmt(s['hop_ms'])} ms",

@@ -91,6 +91,7 @@ def _per_unit(
         "commands_by_kind": {k: round(v / units, 2) for k, v in sorted(work.items()) if v},
         "lua_commands_by_script": scaled["inner"],
         "bytes_in": round((long[1].bytes_in - short[1].bytes_in) / units),
+        "bytes_by_part": {k: round(v / units) for k, v in sorted(diff.bytes.items()) if v},
         "bytes_out": round((long[1].bytes_out - short[1].bytes_out) / units),
         "redis_usec": round(usec / units, 1),
     }
@@ -359,6 +360,9 @@ def _summary(out: dict[str, Any]) -> dict[str, Any]:
         "bare_round_trips_per_hop": bare_c["round_trips"],
         "bytes_in_per_turn": relay["bytes_in"],
         "bare_bytes_in_per_hop": bare_c["bytes_in"],
+        "bytes_by_part_per_turn": relay["bytes_by_part"],
+        "redis_usec_per_step": t["relay_window_redis_usec"] / 2,
+        "bare_redis_usec_per_hop": t["bare_window_redis_usec"],
         "relay_own_ms_per_turn": out["in_process"]["turn_ms_http_model"],
         "solo_turn_split_ms": {
             "two_bare_hops": 2 * p["hop_ms_solo"],

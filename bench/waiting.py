@@ -46,13 +46,16 @@ def _keys_of(b: Bench, run_id: str) -> dict[str, Any]:
         "run hash": b.redis.memory_usage(keys.run(run_id), samples=0) or 0,
         "inbox stream": b.redis.memory_usage(keys.inbox(run_id), samples=0) or 0,
         "trace list": b.redis.memory_usage(keys.trace(run_id), samples=0) or 0,
+        "history list": b.redis.memory_usage(keys.history(run_id), samples=0) or 0,
         "live stream": b.redis.memory_usage(keys.live(run_id), samples=0) or 0,
     }
     pending = b.redis.hstrlen(keys.index(run_id).pending_data, f"{run_id}|call|{member}")
     return {
         "memory_usage": sizes,
         "memory_usage_total": sum(sizes.values()),
-        "snapshot_chars": b.redis.hstrlen(keys.run(run_id), "snap"),
+        "snapshot_chars": b.redis.hstrlen(keys.run(run_id), "snap")
+        + b.redis.hstrlen(keys.run(run_id), "head")
+        + sum(len(e) for e in b.redis.lrange(keys.history(run_id), 0, -1)),
         "record_chars": b.redis.hstrlen(keys.run(run_id), "meta"),
         "pending_entry_chars": pending,
         "trace_entries": b.redis.llen(keys.trace(run_id)),

@@ -47,6 +47,7 @@ from agent_core import (
     ToolOutput,
     UsageError,
 )
+from agent_core.state import Snapshot, Summarizing, dump, load
 from tests.support import snapshots_v1
 from tests.support.scripted import batch, call, final, finish_batch, plan
 
@@ -869,3 +870,61 @@ def test_a_snapshot_stays_valid_json_with_a_format_tag() -> None:
     assert tree["format"] == "relay.agent"
     assert tree["version"] == 2
     assert set(tree) == {"format", "version", "state"}
+
+
+def test_the_head_and_the_history_entries_make_the_snapshot() -> None:
+    agent = Agent.restore(Config(), TOOLS, snapshots_v1.RICH)
+    head = json.loads(agent.snapshot_head())
+    whole = json.loads(agent.snapshot())
+    assert "history" not in head["state"]
+    entries = [json.loads(entry.model_dump_json()) for entry in agent.history()]
+    assert entries == whole["state"].pop("history")
+    assert len(entries) == 3
+    # The head leaves out the state's fields that hold their default (and only those).
+    defaults = json.loads(Agent(Config(), TOOLS).snapshot())["state"]
+    left_out = {k: v for k, v in whole["state"].items() if k not in head["state"]}
+    assert left_out == {k: defaults[k] for k in left_out}
+    assert {"sent_back_early", "summary", "problem"} <= left_out.keys()
+    assert {k: v for k, v in whole["state"].items() if k in head["state"]} == head["state"]
+    restored = Agent.restore(Config(), TOOLS, agent.snapshot_head())
+    assert json.loads(restored.snapshot())["state"] == {**whole["state"], "history": []}
+
+
+def test_a_copy_goes_on_alone_and_keeps_unchanged_entries_as_the_same_objects() -> None:
+    agent = Agent(Config(require_plan=False), TOOLS)
+    agent.start("read a")
+    agent.reply(call("read_file", path="a"))
+    step = agent.resume()
+    assert isinstance(step, Run)
+    agent.result(step.call.id, ToolOutput.ok("text of a"))
+    twin = agent.copy()
+    before = twin.history()
+    twin.reply(call("read_file", path="b"))
+    step = twin.resume()
+    assert isinstance(step, Run)
+    twin.result(step.call.id, ToolOutput.ok("text of b"))
+    assert agent.history() == before  # the original did not move
+    grown = twin.history()
+    assert len(grown) == len(before) + 1
+    assert all(new is old for new, old in zip(grown, before, strict=False))
+
+
+@pytest.mark.parametrize("summarize", [False, True], ids=["trimmed", "summarized"])
+def test_the_snapshot_text_is_the_whole_snapshot_dumped_at_every_step(summarize: bool) -> None:
+    config = Config(require_plan=False, history_chars=1_000, max_calls=10_000, summarize=summarize)
+    agent = Agent(config, TOOLS)
+    step = agent.start("read every file")
+    states = [load(saved) for saved in (RICH, snapshots_v1.SUMMARIZING)]
+    for n in range(60):
+        if isinstance(step, Summarize):
+            step = agent.reply(f"summary {n}")
+        elif isinstance(step, Ask):
+            step = agent.reply(call("read_file", path=f"f{n}"))
+        else:
+            assert isinstance(step, Run)
+            step = agent.result(step.call.id, ToolOutput.ok("x" * 200))
+        states.append(load(agent.snapshot()))
+    for state in states:
+        whole = Snapshot(format="relay.agent", version=2, state=state).model_dump_json()
+        assert dump(state) == whole
+    assert any(isinstance(s.phase, Summarizing) for s in states[2:]) is summarize

@@ -64,6 +64,7 @@ def test_on_a_cluster_every_key_of_a_tree_is_in_its_roots_slot(run_id: str) -> N
     slot = _slot(keys.run(root))
     index = keys.index(run_id)
     tree = [keys.run(run_id), keys.inbox(run_id), keys.trace(run_id), keys.lease(run_id, "m0")]
+    tree += [keys.history(run_id)]
     tree += [keys.live(run_id), index.runs, index.outbox, index.pending, index.pending_data]
     tree += [index.deadlines, index.activity, index.prune_cursor]
     assert {_slot(key) for key in tree} == {slot}

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_core import Stop
+from agent_core.state import dump, load
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet
 from tests.support.waiting import pending_for, prompts_for, shared_fleet
@@ -226,18 +227,41 @@ def _corrupt_meta(f: Fleet, run_id: str) -> None:
     f.relay.runtime.send([Message("advance", run_id)])
 
 
-def _corrupt_snap(f: Fleet, run_id: str) -> None:
-    f.relay.store.redis.hset(f"relay:run:{run_id}", "snap", "\x00 not a snapshot")
+def _corrupted(f: Fleet, run_id: str, *commands: tuple[str, ...]) -> None:
+    """Change the run's keys by hand, and its version: a worker trusts the agent it saved
+    only while the run is at the version it saved (workers.hot), so a change Relay did
+    not make is read, and validated, once the version moved."""
+    pipe = f.relay.store.redis.pipeline()
+    for command in commands:
+        pipe.execute_command(*command)
+    pipe.hincrby(f"relay:run:{run_id}", "v", 1)
+    pipe.execute()
     assert f.relay.cancel(run_id) is True
+
+
+def _corrupt_head(f: Fleet, run_id: str) -> None:
+    _corrupted(f, run_id, ("HSET", f"relay:run:{run_id}", "head", "\x00 not a snapshot"))
+
+
+def _corrupt_entry(f: Fleet, run_id: str) -> None:
+    _corrupted(f, run_id, ("RPUSH", f"relay:hist:{run_id}", '{"kind":"no such entry"}'))
+
+
+def _corrupt_whole_snapshot(f: Fleet, run_id: str) -> None:
+    """A run stored in the old form (one `snap`, no `sf`) whose snapshot is corrupt."""
+    key = f"relay:run:{run_id}"
+    _corrupted(f, run_id, ("HDEL", key, "sf", "head"), ("HSET", key, "snap", "{not json"))
 
 
 @pytest.mark.parametrize(
     ("corrupt", "reason"),
     [
-        (_corrupt_snap, "saved agent state could not be read"),
+        (_corrupt_head, "saved agent state could not be read"),
+        (_corrupt_entry, "saved agent state could not be read"),
+        (_corrupt_whole_snapshot, "saved agent state could not be read"),
         (_corrupt_meta, "record could not be read"),
     ],
-    ids=["snap", "meta"],
+    ids=["head", "history-entry", "whole-snapshot", "meta"],
 )
 def test_a_corrupt_run_fails_alone(
     f: Fleet, corrupt: Callable[[Fleet, str], None], reason: str
@@ -268,3 +292,34 @@ def test_a_corrupt_run_fails_alone(
     assert f"delete_note {marker}.txt" not in f.ledger()
     # Even when its record is lost, an ended run's approval is no longer listed.
     assert not [p for p in f.relay.pending() if p.run_id == run_id]
+
+
+# --- a run saved by the previous version (its snapshot whole) -------------------------------
+
+
+def test_a_run_stored_whole_goes_on_and_is_stored_apart_from_its_next_save(f: Fleet) -> None:
+    f.brain.script(
+        "WHOLE:",
+        {0: call("sleep", seconds=0.1), 1: call("delete_note", name="old.txt"), 2: final("gone")},
+    )
+    run_id = f.relay.start("WHOLE: nap, then delete a note")
+    pending_for(f, run_id)
+    store = f.relay.store
+    run, history = store.keys.run(run_id), store.keys.history(run_id)
+    whole = dump(load(store.snapshot(run_id)))  # as the previous version wrote it: one text
+    assert '"sleep"' in whole
+    # Stored as before `sf` 2, by raw commands: `snap` whole, no head, no history list.
+    pipe = store.redis.pipeline()
+    pipe.hdel(run, "sf", "head")
+    pipe.delete(history)
+    pipe.hset(run, "snap", whole)
+    pipe.hincrby(run, "v", 1)
+    pipe.execute()
+
+    f.relay.approve(run_id, "call-2")
+    outcome = f.relay.wait(run_id, 60)
+    assert outcome.stop is Stop.DONE, f.logs()
+    assert "sleep" in prompts_for(f, "WHOLE:")[-1]  # its history came along
+    assert store.redis.hget(run, "snap") is None
+    assert store.redis.hget(run, "sf") == b"2"
+    assert store.redis.llen(history) >= 2

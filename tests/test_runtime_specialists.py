@@ -90,11 +90,7 @@ def test_a_budget_spent_mid_tree_parks_the_tree_and_cancel_stops_it(tmp_path: Pa
         f.brain.script("KID-B2:", {n: call("sleep", seconds=0.05) for n in range(30)})
         f.worker("--concurrency", "4", "--pool", "threads")
         root = f.relay.start("BUDGET: spend", budget=9_000)
-        f.until(
-            lambda: any(p.kind == "budget" and p.root_id == root for p in f.relay.pending()),
-            90,
-            what="the tree to park at its budget",
-        )
+        f.until(lambda: _parked_at_budget(f, root), 90, what="the tree to park at its budget")
         assert f.relay.cancel(root)
         outcome = f.relay.wait(root, timeout=90)
         assert outcome.stop is Stop.CANCELLED, (outcome, f.logs())
@@ -107,6 +103,16 @@ def test_a_budget_spent_mid_tree_parks_the_tree_and_cancel_stops_it(tmp_path: Pa
         total = f.relay.status(root).total_usage
         assert (total.prompt_tokens, total.completion_tokens) == (prompt, completion)
         assert total.total_tokens <= 9_000
+
+
+def _parked_at_budget(f: Fleet, root: str) -> bool:
+    """Every specialist of the tree waits for its budget (or has finished): no model call
+    is in flight, so the server's bill is final once the tree is cancelled."""
+    children = f.relay.status(root).children
+    return len(children) == 2 and all(
+        (status := f.relay.status(child)).waiting_for == "budget" or status.state == "finished"
+        for child in children
+    )
 
 
 def test_cancel_reaches_running_children(tmp_path: Path) -> None:

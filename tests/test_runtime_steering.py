@@ -162,6 +162,7 @@ def test_a_reply_to_a_finished_run_is_a_new_turn_with_its_history(f: Fleet) -> N
     assert f.relay.status(run_id).outcome is None
     assert f.relay.wait(run_id, 60).summary == "April: 7"
     assert redis.ttl(key) > 0
+    assert redis.ttl(f.relay.store.keys.history(run_id)) > 0  # its history goes with it
     second = prompts_for(f, "REPLY-1:")[1]
     assert "Your turn ended (done): March: 42\n→ then the person asked: Now do the same" in second
     kinds = _kinds(f, run_id)

@@ -93,7 +93,7 @@ class Claimed:
         if self.record.state == "finished":
             return False
         try:
-            self._agent = restore(self.record, self.loaded.snapshot)
+            self._agent = self.loaded.agent(restore)
         except AgentError:
             return False
         return True

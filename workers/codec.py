@@ -9,12 +9,13 @@ read becomes None (skipped, with a trace line).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from agent_core import Agent
 from workers.effects import Advanced, ChildRun, Delivery, KeptNotes, OwnOutcome
 from workers.layout import (
     NOTES_MAX,
@@ -28,6 +29,7 @@ from workers.layout import (
     pending_member,
 )
 from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage, inbox_event
+from workers.snapshots import SnapshotWrite, join, split
 
 __all__ = [
     "Loaded",
@@ -47,6 +49,10 @@ NEVER_MS = 2**52
 """The expiry score of a pending entry that never expires."""
 
 
+HISTORY_APART = b"2"
+"""The `sf` of a run whose snapshot is stored as a head and a history list."""
+
+
 @dataclass(frozen=True)
 class Loaded:
     """A run as read for advancing: record, snapshot, version and unapplied inbox."""
@@ -55,9 +61,23 @@ class Loaded:
     record: RunRecord | None
     """None when the stored record could not be read (`problem` says why)."""
     snapshot: str
+    """The agent's snapshot text ('' when `hot` is set: it was not read)."""
     inbox: list[tuple[str, InboxEvent | None]]
     """Unapplied events in order; None where an entry could not be read."""
     problem: str = ""
+    apart: bool = False
+    """Whether the history is stored apart (False: a run stored whole, before `sf` 2;
+    its next save writes it apart)."""
+    hot: Agent | None = None
+    """The agent in exactly this version's state, kept by this process (`workers.hot`)."""
+
+    def agent(self, restore: Callable[[RunRecord, str], Agent]) -> Agent:
+        """Return the run's agent to advance: a copy of the hot one, else `restore`d
+        from the snapshot (raising what `restore` raises). The record must be readable."""
+        if self.hot is not None:
+            return self.hot.copy()
+        assert self.record is not None
+        return restore(self.record, self.snapshot)
 
 
 def record_json(record: RunRecord) -> str:
@@ -80,16 +100,29 @@ def as_int(value: bytes | str | None) -> int:
     return int(value) if value else 0
 
 
-def loaded(version: Any, meta: Any, snap: Any, entries: list[Any]) -> Loaded | None:
-    """Return a run read back from Redis, or None if there is none."""
-    if version is None:
+def loaded(answer: Sequence[Any]) -> Loaded | None:
+    """Return a run read back from Redis, or None if there is none.
+
+    `answer` is LOAD's (or the end of CLAIM's): version, record, form, snapshot,
+    history, inbox. The snapshot is the head, with the history its entries, when the
+    form says the history is stored apart; else the whole snapshot.
+    """
+    version, meta, form, snap, history, entries = answer
+    if not version:
         return None
-    inbox = [(as_text(entry_id), _event(_fields(data))) for entry_id, data in entries]
+    apart = form == HISTORY_APART
+    text = as_text(snap or b"")
+    snapshot = join(text, [as_text(h) for h in history]) if apart else text
     try:
         record = RunRecord.model_validate_json(meta or b"")
     except ValidationError as error:
-        return Loaded(as_text(version), None, as_text(snap or b""), inbox, corrupt(error))
-    return Loaded(as_text(version), record, as_text(snap or b""), inbox)
+        return Loaded(as_text(version), None, snapshot, inbox_of(entries), corrupt(error), apart)
+    return Loaded(as_text(version), record, snapshot, inbox_of(entries), apart=apart)
+
+
+def inbox_of(entries: list[Any]) -> list[tuple[str, InboxEvent | None]]:
+    """The inbox entries read back, each event validated (None where it cannot be read)."""
+    return [(as_text(entry_id), _event(_fields(data))) for entry_id, data in entries]
 
 
 def corrupt(error: ValidationError) -> str:
@@ -136,19 +169,41 @@ def save_arguments(
         index.pending,
         index.pending_data,
         index.runs,
+        keys.history(record.id),
     ]
-    args = [version, record_json(record), advanced.snapshot, json.dumps(effects)]
-    return script_keys, args
+    stored = advanced.stored or _whole(advanced.snapshot)
+    args = [version, record_json(record), stored.head, json.dumps(effects)]
+    return script_keys, [*args, stored.drop, 1 if stored.rewrite else 0, *stored.append]
+
+
+def _whole(snapshot: str) -> SnapshotWrite:
+    """The write of a snapshot known only as text ('' keeps what is stored)."""
+    head, entries = split(snapshot)
+    return SnapshotWrite(head, tuple(entries), rewrite=True)
+
+
+def create_arguments(snapshot: str) -> tuple[str, list[str]]:
+    """Return a new run's snapshot as CREATE stores it: head, history entries."""
+    return split(snapshot)
 
 
 def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
-    """The effects of a step as SAVE reads them (`fx.<name>` in the script)."""
+    """The effects of a step as SAVE reads them (`fx.<name>` in the script): only those
+    the step has (most steps have a few), so SAVE decodes and walks less."""
+    effects = {k: v for k, v in _all_effects(keys, advanced).items() if v}
+    if advanced.effects.done is not None:  # (its text may be empty)
+        effects["done"] = advanced.effects.done
+    return effects
+
+
+def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
     record, fx = advanced.record, advanced.effects
+    ends_or_parks = fx.done is not None or record.state == "waiting"
     return {
         "applied": fx.applied,
         "trace": [trace_line(t) for t in fx.trace],
-        "trace_max": TRACE_MAX,
-        "activity": keys.index(record.id).activity,
+        "trace_max": TRACE_MAX if fx.trace else 0,
+        "activity": keys.index(record.id).activity if fx.trace else "",
         "run": record.id,
         "send": [[s.member, s.due_ms] for s in fx.send],
         "unsend": fx.unsend,
@@ -165,12 +220,12 @@ def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         # On a cluster the notes are in another slot: kept after the save (notes_key).
         "notes_key": notes_key(keys, fx.notes) if fx.notes and not keys.cluster else "",
         "notes": fx.notes.notes if fx.notes else [],
-        "notes_max": NOTES_MAX,
-        "live": keys.live(record.id),
-        "live_max": STREAM_MAX,
-        "live_ttl": _live_ttl(advanced),
+        "notes_max": NOTES_MAX if fx.notes else 0,
+        "live": keys.live(record.id) if ends_or_parks else "",
+        "live_max": STREAM_MAX if ends_or_parks else 0,
+        "live_ttl": _live_ttl(advanced) if ends_or_parks else 0,
         "parks": record.state == "waiting",
-        "done": [] if fx.done is None else [fx.done],
+        "done": None,
         "revive": fx.revive,
     }
 
@@ -219,14 +274,17 @@ def usage_of(values: Sequence[Any]) -> Usage:
 
 def _child(keys: Keys, child: ChildRun) -> list[Any]:
     record = child.record
+    head, entries = split(child.snapshot)
     return [
         keys.run(record.id),
         record.id,
         record_json(record),
-        child.snapshot,
+        head,
         record.created_ms,
         OutboxMember.advance(record.id),
         child.due_ms,
+        keys.history(record.id),
+        *entries,
     ]
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 from workers.layout import OutboxMember
 from workers.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage
+from workers.snapshots import SnapshotWrite
 
 __all__ = [
     "Advanced",
@@ -159,3 +160,5 @@ class Advanced:
     snapshot: str
     effects: Effects
     messages: tuple[Message, ...] = ()
+    stored: SnapshotWrite | None = None
+    """How the save changes the stored snapshot; None: it writes `snapshot` whole."""

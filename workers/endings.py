@@ -8,20 +8,35 @@ its parent is told, its children are stopped, and what it held is let go.
 from __future__ import annotations
 
 from agent_core import Config, Outcome, Stop
-from workers.effects import Advanced, Effects
-from workers.engine import finish, sync_pending
-from workers.records import InboxEvent, RunRecord
+from workers.effects import Advanced
+from workers.engine import finish, forget_model_call, sync_pending
+from workers.layout import model_call
+from workers.records import InboxEvent, ModelReplied, RunRecord
 from workers.working import Surroundings, Working
 
 __all__ = ["failed_run", "finished_already", "unreadable_record", "unreadable_snapshot"]
 
 
 def finished_already(
-    record: RunRecord, snapshot: str, inbox: list[tuple[str, InboxEvent | None]], retention_s: int
+    record: RunRecord,
+    snapshot: str,
+    inbox: list[tuple[str, InboxEvent | None]],
+    around: Surroundings,
 ) -> Advanced:
-    """A finished run woken again: drop what reached its inbox since."""
-    effects = Effects(applied=tuple(entry_id for entry_id, _ in inbox), retention_s=retention_s)
-    return Advanced(record, snapshot, effects)
+    """A finished run woken again: drop what reached its inbox since.
+
+    A model call under way when the run finished (a cancel does not cut it off)
+    still brings its reply: the provider billed it, so its usage is counted on
+    the run and every ancestor; the rest of the reply is dropped.
+    """
+    run = Working(record, None, around)
+    for _, event in inbox:
+        if isinstance(event, ModelReplied):
+            forget_model_call(run, event.seq)
+            run.add_usage(event.usage, event.route, model_call(event.seq))
+    run.applied = [entry_id for entry_id, _ in inbox]
+    run.retention_s = around.retention_s
+    return run.done(snapshot)
 
 
 def _stopped(

@@ -69,7 +69,7 @@ from workers.records import (
 )
 from workers.working import Surroundings, Working
 
-__all__ = ["advance", "finish", "sync_pending"]
+__all__ = ["advance", "finish", "forget_model_call", "sync_pending"]
 
 MAX_VERIFIER_REJECTIONS = 3
 FINAL_CHARS = 4_000
@@ -109,7 +109,7 @@ def _forget_call(run: Working, call: str) -> None:
     run.forget += [RunFields.result(call), RunFields.attempts(call)]
 
 
-def _forget_model_call(run: Working, seq: int) -> None:
+def forget_model_call(run: Working, seq: int) -> None:
     """Its outcome is in: drop its markers, and settle what it reserved on the budget."""
     call = model_call(seq)
     _forget_call(run, call)
@@ -121,7 +121,7 @@ def _waiting_for_model(run: Working, seq: int) -> bool:
 
 
 def _on_model_replied(run: Working, event: ModelReplied) -> None:
-    _forget_model_call(run, event.seq)
+    forget_model_call(run, event.seq)
     run.add_usage(event.usage, event.route, model_call(event.seq))
     run.replied_by = event.route
     if _waiting_for_model(run, event.seq):
@@ -129,7 +129,7 @@ def _on_model_replied(run: Working, event: ModelReplied) -> None:
 
 
 def _on_model_failed(run: Working, event: ModelFailed) -> None:
-    _forget_model_call(run, event.seq)
+    forget_model_call(run, event.seq)
     if not _waiting_for_model(run, event.seq):
         return
     if event.budget:
@@ -139,7 +139,7 @@ def _on_model_failed(run: Working, event: ModelFailed) -> None:
 
 
 def _on_budget_reached(run: Working, event: BudgetReached) -> None:
-    _forget_model_call(run, event.seq)
+    forget_model_call(run, event.seq)
     if _waiting_for_model(run, event.seq):
         run.parked = event.detail  # no model call until the budget is extended
         run.asked = None

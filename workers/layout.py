@@ -11,12 +11,16 @@ Per run (a root task, or a specialist's child run `<parent>.<call>`):
     inbox:<id>      stream  events not yet applied (results, decisions, cancels,
                             children's outcomes): appended by RECORD, DECIDE and the
                             client, deleted by the SAVE that applies them
+    hist:<id>       list    the agent's history entries, oldest first (its snapshot's head
+                            is the run hash's `head`, see workers.snapshots): a save
+                            appends new entries and drops those the agent trimmed; written
+                            by CREATE and SAVE, expiring and persisting with the run hash
     trace:<id>      list    what happened, for people (`relay watch`/`show`), newest
                             TRACE_MAX lines: written by SAVE and TRACE
     lease:<id>:<x>  string  the token of the worker making call <x> now (a TTL):
                             CLAIM takes it, RENEW keeps it, RECORD/SAVE release it
 
-A run's hash (and trace) get a TTL when, and only when, the run finishes (SAVE);
+A run's hash (and history and trace) get a TTL when, and only when, the run finishes (SAVE);
 a follow-up that reopens it removes them again. STREAM relies on that.
 
 Per tree (keyed by the root's id, so one cursor follows a run and its specialists):
@@ -162,8 +166,14 @@ class RunFields:
     """Counts saves; SAVE is a compare-and-set on it."""
     RECORD = "meta"
     """The RunRecord JSON (fields equal to their default left out)."""
+    FORM = "sf"
+    """How the agent's snapshot is stored: 2, its head in HEAD and its history entries
+    in `hist:<id>`; absent, whole in SNAPSHOT (runs saved before; their next save
+    writes them in form 2)."""
+    HEAD = "head"
+    """The agent's snapshot without its history (form 2)."""
     SNAPSHOT = "snap"
-    """The agent's snapshot."""
+    """The agent's whole snapshot (runs saved before form 2 only)."""
     PROMPT_TOKENS = "tp"
     COMPLETION_TOKENS = "tc"
     TOTAL_TOKENS = "tt"
@@ -360,6 +370,9 @@ class Keys:
 
     def trace(self, run_id: str) -> str:
         return self._(f"trace:{self._tree(run_id)}")
+
+    def history(self, run_id: str) -> str:
+        return self._(f"hist:{self._tree(run_id)}")
 
     def lease(self, run_id: str, what: str) -> str:
         return self._(f"lease:{self._tree(run_id)}:{what}")

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 
 from agent_core import Agent, AgentError
-from workers import endings, engine
+from workers import endings, engine, snapshots
 from workers.agent_kit import AgentKit
 from workers.codec import Loaded
 from workers.effects import Advanced, Message, OwnOutcome
@@ -23,6 +24,7 @@ from workers.records import FollowUp, InboxEvent
 from workers.reports import Report, after_step
 from workers.scripts import Saved
 from workers.settings import Timing
+from workers.snapshots import KEEP
 from workers.store import RunStore
 from workers.working import Surroundings
 
@@ -102,24 +104,29 @@ class Steps:
         """
         record = loaded.record
         around = self.around()
+        # An ending leaves the stored agent as it is (KEEP): only advancing changes it.
         if record is None:
             held = self.store.people.pending_members_of(run_id)
-            return endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
+            ended = endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
+            return replace(ended, stored=KEEP)
         if record.state == "finished" and not _reopens(loaded):
-            return endings.finished_already(
-                record, loaded.snapshot, loaded.inbox, around.retention_s
-            )
+            ended = endings.finished_already(record, loaded.snapshot, loaded.inbox, around)
+            return replace(ended, stored=KEEP)
         if agent is None:
             try:
-                agent = self.kit.restore(record, loaded.snapshot)
+                agent = loaded.agent(self.kit.restore)
             except AgentError as error:
-                return endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
+                ended = endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
+                return replace(ended, stored=KEEP)
+        stored = agent.history() if loaded.apart else None
         try:
-            return engine.advance(record, agent, loaded.inbox, around, own)
+            advanced = engine.advance(record, agent, loaded.inbox, around, own)
         except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"
-            return endings.failed_run(record, loaded.snapshot, problem, around)
+            ended = endings.failed_run(record, loaded.snapshot, problem, around)
+            return replace(ended, stored=KEEP)
+        return replace(advanced, stored=snapshots.write(stored, agent))
 
 
 def _reopens(loaded: Loaded) -> bool:

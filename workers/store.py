@@ -23,6 +23,8 @@ from workers.codec import (
     as_int,
     as_text,
     corrupt,
+    create_arguments,
+    inbox_of,
     loaded,
     record_json,
     save_arguments,
@@ -32,6 +34,7 @@ from workers.codec import (
 from workers.durability import Durability, probe, wait_durable
 from workers.effects import Advanced, OwnOutcome
 from workers.errors import RunCorrupt, StoreUnavailable
+from workers.hot import HotAgent, HotAgents
 from workers.layout import TRACE_MAX, Keys, OutboxMember, RunFields, outbox_run
 from workers.live import LiveStreams
 from workers.people import People
@@ -128,6 +131,7 @@ class RunStore:
         self.redis: Any = connect(url, cluster=self.keys.cluster)
         script = self.redis.register_script
         self._create: Any = script(lua("create"))
+        self._load: Any = script(lua("load"))
         self._claim: Any = script(lua("claim"))
         self._renew: Any = script(lua("renew"))
         self._unclaim: Any = script(lua("unclaim"))
@@ -142,6 +146,8 @@ class RunStore:
         """The fleet-wide upkeep the tick does: its lock, pruning, the outbox's due messages."""
         self.live = LiveStreams(self)
         """The trees' live streams (replies as they are written), and follow-ups."""
+        self.hot = HotAgents()
+        """The agents this process saved last (`workers.hot`): a load skips their restore."""
         self.shards = Shards(self)
         """The fleet-wide indexes' shards (one on a single Redis, one per slot on a cluster)."""
 
@@ -159,24 +165,39 @@ class RunStore:
         """Create a run (its budget, if any, becomes its tree's limits); False if one with
         that id exists."""
         k = self.keys
-        args: list[str | int] = [record.id, record_json(record), snapshot, record.created_ms]
-        args += [OutboxMember.advance(record.id), due_ms, *_limits(record)]
+        head, history = create_arguments(snapshot)
+        args: list[str | int] = [record.id, record_json(record), head, record.created_ms]
+        args += [OutboxMember.advance(record.id), due_ms, *_limits(record), *history]
         index = k.index(record.id)
         keys = [k.run(record.id), index.runs, index.outbox, index.deadlines]
+        keys.append(k.history(record.id))
         self.shards.enlist(record.id)
         with self.errors():
             answer = self._create(keys=keys, args=args)
         return as_text(answer) == "created"
 
-    def load(self, run_id: str) -> Loaded | None:
-        """Return the run with its unapplied inbox, or None if there is no such run."""
-        fields = [RunFields.VERSION, RunFields.RECORD, RunFields.SNAPSHOT]
+    def load(self, run_id: str, *, hot: bool = True) -> Loaded | None:
+        """Return the run with its unapplied inbox, or None if there is no such run.
+
+        With `hot`, a run this process saved last comes with its agent (`Loaded.hot`)
+        and without its snapshot, which is then not read.
+        """
+        k, known = self.keys, self.hot.version(run_id) if hot else ""
+        keys = [k.run(run_id), k.history(run_id), k.inbox(run_id)]
         with self.errors():
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.hmget(self.keys.run(run_id), fields)
-            pipe.xrange(self.keys.inbox(run_id), "-", "+", count=1_000)
-            (version, meta, snap), entries = pipe.execute()
-        return loaded(version, meta, snap, entries)
+            answer = self._load(keys=keys, args=[known])
+        return self._loaded(run_id, known, answer)
+
+    def _loaded(self, run_id: str, known: str, answer: list[Any]) -> Loaded | None:
+        """A run as LOAD answered (or CLAIM: version, record, form, snapshot, history, inbox)."""
+        version, meta, inbox = answer[0], answer[1], answer[5]
+        if known and version and as_text(version) == known:
+            found = self.hot.get(run_id, known, meta)
+            if found is None:  # the record changed without a save: read it all
+                self.hot.forget(run_id)
+                return self.load(run_id, hot=False)
+            return Loaded(known, found.record, "", inbox_of(inbox), apart=True, hot=found.agent)
+        return loaded(answer)
 
     def read(self, run_id: str) -> tuple[RunRecord, Usage] | None:
         """Return the run's record and what it and its descendants used (no snapshot),
@@ -218,9 +239,9 @@ class RunStore:
         return TreeLimits(tokens, cost, calls, deadline, reserved)
 
     def snapshot(self, run_id: str) -> str | None:
-        with self.errors():
-            snap = self.redis.hget(self.keys.run(run_id), RunFields.SNAPSHOT)
-        return None if snap is None else as_text(snap)
+        """Return the run's agent snapshot as stored (not validated), or None if no run."""
+        found = self.load(run_id, hot=False)
+        return None if found is None else found.snapshot
 
     def cancelled(self, run_id: str) -> bool:
         with self.errors():
@@ -246,20 +267,18 @@ class RunStore:
         Only a call the run's record says is due can be claimed, and a model call only
         within its tree's budget (see lua/claim.lua; `Claim.over` says which limit).
         """
-        k = self.keys
+        k, known = self.keys, self.hot.version(run_id)
         outbox = k.index(run_id).outbox
         keys = [k.run(run_id), k.lease(run_id, what), outbox, k.run(root), k.inbox(run_id)]
+        keys.append(k.history(run_id))
         kind = "tool" if seq is None else "model"
         args: list[str | int | float] = [what, kind, seq or 0, token, lease_ms, member]
         args += [now_ms + lease_ms, run_id, admission.max_tokens]
-        args += [admission.input_micro, admission.output_micro, now_ms]
+        args += [admission.input_micro, admission.output_micro, now_ms, known]
         with self.errors():
-            answer = self._claim(keys=keys, args=args)
-        status, attempts, over, version, meta, snap, entries = answer
+            status, attempts, over, *run = self._claim(keys=keys, args=args)
         claimed = ClaimStatus(as_text(status))
-        found = (
-            loaded(version or None, meta, snap, entries) if claimed is ClaimStatus.CLAIMED else None
-        )
+        found = self._loaded(run_id, known, run) if claimed is ClaimStatus.CLAIMED else None
         return Claim(claimed, int(attempts), Over.of(as_text(over)), found)
 
     def renew(
@@ -363,6 +382,13 @@ class RunStore:
         keys, args = save_arguments(self.keys, advanced, version, own)
         with self.errors():
             saved = Saved(as_text(self._save(keys=keys, args=args)))
+        run_id = advanced.record.id
+        agent = None if advanced.stored is None else advanced.stored.agent
+        if saved is Saved.SAVED and agent is not None:
+            meta = args[1].encode()
+            self.hot.put(run_id, HotAgent(str(int(version) + 1), meta, advanced.record, agent))
+        else:
+            self.hot.forget(run_id)
         notes = advanced.effects.notes
         if saved is Saved.SAVED and notes and self.keys.cluster:
             self.shards.keep_notes(notes)

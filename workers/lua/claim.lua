@@ -6,7 +6,9 @@
 -- be finished. Whatever message arrives (forged, replayed, early, another run's),
 -- nothing runs that the record did not decide. A claim counts the attempt (the
 -- fence that RECORD and SAVE check) and hands back what the call and the save
--- after it need, so neither reads the run again.
+-- after it need, so neither reads the run again: the agent's snapshot (the head
+-- and history list, or the whole snapshot of a run stored before `sf` 2) only if
+-- the run is not at the version whose agent the caller keeps (ARGV[13]).
 --
 -- A model call is also admitted against its tree's budget (on the root's hash):
 -- its estimate (the request's size in bytes / 2, plus max_tokens; in micro-dollars
@@ -18,16 +20,18 @@
 -- `over` says which limit: "limit|spent|reserved|cap|estimate", or "deadline".
 --
 -- KEYS[1] run hash  KEYS[2] the call's lease  KEYS[3] outbox  KEYS[4] root's hash
--- KEYS[5] inbox
+-- KEYS[5] inbox  KEYS[6] history list
 -- ARGV[1] the call ("call-2", or "m<seq>")  ARGV[2] "tool" or "model"
 -- ARGV[3] seq (model calls)  ARGV[4] token  ARGV[5] lease (ms)  ARGV[6] outbox member
 -- ARGV[7] lease deadline (ms)  ARGV[8] run id  ARGV[9] max_tokens (0: none)
 -- ARGV[10] input and ARGV[11] output price, micro-dollars per token  ARGV[12] now (ms)
--- Returns: {status, attempts, over, version, record, snapshot, inbox}; status is
+-- ARGV[13] the version whose agent the caller keeps ('' for none)
+-- Returns: {status, attempts, over, version, record, form, head or whole snapshot,
+-- history entries, inbox}; status is
 -- claimed, gone (no run), done (outcome recorded), refused (the record does not
 -- call for it) or busy (another worker holds the lease).
-local function answer(status) return {status, 0, '', '', '', '', {}} end
-local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'snap')
+local function answer(status) return {status, 0, '', '', '', '', '', {}, {}} end
+local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf')
 if not run[1] then return answer('gone') end
 if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then return answer('done') end
 local ok, record = pcall(cjson.decode, run[2] or '')
@@ -77,4 +81,10 @@ local attempts = redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], 1)
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
 local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
-return {'claimed', attempts, over, run[1], run[2], run[3], inbox}
+if run[1] == ARGV[13] then return {'claimed', attempts, over, run[1], run[2], '', '', {}, inbox} end
+if run[3] == '2' then
+  return {'claimed', attempts, over, run[1], run[2], '2',
+    redis.call('HGET', KEYS[1], 'head') or '', redis.call('LRANGE', KEYS[6], 0, -1), inbox}
+end
+return {'claimed', attempts, over, run[1], run[2], '', redis.call('HGET', KEYS[1], 'snap') or '',
+  {}, inbox}

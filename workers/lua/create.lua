@@ -4,13 +4,23 @@
 -- model calls, `ld` the deadline in ms), which admission (CLAIM) checks and
 -- `relay.extend` (EXTEND) raises; a deadline also goes into the deadlines index.
 --
+-- The agent's snapshot is stored apart (`sf` 2): its head in the hash, its history
+-- entries (if it has any yet) in the run's history list.
+--
 -- KEYS[1] run hash  KEYS[2] runs index  KEYS[3] outbox  KEYS[4] deadlines index
--- ARGV[1] run id  ARGV[2] record JSON  ARGV[3] snapshot  ARGV[4] created (ms)
+-- KEYS[5] history list
+-- ARGV[1] run id  ARGV[2] record JSON  ARGV[3] snapshot head  ARGV[4] created (ms)
 -- ARGV[5] its advance member  ARGV[6] when to send it again (ms)
 -- ARGV[7..10] the tokens, micro-dollar, model-call and deadline limits, or ''
+-- ARGV[11..] the history entries
 -- Returns: created, or exists.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
-redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'snap', ARGV[3], 'tp', 0, 'tc', 0, 'tt', 0)
+redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'sf', 2, 'head', ARGV[3], 'tp', 0, 'tc', 0,
+  'tt', 0)
+redis.call('DEL', KEYS[5])
+for i = 11, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[5], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
 local limits = {'lt', 'lu', 'lc', 'ld'}
 for i, field in ipairs(limits) do
   if ARGV[6 + i] ~= '' then redis.call('HSET', KEYS[1], field, ARGV[6 + i]) end

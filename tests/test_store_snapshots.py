@@ -1,0 +1,282 @@
+"""Snapshots stored apart (a head plus history entries), old runs stored whole, hot agents.
+
+The agent is played by a script (no model, no workers); the store is a real
+private Redis. What a save writes is checked against the list Redis holds, so a
+step that changed the history in any way (appended, trimmed, folded into a
+summary) must leave Redis holding exactly the agent's snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_core import Agent, Ask, Config, Kind, Risk, Run, Summarize, Tool, ToolOutput
+from agent_core.state import dump, load
+from tests.support import snapshots_v1
+from tests.support.redis_server import RedisServer
+from tests.support.scripted import call
+from workers.codec import save_arguments
+from workers.effects import Advanced, Effects
+from workers.hot import HotAgent, HotAgents
+from workers.records import RunRecord
+from workers.scripts import Saved
+from workers.snapshots import KEEP, join, split, write
+from workers.store import RunStore
+
+TOOLS = [Tool("read_file", "Read a text file").arg("path", Kind.TEXT).risk(Risk.READ)]
+TRIMMED = Config(require_plan=False, history_chars=2_000, max_calls=10_000)
+SUMMARIZED = Config(require_plan=False, history_chars=2_000, max_calls=10_000, summarize=True)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[RunStore]:
+    with RedisServer(tmp_path) as server:
+        yield RunStore(server.url, "t:")
+
+
+def _record(config: Config = TRIMMED, run_id: str = "r1") -> RunRecord:
+    return RunRecord(
+        id=run_id, root=run_id, task="read", created_ms=1_000, updated_ms=1_000, config=config
+    )
+
+
+def _started(config: Config = TRIMMED) -> Agent:
+    agent = Agent(config, TOOLS)
+    agent.start("read the files")
+    return agent
+
+
+def _move(agent: Agent, n: int) -> None:
+    """One step of a long run: a model call asking for a file, or the file's text."""
+    step = agent.resume()
+    if isinstance(step, Summarize):
+        agent.reply(f"summary {n}")
+    elif isinstance(step, Ask):
+        agent.reply(call("read_file", path=f"file-{n}.txt"))
+    elif isinstance(step, Run):
+        agent.result(step.call.id, ToolOutput.ok(f"text {n} " + "x" * 300))
+    else:  # pragma: no cover - the script never ends a run
+        raise AssertionError(step)
+    agent.take_trace()  # as the runtime does each step (its lines go to the run's trace)
+
+
+def _stored(store: RunStore, run_id: str = "r1") -> object:
+    """The snapshot Redis holds for the run, as JSON (the history goes back in last)."""
+    k = store.keys
+    head = store.redis.hget(k.run(run_id), "head").decode()
+    entries = [e.decode() for e in store.redis.lrange(k.history(run_id), 0, -1)]
+    return _parsed(join(head, entries))
+
+
+def _of(agent: Agent) -> object:
+    return _parsed(agent.snapshot())
+
+
+def _parsed(snapshot: str) -> object:
+    """A snapshot as JSON, every field in place (a head leaves out those at their default)."""
+    return json.loads(dump(load(snapshot)))
+
+
+def _advance(store: RunStore, agent: Agent, record: RunRecord, moves: int, at: int = 0) -> None:
+    """Advance the agent `moves` steps, saving each as the runtime does (delta writes)."""
+    for n in range(at, at + moves):
+        loaded = store.load(record.id, hot=False)
+        assert loaded is not None
+        before = agent.history() if loaded.apart else None
+        _move(agent, n)
+        step = Advanced(record, agent.snapshot(), Effects(), stored=write(before, agent))
+        assert store.save(step, loaded.version) is Saved.SAVED
+        assert _stored(store, record.id) == _of(agent)
+
+
+@pytest.mark.parametrize("config", [TRIMMED, SUMMARIZED], ids=["trimmed", "summarized"])
+def test_every_save_leaves_redis_holding_the_agents_snapshot(
+    store: RunStore, config: Config
+) -> None:
+    agent = _started(config)
+    assert store.create(_record(config), agent.snapshot(), due_ms=5_000)
+    _advance(store, agent, _record(config), 120)
+    assert store.redis.hget(store.keys.run("r1"), "snap") is None
+    assert store.redis.hget(store.keys.run("r1"), "sf") == b"2"
+    restored = Agent.restore(config, TOOLS, store.snapshot("r1") or "")
+    assert restored.snapshot() == agent.snapshot()
+
+
+def test_a_step_writes_only_its_new_entries_however_long_the_history(store: RunStore) -> None:
+    def step_bytes(moves: int) -> tuple[int, int]:
+        """(bytes a save of two more moves sends besides the head, the head's bytes)"""
+        agent = _started(Config(require_plan=False, max_calls=10_000))
+        _advance_locally(agent, moves)
+        before = agent.history()
+        _move(agent, moves)
+        _move(agent, moves + 1)
+        stored = write(before, agent)
+        assert (stored.drop, len(stored.append), stored.rewrite) == (0, 1, False)
+        step = Advanced(_record(), agent.snapshot(), Effects(), stored=stored)
+        _, args = save_arguments(store.keys, step, "1", None)
+        return sum(len(str(a)) for a in args) - len(stored.head), len(stored.head)
+
+    (short, _), (long, long_head) = step_bytes(4), step_bytes(60)
+    assert len(_history_of(60)) > 5 * len(_history_of(4))  # the long history is much longer
+    assert long < short + 100  # but what a step adds to it weighs the same
+    # (The head holds the last 64 calls' digests for loop detection: bounded, not history.)
+    assert long_head < 4_000
+
+
+def _advance_locally(agent: Agent, moves: int) -> None:
+    for n in range(moves):
+        _move(agent, n)
+
+
+def _history_of(moves: int) -> tuple[object, ...]:
+    agent = _started(Config(require_plan=False, max_calls=10_000))
+    _advance_locally(agent, moves)
+    return agent.history()
+
+
+def test_a_trimmed_history_drops_from_the_front_and_appends(store: RunStore) -> None:
+    agent = _started()
+    _advance_locally(agent, 40)  # history is full: each entry added trims the oldest
+    before = agent.history()
+    _move(agent, 40)
+    _move(agent, 41)
+    stored = write(before, agent)
+    assert not stored.rewrite
+    assert stored.drop >= 1
+    assert len(stored.append) == 1
+    assert stored.agent is not None
+    assert stored.agent is not agent  # a copy: advancing the agent leaves the kept one
+
+
+def test_a_summary_folding_entries_is_written_as_a_drop() -> None:
+    agent = _started(SUMMARIZED)
+    moves = 0
+    while not isinstance(agent.resume(), Summarize):
+        _move(agent, moves)
+        moves += 1
+    before = agent.history()
+    _move(agent, moves)  # the summary folds the oldest entries
+    stored = write(before, agent)
+    assert (stored.rewrite, stored.append) == (False, ())
+    assert stored.drop == len(before) - len(agent.history()) > 0
+
+
+def test_split_and_join_are_inverse_on_real_snapshots() -> None:
+    agent = _started()
+    _advance_locally(agent, 12)
+    head, entries = split(agent.snapshot())
+    assert '"history"' not in head
+    assert len(entries) == len(agent.history())
+    texts = [e.model_dump_json() for e in agent.history()]
+    assert _parsed(join(head, entries)) == _parsed(join(agent.snapshot_head(), texts))
+    assert Agent.restore(TRIMMED, TOOLS, join(head, entries)).snapshot() == agent.snapshot()
+    assert split("not a snapshot") == ("not a snapshot", [])
+
+
+# --- a run saved before the history was stored apart -----------------------------------------
+
+
+@pytest.mark.parametrize("name", ["MAIN_READING", "RICH"])
+def test_a_run_stored_whole_loads_and_its_next_save_stores_it_apart(
+    store: RunStore, name: str
+) -> None:
+    whole = getattr(snapshots_v1, name)
+    record = _record(Config(require_plan=False))
+    key = store.keys.run("r1")
+    # Written as the previous code wrote runs: one `snap`, no `sf`, no history list.
+    store.redis.hset(key, mapping={"v": 3, "meta": record.model_dump_json(), "snap": whole})
+    loaded = store.load("r1")
+    assert loaded is not None
+    assert (loaded.version, loaded.apart, loaded.snapshot) == ("3", False, whole)
+    agent = Agent.restore(record.config, _tools_of(name), loaded.snapshot)
+    stored = write(agent.history() if loaded.apart else None, agent)
+    assert stored.rewrite  # its list is written whole, once
+    step = Advanced(record, agent.snapshot(), Effects(), stored=stored)
+    assert store.save(step, loaded.version) is Saved.SAVED
+    assert store.redis.hget(key, "snap") is None
+    assert store.redis.hget(key, "sf") == b"2"
+    assert store.redis.llen(store.keys.history("r1")) == len(agent.history()) > 0
+    again = store.load("r1", hot=False)
+    assert again is not None
+    assert again.apart
+    assert Agent.restore(record.config, _tools_of(name), again.snapshot).snapshot() == (
+        agent.snapshot()
+    )
+
+
+def _tools_of(name: str) -> list[Tool]:
+    write_file = Tool("write_file", "Write").arg("path", Kind.TEXT).arg("text", Kind.TEXT)
+    return [*TOOLS, write_file.risk(Risk.WRITE)] if name == "RICH" else []
+
+
+# --- hot agents -------------------------------------------------------------------------------
+
+
+def test_a_run_this_process_saved_loads_without_its_snapshot(store: RunStore) -> None:
+    agent = _started()
+    record = _record()
+    store.create(record, agent.snapshot(), due_ms=5_000)
+    _advance(store, agent, record, 6)
+    loaded = store.load("r1")
+    assert loaded is not None
+    assert loaded.hot is not None
+    assert loaded.snapshot == ""  # not read
+    assert loaded.hot.snapshot() == agent.snapshot()
+    twin = loaded.agent(lambda *_: pytest.fail("a hot agent is not restored"))
+    _move(twin, 6)
+    assert loaded.hot.snapshot() == agent.snapshot()  # the kept agent is not advanced
+
+
+def test_a_run_saved_elsewhere_since_is_read_and_restored(store: RunStore) -> None:
+    agent = _started()
+    record = _record()
+    store.create(record, agent.snapshot(), due_ms=5_000)
+    _advance(store, agent, record, 3)
+    loaded = store.load("r1")
+    assert loaded is not None
+    assert loaded.hot is not None
+    # Another process saves the next step: this one's agent is now a version behind.
+    elsewhere = RunStore(store.url, "t:")
+    _advance(elsewhere, agent, record, 1, at=3)
+    fresh = store.load("r1")
+    assert fresh is not None
+    assert fresh.hot is None
+    assert _parsed(fresh.snapshot) == _of(agent)
+    # A record changed by hand at the same version is not trusted either.
+    assert elsewhere.hot.version("r1") == fresh.version
+    changed = _record().model_copy(update={"updated_ms": 2_000})
+    store.redis.hset(store.keys.run("r1"), "meta", changed.model_dump_json())
+    by_hand = elsewhere.load("r1")
+    assert by_hand is not None
+    assert by_hand.hot is None
+    assert _parsed(by_hand.snapshot) == _of(agent)
+    assert by_hand.record == changed
+
+
+def test_ending_without_advancing_keeps_the_stored_snapshot(store: RunStore) -> None:
+    agent = _started()
+    record = _record()
+    store.create(record, agent.snapshot(), due_ms=5_000)
+    _advance(store, agent, record, 4)
+    loaded = store.load("r1")
+    assert loaded is not None
+    ended = Advanced(record, loaded.snapshot, Effects(retention_s=60), stored=KEEP)
+    assert store.save(ended, loaded.version) is Saved.SAVED
+    assert _stored(store) == _of(agent)
+    assert 0 < store.redis.ttl(store.keys.history("r1")) <= 60  # it expires with the run
+    assert store.hot.version("r1") == ""
+
+
+def test_hot_agents_keep_the_most_recently_used_runs() -> None:
+    hot = HotAgents(size=2)
+    agent = _started()
+    for run_id in ("a", "b", "c"):
+        hot.put(run_id, HotAgent("1", b"{}", _record(run_id=run_id), agent))
+    assert [hot.version(r) for r in ("a", "b", "c")] == ["", "1", "1"]
+    assert hot.get("b", "2", b"{}") is None  # another version never uses it
+    assert hot.get("b", "1", b"{ }") is None  # nor another record
+    assert hot.get("b", "1", b"{}") is not None
