@@ -473,6 +473,7 @@ def table(results: dict[str, Any]) -> str:
     m = results["machine"]
     head = (
         f"Relay bench ({'quick' if results['quick'] else 'full'}) on {m['cpu']}, "
-        f"{m['cores']} cores, Python {m['python']}, Redis {m.get('redis', '?')}"
+        f"{m['cores']} cores, Python {m['python']}, Redis {m.get('redis', '?')},"
+        f" RELAY_INLINE_MS {results.get('inline_ms', '?')}"
     )
     return "\n".join([head, "", *lines])

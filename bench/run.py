@@ -1,4 +1,4 @@
-"""`python -m bench.run [--quick] [--only turns,batch,...]`: every benchmark, side by side.
+"""`python -m bench.run [--quick] [--only turns,batch,...] [--inline 250,0]`: every benchmark.
 
 Starts a private Redis, a loopback model server and worker processes (each
 stopped by its own process group when its benchmark ends), runs the chosen
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -58,26 +59,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 3 minutes)")
     parser.add_argument("--only", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
     parser.add_argument("--out", type=Path, default=OUT / "results.json")
+    parser.add_argument(
+        "--inline",
+        help="comma-separated RELAY_INLINE_MS values (e.g. 250,0): the benchmarks run once"
+        " per value, each printed (default: the environment's, else Relay's 250)",
+    )
     args = parser.parse_args(argv)
     chosen = [n.strip() for n in args.only.split(",")] if args.only else list(BENCHMARKS)
     unknown = sorted(set(chosen) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmarks: {', '.join(unknown)}")
+    inlines = [v.strip() for v in args.inline.split(",")] if args.inline else [None]
+    if not all(v is None or v.isdigit() for v in inlines):
+        parser.error("--inline takes whole numbers of milliseconds, like 250,0")
+    for inline in inlines:
+        out = args.out if len(inlines) == 1 else args.out.with_suffix(f".inline{inline}.json")
+        _pass(chosen, args.quick, inline, out)
+    return 0
+
+
+def _pass(chosen: list[str], quick: bool, inline: str | None, out: Path) -> None:
+    """Run the chosen benchmarks once, with RELAY_INLINE_MS `inline` (None: as set)."""
+    if inline is not None:  # the workers started below inherit it
+        os.environ["RELAY_INLINE_MS"] = inline
     work = OUT / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     started = time.monotonic()
-    results: dict[str, Any] = {"machine": machine(), "quick": args.quick, "benchmarks": {}}
-    with bench(work, quick=args.quick) as b:
+    results: dict[str, Any] = {"machine": machine(), "quick": quick, "benchmarks": {}}
+    results["inline_ms"] = os.environ.get("RELAY_INLINE_MS") or "250 (default)"
+    with bench(work, quick=quick) as b:
         results["machine"]["redis"] = b.redis.info("server")["redis_version"]
         for name in chosen:
             results["benchmarks"][name] = _one(b, name)
             results["seconds"] = round(time.monotonic() - started, 1)
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(table(results))
-    print(f"\nfull figures: {args.out}  (logs and samples: {work})")
-    return 0
+    print(f"\nfull figures: {out}  (logs and samples: {work})")
 
 
 def _one(b: Bench, name: str) -> dict[str, Any]:

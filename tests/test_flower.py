@@ -59,6 +59,7 @@ def test_flower_shows_relay_tasks_behind_basic_auth(tmp_path: Path) -> None:
             RELAY_TEST_DIR=str(tmp_path),
             RELAY_FLOWER_USER="watcher",
             RELAY_FLOWER_PASSWORD=flower_password,
+            RELAY_INLINE_MS="0",  # each step its own task, as this test looks for them
         )
         port = free_port()
         flower = RelayProcess(

@@ -20,6 +20,10 @@ from tests.support.model_server import Reply
 from tests.support.rabbitmq import VHOSTS_MADE, require_rabbitmq
 from tests.support.worker_process import RelayProcess
 
+ONE_TASK_A_STEP = {"RELAY_INLINE_MS": "0"}
+"""Every step its own task (continuation in place off), as these tests count them; what a
+task that continued steps shows is tested in `test_a_task_names_the_steps_it_continued`."""
+
 POOLS = {
     # The threads pool used to lose a third of its task events (workers.task_events).
     "threads": (60, ["--pool", "threads", "-c", "8"]),
@@ -47,7 +51,7 @@ def test_on_rabbitmq_a_threads_pool_loses_no_task_event(tmp_path: Path) -> None:
 
 def _every_task_final(tmp_path: Path, pool: str) -> None:
     runs, pool_args = POOLS[pool]
-    with fleet(tmp_path, extra_env={"RELAY_TICK_SECONDS": "1"}) as f:
+    with fleet(tmp_path, extra_env={"RELAY_TICK_SECONDS": "1", **ONE_TASK_A_STEP}) as f:
         f.brain.script("TRUTH", {0: call("read_note", name="a.txt"), 1: final("read it")})
         with Flower(f.env, tmp_path / "flower.log") as flower:
             f.worker(*pool_args)
@@ -81,7 +85,7 @@ def _every_task_final(tmp_path: Path, pool: str) -> None:
 def test_a_failed_step_shows_as_failure_and_is_acked_not_redelivered(
     tmp_path: Path, pool: str
 ) -> None:
-    with fleet(tmp_path, extra_env={"RELAY_MODEL_RETRIES": "0"}) as f:
+    with fleet(tmp_path, extra_env={"RELAY_MODEL_RETRIES": "0", **ONE_TASK_A_STEP}) as f:
         f.brain.script("RAISES", {0: call("boom"), 1: final("it failed, as told")})
         with Flower(f.env, tmp_path / "flower.log") as flower:
             worker = f.worker(*POOLS[pool][1])
@@ -140,7 +144,7 @@ def _check_monitoring_needs_credentials(flower: Flower) -> None:
 
 @pytest.mark.timeout(180)
 def test_a_second_delivery_does_not_hide_what_the_call_did(tmp_path: Path) -> None:
-    with fleet(tmp_path) as f:
+    with fleet(tmp_path, extra_env=ONE_TASK_A_STEP) as f:
         f.brain.script("TWICE", {0: call("read_note", name="a.txt"), 1: final("read it")})
         with Flower(f.env, tmp_path / "flower.log") as flower:
             # Every message a worker sends goes to the broker twice (tests/apps/notes.py).
@@ -155,3 +159,24 @@ def test_a_second_delivery_does_not_hide_what_the_call_did(tmp_path: Path) -> No
             assert {t["state"] for t in tasks} == {"SUCCESS"}
             results = [str(t["result"]) for t in calls]
             assert all(" replied, " in r or " read_note ok, " in r for r in results), results
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_task_names_the_steps_it_continued(tmp_path: Path, pool: str) -> None:
+    with fleet(tmp_path, extra_env={"RELAY_INLINE_MS": "5000"}) as f:
+        f.brain.script("INLINE", {0: call("read_note", name="a.txt"), 1: final("read it")})
+        with Flower(f.env, tmp_path / "flower.log") as flower:
+            f.worker(*POOLS[pool][1])
+            ids = [f.relay.start(f"INLINE-{i}: read a note") for i in range(4)]
+            for run_id in ids:
+                assert f.relay.wait(run_id, timeout=60).summary == "read it"
+            # One task a run: its advance went on with both model calls and the tool.
+            tasks = relay_tasks(flower, ids, expected=4)
+            assert {t["name"] for t in tasks} == {"relay.advance"}, tasks
+            assert {t["state"] for t in tasks} == {"SUCCESS"}, tasks
+            for task in tasks:
+                result = str(task["result"])
+                assert "| continued model call m1: model call m1 replied" in result, result
+                assert "| continued call-1 read_note: call-1 read_note ok, " in result, result
+                assert result.endswith("run finished (done): read it'"), result

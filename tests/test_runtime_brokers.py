@@ -165,7 +165,8 @@ def test_on_rabbitmq_the_queues_are_durable_quorum_queues(rabbit: Fleet) -> None
 def test_on_rabbitmq_a_dead_workers_message_comes_back_at_once(rabbit: Fleet) -> None:
     f = rabbit
     f.brain.script("AMQP-BACK", {0: call("sleep", seconds=3), 1: final("slept")})
-    first = f.worker("--concurrency", "1")
+    # The tool gets a message of its own (not continued in place), to be the one handed back.
+    first = f.worker("--concurrency", "1", env={"RELAY_INLINE_MS": "0"})
     run_id = f.relay.start("AMQP-BACK: sleep")
     f.until(lambda: "sleep start 3" in f.ledger(), 30, what="the tool to start")
     tools = f.relay.queues.tools

@@ -127,8 +127,12 @@ def test_a_sweep_hands_back_a_shard_its_node_does_not_serve(
     assert redis_cluster.master_of(there) is not node  # slot 0 and 16383: first and last master
     store.redis.zadd(here, {"a|near": 5})
     store.redis.zadd(there, {"a|far": 6})
-    sweep = node.client().register_script(lua("sweep"))
-    found, missed = sweep(keys=[], args=["due", "-inf", "+inf", 10, here, there])
+    client = node.client()
+    try:
+        sweep = client.register_script(lua("sweep"))
+        found, missed = sweep(keys=[], args=["due", "-inf", "+inf", 10, here, there])
+    finally:
+        client.close()
     assert found == [b"a|near", b"5"]
     assert missed == [2]
     # Through the store, the shard missed by its sweep is read on its own.

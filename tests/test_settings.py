@@ -440,3 +440,16 @@ def test_a_redis_cluster_holds_run_state_only_and_needs_a_broker_of_its_own() ->
     assert given.cluster
     assert given.broker_url == "amqp://guest@127.0.0.1//"
     assert not Settings.from_env({"RELAY_REDIS_URL": "redis://127.0.0.1:7000"}).cluster
+
+
+@pytest.mark.parametrize(("given", "ms"), [(None, 250), ("0", 0), (" 40 ", 40), ("5000", 5000)])
+def test_continuation_in_place_has_a_slice_in_ms(given: str | None, ms: int) -> None:
+    env = {} if given is None else {"RELAY_INLINE_MS": given}
+    assert Settings.from_env(env).inline_ms == ms
+
+
+@pytest.mark.parametrize("given", ["-1", "0.5", "soon"])
+def test_a_bad_slice_names_the_variable(given: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        Settings.from_env({"RELAY_INLINE_MS": given})
+    assert str(raised.value).startswith("RELAY_INLINE_MS:")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,17 +22,19 @@ from typing import Any, Protocol
 import click
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
-from celery.signals import beat_init, worker_shutting_down
+from celery.signals import beat_init, worker_process_init, worker_shutting_down
+from kombu import Producer
 
 from workers.brokers import broker_conf
 from workers.effects import Message
 from workers.errors import StepFailed
 from workers.holding import held
+from workers.publishing import one_round_trip
 from workers.reports import Report
 from workers.settings import Settings
 from workers.task_events import RelayEvents
 
-__all__ = ["Queues", "build_celery", "delivery_settings", "register_tasks", "sender"]
+__all__ = ["Queues", "WorkerReach", "build_celery", "delivery_settings", "register_tasks", "sender"]
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +77,7 @@ class Queues:
 class RuntimeLike(Protocol):
     """The part of the runtime the tasks call (see workers.runtime.Runtime)."""
 
-    def advance(self, run_id: str) -> Report: ...
-    def call_model(self, run_id: str, seq: int) -> Report: ...
-    def run_tool(self, run_id: str, call_id: str) -> Report: ...
+    def task(self, message: Message, hard_limit_s: float | None = None) -> Report: ...
     def tick(self) -> None: ...
     def start_ticking(self) -> Callable[[], None]: ...
 
@@ -160,25 +161,27 @@ def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
     other's tasks on the wrong Redis.
     """
 
-    @app.task(name="relay.advance", shared=False, throws=(StepFailed,))
-    def advance(run_id: str) -> str:
+    @app.task(name="relay.advance", shared=False, throws=(StepFailed,), bind=True)
+    def advance(task: Task[Any, Any], run_id: str) -> str:
         if not _valid("relay.advance", run_id=run_id):
             return REFUSED
-        return _told(runtime.advance(run_id))
+        return _told(runtime.task(Message("advance", run_id), _hard_limit(task)))
 
     @app.task(name="relay.call_model", shared=False, throws=(StepFailed,), bind=True)
     def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str:
         if not _valid("relay.call_model", run_id=run_id, seq=seq):
             return REFUSED
         own_id = task.request.id == model_task_id(run_id, seq)
-        return _told(runtime.call_model(run_id, seq), own_id)
+        message = Message("call_model", run_id, seq=seq)
+        return _told(runtime.task(message, _hard_limit(task)), own_id)
 
     @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True)
     def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str:
         if not _valid("relay.run_tool", run_id=run_id, call_id=call_id):
             return REFUSED
         own_id = task.request.id == tool_task_id(run_id, call_id)
-        return _told(runtime.run_tool(run_id, call_id), own_id)
+        message = Message("run_tool", run_id, call=call_id)
+        return _told(runtime.task(message, _hard_limit(task)), own_id)
 
     # The tick sends no task events: every few seconds, it would push the real
     # tasks out of Flower's memory.
@@ -187,6 +190,7 @@ def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
         runtime.tick()
 
     _add_ticker(app, runtime)
+    worker_process_init.connect(_in_prefork_child, weak=False, dispatch_uid="relay-prefork")
     worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
 
     def quiet_beat(sender: Any, **_: Any) -> None:
@@ -198,6 +202,48 @@ def register_tasks(app: Celery, runtime: RuntimeLike) -> None:
 
 
 REFUSED = "refused: arguments Relay never sends (see the worker's log)"
+
+_POOL_KILLS_AT_LIMIT = threading.Event()
+"""Set in a prefork pool's child: its parent kills a task at its hard time limit (threads
+and solo pools enforce none)."""
+
+
+def _in_prefork_child(**_: Any) -> None:
+    _POOL_KILLS_AT_LIMIT.set()
+
+
+def _hard_limit(task: Task[Any, Any]) -> float | None:
+    """The running task's hard time limit in seconds, where the pool enforces it."""
+    limits = task.request.timelimit
+    if not _POOL_KILLS_AT_LIMIT.is_set() or not limits or not limits[0]:
+        return None
+    return float(limits[0])
+
+
+class WorkerReach:
+    """Which steps a worker of `app` may continue in place (`workers.inline.Reach`)."""
+
+    def __init__(
+        self, app: Celery, queues: Queues, tool_limit_s: Callable[[str], float], settings: Settings
+    ) -> None:
+        self._app = app
+        self._queues = {"advance": queues.advance, "call_model": queues.model}
+        self._queues["run_tool"] = queues.tools
+        self._tool_limit_s = tool_limit_s
+        # A model call usually answers within one read timeout. One killed at the limit
+        # is recovered like a crash (its lease lapses, the tick sends it again): paid
+        # twice at worst, never lost. A tool is continued only within its own limit.
+        self._model_s = settings.model_timeout + 30
+
+    def owns(self, message: Message) -> bool:
+        # The queues this worker consumes: `-Q`'s selection, set before a prefork pool
+        # forks (so its children see it too); every declared queue when none was given.
+        return self._queues[message.kind] in self._app.amqp.queues.consume_from
+
+    def needs_s(self, message: Message) -> float:
+        if message.kind == "run_tool":  # the time limit its own message would carry
+            return _tool_time_limit(self._tool_limit_s, message.tool)
+        return self._model_s if message.kind == "call_model" else 0.0
 
 
 def model_task_id(run_id: str, seq: int) -> str:
@@ -311,17 +357,28 @@ def sender(
     """
 
     def send(messages: list[Message]) -> None:
-        for message in messages:
-            try:
-                _send_one(app, queues, message, tool_time_limit)
-            except Exception as error:  # noqa: BLE001 - the outbox keeps it; the tick re-sends
-                log.warning("could not send %s for run %s: %s", message.kind, message.run, error)
+        if not messages:
+            return
+        try:  # a batch in one broker round trip (workers.publishing)
+            with one_round_trip(app) as producer:
+                for message in messages:
+                    try:
+                        _send_one(app, queues, message, tool_time_limit, producer)
+                    except Exception as error:  # noqa: BLE001 - the outbox keeps it
+                        what = f"{message.kind} for run {message.run}"
+                        log.warning("could not send %s: %s", what, error)
+        except Exception as error:  # noqa: BLE001 - the outbox keeps them; the tick re-sends
+            log.warning("could not send %d message(s): %s", len(messages), error)
 
     return send
 
 
 def _send_one(
-    app: Celery, queues: Queues, m: Message, tool_time_limit: Callable[[str], float]
+    app: Celery,
+    queues: Queues,
+    m: Message,
+    tool_time_limit: Callable[[str], float],
+    producer: Producer,
 ) -> None:
     if m.kind == "call_model":
         app.send_task(
@@ -331,6 +388,7 @@ def _send_one(
             argsrepr=f"run={m.run} step={m.seq}",
             queue=queues.model,
             countdown=m.delay_ms / 1000 if m.delay_ms > 0 else None,
+            producer=producer,
         )
     elif m.kind == "run_tool":
         app.send_task(
@@ -339,7 +397,8 @@ def _send_one(
             task_id=tool_task_id(m.run, m.call),
             argsrepr=f"run={m.run} call={m.call} tool={m.tool or '?'}",
             queue=queues.tools,
-            time_limit=int(tool_time_limit(m.tool)) + 60,
+            time_limit=_tool_time_limit(tool_time_limit, m.tool),
+            producer=producer,
         )
     else:
         app.send_task(
@@ -348,4 +407,10 @@ def _send_one(
             task_id=f"{m.run}:advance:{secrets.token_hex(4)}",
             argsrepr=f"run={m.run}",
             queue=queues.advance,
+            producer=producer,
         )
+
+
+def _tool_time_limit(tool_time_limit: Callable[[str], float], tool: str) -> int:
+    """A tool call's hard time limit: its own timeout, and a minute to report it."""
+    return int(tool_time_limit(tool)) + 60

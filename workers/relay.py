@@ -36,7 +36,7 @@ from agent_core import Attachment, Config, Outcome, Recipe, Risk, Skill, Special
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.agent_kit import AgentKit
-from workers.celery_app import Queues, build_celery, register_tasks, sender
+from workers.celery_app import Queues, WorkerReach, build_celery, register_tasks, sender
 from workers.chat import Model
 from workers.client import RunsClient
 from workers.effects import Message
@@ -237,6 +237,7 @@ class Relay:
                     routes=self.routes,
                     key=self.name,
                     key_concurrency=self.key_concurrency,
+                    reach=WorkerReach(app, self.queues, self._tool_timeout, settings),
                 )
                 register_tasks(app, runtime)
                 self._parts = _Parts(store, app, runtime, RunsClient(store, send, settings.timing))

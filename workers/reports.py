@@ -101,6 +101,12 @@ class Report:
         """This report followed by what came after it (the run's state once saved)."""
         return Report(f"{self.line}; {after.line}", self.failed or after.failed, self.call)
 
+    def continued(self, step: str, after: Report) -> Report:
+        """This report followed by the step `step`, which the same task ran next in place of
+        publishing it (`workers.inline`); failed if either failed."""
+        line = f"{self.line} | continued {step}: {after.line}"
+        return Report(line, self.failed or after.failed, self.call)
+
 
 def run_now(record: RunRecord) -> str:
     """Where the run is now: what it waits for, or how it ended."""

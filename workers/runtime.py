@@ -5,6 +5,9 @@
     relay.run_tool(run, call)    Calls.run_tool: claim, run the tool, keep its result
     relay.tick()                 the fleet's tick, through its lock: schedules, then heal
 
+A step task may go on with its run's next step in place of publishing it
+(`workers.inline`, `RELAY_INLINE_MS`): `Runtime.task` is what each task runs.
+
 `heal` is the runtime's part of the tick: it declines approvals whose time ran
 out, prunes expired runs from the index, and sends again whatever the outbox
 says nobody dealt with (a lost message, a dead worker's call).
@@ -21,6 +24,7 @@ from workers.budgets import Pricing
 from workers.calls import Calls
 from workers.decisions import expiry_event
 from workers.effects import Message
+from workers.inline import Continuation, Reach
 from workers.limits import RouteLimits
 from workers.metrics import FleetMetrics
 from workers.model_client import ModelSource
@@ -57,12 +61,15 @@ class Runtime:
         routes: Sequence[ModelRoute] = (),
         key: str = "relay",
         key_concurrency: int | None = None,
+        reach: Reach | None = None,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.store = store
         self.send = send
         self.timing = settings.timing
-        self.steps = Steps(store, kit, self.timing, send, clock)
+        # Steps send through it: one next step may be kept and run by the same task.
+        self.inline = Continuation(send, settings.inline_ms, reach)
+        self.steps = Steps(store, kit, self.timing, self.inline.send, clock)
         routed = routes if models.given is None else ()
         pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens, routed)
         router = None
@@ -92,6 +99,18 @@ class Runtime:
         self._model = settings.model
 
     # Each returns what the task did, in one line (workers.reports): Flower shows it.
+
+    def task(self, message: Message, hard_limit_s: float | None = None) -> Report:
+        """What a step task does: `message`'s step, then those it continues in place
+        (`hard_limit_s`: the task's time limit, where the pool kills at it)."""
+        return self.inline.run(message, self._step, hard_limit_s)
+
+    def _step(self, message: Message) -> Report:
+        if message.kind == "call_model":
+            return self.call_model(message.run, message.seq)
+        if message.kind == "run_tool":
+            return self.run_tool(message.run, message.call)
+        return self.advance(message.run)
 
     def advance(self, run_id: str) -> Report:
         return self._seen("advance", self.steps.advance(run_id))

@@ -35,6 +35,8 @@
     RELAY_DURABLE_CLAIMS         1: a claim of a call that is not idempotent waits until
                                  Redis has it on disk or on a replica (0)
     RELAY_EVENTS                 Celery task events for Flower: 1 or 0 (1)
+    RELAY_INLINE_MS              a worker continues a run's next step in the same task
+                                 (no broker hop) for up to this many ms; 0 = off (250)
 
 A variable that is unset or blank takes its default; surrounding spaces are
 ignored. A bad value raises `SettingsError` with one line naming the variable.
@@ -285,6 +287,9 @@ class Settings(BaseModel):
     """Make each claim of a non-idempotent call durable before the call runs."""
     events: Annotated[bool, BeforeValidator(_flag)] = True
     """Celery task events, which Flower shows; off saves four Redis round trips per task."""
+    inline_ms: Annotated[int, BeforeValidator(_count(0))] = 250
+    """How long a task may go on with its run's next step in place of publishing it (the
+    slice, from the task's start); 0: every step is published (`workers.inline`)."""
 
     @model_validator(mode="before")
     @classmethod

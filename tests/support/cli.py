@@ -1,6 +1,7 @@
 """Running the `relay` command as a person would: in a subprocess, a pipe or a terminal.
 
-`clean_env()` is the test process's environment without any RELAY_* variable,
+`clean_env()` is the test process's environment without any RELAY_* variable (but those
+of `KEPT`, which CI sets for a whole pass),
 so a command sees only what a test gives it. `marked()` adds a unique marker
 variable that every child inherits; `left_running(marker)` finds any process
 still carrying it, which is how tests prove the embedded Redis and worker are gone.
@@ -39,8 +40,14 @@ ROOT = Path(__file__).resolve().parents[2]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\r")
 
 
+KEPT = ("RELAY_INLINE_MS",)
+"""Variables CI sets for a whole pass (continuation off), which every worker must see."""
+
+
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELAY_", "FLOWER_"))}
+    env = {
+        k: v for k, v in os.environ.items() if k in KEPT or not k.startswith(("RELAY_", "FLOWER_"))
+    }
     return {**env, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **extra}
 
 

@@ -110,13 +110,14 @@ class Cluster:
 
     @staticmethod
     def _ok(node: RedisServer) -> bool:
+        client = node.client()
         try:
-            client = node.client()
             info = client.execute_command("CLUSTER INFO")  # parsed: {"cluster_state": "ok", ...}
             nodes = client.execute_command("CLUSTER NODES")  # {address: {"flags": ...}}
-            client.close()
         except redis.RedisError:
             return False
+        finally:
+            client.close()
         flags = [str(node["flags"]) for node in nodes.values()]
         masters = [f for f in flags if "master" in f and "fail" not in f]
         return info.get("cluster_state") == "ok" and len(masters) == 3
@@ -127,12 +128,13 @@ class Cluster:
         for node in self.nodes:
             if node.process is None:
                 continue
+            client = node.client()
             try:
-                client = node.client()
                 ranges = client.execute_command("CLUSTER SLOTS")
-                client.close()
             except redis.RedisError:
                 continue
+            finally:
+                client.close()
             for start, end, master, *_ in ranges:
                 if start <= slot <= end:
                     port = int(master[1])

@@ -1,0 +1,148 @@
+"""The slice's rules (`workers.inline.Continuation`), with a fake clock and fake steps.
+
+What a real worker does with them is tested in tests/test_runtime_inline.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from workers.effects import Message
+from workers.inline import Continuation
+from workers.reports import Report
+
+
+@dataclass
+class Clock:
+    now: float = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Reach:
+    queues: frozenset[str] = frozenset({"advance", "call_model", "run_tool"})
+    tool_s: float = 360.0
+
+    def owns(self, message: Message) -> bool:
+        return message.kind in self.queues
+
+    def needs_s(self, message: Message) -> float:
+        return self.tool_s if message.kind == "run_tool" else 0.0
+
+
+@dataclass
+class World:
+    """Steps that each take `step_s` and send what `plan` says comes after them."""
+
+    inline: Continuation
+    clock: Clock
+    plan: dict[Message, list[Message]]
+    step_s: float = 0.01
+    published: list[Message] = field(default_factory=list)
+    ran: list[Message] = field(default_factory=list)
+    fails: set[Message] = field(default_factory=set)
+
+    def step(self, message: Message) -> Report:
+        self.ran.append(message)
+        self.clock.now += self.step_s
+        self.inline.send(self.plan.get(message, []))
+        if message in self.fails:
+            raise ConnectionError("Redis went away")
+        return Report(f"did {message.kind}")
+
+
+MODEL = Message("call_model", "r", seq=1)
+TOOL = Message("run_tool", "r", call="call-1", tool="read_note")
+MODEL2 = Message("call_model", "r", seq=3)
+ADVANCE = Message("advance", "r")
+CHAIN = {ADVANCE: [MODEL], MODEL: [TOOL], TOOL: [MODEL2]}
+
+
+def world(
+    slice_ms: int = 250,
+    reach: Reach | None = None,
+    *,
+    plan: dict[Message, list[Message]],
+    step_s: float = 0.01,
+    fails: frozenset[Message] = frozenset(),
+) -> World:
+    clock = Clock()
+    published: list[Message] = []
+    inline = Continuation(published.extend, slice_ms, reach or Reach(), clock)
+    return World(inline, clock, plan, step_s, published, fails=set(fails))
+
+
+def test_a_chain_runs_in_one_task_and_the_report_names_each_step() -> None:
+    w = world(plan=CHAIN)
+    report = w.inline.run(ADVANCE, w.step)
+    assert w.ran == [ADVANCE, MODEL, TOOL, MODEL2]
+    assert w.published == []
+    assert report.line == (
+        "did advance | continued model call m1: did call_model"
+        " | continued call-1 read_note: did run_tool | continued model call m3: did call_model"
+    )
+
+
+def test_after_the_slice_the_next_step_is_published() -> None:
+    w = world(plan=CHAIN, step_s=0.1)
+    w.inline.run(ADVANCE, w.step)
+    # 0.1 s per step, a 0.25 s slice: the third step's successor goes to the broker.
+    assert w.ran == [ADVANCE, MODEL, TOOL]
+    assert w.published == [MODEL2]
+
+
+@pytest.mark.parametrize(
+    ("why", "plan", "reach"),
+    [
+        ("a batch", {ADVANCE: [TOOL, Message("run_tool", "r", call="call-2")]}, Reach()),
+        ("a delay", {ADVANCE: [Message("call_model", "r", seq=1, delay_ms=500)]}, Reach()),
+        ("another queue", {ADVANCE: [MODEL]}, Reach(frozenset({"advance"}))),
+    ],
+)
+def test_what_is_published_as_usual(
+    why: str, plan: dict[Message, list[Message]], reach: Reach
+) -> None:
+    w = world(plan=plan, reach=reach)
+    w.inline.run(ADVANCE, w.step)
+    assert w.ran == [ADVANCE], why
+    assert w.published == plan[ADVANCE], why
+
+
+def test_off_publishes_everything() -> None:
+    w = world(slice_ms=0, plan=CHAIN)
+    w.inline.run(ADVANCE, w.step)
+    assert w.ran == [ADVANCE]
+    assert w.published == [MODEL]
+
+
+def test_a_tool_that_would_outlive_the_tasks_hard_limit_is_published() -> None:
+    w = world(plan=CHAIN, reach=Reach(tool_s=360.0))
+    w.inline.run(ADVANCE, w.step, hard_limit_s=100.0)
+    assert w.ran == [ADVANCE, MODEL]
+    assert w.published == [TOOL]
+
+
+def test_a_continued_step_that_raises_is_published_and_the_task_keeps_its_report() -> None:
+    w = world(plan=CHAIN, fails=frozenset({TOOL}))
+    report = w.inline.run(ADVANCE, w.step)
+    # The tool's step saved and kept its successor before it raised: that one runs too.
+    assert w.ran == [ADVANCE, MODEL, TOOL, MODEL2]
+    assert w.published == [TOOL]
+    assert "continued call-1 read_note: failed (ConnectionError); published instead" in report.line
+
+
+def test_a_first_step_that_raises_publishes_what_it_kept() -> None:
+    w = world(plan=CHAIN, fails=frozenset({ADVANCE}))
+    with pytest.raises(ConnectionError):
+        w.inline.run(ADVANCE, w.step)
+    assert w.published == [MODEL]
+
+
+def test_outside_a_task_nothing_is_kept() -> None:
+    w = world(plan=CHAIN)
+    w.inline.send([MODEL])
+    assert w.published == [MODEL]
