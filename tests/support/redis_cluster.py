@@ -26,8 +26,10 @@ from tests.support.redis_server import RedisServer
 
 __all__ = ["NODE_TIMEOUT_MS", "Cluster", "redis_cluster"]
 
-NODE_TIMEOUT_MS = 1_000
-"""How long a master may be silent before its replica is elected in its place."""
+NODE_TIMEOUT_MS = 3_000
+"""How long a master may be silent before its replica is elected in its place: short, so
+the failover test is quick, but not so short that a node starved of CPU on a busy CI
+machine is taken for dead (a failover nobody asked for loses the last writes)."""
 
 
 def _free_ports(count: int) -> list[int]:
