@@ -26,12 +26,12 @@ WORKER_ARGS = ("--concurrency", "4")
 def _park(b: Bench, count: int, prefix: str = "park") -> dict[str, str]:
     """Start `count` runs that park at their first approval; return run id -> marker."""
     markers = {}
-    waiting = b.redis.zcard(b.relay.store.keys.pending)
+    waiting = b.redis.zcard(b.relay.store.keys.index("").pending)
     for i in range(count):
         marker = f"{prefix}-{i}"
         markers[b.relay.start(Task(marker, park=1).text())] = marker
     deadline = time.monotonic() + 1_800
-    while b.redis.zcard(b.relay.store.keys.pending) < waiting + count:
+    while b.redis.zcard(b.relay.store.keys.index("").pending) < waiting + count:
         if time.monotonic() > deadline:
             raise TimeoutError("the runs did not all park")
         time.sleep(0.2)
@@ -49,7 +49,7 @@ def _keys_of(b: Bench, run_id: str) -> dict[str, Any]:
         "history list": b.redis.memory_usage(keys.history(run_id), samples=0) or 0,
         "live stream": b.redis.memory_usage(keys.live(run_id), samples=0) or 0,
     }
-    pending = b.redis.hstrlen(keys.pending_data, f"{run_id}|call|{member}")
+    pending = b.redis.hstrlen(keys.index(run_id).pending_data, f"{run_id}|call|{member}")
     return {
         "memory_usage": sizes,
         "memory_usage_total": sum(sizes.values()),

@@ -1,10 +1,13 @@
-"""The broker matrix: the runtime's scenarios on Redis alone, and on RabbitMQ with Redis.
+"""The broker matrix: the runtime's scenarios on Redis alone, on RabbitMQ with Redis,
+and on RabbitMQ with the run state on a Redis Cluster.
 
 Each scenario is the one its own module tests on Redis, run here once per
-broker: approvals, a parallel batch, specialists (usage rolled up, cancel), a
+layout: approvals, a parallel batch, specialists (usage rolled up, cancel), a
 worker killed mid-call, every message delivered twice, and a schedule firing
 once. On RabbitMQ each fleet gets a vhost of its own on the machine's server,
-removed when the test ends (tests/support/rabbitmq.py). Then what only
+removed when the test ends (tests/support/rabbitmq.py); on the cluster (three
+masters, one replica each: tests/support/redis_cluster.py, one for the session)
+each fleet has a key prefix of its own. Then what only
 RabbitMQ has: its queues, a dead worker's message handed back at once, a
 countdown kept by the broker, a move from Redis that loses nothing, and the
 worker's one-line refusals.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -27,25 +31,38 @@ from agent_core import Every, Recipe, Stop
 from tests.apps.notes import build
 from tests.support.brain import call, final
 from tests.support.cli import clean_env, relay
-from tests.support.fleet import Fleet, fleet, on_broker
+from tests.support.fleet import Fleet, fleet, on_broker, on_cluster
 from tests.support.rabbitmq import VHOSTS_MADE, rabbit_vhost, require_rabbitmq
+from tests.support.redis_cluster import Cluster, redis_cluster
 from workers import Settings
 from workers.brokers import check_broker
 from workers.settings import now_ms
 
-BROKERS = ["redis", "amqp"]
+BROKERS = ["redis", "amqp", "amqp+cluster"]
+"""Redis alone; RabbitMQ with Redis; RabbitMQ with the run state on a Redis Cluster."""
+
+__all__ = ["redis_cluster"]  # the session's cluster fixture, used here
 
 
 @pytest.fixture(params=BROKERS)
 def broker(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Every fleet the test makes uses this broker."""
-    if request.param == "amqp":
+    """Every fleet the test makes uses this broker (and, for amqp+cluster, the cluster)."""
+    layout: str = request.param
+    if layout.startswith("amqp"):
         require_rabbitmq()
     made = len(VHOSTS_MADE)
-    with on_broker(request.param):
-        yield request.param
+    cluster: Cluster | None = None
+    with ExitStack() as stack:
+        stack.enter_context(on_broker("amqp" if layout.startswith("amqp") else "redis"))
+        if layout.endswith("+cluster"):
+            cluster = request.getfixturevalue("redis_cluster")
+            stack.enter_context(on_cluster(cluster))
+        keys_before = cluster.key_count() if cluster else 0
+        yield "amqp" if layout.startswith("amqp") else "redis"
     # The scenario's fleets really ran on RabbitMQ (each in a vhost of its own), or not at all.
-    assert (len(VHOSTS_MADE) > made) == (request.param == "amqp")
+    assert (len(VHOSTS_MADE) > made) == layout.startswith("amqp")
+    if cluster is not None:  # and their runs are on the cluster
+        assert cluster.key_count() > keys_before
 
 
 # --- the scenarios, on each broker ------------------------------------------------------------

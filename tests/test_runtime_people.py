@@ -34,7 +34,8 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 def _inbox_length(f: Fleet, run_id: str) -> int:
-    return int(f.redis.client().xlen(f"relay:inbox:{run_id}"))
+    store = f.relay.store  # its keys, whichever Redis (or cluster) the fleet is on
+    return int(store.redis.xlen(store.keys.inbox(run_id)))
 
 
 # --- plans ---------------------------------------------------------------------------

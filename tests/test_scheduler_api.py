@@ -137,10 +137,10 @@ def test_a_notify_only_schedule_records_a_notification_and_starts_no_run(relay: 
 def test_the_tick_still_heals(relay: Relay) -> None:
     # A run whose wake-up message was never dealt with is re-sent by the tick.
     run_id = relay.start("Just a task")
-    due = relay.store.redis.zscore(relay.store.keys.outbox, f"a|{run_id}")
+    due = relay.store.redis.zscore(relay.store.keys.index(run_id).outbox, f"a|{run_id}")
     assert due is not None
     relay.tick(int(due) + 1)
-    assert relay.store.redis.zscore(relay.store.keys.outbox, f"a|{run_id}") > due
+    assert relay.store.redis.zscore(relay.store.keys.index(run_id).outbox, f"a|{run_id}") > due
 
 
 def test_an_unreachable_redis_is_reported_as_store_unavailable(

@@ -186,11 +186,31 @@ def test_an_approval_ttl_of_zero_means_never() -> None:
         ("RELAY_MODEL_RETRIES", "-1", "expected a whole number >= 0"),
         ("RELAY_MODEL_RETRIES", "four", "expected a whole number >= 0"),
         ("RELAY_TOOL_OUTPUT_CHARS", "0", "expected a whole number >= 1, got '0'"),
-        ("RELAY_REDIS_URL", "localhost:6379", "expected a redis://, rediss:// or unix:// URL"),
-        ("RELAY_REDIS_URL", "http://localhost", "expected a redis://, rediss:// or unix:// URL"),
-        ("RELAY_REDIS_URL", "redis://", "expected a redis://, rediss:// or unix:// URL"),
-        ("RELAY_REDIS_URL", "redis://h:port/0", "expected a redis://, rediss:// or unix:// URL"),
-        ("RELAY_REDIS_URL", "unix://", "expected a redis://, rediss:// or unix:// URL"),
+        (
+            "RELAY_REDIS_URL",
+            "localhost:6379",
+            "expected a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL",
+        ),
+        (
+            "RELAY_REDIS_URL",
+            "http://localhost",
+            "expected a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL",
+        ),
+        (
+            "RELAY_REDIS_URL",
+            "redis://",
+            "expected a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL",
+        ),
+        (
+            "RELAY_REDIS_URL",
+            "redis://h:port/0",
+            "expected a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL",
+        ),
+        (
+            "RELAY_REDIS_URL",
+            "unix://",
+            "expected a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL",
+        ),
         ("RELAY_BROKER_URL", "http://guest@h//", "unix://, amqp:// or amqps:// URL"),
         ("RELAY_BROKER_URL", "amqp://", "expected a redis://, rediss://, redis+socket://"),
         ("RELAY_BROKER_URL", "amqp://h:5672x/v", "unix://, amqp:// or amqps:// URL"),
@@ -407,6 +427,19 @@ def test_a_bad_events_flag_names_the_variable() -> None:
         Settings.from_env({"RELAY_EVENTS": "maybe"})
     assert str(raised.value).startswith("RELAY_EVENTS:")
     assert "\n" not in str(raised.value)
+
+
+def test_a_redis_cluster_holds_run_state_only_and_needs_a_broker_of_its_own() -> None:
+    cluster = {"RELAY_REDIS_URL": "redis+cluster://127.0.0.1:7000"}
+    with pytest.raises(SettingsError, match="RELAY_BROKER_URL: not set, and a Redis Cluster"):
+        Settings.from_env(cluster)
+    flagged = {"RELAY_REDIS_URL": "redis://127.0.0.1:7000", "RELAY_REDIS_CLUSTER": "1"}
+    with pytest.raises(SettingsError, match="holds run state only"):
+        Settings.from_env(flagged)
+    given = Settings.from_env({**flagged, "RELAY_BROKER_URL": "amqp://guest@127.0.0.1//"})
+    assert given.cluster
+    assert given.broker_url == "amqp://guest@127.0.0.1//"
+    assert not Settings.from_env({"RELAY_REDIS_URL": "redis://127.0.0.1:7000"}).cluster
 
 
 @pytest.mark.parametrize(("given", "ms"), [(None, 250), ("0", 0), (" 40 ", 40), ("5000", 5000)])

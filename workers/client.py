@@ -143,7 +143,7 @@ class RunsClient:
             RunNotFound: there is no such run.
         """
         deadline = time.monotonic() + timeout
-        cursor = self.store.activity_cursor()
+        cursor = self.store.activity_cursor(run_id)
         while True:
             record, _ = self._record(run_id)
             if record.outcome is not None and not self.store.live.reopening(run_id):
@@ -157,7 +157,8 @@ class RunsClient:
             # and look at the record at least every second whatever else is busy.
             until = time.monotonic() + min(left, 1.0)
             while (now := time.monotonic()) < until:
-                cursor, grew = self.store.wait_activity(cursor, max(1, int((until - now) * 1000)))
+                block_ms = max(1, int((until - now) * 1000))
+                cursor, grew = self.store.wait_activity(run_id, cursor, block_ms)
                 if run_id in grew:
                     break
 
@@ -274,7 +275,7 @@ class RunsClient:
         """
         self._record(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
-        cursor = self.store.activity_cursor()
+        cursor = self.store.activity_cursor(run_id)
         positions = {run_id: 0}
         due = {run_id}
         finished = False
@@ -293,7 +294,7 @@ class RunsClient:
                     finished = entries[-1].kind == "finished"
             if finished or (deadline is not None and time.monotonic() > deadline):
                 return
-            cursor, grew = self.store.wait_activity(cursor, 500)
+            cursor, grew = self.store.wait_activity(run_id, cursor, 500)
             due = grew & positions.keys()
             if time.monotonic() >= look_again:
                 # Whatever else is busy (a busy activity stream can drop entries),

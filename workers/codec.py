@@ -37,6 +37,7 @@ __all__ = [
     "as_text",
     "corrupt",
     "loaded",
+    "notes_key",
     "pending_json",
     "record_json",
     "save_arguments",
@@ -159,14 +160,15 @@ def save_arguments(
             "token": own.token,
             "member": own.member,
         }
+    index = keys.index(record.id)
     script_keys = [
         keys.run(record.id),
         keys.inbox(record.id),
         keys.trace(record.id),
-        keys.outbox,
-        keys.pending,
-        keys.pending_data,
-        keys.runs,
+        index.outbox,
+        index.pending,
+        index.pending_data,
+        index.runs,
         keys.history(record.id),
     ]
     stored = advanced.stored or _whole(advanced.snapshot)
@@ -201,7 +203,7 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "applied": fx.applied,
         "trace": [trace_line(t) for t in fx.trace],
         "trace_max": TRACE_MAX if fx.trace else 0,
-        "activity": keys.activity if fx.trace else "",
+        "activity": keys.index(record.id).activity if fx.trace else "",
         "run": record.id,
         "send": [[s.member, s.due_ms] for s in fx.send],
         "unsend": fx.unsend,
@@ -215,7 +217,8 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "retention": fx.retention_s,
         "forget": fx.forget,
         "running": fx.running,
-        "notes_key": _notes_key(keys, fx.notes) if fx.notes else "",
+        # On a cluster the notes are in another slot: kept after the save (notes_key).
+        "notes_key": notes_key(keys, fx.notes) if fx.notes and not keys.cluster else "",
         "notes": fx.notes.notes if fx.notes else [],
         "notes_max": NOTES_MAX if fx.notes else 0,
         "live": keys.live(record.id) if ends_or_parks else "",
@@ -237,7 +240,8 @@ def _live_ttl(advanced: Advanced) -> int:
     return STREAM_IDLE_S
 
 
-def _notes_key(keys: Keys, notes: KeptNotes) -> str:
+def notes_key(keys: Keys, notes: KeptNotes) -> str:
+    """Where a finished run's notes are kept: its memory's or its schedule's list."""
     return keys.memory(notes.name) if notes.kind == "memory" else keys.schedule_notes(notes.name)
 
 

@@ -36,7 +36,8 @@ Per tree (keyed by the root's id, so one cursor follows a run and its specialist
                             after a run of the tree parks for a person (unless another
                             event renews it), and STREAM_KEEP_S after its root finishes
 
-Fleet-wide:
+Fleet-wide (the index shards, `IndexKeys`: one set on a single Redis, one per hash
+slot on a cluster, see below):
 
     runs            zset    run ids by creation time (`relay runs`); pruned by the tick
     deadlines       zset    root ids by when their budget's `seconds` run out: the tick
@@ -76,14 +77,45 @@ Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import 
     schedule-slot:<name>:<slot>  string  the claim on one fired slot (SET NX)
     schedule-firing zset    "name|slot" of slots whose run is not confirmed yet
     notifications   list    what notify-only schedules recorded, newest first
+
+On Redis Cluster (`Keys(prefix, cluster=True)`; workers.sharding, workers.shards).
+The names above hold on a single Redis, unchanged, so runs in flight across an
+upgrade keep working. On a cluster every Lua script touches one slot:
+
+    a tree          run:{<root>}.<rest>, inbox:{<root>}..., trace:, lease:, live:{<root>}:
+                    every key of a run carries its root's hash tag, so a specialist
+                    `<root>.<call>` is in its root's slot (usage roll-up, settling
+                    reservations, children, deliveries: all one slot)
+    index shards    runs{<t>}, outbox{<t>}, pending{<t>}, pending:data{<t>},
+                    deadlines{<t>}, activity{<t>}, prune-cursor{<t>}: one shard per hash
+                    slot, `<t>` a short text hashing to that slot (sharding.slot_tag),
+                    and a tree's entries in the shard of its own slot: SAVE, CREATE,
+                    CLAIM, DECIDE... update the run and its entries in one script, and
+                    no node holds a whole index
+    index-slots{fleet}  set  the slots whose shards were ever written: added before a
+                    root's CREATE (a second, idempotent write: the set is always a
+                    superset), never removed; the tick and listings read these shards,
+                    one SWEEP per node (lua/sweep.lua, the one read-only script across
+                    slots), pruning PRUNE_SHARDS of them per tick
+    tick-lock{fleet}, tick-stats{fleet}, metrics{fleet}: one slot (one script uses two)
+    {schedules}schedules, {schedules}schedule-due, ...: the scheduler's keys in one
+                    slot (its claim script touches all of them; schedules are few)
+    route:{<r>}:<part>, key-inflight:{<r>}<key>: a route in one slot; a key's cap on
+                    calls in flight then counts per route, not across routes
+    memory:<name>, schedule-notes:<name>: in their own slots, so SAVE leaves them out;
+                    the store appends a finished run's notes right after its SAVE
+                    (lost, not doubled, if the worker dies between the two)
+    activity{<t>}   `wait`/`watch` follow the activity shard of the run they wait on
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 from scheduler import ScheduleKeys
+from workers.sharding import key_slot, slot_tag
 
 __all__ = [
     "NOTES_MAX",
@@ -93,11 +125,13 @@ __all__ = [
     "STREAM_MAX",
     "STREAM_PARKED_S",
     "TRACE_MAX",
+    "IndexKeys",
     "Keys",
     "OutboxMember",
     "PendingKind",
     "RunFields",
     "model_call",
+    "outbox_run",
     "pending_member",
     "pending_parts",
 ]
@@ -236,71 +270,112 @@ def pending_parts(member: str) -> tuple[str, str, str]:
 
 
 @dataclass(frozen=True)
+class IndexKeys:
+    """The fleet-wide indexes of one shard: the only shard on a single Redis; on a
+    cluster, the shard of one hash slot, whose keys end in that slot's tag."""
+
+    runs: str
+    outbox: str
+    pending: str
+    pending_data: str
+    deadlines: str
+    activity: str
+    prune_cursor: str
+    slot: int = -1
+    """The hash slot of the shard (-1: the only shard, on a single Redis)."""
+
+
+def outbox_run(member: str) -> str:
+    """The run an outbox member is about (`a|<run>`, `m|<run>|<seq>`, `t|<run>|<call>`)."""
+    return member.split("|", 2)[1]
+
+
+@dataclass(frozen=True)
 class Keys:
-    """Every key under one prefix."""
+    """Every key under one prefix; with `cluster`, tagged for Redis Cluster (see above)."""
 
     prefix: str
+    cluster: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cluster and ("{" in self.prefix or "}" in self.prefix):
+            # A brace in the prefix would become every key's hash tag: one slot for all.
+            raise ValueError(f"a key prefix for Redis Cluster has no braces: {self.prefix!r}")
 
     def _(self, name: str) -> str:
         return f"{self.prefix}{name}"
 
-    @property
-    def runs(self) -> str:
-        return self._("runs")
+    def _fleet(self, name: str) -> str:
+        # One tag for the fleet's few single keys: the tick's lock and its stats go
+        # through one script, so they must share a slot.
+        return self._(f"{name}{{fleet}}" if self.cluster else name)
+
+    def _tree(self, run_id: str) -> str:
+        """The run id as keys spell it: on a cluster `{<root>}.<rest>`, so every key of
+        a tree hashes to its root's slot."""
+        if not self.cluster:
+            return run_id
+        root, dot, rest = run_id.partition(".")
+        return f"{{{root}}}{dot}{rest}"
+
+    def slot(self, run_id: str) -> int:
+        """The hash slot of the run's tree (on a cluster)."""
+        return key_slot(self.run(run_id).encode())
+
+    def index(self, run_id: str) -> IndexKeys:
+        """The index shard the run's entries go to (the same slot as its tree)."""
+        return self.shard(self.slot(run_id)) if self.cluster else self._index("")
+
+    def shard(self, slot: int) -> IndexKeys:
+        """The index shard of hash slot `slot` (on a cluster)."""
+        return _shard(self, slot)
+
+    def _index(self, tag: str, slot: int = -1) -> IndexKeys:
+        return IndexKeys(
+            runs=self._(f"runs{tag}"),
+            outbox=self._(f"outbox{tag}"),
+            pending=self._(f"pending{tag}"),
+            pending_data=self._(f"pending:data{tag}"),
+            deadlines=self._(f"deadlines{tag}"),
+            activity=self._(f"activity{tag}"),
+            prune_cursor=self._(f"prune-cursor{tag}"),
+            slot=slot,
+        )
 
     @property
-    def outbox(self) -> str:
-        return self._("outbox")
-
-    @property
-    def pending(self) -> str:
-        return self._("pending")
-
-    @property
-    def pending_data(self) -> str:
-        return self._("pending:data")
-
-    @property
-    def activity(self) -> str:
-        return self._("activity")
-
-    @property
-    def deadlines(self) -> str:
-        return self._("deadlines")
-
-    @property
-    def prune_cursor(self) -> str:
-        return self._("prune-cursor")
+    def index_slots(self) -> str:
+        """The set of hash slots whose index shards were ever written (a cluster's)."""
+        return self._fleet("index-slots")
 
     @property
     def tick_lock(self) -> str:
-        return self._("tick-lock")
+        return self._fleet("tick-lock")
 
     @property
     def tick_stats(self) -> str:
-        return self._("tick-stats")
+        return self._fleet("tick-stats")
 
     @property
     def metrics(self) -> str:
-        return self._("metrics")
+        return self._fleet("metrics")
 
     def web_used(self, nonce: str) -> str:
         return self._(f"web-used:{nonce}")
 
     def run(self, run_id: str) -> str:
-        return self._(f"run:{run_id}")
+        return self._(f"run:{self._tree(run_id)}")
 
     def inbox(self, run_id: str) -> str:
-        return self._(f"inbox:{run_id}")
+        return self._(f"inbox:{self._tree(run_id)}")
 
     def trace(self, run_id: str) -> str:
-        return self._(f"trace:{run_id}")
+        return self._(f"trace:{self._tree(run_id)}")
 
     def history(self, run_id: str) -> str:
-        return self._(f"hist:{run_id}")
+        return self._(f"hist:{self._tree(run_id)}")
 
     def lease(self, run_id: str, what: str) -> str:
-        return self._(f"lease:{run_id}:{what}")
+        return self._(f"lease:{self._tree(run_id)}:{what}")
 
     def schedule_notes(self, schedule: str) -> str:
         return self._(f"schedule-notes:{schedule}")
@@ -310,15 +385,31 @@ class Keys:
 
     def live(self, run_id: str) -> str:
         """The live stream of the tree `run_id` belongs to (its root's)."""
-        return self._(f"live:{run_id.split('.', 1)[0]}")
+        return self._(f"live:{self._tree(run_id.split('.', 1)[0])}")
 
     def route(self, name: str, part: str = "") -> str:
         """`route:<name>` or `route:<name>:<part>` (see the map above)."""
-        return self._(f"route:{name}" + (f":{part}" if part else ""))
+        tagged = f"{{{name}}}" if self.cluster else name
+        return self._(f"route:{tagged}" + (f":{part}" if part else ""))
 
-    def key_inflight(self, key: str) -> str:
-        return self._(f"key-inflight:{key}")
+    def key_inflight(self, key: str, route: str) -> str:
+        """A key's calls in flight; on a cluster, on `route` only (in the route's slot:
+        the admission script touches both)."""
+        return self._(f"key-inflight:{{{route}}}{key}" if self.cluster else f"key-inflight:{key}")
+
+    @property
+    def schedule_prefix(self) -> str:
+        """The prefix of the scheduler's keys: on a cluster, with one tag, since the
+        scheduler's claim touches all of them (schedules are few: one slot holds them)."""
+        return self._("{schedules}") if self.cluster else self.prefix
 
     def schedules(self) -> ScheduleKeys:
         """The scheduler's keys, under the same prefix."""
-        return ScheduleKeys.under(self.prefix)
+        return ScheduleKeys.under(self.schedule_prefix)
+
+
+@cache
+def _shard(keys: Keys, slot: int) -> IndexKeys:
+    # Made once per slot: a tick over a cluster's 16384 shards would spend most of
+    # its time spelling their names.
+    return keys._index(f"{{{slot_tag(slot)}}}", slot)

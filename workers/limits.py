@@ -100,7 +100,7 @@ class RouteLimits:
         return [
             k.route(route),
             k.route(route, "inflight"),
-            k.key_inflight(key),
+            k.key_inflight(key, route),
             k.route(route, "queue"),
             k.route(route, "queue-keys"),
             k.route(route, "tags"),
@@ -137,7 +137,7 @@ class RouteLimits:
         with self._store.errors():
             pipe = self._store.redis.pipeline(transaction=False)
             pipe.zadd(k.route(route.name, "inflight"), {holder: until}, xx=True)
-            pipe.zadd(k.key_inflight(key), {holder: until}, xx=True)
+            pipe.zadd(k.key_inflight(key, route.name), {holder: until}, xx=True)
             pipe.execute()
 
     def leave(self, route: ModelRoute, *, key: str, holder: str) -> None:

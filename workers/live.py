@@ -101,7 +101,7 @@ class LiveStreams:
         """Put a follow-up in a root run's inbox unless its strategy refuses; return REPLY's
         answer: sent, busy, specialist, corrupt or gone."""
         k = self._store.keys
-        keys = [k.run(run_id), k.inbox(run_id), k.outbox]
+        keys = [k.run(run_id), k.inbox(run_id), k.index(run_id).outbox]
         args = [event.model_dump_json(), event.strategy, OutboxMember.advance(run_id), due_ms]
         with self._store.errors():
             return as_text(self._reply(keys=keys, args=args))

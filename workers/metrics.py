@@ -124,7 +124,7 @@ class FleetMetrics:
         found = FleetState()
         metas: list[Any] = []
         with store.errors():
-            ids = store.redis.zrevrange(keys.runs, 0, MAX_RUNS_SCANNED - 1)
+            ids = store.runs(MAX_RUNS_SCANNED)
             for start in range(0, len(ids), CHUNK):
                 pipe = store.redis.pipeline(transaction=False)
                 for run_id in ids[start : start + CHUNK]:

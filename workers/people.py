@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from workers.codec import as_text
 from workers.errors import RunNotFound
-from workers.layout import OutboxMember, PendingKind, RunFields, pending_member
+from workers.layout import OutboxMember, PendingKind, RunFields, pending_member, pending_parts
 from workers.records import BudgetExtended, InboxEvent, Pending
 from workers.scripts import Decided, lua
 
@@ -49,7 +49,8 @@ class People:
         came after the entry's expiry: then `expired` (the event for "no decision in
         time") is applied instead."""
         k = self._store.keys
-        keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.pending, k.pending_data]
+        index = k.index(run_id)
+        keys = [k.run(run_id), k.inbox(run_id), index.outbox, index.pending, index.pending_data]
         args: list[str | int] = [pending_member(run_id, kind, what)]
         args += [RunFields.decision(kind, what), event.model_dump_json()]
         args += [OutboxMember.advance(run_id), due_ms, now_ms, expired.model_dump_json()]
@@ -58,33 +59,35 @@ class People:
 
     def pending(self, limit: int = 1_000) -> list[Pending]:
         """Return what waits on a person, oldest expiry first."""
-        redis, keys = self._store.redis, self._store.keys
-        with self._store.errors():
-            members = redis.zrange(keys.pending, 0, limit - 1)
-            values = redis.hmget(keys.pending_data, members) if members else []
-        return _readable(values)
+        found = self._store.shards.in_range("pending", float("-inf"), float("inf"), limit)
+        return self.pending_of([member for member, _ in found])
 
     def pending_of(self, members: Sequence[str]) -> list[Pending]:
-        redis, keys = self._store.redis, self._store.keys
+        """Return the pending entries named (in their order; one gone is skipped)."""
         if not members:
             return []
+        shards = self._store.shards.by_shard((pending_parts(m)[0], m) for m in members)
+        values: dict[str, Any] = {}
         with self._store.errors():
-            values = redis.hmget(keys.pending_data, list(members))
-        return _readable(values)
+            pipe = self._store.redis.pipeline(transaction=False)
+            groups = list(shards)
+            for shard, group in groups:
+                pipe.hmget(shard.pending_data, group)
+            for (_, group), found in zip(groups, pipe.execute(), strict=True):
+                values.update(zip(group, found, strict=True))
+        return _readable([values[member] for member in members])
 
     def pending_members_of(self, run_id: str) -> tuple[str, ...]:
         """Return the pending entries a run holds, found by their names (for a lost record)."""
         redis, keys = self._store.redis, self._store.keys
         with self._store.errors():
-            found = redis.hscan_iter(keys.pending_data, match=f"{run_id}|*", count=1_000)
+            data = keys.index(run_id).pending_data
+            found = redis.hscan_iter(data, match=f"{run_id}|*", count=1_000)
             return tuple(as_text(member) for member, _ in found)
 
     def expired_pending(self, now_ms: int, limit: int = 500) -> list[Pending]:
-        redis, keys = self._store.redis, self._store.keys
-        with self._store.errors():
-            members = redis.zrangebyscore(keys.pending, 0, now_ms, start=0, num=limit)
-            values = redis.hmget(keys.pending_data, members) if members else []
-        return _readable(values)
+        found = self._store.shards.in_range("pending", 0, now_ms, limit)
+        return self.pending_of([member for member, _ in found])
 
     def extend(
         self,
@@ -101,7 +104,8 @@ class People:
             RunNotFound: there is no such root.
         """
         k = self._store.keys
-        keys = [k.run(root), k.deadlines, k.pending, k.pending_data, k.outbox]
+        index = k.index(root)
+        keys = [k.run(root), index.deadlines, index.pending, index.pending_data, index.outbox]
         args: list[str | int] = ["" if n is None else n for n in raise_by]
         args += [root, due_ms]
         for entry in parked:
@@ -123,7 +127,8 @@ class People:
         """Return the pending entries of one kind held by the runs of a tree."""
         redis, keys = self._store.redis, self._store.keys
         with self._store.errors():
-            found = redis.hscan_iter(keys.pending_data, match=f"{root}*|{kind}|*", count=1_000)
+            data = keys.index(root).pending_data
+            found = redis.hscan_iter(data, match=f"{root}*|{kind}|*", count=1_000)
             values = [value for _, value in found]
         return [p for p in _readable(values) if p.root_id == root]
 

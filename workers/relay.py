@@ -223,7 +223,7 @@ class Relay:
         with self._lock:
             if self._parts is None:
                 settings = self.settings
-                store = RunStore(self.redis_url, settings.prefix)
+                store = RunStore(self.redis_url, settings.prefix, cluster=settings.cluster)
                 app = build_celery(self.name, settings, settings.broker_url or self.redis_url)
                 send = sender(app, self.queues, self._tool_timeout)
                 runtime = Runtime(

@@ -40,7 +40,7 @@ class Scheduling:
     @cached_property
     def schedule_store(self) -> ScheduleStore:
         """The schedules of this Relay (its Redis, its key prefix)."""
-        return ScheduleStore(self.store.redis, self.store.keys.prefix)
+        return ScheduleStore(self.store.redis, self.store.keys.schedule_prefix)
 
     def schedule(
         self,

@@ -1,7 +1,10 @@
 """Relay's settings, read once from `RELAY_*` environment variables into one frozen value.
 
     RELAY_REDIS_URL              redis://, rediss:// or unix:// URL; unset: the CLI
-                                 starts an embedded Redis
+                                 starts an embedded Redis; redis+cluster:// (or
+                                 rediss+cluster://) for Redis Cluster, any one node
+    RELAY_REDIS_CLUSTER          1: the Redis URL is a node of a Redis Cluster (0); a
+                                 cluster holds run state only: set RELAY_BROKER_URL
     RELAY_BROKER_URL             Celery's broker; default: the Redis URL (a unix://
                                  URL becomes kombu's redis+socket://); amqp:// or
                                  amqps:// for RabbitMQ (see workers.brokers)
@@ -231,7 +234,10 @@ def _prefix(value: object) -> str:
 
 
 _Seconds = Annotated[float, BeforeValidator(_seconds)]
-_RedisUrl = Annotated[str | None, BeforeValidator(_url(("redis", "rediss", "unix")))]
+_RedisUrl = Annotated[
+    str | None,
+    BeforeValidator(_url(("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"))),
+]
 _BrokerUrl = Annotated[
     str | None,
     BeforeValidator(_url(("redis", "rediss", "redis+socket", "unix", "amqp", "amqps"))),
@@ -244,6 +250,8 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     redis_url: _RedisUrl = None
+    redis_cluster: Annotated[bool, BeforeValidator(_flag)] = False
+    """Run state on Redis Cluster (also said by a redis+cluster:// URL; see workers.sharding)."""
     broker_url: _BrokerUrl = None
     queue_type: Annotated[Literal["quorum", "classic"], BeforeValidator(_queue_type)] = "quorum"
     """On RabbitMQ: quorum queues, or classic ones for a server without them."""
@@ -286,9 +294,26 @@ class Settings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _broker_defaults_to_redis(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("broker_url") is None and data.get("redis_url"):
-            return {**data, "broker_url": data["redis_url"]}
+        if not isinstance(data, dict) or data.get("broker_url") is not None:
+            return data
+        url = data.get("redis_url")
+        flag = data.get("redis_cluster")
+        clustered = flag is True or _FLAGS.get(str(flag).strip().lower()) is True
+        if url and (clustered or "+cluster:" in str(url)):
+            # Celery's Redis transport cannot use a cluster (its messages go through
+            # keys of every slot): run state may live there, messages may not.
+            raise ValueError(
+                "RELAY_BROKER_URL: not set, and a Redis Cluster (RELAY_REDIS_URL) holds run"
+                " state only: set a broker (amqp://... for RabbitMQ, or a plain redis://)"
+            )
+        if url:
+            return {**data, "broker_url": url}
         return data
+
+    @property
+    def cluster(self) -> bool:
+        """Run state is on Redis Cluster."""
+        return self.redis_cluster or "+cluster:" in (self.redis_url or "")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -378,7 +403,7 @@ def _describe(error: ValidationError, given: Mapping[str, str]) -> str:
     field = str(first["loc"][0]) if first["loc"] else ""
     cause = first.get("ctx", {}).get("error")
     reason = str(cause) if isinstance(cause, ValueError) else first["msg"]
-    line = f"{_VARIABLES.get(field, field)}: {reason}"
+    line = f"{_VARIABLES.get(field, field)}: {reason}" if field else reason
     value = given.get(field)
     if value is None or field == "model_key":
         return line

@@ -35,17 +35,14 @@ from workers.durability import Durability, probe, wait_durable
 from workers.effects import Advanced, OwnOutcome
 from workers.errors import RunCorrupt, StoreUnavailable
 from workers.hot import HotAgent, HotAgents
-from workers.layout import (
-    TRACE_MAX,
-    Keys,
-    OutboxMember,
-    RunFields,
-)
+from workers.layout import TRACE_MAX, Keys, OutboxMember, RunFields, outbox_run
 from workers.live import LiveStreams
 from workers.people import People
 from workers.records import InboxEvent, RunRecord, TraceEntry, Usage
 from workers.redact import redact_url
 from workers.scripts import ClaimStatus, Recorded, Saved, lua
+from workers.sharding import cluster_url, connect, node_client
+from workers.shards import Shards
 from workers.upkeep import Upkeep
 
 __all__ = ["NO_ADMISSION", "Admission", "Claim", "Loaded", "Over", "RunStore", "TreeLimits"]
@@ -126,14 +123,12 @@ def _redis_errors(url: str) -> Iterator[None]:
 class RunStore:
     """Run state in Redis. One per process; safe to share between threads."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, *, cluster: bool = False) -> None:
         self.url = url
-        self.keys = Keys(prefix)
+        self.keys = Keys(prefix, cluster=cluster or cluster_url(url))
         # Typed Any: redis-py annotates every reply as a union over its sync and
         # async clients, which says nothing useful here.
-        self.redis: Any = redis.Redis.from_url(
-            url, socket_connect_timeout=5, socket_timeout=30, health_check_interval=30
-        )
+        self.redis: Any = connect(url, cluster=self.keys.cluster)
         script = self.redis.register_script
         self._create: Any = script(lua("create"))
         self._load: Any = script(lua("load"))
@@ -153,6 +148,8 @@ class RunStore:
         """The trees' live streams (replies as they are written), and follow-ups."""
         self.hot = HotAgents()
         """The agents this process saved last (`workers.hot`): a load skips their restore."""
+        self.shards = Shards(self)
+        """The fleet-wide indexes' shards (one on a single Redis, one per slot on a cluster)."""
 
     def errors(self) -> Any:
         """Return a context manager that translates Redis errors for this store."""
@@ -171,7 +168,10 @@ class RunStore:
         head, history = create_arguments(snapshot)
         args: list[str | int] = [record.id, record_json(record), head, record.created_ms]
         args += [OutboxMember.advance(record.id), due_ms, *_limits(record), *history]
-        keys = [k.run(record.id), k.runs, k.outbox, k.deadlines, k.history(record.id)]
+        index = k.index(record.id)
+        keys = [k.run(record.id), index.runs, index.outbox, index.deadlines]
+        keys.append(k.history(record.id))
+        self.shards.enlist(record.id)
         with self.errors():
             answer = self._create(keys=keys, args=args)
         return as_text(answer) == "created"
@@ -268,7 +268,8 @@ class RunStore:
         within its tree's budget (see lua/claim.lua; `Claim.over` says which limit).
         """
         k, known = self.keys, self.hot.version(run_id)
-        keys = [k.run(run_id), k.lease(run_id, what), k.outbox, k.run(root), k.inbox(run_id)]
+        outbox = k.index(run_id).outbox
+        keys = [k.run(run_id), k.lease(run_id, what), outbox, k.run(root), k.inbox(run_id)]
         keys.append(k.history(run_id))
         kind = "tool" if seq is None else "model"
         args: list[str | int | float] = [what, kind, seq or 0, token, lease_ms, member]
@@ -293,7 +294,7 @@ class RunStore:
     ) -> bool:
         """Keep (or take back, if nobody took it over) the lease of call `what`."""
         k = self.keys
-        keys = [k.lease(run_id, what), k.outbox, k.run(run_id)]
+        keys = [k.lease(run_id, what), k.index(run_id).outbox, k.run(run_id)]
         args = [token, lease_ms, member, now_ms + lease_ms, what, attempt]
         with self.errors():
             return as_text(self._renew(keys=keys, args=args)) == "kept"
@@ -307,7 +308,7 @@ class RunStore:
         """
         if self._durability is None:
             with self.errors():
-                self._durability = probe(self.redis)
+                self._durability = probe(node_client(self.redis))
         return self._durability
 
     def make_durable(self, run_id: str, what: str, timeout_ms: int) -> bool:
@@ -316,14 +317,14 @@ class RunStore:
         mode = self.durability()
         key, field = self.keys.run(run_id), RunFields.attempts(what)
         with self.errors():
-            return wait_durable(self.redis, mode, key, field, timeout_ms)
+            return wait_durable(node_client(self.redis, key), mode, key, field, timeout_ms)
 
     def unclaim(
         self, run_id: str, what: str, *, attempt: int, token: str, member: str, due_ms: int
     ) -> bool:
         """Give back a claim whose call never started; False if it was not ours any more."""
         k = self.keys
-        keys = [k.run(run_id), k.lease(run_id, what), k.outbox]
+        keys = [k.run(run_id), k.lease(run_id, what), k.index(run_id).outbox]
         with self.errors():
             answer = self._unclaim(keys=keys, args=[what, attempt, token, member, due_ms])
         return as_text(answer) == "given_back"
@@ -346,7 +347,7 @@ class RunStore:
         Returns what happened, and the run loaded when it should advance now.
         """
         k = self.keys
-        keys = [k.run(run_id), k.inbox(run_id), k.outbox, k.lease(run_id, what)]
+        keys = [k.run(run_id), k.inbox(run_id), k.index(run_id).outbox, k.lease(run_id, what)]
         args = [what, event.model_dump_json(), member, OutboxMember.advance(run_id), due_ms]
         args += [token, "1" if counted else "0", attempt]
         with self.errors():
@@ -355,7 +356,7 @@ class RunStore:
 
     def forget_message(self, member: str) -> None:
         with self.errors():
-            self.redis.zrem(self.keys.outbox, member)
+            self.redis.zrem(self.keys.index(outbox_run(member)).outbox, member)
 
     def append(
         self, run_id: str, event: InboxEvent, due_ms: int, *, cancel_flag: bool = False
@@ -369,7 +370,7 @@ class RunStore:
             if cancel_flag:
                 pipe.hset(k.run(run_id), RunFields.CANCEL, 1)
             pipe.xadd(k.inbox(run_id), {"e": event.model_dump_json()})
-            pipe.zadd(k.outbox, {OutboxMember.advance(run_id): due_ms})
+            pipe.zadd(k.index(run_id).outbox, {OutboxMember.advance(run_id): due_ms})
             pipe.execute()
         return True
 
@@ -388,6 +389,9 @@ class RunStore:
             self.hot.put(run_id, HotAgent(str(int(version) + 1), meta, advanced.record, agent))
         else:
             self.hot.forget(run_id)
+        notes = advanced.effects.notes
+        if saved is Saved.SAVED and notes and self.keys.cluster:
+            self.shards.keep_notes(notes)
         return saved
 
     # --- traces and listings --------------------------------------------------------------------
@@ -403,16 +407,18 @@ class RunStore:
             end, lines = self._read_trace(keys=keys, args=[max(0, start)])
         return int(end), [TraceEntry.model_validate_json(line) for line in lines]
 
-    def activity_cursor(self) -> str:
-        """Return the newest entry id of the activity stream (where a follower begins)."""
+    def activity_cursor(self, run_id: str) -> str:
+        """Return the newest entry id of the run's activity stream (where a follower begins)."""
         with self.errors():
-            newest = self.redis.xrevrange(self.keys.activity, "+", "-", count=1)
+            newest = self.redis.xrevrange(self.keys.index(run_id).activity, "+", "-", count=1)
         return as_text(newest[0][0]) if newest else "0-0"
 
-    def wait_activity(self, cursor: str, block_ms: int) -> tuple[str, set[str]]:
-        """Wait up to `block_ms` for runs whose trace grew after `cursor`; return (cursor, runs)."""
+    def wait_activity(self, run_id: str, cursor: str, block_ms: int) -> tuple[str, set[str]]:
+        """Wait up to `block_ms` for runs whose trace grew after `cursor`, in the activity
+        stream `run_id` writes to (on a cluster: its slot's); return (cursor, runs)."""
+        activity = self.keys.index(run_id).activity
         with self.errors():
-            answer = self.redis.xread({self.keys.activity: cursor}, block=block_ms, count=10_000)
+            answer = self.redis.xread({activity: cursor}, block=block_ms, count=10_000)
         runs: set[str] = set()
         for _, entries in answer or []:
             for entry_id, data in entries:
@@ -422,14 +428,13 @@ class RunStore:
 
     def add_trace(self, run_id: str, entry: TraceEntry) -> None:
         k = self.keys
-        keys = [k.run(run_id), k.trace(run_id), k.activity]
+        keys = [k.run(run_id), k.trace(run_id), k.index(run_id).activity]
         with self.errors():
             self._trace(keys=keys, args=[run_id, TRACE_MAX, trace_line(entry)])
 
     def runs(self, limit: int = 100) -> list[str]:
         """Return the newest run ids first."""
-        with self.errors():
-            return [as_text(r) for r in self.redis.zrevrange(self.keys.runs, 0, limit - 1)]
+        return self.shards.newest_runs(limit)
 
 
 def _limits(record: RunRecord) -> list[str | int]:

@@ -5,11 +5,15 @@ The broker is the same Redis, or (`broker="amqp"`) a vhost of its own on the
 machine's RabbitMQ, made for the fleet and deleted after it. `on_broker(...)`
 changes the default for the fleets made inside it (so a test written for Redis
 runs unchanged on RabbitMQ); RELAY_TEST_BROKER=amqp changes it for a whole run.
+`on_cluster(cluster)` likewise puts the run state of the fleets made inside it on
+a Redis Cluster (tests/support/redis_cluster.py), each under a key prefix of its
+own; the fleet's private Redis is then still started, and unused.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -22,17 +26,19 @@ from tests.apps.notes import build
 from tests.support.brain import Brain
 from tests.support.model_server import ModelServer
 from tests.support.rabbitmq import rabbit_vhost
+from tests.support.redis_cluster import Cluster
 from tests.support.redis_server import RedisServer
 from tests.support.worker_process import RelayProcess
 from workers import Relay, Settings
 
-__all__ = ["Broker", "Fleet", "fleet", "on_broker"]
+__all__ = ["Broker", "Fleet", "fleet", "on_broker", "on_cluster"]
 
 APP = "tests.apps.notes:relay"
 
 Broker = Literal["redis", "amqp"]
 _DEFAULT = os.environ.get("RELAY_TEST_BROKER") or "redis"
 _BROKER: ContextVar[str] = ContextVar("broker", default=_DEFAULT)
+_CLUSTER: ContextVar[Cluster | None] = ContextVar("cluster", default=None)
 
 
 @contextmanager
@@ -45,6 +51,16 @@ def on_broker(broker: Broker) -> Iterator[None]:
         _BROKER.reset(token)
 
 
+@contextmanager
+def on_cluster(cluster: Cluster) -> Iterator[None]:
+    """Put the run state of every `fleet(...)` made inside the block on `cluster`."""
+    token = _CLUSTER.set(cluster)
+    try:
+        yield
+    finally:
+        _CLUSTER.reset(token)
+
+
 @dataclass
 class Fleet:
     directory: Path
@@ -55,6 +71,8 @@ class Fleet:
     relay: Relay
     processes: list[RelayProcess] = field(default_factory=list)
     broker: str = "redis"
+    cluster: Cluster | None = None
+    """The Redis Cluster holding the run state, if not the private Redis."""
 
     def worker(
         self, *extra: str, name: str = "", env: dict[str, str] | None = None
@@ -129,8 +147,13 @@ def fleet(
         if chosen not in ("redis", "amqp"):
             raise ValueError(f"unknown broker {chosen!r}: redis or amqp")
         broker_url = stack.enter_context(rabbit_vhost()) if chosen == "amqp" else None
+        cluster = _CLUSTER.get()
+        state = {"RELAY_REDIS_URL": redis_server.url}
+        if cluster is not None:
+            # A prefix of its own on the shared cluster: the fleet sees nothing of the others.
+            state = {"RELAY_REDIS_URL": cluster.url, "RELAY_PREFIX": f"c{secrets.token_hex(4)}:"}
         env = {
-            "RELAY_REDIS_URL": redis_server.url,
+            **state,
             **({"RELAY_BROKER_URL": broker_url} if broker_url else {}),
             "RELAY_MODEL_URL": model.url,
             "RELAY_TEST_DIR": str(directory),
@@ -141,7 +164,9 @@ def fleet(
         }
         settings = Settings.from_env(env)
         relay = build(settings, skills_dir=env.get("RELAY_TEST_SKILLS"))
-        running = Fleet(directory, redis_server, model, brain, env, relay, broker=chosen)
+        running = Fleet(
+            directory, redis_server, model, brain, env, relay, broker=chosen, cluster=cluster
+        )
         try:
             yield running
         finally:

@@ -1,0 +1,182 @@
+"""Run state on Redis Cluster: the keys, the index shards, and a master failing over.
+
+The broker matrix (tests/test_runtime_brokers.py) runs the runtime's scenarios on
+RabbitMQ + Redis Cluster; here is what only a cluster has. Keys first (no server):
+every key of a tree in its root's slot, and the single-Redis names unchanged.
+Then on the session's private cluster (three masters, one replica each): index
+shards spread over the masters and read back by the tick, the per-node SWEEP
+handing back a shard it does not serve, and a run whose master is killed
+finishing on the replica that took its place.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis.crc import key_slot
+
+from agent_core import Stop
+from tests.support.brain import call, final
+from tests.support.fleet import Fleet, fleet, on_cluster
+from tests.support.rabbitmq import require_rabbitmq
+from tests.support.redis_cluster import Cluster, redis_cluster
+from workers.durability import Durability
+from workers.layout import Keys
+from workers.scripts import lua
+from workers.settings import now_ms
+
+__all__ = ["redis_cluster"]  # the session's cluster fixture, used here
+
+
+def _slot(key: str) -> int:
+    return key_slot(key.encode())
+
+
+# --- keys (no server) -------------------------------------------------------------------------
+
+
+def test_on_a_single_redis_the_keys_are_named_as_before() -> None:
+    keys = Keys("relay:")
+    assert keys.run("a1.m2.c3") == "relay:run:a1.m2.c3"
+    assert keys.lease("a1", "m0") == "relay:lease:a1:m0"
+    assert keys.live("a1.m2") == "relay:live:a1"
+    index = keys.index("a1.m2")
+    assert (index.runs, index.outbox, index.pending) == (
+        "relay:runs",
+        "relay:outbox",
+        "relay:pending",
+    )
+    assert (index.pending_data, index.deadlines) == ("relay:pending:data", "relay:deadlines")
+    assert (index.activity, index.prune_cursor) == ("relay:activity", "relay:prune-cursor")
+    assert keys.tick_lock == "relay:tick-lock"
+    assert keys.route("fast", "queue") == "relay:route:fast:queue"
+    assert keys.key_inflight("k1", "fast") == "relay:key-inflight:k1"
+    assert keys.schedules().due == "relay:schedule-due"
+
+
+@pytest.mark.parametrize("run_id", ["a1", "a1.m2", "a1.m2.c3", "sched-7}x{"])
+def test_on_a_cluster_every_key_of_a_tree_is_in_its_roots_slot(run_id: str) -> None:
+    keys = Keys("relay:", cluster=True)
+    root = run_id.split(".", 1)[0]
+    slot = _slot(keys.run(root))
+    index = keys.index(run_id)
+    tree = [keys.run(run_id), keys.inbox(run_id), keys.trace(run_id), keys.lease(run_id, "m0")]
+    tree += [keys.history(run_id)]
+    tree += [keys.live(run_id), index.runs, index.outbox, index.pending, index.pending_data]
+    tree += [index.deadlines, index.activity, index.prune_cursor]
+    assert {_slot(key) for key in tree} == {slot}
+    assert index.slot == slot
+
+
+def test_on_a_cluster_the_other_scripts_keys_share_a_slot_too() -> None:
+    keys = Keys("relay:", cluster=True)
+    route = [keys.route("fast", part) for part in ("", "inflight", "queue", "tags", "told")]
+    assert len({_slot(key) for key in [*route, keys.key_inflight("k1", "fast")]}) == 1
+    assert _slot(keys.tick_lock) == _slot(keys.tick_stats)
+    schedules = keys.schedules()
+    named = [schedules.schedules, schedules.due, schedules.firing, schedules.notifications]
+    assert len({_slot(key) for key in [*named, schedules.slot("daily", 123)]}) == 1
+    # Trees spread: a hundred roots land in (nearly) a hundred slots.
+    assert len({keys.slot(f"r{n}") for n in range(100)}) > 95
+    with pytest.raises(ValueError, match="no braces"):
+        Keys("relay{x}:", cluster=True)
+
+
+# --- on the cluster ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def on_the_cluster(redis_cluster: Cluster, tmp_path: Path) -> Iterator[Fleet]:
+    require_rabbitmq()
+    with on_cluster(redis_cluster), fleet(tmp_path, broker="amqp") as running:
+        assert running.relay.store.keys.cluster
+        yield running
+
+
+def test_index_shards_spread_over_the_masters_and_the_tick_reads_every_one(
+    on_the_cluster: Fleet, redis_cluster: Cluster
+) -> None:
+    f = on_the_cluster
+    store = f.relay.store
+    started = [f.relay.start(f"SHARDS: run {n}") for n in range(60)]  # no worker: they wait
+    shards = store.shards.all()
+    assert {shard.slot for shard in shards} == {store.keys.slot(run_id) for run_id in started}
+    masters = {redis_cluster.master_of(shard.outbox).port for shard in shards}
+    assert len(masters) == 3  # no node holds the whole outbox
+    due = store.upkeep.due_messages(now_ms() + 3_600_000, limit=1_000)
+    assert sorted(due) == sorted(f"a|{run_id}" for run_id in started)
+    assert sorted(store.runs(limit=1_000)) == sorted(started)
+    assert store.runs(limit=1) == [started[-1]]  # newest first, across shards
+    started_at = time.perf_counter()
+    runtime_heal_reads = store.upkeep.due_messages(now_ms())  # what each tick reads
+    print(
+        f"a tick's outbox read over {len(shards)} shards: {time.perf_counter() - started_at:.4f} s"
+    )
+    assert runtime_heal_reads == []  # nothing is due yet: the grace has not passed
+
+
+def test_a_sweep_hands_back_a_shard_its_node_does_not_serve(
+    on_the_cluster: Fleet, redis_cluster: Cluster
+) -> None:
+    store = on_the_cluster.relay.store
+    here, there = store.keys.shard(0).outbox, store.keys.shard(16383).outbox
+    node = redis_cluster.master_of(here)
+    assert redis_cluster.master_of(there) is not node  # slot 0 and 16383: first and last master
+    store.redis.zadd(here, {"a|near": 5})
+    store.redis.zadd(there, {"a|far": 6})
+    client = node.client()
+    try:
+        sweep = client.register_script(lua("sweep"))
+        found, missed = sweep(keys=[], args=["due", "-inf", "+inf", 10, here, there])
+    finally:
+        client.close()
+    assert found == [b"a|near", b"5"]
+    assert missed == [2]
+    # Through the store, the shard missed by its sweep is read on its own.
+    store.redis.sadd(store.keys.index_slots, 0, 16383)
+    assert store.shards.in_range("outbox", 0, 10, 10) == [("a|near", 5.0), ("a|far", 6.0)]
+
+
+def _run_id_away_from(cluster: Cluster, keys: Keys) -> str:
+    """A run id whose slot's master is not the node the fleet's URL names."""
+    for n in range(1_000):
+        run_id = f"failover{n}"
+        if cluster.master_of(keys.run(run_id)) is not cluster.nodes[0]:
+            return run_id
+    raise AssertionError("every slot is on the first node")
+
+
+def test_a_run_finishes_when_its_master_fails_over_to_the_replica(
+    on_the_cluster: Fleet, redis_cluster: Cluster
+) -> None:
+    f = on_the_cluster
+    store = f.relay.store
+    f.brain.script("FAILOVER", {0: call("sleep", seconds=3), 1: final("slept through it")})
+    f.worker("--concurrency", "2")
+    run_id = f.relay.start("FAILOVER: sleep", run_id=_run_id_away_from(redis_cluster, store.keys))
+    f.until(lambda: "sleep start 3" in f.ledger(), 30, what="the tool to start")
+    master = redis_cluster.master_of(store.keys.run(run_id))
+    master.kill()  # as a crash would: its replica is elected after cluster-node-timeout
+    try:
+        outcome = f.relay.wait(run_id, timeout=90)
+        assert outcome.stop is Stop.DONE, f.logs()
+        assert outcome.summary == "slept through it"
+        assert "sleep end 3" in f.ledger()
+        assert redis_cluster.master_of(store.keys.run(run_id)) is not master  # the replica
+    finally:
+        master.start()  # back as a replica of the new master: the next test has six nodes
+        redis_cluster.wait_ok()
+        redis_cluster.wait_synced()
+
+
+def test_a_durable_claim_waits_for_the_replica_of_its_runs_master(on_the_cluster: Fleet) -> None:
+    store = on_the_cluster.relay.store
+    run_id = on_the_cluster.relay.start("DURABLE: no worker takes it")
+    assert store.durability() is Durability.REPLICA  # each master has a replica
+    # WAIT runs on the connection of the run's master, after a write there: it returns
+    # once the replica has it (on another node it would wait for nothing).
+    assert store.make_durable(run_id, "t1", 2_000)
+    assert store.redis.hget(store.keys.run(run_id), "a:t1") == b"0"

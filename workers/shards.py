@@ -1,0 +1,170 @@
+"""The fleet-wide indexes' shards: which exist, and reads that go over all of them.
+
+On a single Redis there is one shard (the keys `runs`, `outbox`, ... of the map in
+`workers.layout`). On Redis Cluster each hash slot has its own, in that slot, so a
+run's SAVE updates its run and its index entries in one script (one slot); the
+readers (the tick, listings) go over the shards of the slots in use.
+
+Which slots are in use is the set `index-slots`: a root's slot is added to it
+before the CREATE that writes the root's first index entries (every run of a tree
+is in its root's slot), so the set always holds every slot with entries. That
+write is a second command, on another slot: safe because it comes first and adding
+a slot twice changes nothing; a crash between the two leaves a slot listed whose
+shards are empty, which costs a tick one empty read per index. Slots are never
+taken out (a slot emptied now may be written again by the next CREATE): the set
+holds at most 16384 numbers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from workers.codec import as_text, notes_key
+from workers.effects import KeptNotes
+from workers.layout import NOTES_MAX, IndexKeys
+from workers.scripts import lua
+
+if TYPE_CHECKING:
+    from workers.store import RunStore
+
+__all__ = ["Shards"]
+
+
+class Shards:
+    """The index shards of a RunStore's Redis."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self._listed: set[int] = set()
+        """Slots this process already saw in `index-slots`: listed once, they stay."""
+        self._lock = threading.Lock()
+        self._turn = 0
+        """Where the next `window` starts."""
+        self._scripts: dict[str, Any] = {}
+        """SWEEP, registered on each node's own client (by node name)."""
+
+    def all(self) -> list[IndexKeys]:
+        """Every shard that may hold entries (the one on a single Redis)."""
+        keys = self._store.keys
+        if not keys.cluster:
+            return [keys.index("")]
+        with self._store.errors():
+            slots = self._store.redis.smembers(keys.index_slots)
+        return [keys.shard(int(slot)) for slot in sorted(int(s) for s in slots)]
+
+    def window(self, count: int) -> list[IndexKeys]:
+        """The next `count` shards of all, in turn (each call starts where the last one
+        of this process stopped): for sweeps that may take their time, like pruning."""
+        shards = self.all()
+        if len(shards) <= count:
+            return shards
+        with self._lock:
+            start = self._turn % len(shards)
+            self._turn = start + count
+        return (shards + shards)[start : start + count]
+
+    def enlist(self, run_id: str) -> None:
+        """List the slot of the run's tree before its first index entry is written."""
+        keys = self._store.keys
+        if not keys.cluster:
+            return
+        slot = keys.slot(run_id)
+        with self._lock:
+            if slot in self._listed:
+                return
+        with self._store.errors():
+            self._store.redis.sadd(keys.index_slots, slot)
+        with self._lock:
+            self._listed.add(slot)
+
+    def by_shard(self, runs: Iterable[tuple[str, str]]) -> Iterator[tuple[IndexKeys, list[str]]]:
+        """Group (run id, member) pairs by the shard of each run."""
+        keys, groups = self._store.keys, dict[IndexKeys, list[str]]()
+        for run_id, member in runs:
+            groups.setdefault(keys.index(run_id), []).append(member)
+        yield from groups.items()
+
+    def newest_runs(self, limit: int) -> list[str]:
+        """The newest `limit` run ids of every shard, newest first."""
+        found = self._read(self.all(), "runs", "newest", (0, float("inf"), limit))
+        found.sort(key=lambda entry: -entry[1])
+        return [run_id for run_id, _ in found[:limit]]
+
+    def in_range(self, index: str, low: float, high: float, limit: int) -> list[tuple[str, float]]:
+        """Up to `limit` (member, score) of the shards' `index` ("outbox", "pending",
+        "deadlines") scored from `low` to `high`, lowest first."""
+        found = self._read(self.all(), index, "due", (low, high, limit))
+        found.sort(key=lambda entry: entry[1])
+        return found[:limit]
+
+    def _read(
+        self, shards: list[IndexKeys], index: str, mode: str, bounds: tuple[float, float, int]
+    ) -> list[tuple[str, float]]:
+        """Range-read the sorted set `index` of each shard: one command per shard on a single
+        Redis (one shard), one SWEEP per node on a cluster, then one command per shard it
+        missed."""
+        redis, found = self._store.redis, list[tuple[str, float]]()
+        low, high, limit = bounds
+        with self._store.errors():
+            head = [mode, _bound(low), _bound(high), limit]
+            keys = [getattr(shard, index) for shard in shards]
+            missed = self._sweep(shards, keys, head, found) if len(keys) > 1 else keys
+            pipe = redis.pipeline(transaction=False)
+            for key in missed:
+                if mode == "newest":
+                    pipe.zrevrangebyscore(key, high, low, start=0, num=limit, withscores=True)
+                else:
+                    pipe.zrangebyscore(key, low, high, start=0, num=limit, withscores=True)
+            for entries in pipe.execute() if missed else []:
+                found.extend((as_text(member), float(score)) for member, score in entries)
+        return found
+
+    def _sweep(
+        self,
+        shards: list[IndexKeys],
+        keys: list[str],
+        head: list[Any],
+        found: list[tuple[str, float]],
+    ) -> list[str]:
+        """Read `keys` with one SWEEP per node (lua/sweep.lua) into `found`; return the keys
+        a node did not serve."""
+        cluster, by_node = self._store.redis, dict[str, tuple[Any, list[str]]]()
+        slots = cluster.nodes_manager
+        for shard, key in zip(shards, keys, strict=True):
+            node = slots.get_node_from_slot(shard.slot)
+            by_node.setdefault(node.name, (node, []))[1].append(key)
+        missed: list[str] = []
+        for name, (node, group) in by_node.items():
+            script = self._scripts.get(name)
+            if script is None:
+                script = cluster.get_redis_connection(node).register_script(lua("sweep"))
+                self._scripts[name] = script
+            args = [*head, *group]
+            entries, lost = script(keys=[], args=args)
+            found.extend(
+                (as_text(entries[i]), float(entries[i + 1])) for i in range(0, len(entries), 2)
+            )
+            missed += [group[int(position) - 1] for position in lost]
+        return missed
+
+    def keep_notes(self, notes: KeptNotes) -> None:
+        """Keep a finished run's notes on a cluster, after the SAVE that finished it (they
+        are in another slot). Their loss in a crash between the two is the cost: the
+        next run starts without them; the run itself is saved either way."""
+        key = notes_key(self._store.keys, notes)
+        with self._store.errors():
+            pipe = self._store.redis.pipeline(transaction=False)
+            pipe.rpush(key, *notes.notes)
+            pipe.ltrim(key, -NOTES_MAX, -1)
+            pipe.execute()
+
+
+def _bound(score: float) -> str:
+    """A score bound as ZRANGEBYSCORE reads it (`-inf`, `+inf`, or the number)."""
+    if score == float("inf"):
+        return "+inf"
+    if score == float("-inf"):
+        return "-inf"
+    return repr(score)
