@@ -142,6 +142,12 @@ def _turns(r: dict[str, Any]) -> list[Row]:
             _fmt(s["relay_own_ms_per_turn"]),
             "in process, HTTP model",
         ),
+        Row(
+            item,
+            "  the same, the server not streaming",
+            _fmt(s["relay_own_ms_per_turn_plain"]),
+            "what streaming replies to the live stream costs",
+        ),
     ]
 
 

@@ -295,7 +295,11 @@ def _in_process(b: Bench, turns: int, runs: int) -> dict[str, Any]:
     """Relay's runtime without Celery, with the HTTP model and with an in-process one."""
     settings = Settings.from_env(b.env)
     out: dict[str, Any] = {}
-    for name, model in (("http_model", None), ("local_model", LocalModel())):
+    # "http_model_plain": the same server answering without a stream, so the cost of
+    # streaming each reply into the run's live stream (issue 15) shows beside it.
+    variants = (("http_model", None), ("http_model_plain", None), ("local_model", LocalModel()))
+    for name, model in variants:
+        b.model.streams = name != "http_model_plain"
         local = LocalRuntime(settings, model)
         local_turn_ms(local, Task(f"local-warm-{name}", turns=3))
         times = [
@@ -303,6 +307,7 @@ def _in_process(b: Bench, turns: int, runs: int) -> dict[str, Any]:
             for r in range(runs)
         ]
         out[f"turn_ms_{name}"] = median(times)
+    b.model.streams = True
     local = LocalRuntime(settings, LocalModel())
     profile = cProfile.Profile()
     profile.enable()
@@ -364,6 +369,7 @@ def _summary(out: dict[str, Any]) -> dict[str, Any]:
         "redis_usec_per_step": t["relay_window_redis_usec"] / 2,
         "bare_redis_usec_per_hop": t["bare_window_redis_usec"],
         "relay_own_ms_per_turn": out["in_process"]["turn_ms_http_model"],
+        "relay_own_ms_per_turn_plain": out["in_process"]["turn_ms_http_model_plain"],
         "solo_turn_split_ms": {
             "two_bare_hops": 2 * p["hop_ms_solo"],
             "relay_own_work": out["in_process"]["turn_ms_http_model"],
