@@ -58,7 +58,7 @@ def test_a_run_continues_in_place_and_takes_fewer_messages(tmp_path: Path) -> No
         kinds = [e.kind for e in f.relay.trace(run_id)]
         assert kinds.count("call") == 1, kinds
         assert kinds.count("result") == 1, kinds
-        assert f.relay.store.redis.zcard(f.relay.store.keys.outbox) == 0
+        assert f.relay.store.redis.zcard(f.relay.store.keys.index(run_id).outbox) == 0
 
 
 def test_with_continuation_off_every_step_is_a_message(tmp_path: Path) -> None:
