@@ -19,7 +19,7 @@ from agent_core.state import dump, load
 from tests.support import snapshots_v1
 from tests.support.redis_server import RedisServer
 from tests.support.scripted import call
-from workers.codec import save_arguments
+from workers.codec import Loaded, save_arguments
 from workers.effects import Advanced, Effects
 from workers.hot import HotAgent, HotAgents
 from workers.records import RunRecord
@@ -216,13 +216,20 @@ def _tools_of(name: str) -> list[Tool]:
 # --- hot agents -------------------------------------------------------------------------------
 
 
-def test_a_run_this_process_saved_loads_without_its_snapshot(store: RunStore) -> None:
+def _saved_here(store: RunStore, moves: int) -> tuple[Agent, RunRecord, Loaded]:
+    """A run this process created and advanced `moves` times, loaded back (hot)."""
     agent = _started()
     record = _record()
     store.create(record, agent.snapshot(), due_ms=5_000)
-    _advance(store, agent, record, 6)
+    _advance(store, agent, record, moves)
     loaded = store.load("r1")
     assert loaded is not None
+    assert loaded.hot is not None
+    return agent, record, loaded
+
+
+def test_a_run_this_process_saved_loads_without_its_snapshot(store: RunStore) -> None:
+    agent, _, loaded = _saved_here(store, 6)
     assert loaded.hot is not None
     assert loaded.snapshot == ""  # not read
     assert loaded.hot.snapshot() == agent.snapshot()
@@ -232,13 +239,7 @@ def test_a_run_this_process_saved_loads_without_its_snapshot(store: RunStore) ->
 
 
 def test_a_run_saved_elsewhere_since_is_read_and_restored(store: RunStore) -> None:
-    agent = _started()
-    record = _record()
-    store.create(record, agent.snapshot(), due_ms=5_000)
-    _advance(store, agent, record, 3)
-    loaded = store.load("r1")
-    assert loaded is not None
-    assert loaded.hot is not None
+    agent, record, _ = _saved_here(store, 3)
     # Another process saves the next step: this one's agent is now a version behind.
     elsewhere = RunStore(store.url, "t:")
     _advance(elsewhere, agent, record, 1, at=3)
