@@ -182,11 +182,6 @@ def _whole(snapshot: str) -> SnapshotWrite:
     return SnapshotWrite(head, tuple(entries), rewrite=True)
 
 
-def create_arguments(snapshot: str) -> tuple[str, list[str]]:
-    """Return a new run's snapshot as CREATE stores it: head, history entries."""
-    return split(snapshot)
-
-
 def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
     """The effects of a step as SAVE reads them (`fx.<name>` in the script): only those
     the step has (most steps have a few), so SAVE decodes and walks less."""

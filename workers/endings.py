@@ -1,17 +1,21 @@
 """Steps for runs that cannot go on as usual: finished already, unreadable, or failed.
 
-Like `workers.engine`, these return what to save (`Advanced`) and do no I/O. A
+Like `workers.engine`, these return what to save (`Advanced`) and do no I/O;
+none advances the agent, so each leaves the stored snapshot as it is (`KEEP`). A
 run whose record or snapshot cannot be read, or whose step raised, fails alone:
 its parent is told, its children are stopped, and what it held is let go.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from agent_core import Config, Outcome, Stop
 from workers.effects import Advanced
 from workers.engine import finish, forget_model_call, sync_pending
 from workers.layout import model_call
 from workers.records import InboxEvent, ModelReplied, RunRecord
+from workers.snapshots import KEEP
 from workers.working import Surroundings, Working
 
 __all__ = ["failed_run", "finished_already", "unreadable_record", "unreadable_snapshot"]
@@ -36,7 +40,7 @@ def finished_already(
             run.add_usage(event.usage, event.route, model_call(event.seq))
     run.applied = [entry_id for entry_id, _ in inbox]
     run.retention_s = around.retention_s
-    return run.done(snapshot)
+    return replace(run.done(snapshot), stored=KEEP)
 
 
 def _stopped(
@@ -51,7 +55,7 @@ def _stopped(
     run.pending = tuple(sorted({*run.pending, *held_pending}))
     finish(run, outcome, [])
     sync_pending(run, [])
-    return run.done(snapshot)
+    return replace(run.done(snapshot), stored=KEEP)
 
 
 def unreadable_snapshot(

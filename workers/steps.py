@@ -24,7 +24,6 @@ from workers.records import FollowUp, InboxEvent
 from workers.reports import Report, after_step
 from workers.scripts import Saved
 from workers.settings import Timing
-from workers.snapshots import KEEP
 from workers.store import RunStore
 from workers.working import Surroundings
 
@@ -104,28 +103,23 @@ class Steps:
         """
         record = loaded.record
         around = self.around()
-        # An ending leaves the stored agent as it is (KEEP): only advancing changes it.
         if record is None:
             held = self.store.people.pending_members_of(run_id)
-            ended = endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
-            return replace(ended, stored=KEEP)
+            return endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
         if record.state == "finished" and not _reopens(loaded):
-            ended = endings.finished_already(record, loaded.snapshot, loaded.inbox, around)
-            return replace(ended, stored=KEEP)
+            return endings.finished_already(record, loaded.snapshot, loaded.inbox, around)
         if agent is None:
             try:
                 agent = loaded.agent(self.kit.restore)
             except AgentError as error:
-                ended = endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
-                return replace(ended, stored=KEEP)
+                return endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
         stored = agent.history() if loaded.apart else None
         try:
             advanced = engine.advance(record, agent, loaded.inbox, around, own)
         except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"
-            ended = endings.failed_run(record, loaded.snapshot, problem, around)
-            return replace(ended, stored=KEEP)
+            return endings.failed_run(record, loaded.snapshot, problem, around)
         return replace(advanced, stored=snapshots.write(stored, agent))
 
 

@@ -23,7 +23,6 @@ from workers.codec import (
     as_int,
     as_text,
     corrupt,
-    create_arguments,
     inbox_of,
     loaded,
     record_json,
@@ -43,6 +42,7 @@ from workers.redact import redact_url
 from workers.scripts import ClaimStatus, Recorded, Saved, lua
 from workers.sharding import cluster_url, connect, node_client
 from workers.shards import Shards
+from workers.snapshots import split
 from workers.upkeep import Upkeep
 
 __all__ = ["NO_ADMISSION", "Admission", "Claim", "Loaded", "Over", "RunStore", "TreeLimits"]
@@ -165,7 +165,7 @@ class RunStore:
         """Create a run (its budget, if any, becomes its tree's limits); False if one with
         that id exists."""
         k = self.keys
-        head, history = create_arguments(snapshot)
+        head, history = split(snapshot)  # stored as CREATE keeps it: head, entries
         args: list[str | int] = [record.id, record_json(record), head, record.created_ms]
         args += [OutboxMember.advance(record.id), due_ms, *_limits(record), *history]
         index = k.index(record.id)

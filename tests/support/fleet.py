@@ -16,11 +16,11 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from tests.apps.notes import build
 from tests.support.brain import Brain
@@ -37,28 +37,30 @@ APP = "tests.apps.notes:relay"
 
 Broker = Literal["redis", "amqp"]
 _DEFAULT = os.environ.get("RELAY_TEST_BROKER") or "redis"
+T = TypeVar("T")
+
 _BROKER: ContextVar[str] = ContextVar("broker", default=_DEFAULT)
 _CLUSTER: ContextVar[Cluster | None] = ContextVar("cluster", default=None)
 
 
 @contextmanager
-def on_broker(broker: Broker) -> Iterator[None]:
+def _within(var: ContextVar[T], value: T) -> Iterator[None]:
+    """Set `var` to `value` for the block."""
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
+def on_broker(broker: Broker) -> AbstractContextManager[None]:
     """Make `broker` the default of every `fleet(...)` made inside the block."""
-    token = _BROKER.set(broker)
-    try:
-        yield
-    finally:
-        _BROKER.reset(token)
+    return _within(_BROKER, broker)
 
 
-@contextmanager
-def on_cluster(cluster: Cluster) -> Iterator[None]:
+def on_cluster(cluster: Cluster) -> AbstractContextManager[None]:
     """Put the run state of every `fleet(...)` made inside the block on `cluster`."""
-    token = _CLUSTER.set(cluster)
-    try:
-        yield
-    finally:
-        _CLUSTER.reset(token)
+    return _within(_CLUSTER, cluster)
 
 
 @dataclass
