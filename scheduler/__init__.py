@@ -8,13 +8,14 @@ in Redis and claims each (schedule, slot) exactly once.
 
 from scheduler.errors import SchedulerError, StoreUnreachable
 from scheduler.schedules import Schedule
-from scheduler.store import Notification, ScheduleKeys, ScheduleStore
+from scheduler.store import Notification, ScheduleKeys, ScheduleShards, ScheduleStore
 from scheduler.tick import TickHost, tick
 
 __all__ = [
     "Notification",
     "Schedule",
     "ScheduleKeys",
+    "ScheduleShards",
     "ScheduleStore",
     "SchedulerError",
     "StoreUnreachable",

@@ -1,6 +1,9 @@
 """Schedules and notifications in Redis, and the claim that fires a slot exactly once.
 
-Keys, under the Relay's prefix (`ScheduleKeys`; `workers.layout` maps the rest):
+Keys, under the Relay's prefix (`ScheduleKeys`; `workers.layout` maps the rest). On a
+single Redis there is one set of them; on Redis Cluster one per hash slot, each name
+ending in the slot's hash tag, and a schedule in the shard of its name's slot
+(`ScheduleShards`: the host says where a schedule lives and reads over every shard):
 
     {prefix}schedules                      hash: name -> Schedule JSON
     {prefix}schedule-due                   sorted set: name scored by its next due ms
@@ -26,6 +29,10 @@ firing set until its run exists: if the tick that won the claim dies before it
 starts the run, a later tick starts it (`stale_firings`), and starting a run
 whose id exists does nothing. So each slot fires exactly once.
 
+Every key one schedule touches is in its shard, so the claim is one script on one
+slot; the reads that cover every schedule (the due ones, the firing ones, listings,
+notifications) go over the shards.
+
 The redis client is handed in (any redis-py client, bytes or decoded replies);
 Redis errors are not translated here (`workers` does that at its edge).
 """
@@ -36,19 +43,30 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from scheduler.schedules import Schedule
 
-__all__ = ["Due", "Notification", "ScheduleKeys", "ScheduleStore", "fire_id"]
+__all__ = [
+    "Due",
+    "Notification",
+    "OneShard",
+    "ScheduleKeys",
+    "ScheduleShards",
+    "ScheduleStore",
+    "fire_id",
+]
 
 log = logging.getLogger(__name__)
 
 SLOT_TTL_MS = 2 * 24 * 60 * 60 * 1000
 """How long a claimed slot key lives: far longer than any tick or clock skew between beats."""
 NOTIFICATIONS_MAX = 1_000
+"""Notifications kept (per shard, on a cluster), the newest."""
+READ_MAX = 1_000
+"""Due schedules (and unconfirmed slots) one tick takes at most; the next tick takes the rest."""
 
 _CLAIM = files("scheduler").joinpath("claim.lua").read_text(encoding="utf-8")
 
@@ -64,17 +82,67 @@ class ScheduleKeys:
     notifications: str
 
     @classmethod
-    def under(cls, prefix: str) -> ScheduleKeys:
+    def under(cls, prefix: str, tag: str = "") -> ScheduleKeys:
+        """The keys under `prefix`, each name ending in `tag` (a cluster's hash tag
+        `{...}`, which puts them all in one slot; none on a single Redis)."""
         return cls(
-            schedules=f"{prefix}schedules",
-            due=f"{prefix}schedule-due",
-            slot_prefix=f"{prefix}schedule-slot:",
-            firing=f"{prefix}schedule-firing",
-            notifications=f"{prefix}notifications",
+            schedules=f"{prefix}schedules{tag}",
+            due=f"{prefix}schedule-due{tag}",
+            slot_prefix=f"{prefix}schedule-slot{tag}:",
+            firing=f"{prefix}schedule-firing{tag}",
+            notifications=f"{prefix}notifications{tag}",
         )
 
     def slot(self, name: str, slot_ms: int) -> str:
         return f"{self.slot_prefix}{name}:{slot_ms}"
+
+
+Index = Literal["due", "firing"]
+"""The sorted sets of a shard the tick reads by score."""
+
+
+class ScheduleShards(Protocol):
+    """Where schedules live: the keys of one schedule, and reads over all of them."""
+
+    def of(self, name: str) -> ScheduleKeys:
+        """The shard holding the schedule `name` (and its slots, firing and notifications)."""
+        ...
+
+    def all(self) -> list[ScheduleKeys]:
+        """Every shard that may hold schedules."""
+        ...
+
+    def enlist(self, name: str) -> None:
+        """Make `all` list the shard of `name`; called before its first write there."""
+        ...
+
+    def lowest(self, index: Index, high: int, limit: int) -> list[tuple[str, float]]:
+        """Up to `limit` (member, score) of the shards' sorted set `index`, scored at or
+        below `high`, lowest first."""
+        ...
+
+
+class OneShard:
+    """Every schedule in one set of keys: a single Redis."""
+
+    def __init__(self, redis_client: Any, keys: ScheduleKeys) -> None:
+        self.redis = redis_client
+        self.keys = keys
+
+    def of(self, name: str) -> ScheduleKeys:
+        del name  # one shard holds every schedule
+        return self.keys
+
+    def all(self) -> list[ScheduleKeys]:
+        return [self.keys]
+
+    def enlist(self, name: str) -> None:
+        del name  # always listed
+
+    def lowest(self, index: Index, high: int, limit: int) -> list[tuple[str, float]]:
+        key = getattr(self.keys, index)
+        found = self.redis.zrangebyscore(key, "-inf", high, start=0, num=limit, withscores=True)
+        return [(_text(member), float(score)) for member, score in found]
 
 
 class Notification(BaseModel):
@@ -116,21 +184,19 @@ def _text(value: bytes | str) -> str:
 
 
 class ScheduleStore:
-    """Schedules of one Relay (one key prefix) in Redis; safe to share between threads."""
+    """Schedules of one Relay (one key prefix) in Redis; safe to share between threads.
 
-    def __init__(self, redis_client: Any, prefix: str) -> None:
+    `shards` says where each schedule lives (default: one set of keys under
+    `prefix`, as on a single Redis).
+    """
+
+    def __init__(
+        self, redis_client: Any, prefix: str, shards: ScheduleShards | None = None
+    ) -> None:
         self.redis = redis_client
         self.prefix = prefix
-        self.keys = ScheduleKeys.under(prefix)
-        keys = self.keys
-        self.schedules_key = keys.schedules
-        self.due_key = keys.due
-        self.notifications_key = keys.notifications
-        self.firing_key = keys.firing
+        self.shards = shards or OneShard(redis_client, ScheduleKeys.under(prefix))
         self._claim: Any = redis_client.register_script(_CLAIM)
-
-    def slot_key(self, name: str, slot_ms: int) -> str:
-        return self.keys.slot(name, slot_ms)
 
     def put(self, schedule: Schedule) -> bool:
         """Store `schedule`, replacing one of the same name; return True if it replaced one.
@@ -138,42 +204,49 @@ class ScheduleStore:
         A replaced schedule's slot in progress is not fired by a tick that read the
         old one (its claim finds the text changed); the new one fires on its own times.
         """
+        keys = self.shards.of(schedule.name)
+        self.shards.enlist(schedule.name)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self.schedules_key, schedule.name, schedule.model_dump_json())
-        pipe.zadd(self.due_key, {schedule.name: schedule.next_due_ms})
+        pipe.hset(keys.schedules, schedule.name, schedule.model_dump_json())
+        pipe.zadd(keys.due, {schedule.name: schedule.next_due_ms})
         added, _ = pipe.execute()
         return not added
 
     def get(self, name: str) -> Schedule | None:
         """Return the schedule of that name, or None (also when its stored text is unusable)."""
-        stored = self.redis.hget(self.schedules_key, name)
+        stored = self.redis.hget(self.shards.of(name).schedules, name)
         return None if stored is None else _load(name, stored)
 
     def all(self) -> list[Schedule]:
         """Return every usable schedule, by name."""
-        found = []
-        for name, stored in sorted(self.redis.hgetall(self.schedules_key).items()):
-            schedule = _load(_text(name), stored)
-            if schedule is not None:
-                found.append(schedule)
-        return found
+        pipe = self.redis.pipeline(transaction=False)
+        for keys in self.shards.all():
+            pipe.hgetall(keys.schedules)
+        stored = {_text(name): text for shard in pipe.execute() for name, text in shard.items()}
+        found = [_load(name, stored[name]) for name in sorted(stored)]
+        return [schedule for schedule in found if schedule is not None]
 
     def remove(self, name: str) -> bool:
         """Remove the schedule; False if there was none. A tick that read it fires nothing."""
+        keys = self.shards.of(name)
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(self.schedules_key, name)
-        pipe.zrem(self.due_key, name)
+        pipe.hdel(keys.schedules, name)
+        pipe.zrem(keys.due, name)
         removed, _ = pipe.execute()
         return bool(removed)
 
     def due(self, now_ms: int) -> list[Due]:
-        """Return the schedules with a slot at or before `now_ms`, soonest first."""
-        names = self.redis.zrangebyscore(self.due_key, "-inf", now_ms)
+        """Return the schedules with a slot at or before `now_ms`, soonest first (at most
+        READ_MAX: the next tick takes the rest)."""
+        names = [name for name, _ in self.shards.lowest("due", now_ms, READ_MAX)]
         if not names:
             return []
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hget(self.shards.of(name).schedules, name)
         found = []
-        for name, stored in zip(names, self.redis.hmget(self.schedules_key, names), strict=True):
-            schedule = None if stored is None else _load(_text(name), stored)
+        for name, stored in zip(names, pipe.execute(), strict=True):
+            schedule = None if stored is None else _load(name, stored)
             # The stored schedule, not the index, decides: never early.
             if schedule is not None and schedule.due(now_ms):
                 found.append(Due(schedule, stored))
@@ -188,13 +261,7 @@ class ScheduleStore:
         """
         schedule = due.schedule
         updated = schedule.fired(due.slot_ms, now_ms)
-        keys = [
-            self.schedules_key,
-            self.due_key,
-            self.slot_key(schedule.name, due.slot_ms),
-            self.notifications_key,
-            self.firing_key,
-        ]
+        keys = self.shards.of(schedule.name)
         args = [
             schedule.name,
             due.stored,
@@ -206,43 +273,64 @@ class ScheduleStore:
             firing_member(schedule.name, due.slot_ms),
             now_ms,
         ]
-        answer = self._claim(keys=keys, args=args)
+        slot = keys.slot(schedule.name, due.slot_ms)
+        answer = self._claim(
+            keys=[keys.schedules, keys.due, slot, keys.notifications, keys.firing], args=args
+        )
         return (answer.decode() if isinstance(answer, bytes) else answer) == "claimed"
 
     def fired(self, name: str, slot_ms: int) -> None:
         """Forget a firing slot: its run exists (or cannot ever start)."""
-        self.redis.zrem(self.firing_key, firing_member(name, slot_ms))
+        self.redis.zrem(self.shards.of(name).firing, firing_member(name, slot_ms))
 
     def stale_firings(self, older_than_ms: int) -> list[tuple[str, int]]:
         """Return (schedule name, slot) of slots claimed before `older_than_ms` whose
         run was never confirmed: the tick that claimed them stopped midway."""
         found = []
-        for member in self.redis.zrangebyscore(self.firing_key, "-inf", older_than_ms):
-            name, _, slot = _text(member).rpartition("|")
+        for member, _ in self.shards.lowest("firing", older_than_ms, READ_MAX):
+            name, _, slot = member.rpartition("|")
             if name and slot.isdigit():
                 found.append((name, int(slot)))
-            else:
-                self.redis.zrem(self.firing_key, member)
+            else:  # not written by a claim
+                self._drop_firing(member)
         return found
+
+    def forget_firing(self, name: str, slot_ms: int) -> None:
+        """Forget a firing slot of a schedule that no longer exists, in whichever shard
+        holds it (a schedule's own shard, unless someone wrote it elsewhere)."""
+        self._drop_firing(firing_member(name, slot_ms))
+
+    def _drop_firing(self, member: str) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for keys in self.shards.all():
+            pipe.zrem(keys.firing, member)
+        pipe.execute()
 
     def notify(self, notification: Notification) -> None:
         """Record a notification (the newest `NOTIFICATIONS_MAX` are kept)."""
+        key = self.shards.of(notification.schedule).notifications
         pipe = self.redis.pipeline(transaction=True)
-        pipe.lpush(self.notifications_key, notification.model_dump_json())
-        pipe.ltrim(self.notifications_key, 0, NOTIFICATIONS_MAX - 1)
+        pipe.lpush(key, notification.model_dump_json())
+        pipe.ltrim(key, 0, NOTIFICATIONS_MAX - 1)
         pipe.execute()
 
     def notifications(self, limit: int = 50) -> list[Notification]:
         """Return up to `limit` notifications, newest first (unreadable ones are skipped)."""
         if limit <= 0:
             return []
+        shards = self.shards.all()
+        pipe = self.redis.pipeline(transaction=False)
+        for keys in shards:
+            pipe.lrange(keys.notifications, 0, limit - 1)
         found = []
-        for stored in self.redis.lrange(self.notifications_key, 0, limit - 1):
+        for stored in (text for shard in pipe.execute() for text in shard):
             try:
                 found.append(Notification.model_validate_json(stored))
             except ValidationError:
                 log.warning("skipping an unreadable notification: %.200r", stored)
-        return found
+        if len(shards) > 1:  # each shard is newest first; together, by when they were made
+            found.sort(key=lambda notice: -notice.at_ms)
+        return found[:limit]
 
 
 def _load(name: str, stored: bytes | str) -> Schedule | None:

@@ -92,7 +92,7 @@ def _refire(
     """Start the run of a slot whose claiming tick stopped before it started it."""
     schedule = store.get(name)
     if schedule is None:  # removed since: nothing to start
-        store.fired(name, slot_ms)
+        store.forget_firing(name, slot_ms)
         return None
     log.warning(
         "schedule %r: starting the run of slot %d, which its tick never started", name, slot_ms

@@ -49,6 +49,7 @@ SCHEDULER = [
     "Notification",
     "Schedule",
     "ScheduleKeys",
+    "ScheduleShards",
     "ScheduleStore",
     "SchedulerError",
     "StoreUnreachable",

@@ -18,15 +18,19 @@ from pathlib import Path
 import pytest
 from redis.crc import key_slot
 
-from agent_core import Stop
+from agent_core import Every, Recipe, Stop
+from scheduler import Schedule, ScheduleKeys, ScheduleStore, tick
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet, fleet, on_cluster
 from tests.support.rabbitmq import require_rabbitmq
 from tests.support.redis_cluster import Cluster, redis_cluster
+from tests.test_scheduler_tick import RecordingHost
 from workers.durability import Durability
 from workers.layout import Keys
+from workers.schedule_shards import ClusterSchedules
 from workers.scripts import lua
 from workers.settings import now_ms
+from workers.store import RunStore
 
 __all__ = ["redis_cluster"]  # the session's cluster fixture, used here
 
@@ -76,9 +80,12 @@ def test_on_a_cluster_the_other_scripts_keys_share_a_slot_too() -> None:
     route = [keys.route("fast", part) for part in ("", "inflight", "queue", "tags", "told")]
     assert len({_slot(key) for key in [*route, keys.key_inflight("k1", "fast")]}) == 1
     assert _slot(keys.tick_lock) == _slot(keys.tick_stats)
-    schedules = keys.schedules()
+    schedules = keys.schedules("daily")
     named = [schedules.schedules, schedules.due, schedules.firing, schedules.notifications]
-    assert len({_slot(key) for key in [*named, schedules.slot("daily", 123)]}) == 1
+    named += [schedules.slot("daily", 123)]
+    assert {_slot(key) for key in named} == {_slot("daily")}  # the shard of its name's slot
+    # Schedules spread too: a hundred names, (nearly) a hundred shards.
+    assert len({_slot(keys.schedules(f"s{n}").due) for n in range(100)}) > 95
     # Trees spread: a hundred roots land in (nearly) a hundred slots.
     assert len({keys.slot(f"r{n}") for n in range(100)}) > 95
     with pytest.raises(ValueError, match="no braces"):
@@ -101,7 +108,10 @@ def test_index_shards_spread_over_the_masters_and_the_tick_reads_every_one(
 ) -> None:
     f = on_the_cluster
     store = f.relay.store
-    started = [f.relay.start(f"SHARDS: run {n}") for n in range(60)]  # no worker: they wait
+    before = now_ms()
+    started = [f.relay.start(f"SHARDS: run {n}") for n in range(59)]  # no worker: they wait
+    time.sleep(0.01)  # the newest is alone in its millisecond
+    started.append(f.relay.start("SHARDS: the newest"))
     shards = store.shards.all()
     assert {shard.slot for shard in shards} == {store.keys.slot(run_id) for run_id in started}
     masters = {redis_cluster.master_of(shard.outbox).port for shard in shards}
@@ -111,7 +121,9 @@ def test_index_shards_spread_over_the_masters_and_the_tick_reads_every_one(
     assert sorted(store.runs(limit=1_000)) == sorted(started)
     assert store.runs(limit=1) == [started[-1]]  # newest first, across shards
     started_at = time.perf_counter()
-    runtime_heal_reads = store.upkeep.due_messages(now_ms())  # what each tick reads
+    # What each tick reads, as of the first start (later, on a busy machine, the
+    # first runs' grace may have passed already).
+    runtime_heal_reads = store.upkeep.due_messages(before)
     print(
         f"a tick's outbox read over {len(shards)} shards: {time.perf_counter() - started_at:.4f} s"
     )
@@ -180,3 +192,55 @@ def test_a_durable_claim_waits_for_the_replica_of_its_runs_master(on_the_cluster
     # once the replica has it (on another node it would wait for nothing).
     assert store.make_durable(run_id, "t1", 2_000)
     assert store.redis.hget(store.keys.run(run_id), "a:t1") == b"0"
+
+
+# --- schedules in shards ----------------------------------------------------------------------
+
+RECIPE = Recipe("hello", "Say hello to {who}.").param("who")
+T0 = 1_700_000_000_000
+
+
+def _schedules(cluster: Cluster, prefix: str) -> tuple[RunStore, ScheduleStore]:
+    run_store = RunStore(cluster.url, prefix, cluster=True)
+    return run_store, ScheduleStore(run_store.redis, prefix, ClusterSchedules(run_store))
+
+
+def test_schedules_spread_over_the_masters_and_each_fires_once(redis_cluster: Cluster) -> None:
+    run_store, store = _schedules(redis_cluster, "spread:")
+    names = [f"daily{n}" for n in range(30)]
+    for name in names:
+        store.put(Schedule.create(name, RECIPE, {"who": name}, Every(5), now_ms=T0))
+    shards = store.shards.all()
+    assert len(shards) == len({_slot(name) for name in names})
+    masters = {redis_cluster.master_of(shard.due).port for shard in shards}
+    assert len(masters) == 3  # no node holds every schedule
+    host = RecordingHost(store)
+    started = tick(host, T0 + 5 * 60_000)
+    assert sorted(str(s.schedule) for s in host.starts) == sorted(names)
+    assert len(started) == len(names)
+    assert tick(host, T0 + 5 * 60_000 + 1) == []  # each slot once
+    run_store.redis.close()
+
+
+def test_schedules_of_the_one_slot_layout_move_into_their_shards(redis_cluster: Cluster) -> None:
+    # What a Relay before schedule shards left on a cluster: everything under {schedules}.
+    run_store, store = _schedules(redis_cluster, "moved:")
+    old = ScheduleKeys.under("moved:{schedules}")
+    made = Schedule.create("legacy", RECIPE, {"who": "old"}, Every(5), now_ms=T0)
+    redis = run_store.redis
+    redis.hset(old.schedules, "legacy", made.model_dump_json())
+    redis.zadd(old.due, {"legacy": made.next_due_ms})
+    redis.zadd(old.firing, {"legacy|123": T0})
+    notice = '{"schedule":"legacy","task":"t","slot_ms":1,"at_ms":1}'
+    redis.lpush(old.notifications, notice, "not json")
+    assert [s.name for s in store.all()] == ["legacy"]  # the first read moves them
+    assert redis.exists(old.schedules, old.due, old.firing, old.notifications) == 0
+    assert [n.schedule for n in store.notifications()] == ["legacy"]
+    assert store.stale_firings(T0 + 1) == [("legacy", 123)]
+    host = RecordingHost(store)
+    assert len(tick(host, made.next_due_ms)) == 2  # the firing slot, then the due one
+    assert [s.schedule for s in host.starts] == ["legacy", "legacy"]
+    # Moving again (another process, or one that died midway) changes nothing.
+    assert ClusterSchedules(run_store).adopt_one_slot(old) == 0
+    assert [s.name for s in store.all()] == ["legacy"]
+    run_store.redis.close()

@@ -1,22 +1,32 @@
 """The tick with an injected clock, against a real private Redis and a small host that records
-what it was asked to start."""
+what it was asked to start.
+
+Each test runs twice: on a single Redis (one set of schedule keys), and on the
+session's private Redis Cluster with the schedules in shards by hash slot
+(workers.schedule_shards), each test under a key prefix of its own."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from agent_core import Daily, Every, Recipe, Trigger, Weekly
 from scheduler import Schedule, ScheduleStore, StoreUnreachable, tick
 from scheduler.store import fire_id
 from scheduler.tick import REFIRE_AFTER_MS
+from tests.support.redis_cluster import Cluster, redis_cluster
 from tests.support.redis_server import RedisServer
+from workers.schedule_shards import ClusterSchedules
+from workers.store import RunStore
+
+__all__ = ["redis_cluster"]  # the session's cluster fixture, used here
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
@@ -98,17 +108,36 @@ class RecordingHost:
         return 0
 
 
-@pytest.fixture
-def client(tmp_path: Path) -> Iterator[Any]:
-    with RedisServer(tmp_path) as server:
-        connection = server.client()
-        yield connection
-        connection.close()
+@pytest.fixture(params=["redis", "cluster"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], ScheduleStore]]:
+    """Makes schedule stores of one Relay, each with a connection of its own (as each
+    worker process has)."""
+    made: list[Any] = []
+    with ExitStack() as stack:
+        if request.param == "redis":
+            server = stack.enter_context(RedisServer(tmp_path))
+
+            def make_store() -> ScheduleStore:
+                made.append(server.client())
+                return ScheduleStore(made[-1], PREFIX)
+
+        else:
+            cluster: Cluster = request.getfixturevalue("redis_cluster")
+            prefix = f"t{uuid.uuid4().hex[:8]}:"
+
+            def make_store() -> ScheduleStore:
+                run_store = RunStore(cluster.url, prefix, cluster=True)
+                made.append(run_store.redis)
+                return ScheduleStore(run_store.redis, prefix, ClusterSchedules(run_store))
+
+        yield make_store
+        for connection in made:
+            connection.close()
 
 
 @pytest.fixture
-def host(client: Any) -> RecordingHost:
-    return RecordingHost(ScheduleStore(client, PREFIX))
+def host(stores: Callable[[], ScheduleStore]) -> RecordingHost:
+    return RecordingHost(stores())
 
 
 def make(
@@ -200,16 +229,15 @@ def test_slots_missed_while_down_fire_once(
 
 
 def test_six_concurrent_ticks_at_one_moment_fire_each_slot_once(
-    tmp_path: Path, client: Any
+    stores: Callable[[], ScheduleStore],
 ) -> None:
     """Six threads, each with its own Redis connection (as six worker processes would
     have), tick at the same instant, slot after slot, over several schedules."""
     names = [f"s{i}" for i in range(5)]
-    seed = ScheduleStore(client, PREFIX)
+    seed = stores()
     for name in names:
         seed.put(make(name, Every(1), thing=name))
-    port = client.connection_pool.connection_kwargs["port"]
-    hosts = [RecordingHost(ScheduleStore(redis.Redis(port=port), PREFIX)) for _ in range(6)]
+    hosts = [RecordingHost(stores()) for _ in range(6)]
     rounds = 25
     barrier = threading.Barrier(len(hosts))
     errors: list[BaseException] = []
@@ -340,23 +368,23 @@ def test_a_run_that_cannot_start_leaves_a_notification_and_others_still_fire(
 
 
 def test_an_unreadable_stored_schedule_is_skipped_and_the_others_fire(
-    host: RecordingHost, client: Any
+    host: RecordingHost,
 ) -> None:
     store = host.schedule_store
     store.put(make("good"))
     store.put(make("bad"))
-    client.hset(store.schedules_key, "bad", '{"name": "bad", "recipe": 1}')
+    store.redis.hset(store.shards.of("bad").schedules, "bad", '{"name": "bad", "recipe": 1}')
     assert tick(host, T0 + 5 * MINUTE) == ["run-1"]
     assert fired_slots(host) == ["good"]
     assert [s.name for s in store.all()] == ["good"]
     assert store.get("bad") is None
 
 
-def test_a_stale_due_index_never_fires_early(host: RecordingHost, client: Any) -> None:
+def test_a_stale_due_index_never_fires_early(host: RecordingHost) -> None:
     # The stored schedule decides, not the index: a wrong score cannot fire a slot early.
     store = host.schedule_store
     store.put(make())
-    client.zadd(store.due_key, {"daily-check": 0})
+    store.redis.zadd(store.shards.of("daily-check").due, {"daily-check": 0})
     assert tick(host, T0 + MINUTE) == []
     assert tick(host, T0 + 5 * MINUTE) == ["run-1"]
 
@@ -401,3 +429,31 @@ def test_every_try_at_a_slot_names_the_same_run(host: RecordingHost) -> None:
     # A retry with that id (a tick that found the slot still firing) starts nothing new.
     assert host.start("task", run_id=fire_id("same", slot)) == "run-1"
     assert len(host.starts) == 1
+
+
+def test_a_firing_entry_no_claim_wrote_is_dropped_and_fires_nothing(host: RecordingHost) -> None:
+    store = host.schedule_store
+    store.put(make("real"))
+    # A stranger with Redis access writes entries of no schedule into a firing index.
+    store.redis.zadd(store.shards.of("real").firing, {"no-slot-here": 0, "ghost|12": 0})
+    assert tick(host, T0 + MINUTE) == []  # ghost: no such schedule, so nothing to start
+    assert host.starts == []
+    assert store.stale_firings(T0 + DAY) == []  # both gone
+    assert tick(host, T0 + 5 * MINUTE) == ["run-1"]  # the real one still fires
+
+
+def test_notifications_of_many_schedules_come_back_newest_first(host: RecordingHost) -> None:
+    store = host.schedule_store
+    names = [f"n{i}" for i in range(12)]  # on a cluster, a dozen shards
+    for index, name in enumerate(names):
+        store.put(make(name, Every(5 + index), mode="notify"))
+    for minute in range(5, 20):
+        tick(host, T0 + minute * MINUTE)
+    notices = store.notifications(limit=1_000)
+    fired = sum(len(range(5 + i, 20, 5 + i)) for i in range(12))
+    assert len(notices) == fired
+    times = [notice.at_ms for notice in notices]
+    assert times == sorted(times, reverse=True)
+    assert {notice.schedule for notice in notices} == set(names)
+    assert store.notifications(limit=3) == notices[:3]
+    assert [s.name for s in store.all()] == sorted(names)

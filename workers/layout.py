@@ -98,8 +98,11 @@ upgrade keep working. On a cluster every Lua script touches one slot:
                     one SWEEP per node (lua/sweep.lua, the one read-only script across
                     slots), pruning PRUNE_SHARDS of them per tick
     tick-lock{fleet}, tick-stats{fleet}, metrics{fleet}: one slot (one script uses two)
-    {schedules}schedules, {schedules}schedule-due, ...: the scheduler's keys in one
-                    slot (its claim script touches all of them; schedules are few)
+    schedule shards schedules{<t>}, schedule-due{<t>}, schedule-firing{<t>},
+                    notifications{<t>}, schedule-slot{<t>}:<name>:<slot>: one shard per
+                    hash slot like the index shards, a schedule in the shard of its
+                    name's slot (its claim touches only these); schedule-slots{fleet}
+                    lists the slots written, added before a schedule's first write
     route:{<r>}:<part>, key-inflight:{<r>}<key>: a route in one slot; a key's cap on
                     calls in flight then counts per route, not across routes
     memory:<name>, schedule-notes:<name>: in their own slots, so SAVE leaves them out;
@@ -397,15 +400,21 @@ class Keys:
         the admission script touches both)."""
         return self._(f"key-inflight:{{{route}}}{key}" if self.cluster else f"key-inflight:{key}")
 
-    @property
-    def schedule_prefix(self) -> str:
-        """The prefix of the scheduler's keys: on a cluster, with one tag, since the
-        scheduler's claim touches all of them (schedules are few: one slot holds them)."""
-        return self._("{schedules}") if self.cluster else self.prefix
+    def schedules(self, name: str = "") -> ScheduleKeys:
+        """The scheduler's keys for the schedule `name`: on a single Redis the same for
+        every schedule; on a cluster the shard of the slot `name` hashes to."""
+        if not self.cluster:
+            return ScheduleKeys.under(self.prefix)
+        return self.schedule_shard(key_slot(name.encode()))
 
-    def schedules(self) -> ScheduleKeys:
-        """The scheduler's keys, under the same prefix."""
-        return ScheduleKeys.under(self.schedule_prefix)
+    def schedule_shard(self, slot: int) -> ScheduleKeys:
+        """The scheduler's shard of hash slot `slot` (on a cluster)."""
+        return _schedule_shard(self, slot)
+
+    @property
+    def schedule_slots(self) -> str:
+        """The set of hash slots whose schedule shards were ever written (a cluster's)."""
+        return self._fleet("schedule-slots")
 
 
 @cache
@@ -413,3 +422,8 @@ def _shard(keys: Keys, slot: int) -> IndexKeys:
     # Made once per slot: a tick over a cluster's 16384 shards would spend most of
     # its time spelling their names.
     return keys._index(f"{{{slot_tag(slot)}}}", slot)
+
+
+@cache
+def _schedule_shard(keys: Keys, slot: int) -> ScheduleKeys:
+    return ScheduleKeys.under(keys.prefix, f"{{{slot_tag(slot)}}}")

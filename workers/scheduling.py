@@ -7,7 +7,8 @@
     relay.notifications()        # what notify-only schedules (and failed starts) recorded
 
 The schedules themselves live in `scheduler.ScheduleStore`, on this Relay's
-Redis and key prefix; the beat's tick (`scheduler.tick`) fires them.
+Redis and key prefix (on a cluster, in shards: workers.schedule_shards); the beat's
+tick (`scheduler.tick`) fires them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agent_core import Recipe, Tool, Trigger
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.pricing import Budget
+from workers.schedule_shards import ClusterSchedules
 from workers.settings import now_ms as clock
 from workers.store import RunStore
 
@@ -40,7 +42,9 @@ class Scheduling:
     @cached_property
     def schedule_store(self) -> ScheduleStore:
         """The schedules of this Relay (its Redis, its key prefix)."""
-        return ScheduleStore(self.store.redis, self.store.keys.schedule_prefix)
+        store = self.store
+        shards = ClusterSchedules(store) if store.keys.cluster else None
+        return ScheduleStore(store.redis, store.keys.prefix, shards)
 
     def schedule(
         self,

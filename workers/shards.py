@@ -88,29 +88,31 @@ class Shards:
 
     def newest_runs(self, limit: int) -> list[str]:
         """The newest `limit` run ids of every shard, newest first."""
-        found = self._read(self.all(), "runs", "newest", (0, float("inf"), limit))
+        keys = [(shard.slot, shard.runs) for shard in self.all()]
+        found = self.read(keys, "newest", (0, float("inf"), limit))
         found.sort(key=lambda entry: -entry[1])
         return [run_id for run_id, _ in found[:limit]]
 
     def in_range(self, index: str, low: float, high: float, limit: int) -> list[tuple[str, float]]:
         """Up to `limit` (member, score) of the shards' `index` ("outbox", "pending",
         "deadlines") scored from `low` to `high`, lowest first."""
-        found = self._read(self.all(), index, "due", (low, high, limit))
+        keys = [(shard.slot, getattr(shard, index)) for shard in self.all()]
+        found = self.read(keys, "due", (low, high, limit))
         found.sort(key=lambda entry: entry[1])
         return found[:limit]
 
-    def _read(
-        self, shards: list[IndexKeys], index: str, mode: str, bounds: tuple[float, float, int]
+    def read(
+        self, keys: list[tuple[int, str]], mode: str, bounds: tuple[float, float, int]
     ) -> list[tuple[str, float]]:
-        """Range-read the sorted set `index` of each shard: one command per shard on a single
-        Redis (one shard), one SWEEP per node on a cluster, then one command per shard it
-        missed."""
+        """Range-read the sorted sets `keys` ((hash slot, key) pairs; any slot on a single
+        Redis), unsorted: `mode` "due" takes each one's lowest scores from `low` to `high`,
+        "newest" its highest. One command on a single Redis (one key), one SWEEP per node
+        on a cluster, then one command per key a node missed."""
         redis, found = self._store.redis, list[tuple[str, float]]()
         low, high, limit = bounds
         with self._store.errors():
             head = [mode, _bound(low), _bound(high), limit]
-            keys = [getattr(shard, index) for shard in shards]
-            missed = self._sweep(shards, keys, head, found) if len(keys) > 1 else keys
+            missed = self._sweep(keys, head, found) if len(keys) > 1 else [k for _, k in keys]
             pipe = redis.pipeline(transaction=False)
             for key in missed:
                 if mode == "newest":
@@ -122,18 +124,14 @@ class Shards:
         return found
 
     def _sweep(
-        self,
-        shards: list[IndexKeys],
-        keys: list[str],
-        head: list[Any],
-        found: list[tuple[str, float]],
+        self, keys: list[tuple[int, str]], head: list[Any], found: list[tuple[str, float]]
     ) -> list[str]:
         """Read `keys` with one SWEEP per node (lua/sweep.lua) into `found`; return the keys
         a node did not serve."""
         cluster, by_node = self._store.redis, dict[str, tuple[Any, list[str]]]()
         slots = cluster.nodes_manager
-        for shard, key in zip(shards, keys, strict=True):
-            node = slots.get_node_from_slot(shard.slot)
+        for slot, key in keys:
+            node = slots.get_node_from_slot(slot)
             by_node.setdefault(node.name, (node, []))[1].append(key)
         missed: list[str] = []
         for name, (node, group) in by_node.items():
