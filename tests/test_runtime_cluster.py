@@ -30,6 +30,7 @@ from workers.layout import Keys
 from workers.schedule_shards import ClusterSchedules
 from workers.scripts import lua
 from workers.settings import now_ms
+from workers.shards import SlotSet
 from workers.store import RunStore
 
 __all__ = ["redis_cluster"]  # the session's cluster fixture, used here
@@ -243,4 +244,21 @@ def test_schedules_of_the_one_slot_layout_move_into_their_shards(redis_cluster: 
     # Moving again (another process, or one that died midway) changes nothing.
     assert ClusterSchedules(run_store).adopt_one_slot(old) == 0
     assert [s.name for s in store.all()] == ["legacy"]
+    run_store.redis.close()
+
+
+def test_the_listed_slots_are_read_again_when_they_grow_or_are_lost(
+    redis_cluster: Cluster,
+) -> None:
+    run_store = RunStore(redis_cluster.url, "listed:", cluster=True)
+    here, there = (SlotSet(run_store, "listed:slots{fleet}") for _ in range(2))
+    here.add(5)
+    here.add(7)
+    assert here.all() == [5, 7]
+    there.add(9)  # another process lists a slot: this one sees it at its next read
+    assert here.all() == [5, 7, 9]
+    run_store.redis.delete(here.key)  # lost (a Redis restarted without its data)
+    assert here.all() == []
+    here.add(5)  # listed again, not taken for already there
+    assert run_store.redis.smembers(here.key) == {b"5"}
     run_store.redis.close()

@@ -25,6 +25,7 @@ from scheduler import Notification, ScheduleKeys
 from scheduler.store import Index
 from workers.codec import as_text
 from workers.sharding import key_slot
+from workers.shards import SlotSet
 
 if TYPE_CHECKING:
     from workers.store import RunStore
@@ -39,8 +40,7 @@ class ClusterSchedules:
 
     def __init__(self, store: RunStore) -> None:
         self._store = store
-        self._listed: set[int] = set()
-        """Slots this process already added to `schedule-slots`."""
+        self._slots = SlotSet(store, store.keys.schedule_slots)
         self._lock = threading.Lock()
         self._adopted = False
 
@@ -48,34 +48,27 @@ class ClusterSchedules:
         return self._store.keys.schedules(name)
 
     def all(self) -> list[ScheduleKeys]:
-        return [self._store.keys.schedule_shard(slot) for slot in self._slots()]
+        return [self._store.keys.schedule_shard(slot) for slot in self._listed()]
 
     def enlist(self, name: str) -> None:
-        slot = key_slot(name.encode())
-        with self._lock:
-            if slot in self._listed:
-                return
-        with self._store.errors():
-            self._store.redis.sadd(self._store.keys.schedule_slots, slot)
-        with self._lock:
-            self._listed.add(slot)
+        self._slots.add(key_slot(name.encode()))
 
     def lowest(self, index: Index, high: int, limit: int) -> list[tuple[str, float]]:
         keys = self._store.keys
-        pairs = [(slot, getattr(keys.schedule_shard(slot), index)) for slot in self._slots()]
+        pairs = [(slot, getattr(keys.schedule_shard(slot), index)) for slot in self._listed()]
         found = self._store.shards.read(pairs, "due", (float("-inf"), high, limit))
         found.sort(key=lambda entry: entry[1])
         return found[:limit]
 
-    def _slots(self) -> list[int]:
-        """The listed slots, in order (after adopting the one-slot layout, once)."""
+    def _listed(self) -> list[int]:
+        """The slots of the shards written, in order (after adopting the one-slot layout,
+        once)."""
         with self._lock:
             adopt, self._adopted = not self._adopted, True
-        with self._store.errors():
-            if adopt:
+        if adopt:
+            with self._store.errors():
                 self.adopt_one_slot(ScheduleKeys.under(self._store.keys.prefix + "{schedules}"))
-            slots = self._store.redis.smembers(self._store.keys.schedule_slots)
-        return sorted(int(slot) for slot in slots)
+        return self._slots.all()
 
     def adopt_one_slot(self, old: ScheduleKeys) -> int:
         """Move the schedules, firing slots and notifications of the one-slot layout `old`

@@ -18,6 +18,7 @@ holds at most 16384 numbers.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,53 @@ from workers.scripts import lua
 if TYPE_CHECKING:
     from workers.store import RunStore
 
-__all__ = ["Shards"]
+__all__ = ["Shards", "SlotSet"]
+
+
+class SlotSet:
+    """A set of hash slots in Redis that only grows (`index-slots`, `schedule-slots`):
+    a slot is added before the first write to its shard; sweeps read it.
+
+    This process remembers what it added and what it read: an add of a slot it
+    listed is free, and a read whose SCARD is what it was costs one O(1) command,
+    not an SMEMBERS of up to 16384 numbers (re-read at least every REFRESH_S all
+    the same). A set found smaller than before was lost (a Redis restarted
+    without its data): everything is read and added again.
+    """
+
+    REFRESH_S = 60.0
+
+    def __init__(self, store: RunStore, key: str) -> None:
+        self._store = store
+        self.key = key
+        self._lock = threading.Lock()
+        self._added: set[int] = set()
+        self._read: list[int] = []
+        self._read_until = 0.0
+
+    def add(self, slot: int) -> None:
+        with self._lock:
+            if slot in self._added:
+                return
+        with self._store.errors():
+            self._store.redis.sadd(self.key, slot)
+        with self._lock:
+            self._added.add(slot)
+
+    def all(self) -> list[int]:
+        """Every slot in the set, in order."""
+        redis = self._store.redis
+        with self._store.errors():
+            count = redis.scard(self.key)
+            with self._lock:
+                if count == len(self._read) and time.monotonic() < self._read_until:
+                    return self._read
+                if count < len(self._read):
+                    self._added.clear()
+            found = sorted(int(slot) for slot in redis.smembers(self.key))
+        with self._lock:
+            self._read, self._read_until = found, time.monotonic() + self.REFRESH_S
+        return found
 
 
 class Shards:
@@ -37,8 +84,8 @@ class Shards:
 
     def __init__(self, store: RunStore) -> None:
         self._store = store
-        self._listed: set[int] = set()
-        """Slots this process already saw in `index-slots`: listed once, they stay."""
+        self.slots = SlotSet(store, store.keys.index_slots)
+        """The slots whose shards were written (`index-slots`)."""
         self._lock = threading.Lock()
         self._turn = 0
         """Where the next `window` starts."""
@@ -50,9 +97,7 @@ class Shards:
         keys = self._store.keys
         if not keys.cluster:
             return [keys.index("")]
-        with self._store.errors():
-            slots = self._store.redis.smembers(keys.index_slots)
-        return [keys.shard(int(slot)) for slot in sorted(int(s) for s in slots)]
+        return [keys.shard(slot) for slot in self.slots.all()]
 
     def window(self, count: int) -> list[IndexKeys]:
         """The next `count` shards of all, in turn (each call starts where the last one
@@ -70,14 +115,7 @@ class Shards:
         keys = self._store.keys
         if not keys.cluster:
             return
-        slot = keys.slot(run_id)
-        with self._lock:
-            if slot in self._listed:
-                return
-        with self._store.errors():
-            self._store.redis.sadd(keys.index_slots, slot)
-        with self._lock:
-            self._listed.add(slot)
+        self.slots.add(keys.slot(run_id))
 
     def by_shard(self, runs: Iterable[tuple[str, str]]) -> Iterator[tuple[IndexKeys, list[str]]]:
         """Group (run id, member) pairs by the shard of each run."""
