@@ -273,9 +273,9 @@ class ScheduleStore:
             firing_member(schedule.name, due.slot_ms),
             now_ms,
         ]
-        slot = keys.slot(schedule.name, due.slot_ms)
+        taken = keys.slot(schedule.name, due.slot_ms)  # the key whose SET NX claims the slot
         answer = self._claim(
-            keys=[keys.schedules, keys.due, slot, keys.notifications, keys.firing], args=args
+            keys=[keys.schedules, keys.due, taken, keys.notifications, keys.firing], args=args
         )
         return (answer.decode() if isinstance(answer, bytes) else answer) == "claimed"
 

@@ -16,7 +16,6 @@ step safe to repeat, so workers upgraded together lose no schedule.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -41,8 +40,9 @@ class ClusterSchedules:
     def __init__(self, store: RunStore) -> None:
         self._store = store
         self._slots = SlotSet(store, store.keys.schedule_slots)
-        self._lock = threading.Lock()
         self._adopted = False
+        """Whether this process moved the one-slot layout's schedules (a failed move is
+        tried again at the next read)."""
 
     def of(self, name: str) -> ScheduleKeys:
         return self._store.keys.schedules(name)
@@ -63,11 +63,10 @@ class ClusterSchedules:
     def _listed(self) -> list[int]:
         """The slots of the shards written, in order (after adopting the one-slot layout,
         once)."""
-        with self._lock:
-            adopt, self._adopted = not self._adopted, True
-        if adopt:
+        if not self._adopted:  # two threads may both adopt: each step is safe to repeat
             with self._store.errors():
                 self.adopt_one_slot(ScheduleKeys.under(self._store.keys.prefix + "{schedules}"))
+            self._adopted = True
         return self._slots.all()
 
     def adopt_one_slot(self, old: ScheduleKeys) -> int:
