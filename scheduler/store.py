@@ -67,6 +67,8 @@ NOTIFICATIONS_MAX = 1_000
 """Notifications kept (per shard, on a cluster), the newest."""
 READ_MAX = 1_000
 """Due schedules (and unconfirmed slots) one tick takes at most; the next tick takes the rest."""
+UNREADABLE_RETRY_MS = 60 * 60 * 1000
+"""When a schedule whose stored text cannot be read is looked at (and logged) again."""
 
 _CLAIM = files("scheduler").joinpath("claim.lua").read_text(encoding="utf-8")
 
@@ -118,7 +120,8 @@ class ScheduleShards(Protocol):
 
     def lowest(self, index: Index, high: int, limit: int) -> list[tuple[str, float]]:
         """Up to `limit` (member, score) of the shards' sorted set `index`, scored at or
-        below `high`, lowest first."""
+        below `high`, lowest first (with more than `limit`, not necessarily the lowest
+        of all shards)."""
         ...
 
 
@@ -237,19 +240,34 @@ class ScheduleStore:
 
     def due(self, now_ms: int) -> list[Due]:
         """Return the schedules with a slot at or before `now_ms`, soonest first (at most
-        READ_MAX: the next tick takes the rest)."""
+        READ_MAX; on a cluster, those of the shards read first: the next tick takes the
+        rest).
+
+        The stored schedule, not the index, decides: an index entry that is wrong is
+        set right here, so none stays at the front of the index for good: a schedule
+        not due yet gets its own next due time, one that cannot be read is looked at
+        again in UNREADABLE_RETRY_MS, and an entry with no schedule goes.
+        """
         names = [name for name, _ in self.shards.lowest("due", now_ms, READ_MAX)]
         if not names:
             return []
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             pipe.hget(self.shards.of(name).schedules, name)
-        found = []
+        found, fixes = [], self.redis.pipeline(transaction=False)
         for name, stored in zip(names, pipe.execute(), strict=True):
+            index = self.shards.of(name).due
             schedule = None if stored is None else _load(name, stored)
-            # The stored schedule, not the index, decides: never early.
-            if schedule is not None and schedule.due(now_ms):
+            if stored is None:
+                fixes.zrem(index, name)
+            elif schedule is None:
+                fixes.zadd(index, {name: now_ms + UNREADABLE_RETRY_MS}, xx=True)
+            elif not schedule.due(now_ms):  # never early
+                fixes.zadd(index, {name: schedule.next_due_ms}, xx=True)
+            else:
                 found.append(Due(schedule, stored))
+        if len(fixes):
+            fixes.execute()
         return found
 
     def claim(self, due: Due, now_ms: int, notification: Notification | None = None) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.crc import key_slot
@@ -59,7 +60,7 @@ def test_on_a_single_redis_the_keys_are_named_as_before() -> None:
     assert keys.tick_lock == "relay:tick-lock"
     assert keys.route("fast", "queue") == "relay:route:fast:queue"
     assert keys.key_inflight("k1", "fast") == "relay:key-inflight:k1"
-    assert keys.schedules().due == "relay:schedule-due"
+    assert keys.schedules("daily").due == "relay:schedule-due"
 
 
 @pytest.mark.parametrize("run_id", ["a1", "a1.m2", "a1.m2.c3", "sched-7}x{"])
@@ -223,27 +224,59 @@ def test_schedules_spread_over_the_masters_and_each_fires_once(redis_cluster: Cl
     run_store.redis.close()
 
 
+def _one_slot_layout(redis: Any, prefix: str, *names: str) -> ScheduleKeys:
+    """Write what a Relay before schedule shards left on a cluster: every schedule,
+    firing slot and notification under {schedules}."""
+    old = ScheduleKeys.under(f"{prefix}{{schedules}}")
+    for name in names:
+        made = Schedule.create(name, RECIPE, {"who": name}, Every(5), now_ms=T0)
+        redis.hset(old.schedules, name, made.model_dump_json())
+        redis.zadd(old.due, {name: made.next_due_ms})
+    return old
+
+
 def test_schedules_of_the_one_slot_layout_move_into_their_shards(redis_cluster: Cluster) -> None:
-    # What a Relay before schedule shards left on a cluster: everything under {schedules}.
     run_store, store = _schedules(redis_cluster, "moved:")
-    old = ScheduleKeys.under("moved:{schedules}")
-    made = Schedule.create("legacy", RECIPE, {"who": "old"}, Every(5), now_ms=T0)
     redis = run_store.redis
-    redis.hset(old.schedules, "legacy", made.model_dump_json())
-    redis.zadd(old.due, {"legacy": made.next_due_ms})
+    old = _one_slot_layout(redis, "moved:", "legacy")
     redis.zadd(old.firing, {"legacy|123": T0})
-    notice = '{"schedule":"legacy","task":"t","slot_ms":1,"at_ms":1}'
-    redis.lpush(old.notifications, notice, "not json")
-    assert [s.name for s in store.all()] == ["legacy"]  # the first read moves them
+    notices = [f'{{"schedule":"legacy","task":"t","slot_ms":{n},"at_ms":{n}}}' for n in (1, 2)]
+    redis.lpush(old.notifications, *notices, "not json")  # newest first: "not json", 2, 1
+    newer = '{"schedule":"legacy","task":"t","slot_ms":3,"at_ms":3}'  # made since the upgrade
+    redis.rpush(run_store.keys.schedules("legacy").notifications, newer)
+    assert [s.name for s in store.all()] == ["legacy"]  # the first use moves them
     assert redis.exists(old.schedules, old.due, old.firing, old.notifications) == 0
-    assert [n.schedule for n in store.notifications()] == ["legacy"]
+    assert [n.slot_ms for n in store.notifications()] == [3, 2, 1]  # newest first
     assert store.stale_firings(T0 + 1) == [("legacy", 123)]
     host = RecordingHost(store)
-    assert len(tick(host, made.next_due_ms)) == 2  # the firing slot, then the due one
+    next_due = T0 + 5 * 60_000
+    assert len(tick(host, next_due)) == 2  # the firing slot, then the due one
     assert [s.schedule for s in host.starts] == ["legacy", "legacy"]
     # Moving again (another process, or one that died midway) changes nothing.
     assert ClusterSchedules(run_store).adopt_one_slot(old) == 0
     assert [s.name for s in store.all()] == ["legacy"]
+    run_store.redis.close()
+
+
+def test_a_move_cut_off_after_the_copy_still_fires_and_a_removal_waits_for_it(
+    redis_cluster: Cluster,
+) -> None:
+    run_store, store = _schedules(redis_cluster, "cut:")
+    redis = run_store.redis
+    old = _one_slot_layout(redis, "cut:", "copied", "gone")
+    # A process copied "copied" into its shard, then died before indexing it; and it
+    # left its lock behind, which lapses in half a second.
+    shard = run_store.keys.schedules("copied")
+    redis.hset(shard.schedules, "copied", redis.hget(old.schedules, "copied"))
+    redis.set(old.slot_prefix + "moving", "dead", px=500)
+    # A new process's first call removes a schedule: it waits for the move, then
+    # removes the moved one (not a copy the move would bring back).
+    assert store.remove("gone") is True
+    assert redis.exists(old.schedules, old.slot_prefix + "moving") == 0
+    assert [s.name for s in store.all()] == ["copied"]
+    host = RecordingHost(store)
+    assert len(tick(host, T0 + 5 * 60_000)) == 1
+    assert [s.schedule for s in host.starts] == ["copied"]
     run_store.redis.close()
 
 
@@ -257,8 +290,15 @@ def test_the_listed_slots_are_read_again_when_they_grow_or_are_lost(
     assert here.all() == [5, 7]
     there.add(9)  # another process lists a slot: this one sees it at its next read
     assert here.all() == [5, 7, 9]
-    run_store.redis.delete(here.key)  # lost (a Redis restarted without its data)
-    assert here.all() == []
-    here.add(5)  # listed again, not taken for already there
-    assert run_store.redis.smembers(here.key) == {b"5"}
+    run_store.redis.delete(here.key)  # lost (a Redis restarted without its data) ...
+    assert here.all() == [5, 7, 9]  # ... and put back by the next read
+    assert run_store.redis.smembers(here.key) == {b"5", b"7", b"9"}
+    # An add lost in a failover (nobody read it yet) is put back by its writer within
+    # REFRESH_S (here: at once).
+    later = SlotSet(run_store, here.key)
+    later.add(11)
+    run_store.redis.srem(here.key, 11)
+    later.REFRESH_S = 0
+    later.all()
+    assert here.all() == [5, 7, 9, 11]
     run_store.redis.close()

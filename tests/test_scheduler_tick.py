@@ -19,7 +19,7 @@ import pytest
 
 from agent_core import Daily, Every, Recipe, Trigger, Weekly
 from scheduler import Schedule, ScheduleStore, StoreUnreachable, tick
-from scheduler.store import fire_id
+from scheduler.store import READ_MAX, UNREADABLE_RETRY_MS, fire_id
 from scheduler.tick import REFIRE_AFTER_MS
 from tests.support.redis_cluster import Cluster, redis_cluster
 from tests.support.redis_server import RedisServer
@@ -457,3 +457,28 @@ def test_notifications_of_many_schedules_come_back_newest_first(host: RecordingH
     assert {notice.schedule for notice in notices} == set(names)
     assert store.notifications(limit=3) == notices[:3]
     assert [s.name for s in store.all()] == sorted(names)
+
+
+def test_due_entries_of_no_schedule_never_hold_back_the_others(host: RecordingHost) -> None:
+    store = host.schedule_store
+    store.put(make("real"))
+    # More index entries than a tick reads, all due before it: names of no schedule,
+    # and one schedule that cannot be read.
+    junk = [f"junk{n}" for n in range(READ_MAX)]
+    pipe = store.redis.pipeline(transaction=False)
+    for name in junk:
+        store.shards.enlist(name)
+        pipe.zadd(store.shards.of(name).due, {name: 0})
+    pipe.execute()
+    store.put(make("unreadable"))
+    store.redis.hset(store.shards.of("unreadable").schedules, "unreadable", "{")
+    store.redis.zadd(store.shards.of("unreadable").due, {"unreadable": 0})
+    slot = T0 + 5 * MINUTE
+    started = [*tick(host, slot), *tick(host, slot + 1)]
+    assert fired_slots(host) == ["real"]
+    assert len(started) == 1
+    # The junk went; the unreadable one is looked at again in an hour, not every tick.
+    assert store.shards.lowest("due", slot + 1, READ_MAX) == []
+    indexed = dict(store.shards.lowest("due", slot + 2 * UNREADABLE_RETRY_MS, 10))
+    assert set(indexed) == {"real", "unreadable"}
+    assert indexed["unreadable"] >= slot + UNREADABLE_RETRY_MS

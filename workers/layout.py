@@ -400,7 +400,7 @@ class Keys:
         the admission script touches both)."""
         return self._(f"key-inflight:{{{route}}}{key}" if self.cluster else f"key-inflight:{key}")
 
-    def schedules(self, name: str = "") -> ScheduleKeys:
+    def schedules(self, name: str) -> ScheduleKeys:
         """The scheduler's keys for the schedule `name`: on a single Redis the same for
         every schedule; on a cluster the shard of the slot `name` hashes to."""
         if not self.cluster:

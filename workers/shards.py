@@ -39,9 +39,11 @@ class SlotSet:
 
     This process remembers what it added and what it read: an add of a slot it
     listed is free, and a read whose SCARD is what it was costs one O(1) command,
-    not an SMEMBERS of up to 16384 numbers (re-read at least every REFRESH_S all
-    the same). A set found smaller than before was lost (a Redis restarted
-    without its data): everything is read and added again.
+    not an SMEMBERS of up to 16384 numbers. At least every REFRESH_S it reads the
+    set again and adds back what it added itself, so an add that a failover lost
+    (replication is asynchronous) is restored while its writer lives. A set found
+    smaller than this process last read it was lost (a Redis restarted without its
+    data): everything it read and added goes back at once.
     """
 
     REFRESH_S = 60.0
@@ -69,10 +71,14 @@ class SlotSet:
         with self._store.errors():
             count = redis.scard(self.key)
             with self._lock:
-                if count == len(self._read) and time.monotonic() < self._read_until:
+                fresh = time.monotonic() < self._read_until
+                if count == len(self._read) and fresh:
                     return self._read
-                if count < len(self._read):
-                    self._added.clear()
+                restore = set(self._added) if not fresh else set()
+                if count < len(self._read):  # lost
+                    restore |= {*self._added, *self._read}
+            if restore:
+                redis.sadd(self.key, *restore)
             found = sorted(int(slot) for slot in redis.smembers(self.key))
         with self._lock:
             self._read, self._read_until = found, time.monotonic() + self.REFRESH_S
