@@ -251,12 +251,13 @@ class ScheduleStore:
         names = [name for name, _ in self.shards.lowest("due", now_ms, READ_MAX)]
         if not names:
             return []
+        shards = [self.shards.of(name) for name in names]
         pipe = self.redis.pipeline(transaction=False)
-        for name in names:
-            pipe.hget(self.shards.of(name).schedules, name)
+        for name, keys in zip(names, shards, strict=True):
+            pipe.hget(keys.schedules, name)
         found, fixes = [], self.redis.pipeline(transaction=False)
-        for name, stored in zip(names, pipe.execute(), strict=True):
-            index = self.shards.of(name).due
+        for name, keys, stored in zip(names, shards, pipe.execute(), strict=True):
+            index = keys.due
             schedule = None if stored is None else _load(name, stored)
             if stored is None:
                 fixes.zrem(index, name)

@@ -405,7 +405,11 @@ class Keys:
         every schedule; on a cluster the shard of the slot `name` hashes to."""
         if not self.cluster:
             return ScheduleKeys.under(self.prefix)
-        return self.schedule_shard(key_slot(name.encode()))
+        return self.schedule_shard(self.schedule_slot(name))
+
+    def schedule_slot(self, name: str) -> int:
+        """The hash slot of the schedule `name`'s shard (on a cluster)."""
+        return key_slot(name.encode())
 
     def schedule_shard(self, slot: int) -> ScheduleKeys:
         """The scheduler's shard of hash slot `slot` (on a cluster)."""

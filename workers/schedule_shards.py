@@ -28,7 +28,6 @@ from scheduler import Notification, Schedule, ScheduleKeys
 from scheduler.store import NOTIFICATIONS_MAX, Index
 from workers.codec import as_text
 from workers.errors import StoreUnavailable
-from workers.sharding import key_slot
 from workers.shards import SlotSet
 
 if TYPE_CHECKING:
@@ -60,14 +59,12 @@ class ClusterSchedules:
         return [self._store.keys.schedule_shard(slot) for slot in self._listed()]
 
     def enlist(self, name: str) -> None:
-        self._slots.add(key_slot(name.encode()))
+        self._slots.add(self._store.keys.schedule_slot(name))
 
     def lowest(self, index: Index, high: int, limit: int) -> list[tuple[str, float]]:
         keys = self._store.keys
         pairs = [(slot, getattr(keys.schedule_shard(slot), index)) for slot in self._listed()]
-        found = self._store.shards.read(pairs, "due", (float("-inf"), high, limit))
-        found.sort(key=lambda entry: entry[1])
-        return found[:limit]
+        return self._store.shards.lowest(pairs, float("-inf"), high, limit)
 
     def _listed(self) -> list[int]:
         """The slots of the shards written, in order."""

@@ -141,6 +141,13 @@ class Shards:
         """Up to `limit` (member, score) of the shards' `index` ("outbox", "pending",
         "deadlines") scored from `low` to `high`, lowest first."""
         keys = [(shard.slot, getattr(shard, index)) for shard in self.all()]
+        return self.lowest(keys, low, high, limit)
+
+    def lowest(
+        self, keys: list[tuple[int, str]], low: float, high: float, limit: int
+    ) -> list[tuple[str, float]]:
+        """Up to `limit` (member, score) of the sorted sets `keys` ((hash slot, key)
+        pairs) scored from `low` to `high`, lowest first."""
         found = self.read(keys, "due", (low, high, limit))
         found.sort(key=lambda entry: entry[1])
         return found[:limit]
