@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 from pydantic import ValidationError
+from redis.exceptions import RedisClusterException
 
 from workers.codec import (
     Loaded,
@@ -116,6 +117,8 @@ def _redis_errors(url: str) -> Iterator[None]:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as error:
         raise StoreUnavailable(f"Redis at {redact_url(url)} is unreachable: {error}") from error
+    except RedisClusterException as error:  # no node answered when the client was made
+        raise StoreUnavailable(f"Redis at {redact_url(url)}: {error}") from error
     except redis.RedisError as error:
         raise StoreUnavailable(f"Redis at {redact_url(url)} failed: {error}") from error
 
@@ -128,7 +131,8 @@ class RunStore:
         self.keys = Keys(prefix, cluster=cluster or cluster_url(url))
         # Typed Any: redis-py annotates every reply as a union over its sync and
         # async clients, which says nothing useful here.
-        self.redis: Any = connect(url, cluster=self.keys.cluster)
+        with _redis_errors(url):  # a cluster's client asks a node for the slots now
+            self.redis: Any = connect(url, cluster=self.keys.cluster)
         script = self.redis.register_script
         self._create: Any = script(lua("create"))
         self._load: Any = script(lua("load"))
