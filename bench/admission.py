@@ -16,9 +16,9 @@ from typing import Any
 from agent_core import Config
 from bench.cluster import Counters
 from bench.context import Bench, median
-from workers.pricing import Budget
-from workers.records import RunRecord
-from workers.store import Admission, RunStore
+from workers.engine.budget import Budget
+from workers.engine.records import RunRecord
+from workers.store.runs import Admission, RunStore
 
 __all__ = ["run"]
 

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from workers.celery_app import delivery_settings, visibility_timeout
+from workers.celery_app.app import delivery_settings, visibility_timeout
 from workers.settings import Settings
 
 __all__ = ["app", "build_app", "done_key", "send_hop"]
@@ -31,7 +31,7 @@ def done_key(queue: str) -> str:
 
 
 def build_app(broker_url: str, *, events: bool, queue: str = "bare") -> Celery:
-    """Return a plain Celery app configured as `workers.celery_app.build_celery` does."""
+    """Return a plain Celery app configured as `workers.celery_app.app.build_celery` does."""
     celery = Celery("bare", broker=broker_url, set_as_current=False)
     timeout = visibility_timeout(Settings.from_env({}))
     celery.conf.update(**delivery_settings(timeout, events=events), task_default_queue=queue)

@@ -29,8 +29,8 @@ from redis.crc import key_slot
 from agent_core import Every, Recipe
 from scheduler import Schedule, ScheduleStore
 from tests.support.redis_cluster import Cluster
-from workers.schedule_shards import ClusterSchedules
-from workers.store import RunStore
+from workers.store.runs import RunStore
+from workers.store.schedule_shards import ClusterSchedules
 
 __all__ = ["main"]
 

@@ -1,6 +1,6 @@
 """Relay's runtime without Celery: the task bodies called in a loop in this process.
 
-`LocalRuntime` builds `workers.runtime.Runtime` on the bench app with a list in
+`LocalRuntime` builds `workers.runtime.tasks.Runtime` on the bench app with a list in
 place of the broker: each message a step sends is appended, and `drain` calls
 the task body it names (`advance`, `call_model`, `run_tool`) until none are
 left. What it costs per turn is Relay's own work (Redis, serialisation, the
@@ -21,11 +21,11 @@ from agent_core import ModelRequest
 from bench.app import CONFIG, build
 from bench.model import Task, reply_for
 from workers import Settings
-from workers.chat import Model, ModelReply
-from workers.effects import Message
-from workers.model_client import ModelSource
-from workers.records import RunRecord, Usage
-from workers.runtime import Runtime
+from workers.engine.effects import Message
+from workers.engine.records import RunRecord, Usage
+from workers.model.transport import ModelSource
+from workers.model.wire import Model, ModelReply
+from workers.runtime.tasks import Runtime
 from workers.settings import now_ms
 
 __all__ = ["LocalModel", "LocalRuntime", "local_turn_ms"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.context import Bench, median, percentile
 from bench.model import Task
-from workers.layout import STREAM_PARKED_S
+from workers.store.layout import STREAM_PARKED_S
 
 __all__ = ["GOAL_MS", "run"]
 

@@ -30,14 +30,14 @@ _FRAME = re.compile(r"^(.*) \((.*?):\d+\)$")
 # (file part, function pattern, part name): the innermost frame that matches names the part.
 _PARTS: list[tuple[str, str, str]] = [
     ("kombu/utils/eventio.py", "poll", IDLE),
-    ("workers/leases.py", "run_leased", "call: start helper thread, wait for it"),
-    ("workers/store.py", r"RunStore\.(\w+)", "store.{0}"),
-    ("workers/agent_kit.py", "restore", "restore agent from snapshot"),
-    ("workers/engine.py", r"^advance$", "engine.advance (apply events, next step)"),
+    ("workers/runtime/leases.py", "run_leased", "call: start helper thread, wait for it"),
+    ("workers/store/runs.py", r"RunStore\.(\w+)", "store.{0}"),
+    ("workers/kit/agents.py", "restore", "restore agent from snapshot"),
+    ("workers/engine/decide.py", r"^advance$", "engine.advance (apply events, next step)"),
     ("celery/events/", "", "Celery task events (PUBLISH)"),
     ("celery/app/base.py", "send_task", "send message (send_task)"),
-    ("workers/steps.py", "", "runtime (other)"),
-    ("workers/calls.py", "", "runtime (other)"),
+    ("workers/runtime/steps.py", "", "runtime (other)"),
+    ("workers/runtime/calls.py", "", "runtime (other)"),
     ("kombu/transport/redis.py", r"QoS\.(ack|reject)", "Celery ack (unacked index)"),
     ("kombu/message.py", r"Message\.ack", "Celery ack (unacked index)"),
     ("kombu/transport/redis.py", r"QoS\.append", "Celery receive (unacked index)"),
@@ -174,6 +174,6 @@ def _helper_part(frames: list[tuple[str, str]]) -> str:
     kind = _kind(frames)
     if any("model_client.py" in path for _, path in frames):
         return f"model call: {kind}"
-    if any("workers/registry.py" in path or "bench/app.py" in path for _, path in frames):
+    if any("workers/kit/tools.py" in path or "bench/app.py" in path for _, path in frames):
         return "tool function"
     return f"helper thread: {kind}"

@@ -1,6 +1,6 @@
 """Schedules and notifications in Redis, and the claim that fires a slot exactly once.
 
-Keys, under the Relay's prefix (`ScheduleKeys`; `workers.layout` maps the rest). On a
+Keys, under the Relay's prefix (`ScheduleKeys`; `workers.store.layout` maps the rest). On a
 single Redis there is one set of them; on Redis Cluster one per hash slot, each name
 ending in the slot's hash tag, and a schedule in the shard of its name's slot
 (`ScheduleShards`: the host says where a schedule lives and reads over every shard):

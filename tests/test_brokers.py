@@ -10,8 +10,8 @@ import ssl
 import pytest
 from celery import Celery
 
-from workers.brokers import is_amqp
-from workers.celery_app import build_celery, visibility_timeout
+from workers.celery_app.app import build_celery, visibility_timeout
+from workers.celery_app.brokers import is_amqp
 from workers.settings import Settings
 
 REDIS = "redis://cache:6379/0"

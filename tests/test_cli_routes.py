@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 from tests.support.redis_server import RedisServer
 from workers.cli import cli
-from workers.limits import FAILURES_TO_OPEN, RouteLimits
-from workers.routes import load_routes
+from workers.model.limits import FAILURES_TO_OPEN, RouteLimits
+from workers.model.routes import load_routes
 from workers.settings import now_ms
-from workers.store import RunStore
+from workers.store.runs import RunStore
 
 ROUTES = [
     {"name": "primary", "url": "http://127.0.0.1:9/v1", "model": "big", "rpm": 600,

@@ -1,13 +1,13 @@
-"""Steps for runs that cannot go on as usual, as pure functions (`workers.endings`)."""
+"""Steps for runs that cannot go on as usual, as pure functions (`workers.engine.endings`)."""
 
 from __future__ import annotations
 
 from agent_core import Config, Outcome, Stop, ToolOutput
-from workers.effects import UsageAdd
-from workers.endings import finished_already
-from workers.layout import RunFields
-from workers.records import ModelReplied, RunRecord, ToolDone, Usage
-from workers.working import Surroundings
+from workers.engine.effects import UsageAdd
+from workers.engine.endings import finished_already
+from workers.engine.records import ModelReplied, RunRecord, ToolDone, Usage
+from workers.engine.working import Surroundings
+from workers.store.layout import RunFields
 
 AROUND = Surroundings(now_ms=9_000, grace_ms=500, approval_ttl_ms=None, retention_s=3_600)
 

@@ -1,4 +1,4 @@
-"""The slice's rules (`workers.inline.Continuation`), with a fake clock and fake steps.
+"""The slice's rules (`workers.runtime.continuation`), with a fake clock and fake steps.
 
 What a real worker does with them is tested in tests/test_runtime_inline.py.
 """
@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from workers.effects import Message
-from workers.inline import Continuation
-from workers.reports import Report
+from workers.engine.effects import Message
+from workers.runtime.continuation import Continuation
+from workers.runtime.reports import Report
 
 
 @dataclass

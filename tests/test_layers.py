@@ -50,7 +50,10 @@ def test_importing_scheduler_loads_no_worker_code() -> None:
 def test_the_runtime_never_imports_the_command_line() -> None:
     # workers/cli/ sits on top of the runtime: a worker never needs click or rich.
     offenders = {}
-    for path in sorted((ROOT / "workers").glob("*.py")):
+    for path in sorted((ROOT / "workers").rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        if where.startswith("workers/cli/"):
+            continue
         tree = ast.parse(path.read_text(), filename=str(path))
         modules = {
             alias.name
@@ -67,23 +70,17 @@ def test_the_runtime_never_imports_the_command_line() -> None:
             for m in modules
             if m in ("workers.cli", "click", "rich") or m.startswith("workers.cli.")
         )
-        if used and path.name != "celery_app.py":  # the worker's own --no-tick option is click's
-            offenders[path.name] = used
+        # The worker's own --no-tick option is click's.
+        if used and where != "workers/celery_app/app.py":
+            offenders[where] = used
     assert offenders == {}
 
 
-@pytest.mark.parametrize(
-    ("package", "most_lines"),
-    # agent_core's transitions stay one table in one module, however long it grows.
-    [("agent_core", None), ("workers", 460), ("scheduler", 460)],
-)
-def test_modules_and_functions_stay_a_readable_size(package: str, most_lines: int | None) -> None:
+@pytest.mark.parametrize("package", ["agent_core", "workers", "scheduler"])
+def test_functions_stay_a_screen_long(package: str) -> None:
     too_long = []
     for path in sorted((ROOT / package).rglob("*.py")):
-        source = path.read_text()
-        if most_lines is not None and source.count("\n") > most_lines:
-            too_long.append(f"{path.relative_to(ROOT)}: {source.count(chr(10))} lines")
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
                 if length > 60:

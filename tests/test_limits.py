@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 from tests.support.redis_server import RedisServer
-from workers.limits import (
+from workers.model.limits import (
     ABSENT_MS,
     FAILURES_TO_OPEN,
     PROBE_INTERVAL_MS,
     SPACING_MARGIN,
     RouteLimits,
 )
-from workers.routes import ModelRoute
-from workers.store import RunStore
+from workers.model.routes import ModelRoute
+from workers.store.runs import RunStore
 
 ROUTE = ModelRoute("r", url="http://127.0.0.1:9/v1", model="m", rpm=60)
 STEP = int(1000 * SPACING_MARGIN)  # 60 rpm: one call a second, and the margin

@@ -26,11 +26,11 @@ from tests.support.model_server import (
     refusing_url,
     scripted,
 )
-from workers.chat import ModelReply, backoff_seconds, parse_retry_after
+from workers.engine.records import Usage
 from workers.errors import ModelCallError
-from workers.model_client import ModelClient
-from workers.models import ModelSettings, chat_completions_url
-from workers.records import Usage
+from workers.model.endpoints import ModelSettings, chat_completions_url
+from workers.model.transport import ModelClient
+from workers.model.wire import ModelReply, backoff_seconds, parse_retry_after
 
 KEY = "sk-test-0123456789-secret"
 NOW = 1_700_000_000.0

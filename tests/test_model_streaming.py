@@ -22,14 +22,14 @@ from agent_core.steps import ModelRequest
 from tests.support.model_server import ModelServer, Reply, scripted
 from tests.support.redis_server import RedisServer
 from workers import ModelRoute
-from workers.chat import RESTART, StreamedReply, takes_text
 from workers.errors import ModelCallError
-from workers.limits import RouteLimits
-from workers.model_client import ModelClient
-from workers.models import ModelSettings
-from workers.router import ModelRouter
+from workers.model.endpoints import ModelSettings
+from workers.model.limits import RouteLimits
+from workers.model.router import ModelRouter
+from workers.model.transport import ModelClient
+from workers.model.wire import RESTART, StreamedReply, takes_text
 from workers.settings import now_ms
-from workers.store import RunStore
+from workers.store.runs import RunStore
 
 REQUEST = ModelRequest(system="You are terse.", prompt="Say hi.")
 ANSWER = '{"final": "Héllo wörld, streamed in pieces ✓"}'

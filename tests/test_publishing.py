@@ -1,4 +1,4 @@
-"""A batch's task messages go to a Redis broker in one round trip (`workers.publishing`).
+"""A batch's task messages go to a Redis broker in one round trip (`workers.celery_app.publishing`).
 
 A private Redis, watched with MONITOR while the runtime's `send` publishes a
 batch: kombu alone would read the exchange's bindings and push once per message.
@@ -20,7 +20,7 @@ import redis
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import Settings
-from workers.effects import Message
+from workers.engine.effects import Message
 
 _LINE = re.compile(r'^\S+ \[\d+ (?P<client>\S+)\] "(?P<command>\w+)"')
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agent_core import Config, Outcome, Stop, ToolOutput
-from workers.effects import Advanced, Effects
-from workers.records import (
+from workers.engine.effects import Advanced, Effects
+from workers.engine.records import (
     BudgetReached,
     CallTrack,
     InboxEvent,
@@ -16,7 +16,7 @@ from workers.records import (
     ToolDone,
     Usage,
 )
-from workers.reports import FAILED_STOPS, Report, after_step, did, run_now
+from workers.runtime.reports import FAILED_STOPS, Report, after_step, did, run_now
 
 
 def _record(**changes: object) -> RunRecord:

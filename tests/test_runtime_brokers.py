@@ -35,7 +35,7 @@ from tests.support.fleet import Fleet, fleet, on_broker, on_cluster
 from tests.support.rabbitmq import VHOSTS_MADE, rabbit_vhost, require_rabbitmq
 from tests.support.redis_cluster import Cluster, redis_cluster
 from workers import Settings
-from workers.brokers import check_broker
+from workers.celery_app.brokers import check_broker
 from workers.settings import now_ms
 
 BROKERS = ["redis", "amqp", "amqp+cluster"]

@@ -26,13 +26,13 @@ from tests.support.fleet import Fleet, fleet, on_cluster
 from tests.support.rabbitmq import require_rabbitmq
 from tests.support.redis_cluster import Cluster, redis_cluster
 from tests.test_scheduler_tick import RecordingHost
-from workers.durability import Durability
-from workers.layout import Keys
-from workers.schedule_shards import ClusterSchedules
-from workers.scripts import lua
 from workers.settings import now_ms
-from workers.shards import SlotSet
-from workers.store import RunStore
+from workers.store.durability import Durability
+from workers.store.layout import Keys
+from workers.store.runs import RunStore
+from workers.store.schedule_shards import ClusterSchedules
+from workers.store.scripts import lua
+from workers.store.shards import SlotSet
 
 __all__ = ["redis_cluster"]  # the session's cluster fixture, used here
 

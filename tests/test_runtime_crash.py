@@ -17,7 +17,7 @@ from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from tests.support.waiting import calls_for
 from workers import StoreUnavailable
-from workers.effects import Message
+from workers.engine.effects import Message
 
 
 def test_twenty_runs_at_once_all_finish(tmp_path: Path) -> None:

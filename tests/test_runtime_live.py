@@ -18,7 +18,7 @@ from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from tests.support.waiting import shared_fleet
 from workers import RelayError, StreamEvent
-from workers.layout import STREAM_KEEP_S, STREAM_PARKED_S
+from workers.store.layout import STREAM_KEEP_S, STREAM_PARKED_S
 
 ANSWER = "The total for March is 1,234.50 \u20ac \u2014 \u201cchecked\u201d twice.\nDone."
 

@@ -18,7 +18,7 @@ from agent_core import Stop
 from tests.support.brain import final
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ModelServer, Reply
-from workers.limits import FAILURES_TO_OPEN, PROBE_INTERVAL_MS
+from workers.model.limits import FAILURES_TO_OPEN, PROBE_INTERVAL_MS
 
 WORKER = ("--concurrency", "8", "--pool", "threads")
 

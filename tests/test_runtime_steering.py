@@ -19,7 +19,7 @@ from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from tests.support.waiting import pending_for, prompts_for, shared_fleet
 from workers import DecisionRefused, RelayError
-from workers.effects import Message
+from workers.engine.effects import Message
 
 TOLD = "A message from the person, sent while you worked:\n"
 

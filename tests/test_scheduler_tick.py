@@ -3,7 +3,7 @@ what it was asked to start.
 
 Each test runs twice: on a single Redis (one set of schedule keys), and on the
 session's private Redis Cluster with the schedules in shards by hash slot
-(workers.schedule_shards), each test under a key prefix of its own."""
+(workers.store.schedule_shards), each test under a key prefix of its own."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from scheduler.store import READ_MAX, UNREADABLE_RETRY_MS, fire_id
 from scheduler.tick import REFIRE_AFTER_MS
 from tests.support.redis_cluster import Cluster, redis_cluster
 from tests.support.redis_server import RedisServer
-from workers.schedule_shards import ClusterSchedules
-from workers.store import RunStore
+from workers.store.runs import RunStore
+from workers.store.schedule_shards import ClusterSchedules
 
 __all__ = ["redis_cluster"]  # the session's cluster fixture, used here
 

@@ -18,7 +18,7 @@ SETTINGS = Settings.from_env({})
 def test_skills_dir_offers_every_skill_that_loads_and_logs_the_rest(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="workers.skill_tools"):
+    with caplog.at_level(logging.WARNING, logger="workers.kit.skills"):
         relay = Relay("s", skills_dir=write_repo(tmp_path), settings=SETTINGS)
     assert {s.name for s in relay.skills} == REPO_SKILLS
     assert relay.skills_report is not None

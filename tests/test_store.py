@@ -11,11 +11,10 @@ from agent_core import Config, Outcome, Stop, ToolOutput
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import RelayError, Settings
-from workers.decisions import expiry_event
-from workers.effects import Advanced, Effects, Message, OwnOutcome, UsageAdd
-from workers.layout import pending_member as member_of
-from workers.pricing import Budget
-from workers.records import (
+from workers.engine.budget import Budget
+from workers.engine.decisions import expiry_event
+from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, UsageAdd
+from workers.engine.records import (
     BudgetExtended,
     CallDecision,
     CallTrack,
@@ -24,8 +23,9 @@ from workers.records import (
     ToolDone,
     Usage,
 )
-from workers.scripts import ClaimStatus, Decided, Recorded, Saved
-from workers.store import Admission, Claim, RunStore
+from workers.store.layout import pending_member as member_of
+from workers.store.runs import Admission, Claim, RunStore
+from workers.store.scripts import ClaimStatus, Decided, Recorded, Saved
 
 
 @pytest.fixture

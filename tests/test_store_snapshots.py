@@ -19,13 +19,13 @@ from agent_core.state import dump, load
 from tests.support import snapshots_v1
 from tests.support.redis_server import RedisServer
 from tests.support.scripted import call
-from workers.codec import Loaded, save_arguments
-from workers.effects import Advanced, Effects
-from workers.hot import HotAgent, HotAgents
-from workers.records import RunRecord
-from workers.scripts import Saved
-from workers.snapshots import KEEP, join, split, write
-from workers.store import RunStore
+from workers.engine.effects import Advanced, Effects
+from workers.engine.records import RunRecord
+from workers.store.agent_cache import HotAgent, HotAgents
+from workers.store.codec import Loaded, save_arguments
+from workers.store.runs import RunStore
+from workers.store.scripts import Saved
+from workers.store.snapshots import KEEP, join, split, write
 
 TOOLS = [Tool("read_file", "Read a text file").arg("path", Kind.TEXT).risk(Risk.READ)]
 TRIMMED = Config(require_plan=False, history_chars=2_000, max_calls=10_000)

@@ -21,7 +21,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet, fleet
-from workers.telemetry import trace_ids
+from workers.runtime.telemetry import trace_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -104,8 +104,8 @@ def test_one_trace_per_run_across_workers_and_resumes(
 def test_without_opentelemetry_nothing_is_traced() -> None:
     probe = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "from workers.reports import CallFacts\n"
-        "from workers.telemetry import Telemetry\n"
+        "from workers.runtime.reports import CallFacts\n"
+        "from workers.runtime.telemetry import Telemetry\n"
         "t = Telemetry('http://127.0.0.1:1/v1')\n"
         "t.record(CallFacts('model', 'r', 'r', 'm1', 'default', '', 0, 1, True))\n"
         "print(t.enabled)"

@@ -15,10 +15,10 @@ from tests.support.fleet import fleet
 from tests.support.model_server import Reply
 from tests.support.redis_server import RedisServer
 from tests.support.web import RelayWeb
-from workers.metrics import FleetMetrics
-from workers.records import Usage
-from workers.reports import CallFacts, Report
-from workers.store import RunStore
+from workers.engine.records import Usage
+from workers.runtime.metrics import FleetMetrics
+from workers.runtime.reports import CallFacts, Report
+from workers.store.runs import RunStore
 from workers.web.exporter import registry_for
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -1,6 +1,7 @@
 """workers: the distributed runtime — the Relay object, its Celery app, tasks and client API."""
 
-from workers.chat import ModelReply
+from workers.engine.budget import Budget, Price
+from workers.engine.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.errors import (
     AppNotFound,
     CallTimedOut,
@@ -16,12 +17,11 @@ from workers.errors import (
     ToolRegistrationError,
     WaitTimeout,
 )
-from workers.limits import RouteState
-from workers.pricing import Budget, Price
-from workers.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
-from workers.registry import ToolContext
+from workers.kit.tools import ToolContext
+from workers.model.limits import RouteState
+from workers.model.routes import ModelRoute
+from workers.model.wire import ModelReply
 from workers.relay import Relay
-from workers.routes import ModelRoute
 from workers.settings import Settings
 
 __all__ = [

@@ -35,24 +35,24 @@ import scheduler
 from agent_core import Attachment, Config, Outcome, Recipe, Risk, Skill, Specialist, Tool, Trigger
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
-from workers.agent_kit import AgentKit
-from workers.celery_app import Queues, WorkerReach, build_celery, register_tasks, sender
-from workers.chat import Model
-from workers.client import RunsClient
-from workers.effects import Message
+from workers.celery_app.app import Queues, WorkerReach, build_celery, register_tasks, sender
+from workers.client.runs import RunsClient
+from workers.client.schedules import Scheduling
+from workers.client.start import checked_concurrency, checked_prices, new_run
+from workers.engine.budget import Budget, Price, load_prices
+from workers.engine.effects import Message
+from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
+from workers.engine.working import Verifier
 from workers.errors import RelayError
-from workers.limits import RouteLimits, RouteState
-from workers.model_client import ModelSource
-from workers.pricing import Budget, Price, load_prices
-from workers.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
-from workers.routes import ModelRoute, routes_from
-from workers.runtime import Runtime
-from workers.scheduling import Scheduling
+from workers.kit.agents import AgentKit
+from workers.kit.skills import gather_skills
+from workers.model.limits import RouteLimits, RouteState
+from workers.model.routes import ModelRoute, routes_from
+from workers.model.transport import ModelSource
+from workers.model.wire import Model
+from workers.runtime.tasks import Runtime
 from workers.settings import Settings, now_ms
-from workers.skill_tools import gather_skills
-from workers.starting import checked_concurrency, checked_prices, new_run
-from workers.store import RunStore
-from workers.working import Verifier
+from workers.store.runs import RunStore
 
 __all__ = ["Relay"]
 
@@ -326,7 +326,7 @@ class Relay:
         """Re-send messages nobody dealt with and decline expired approvals (part of the tick)."""
         return self.runtime.heal(now)
 
-    # --- runs that exist (workers.client.RunsClient) -----------------------------------------
+    # --- runs that exist (workers.client.runs.RunsClient) -----------------------------------------
 
     def status(self, run_id: str) -> RunStatus:
         """Where the run is: its state, what it waits for, usage, outcome, children."""
@@ -407,7 +407,7 @@ class Relay:
         """Continue a run with a new turn; `strategy`: what if it still works (RunsClient)."""
         self.runs_client.reply(run_id, text, strategy)
 
-    # --- schedules (workers.scheduling.Scheduling) -----------------------------------------------
+    # --- schedules (workers.client.schedules.Scheduling) ---------------------------------------
 
     @property
     def schedule_store(self) -> ScheduleStore:

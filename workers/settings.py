@@ -7,7 +7,7 @@
                                  cluster holds run state only: set RELAY_BROKER_URL
     RELAY_BROKER_URL             Celery's broker; default: the Redis URL (a unix://
                                  URL becomes kombu's redis+socket://); amqp:// or
-                                 amqps:// for RabbitMQ (see workers.brokers)
+                                 amqps:// for RabbitMQ (see workers.celery_app.brokers)
     RELAY_QUEUE_TYPE             RabbitMQ's queue type: quorum (default) or classic
     RELAY_MODEL_URL              OpenAI-compatible base URL (http://localhost:11434/v1)
                                  or its /chat/completions URL; unset: the demo model
@@ -65,7 +65,7 @@ from pydantic import (
 )
 
 from workers.errors import SettingsError
-from workers.models import ModelSettings, chat_completions_url, check_api_key
+from workers.model.endpoints import ModelSettings, chat_completions_url, check_api_key
 from workers.redact import redact_url
 
 __all__ = ["Settings", "SettingsError", "Timing", "now_ms", "redact_url"]
@@ -251,7 +251,7 @@ class Settings(BaseModel):
 
     redis_url: _RedisUrl = None
     redis_cluster: Annotated[bool, BeforeValidator(_flag)] = False
-    """Run state on Redis Cluster (also said by a redis+cluster:// URL; see workers.sharding)."""
+    """Run state on Redis Cluster (also said by a redis+cluster:// URL; workers.store.cluster)."""
     broker_url: _BrokerUrl = None
     queue_type: Annotated[Literal["quorum", "classic"], BeforeValidator(_queue_type)] = "quorum"
     """On RabbitMQ: quorum queues, or classic ones for a server without them."""
@@ -289,7 +289,7 @@ class Settings(BaseModel):
     """Celery task events, which Flower shows; off saves four Redis round trips per task."""
     inline_ms: Annotated[int, BeforeValidator(_count(0))] = 250
     """How long a task may go on with its run's next step in place of publishing it (the
-    slice, from the task's start); 0: every step is published (`workers.inline`)."""
+    slice, from the task's start); 0: every step is published (`workers.runtime.continuation`)."""
 
     @model_validator(mode="before")
     @classmethod

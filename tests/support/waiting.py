@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ChatCall
-from workers.records import Pending
+from workers.engine.records import Pending
 
 __all__ = ["calls_for", "pending_for", "prompts_for", "shared_fleet", "wait_state"]
 

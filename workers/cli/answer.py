@@ -17,7 +17,7 @@ from rich.text import Text
 
 from agent_core import FinalStream
 from workers.cli.terminal import printable
-from workers.records import StreamEvent
+from workers.engine.records import StreamEvent
 from workers.relay import Relay
 
 __all__ = ["TAIL_LINES", "Answer", "pump_stream"]

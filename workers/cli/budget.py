@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from workers.cli.common import Context, Failure, app_option
 from workers.cli.terminal import one_line
-from workers.pricing import Budget
+from workers.engine.budget import Budget
 
 __all__ = ["Duration", "budget_from", "budget_options", "extend"]
 

@@ -33,8 +33,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from agent_core import ModelRequest, Risk
-from workers.chat import ModelReply
-from workers.records import Usage
+from workers.engine.records import Usage
+from workers.model.wire import ModelReply
 from workers.relay import Relay
 from workers.settings import Settings
 

@@ -6,7 +6,7 @@ from rich.text import Text
 
 from agent_core import Stop
 from workers.cli.terminal import one_line, printable
-from workers.records import TraceEntry
+from workers.engine.records import TraceEntry
 
 __all__ = ["FINAL_CHARS", "describe"]
 

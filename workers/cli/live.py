@@ -34,8 +34,8 @@ from workers.cli.answer import Answer, pump_stream
 from workers.cli.embedded import Embedded
 from workers.cli.lines import describe
 from workers.cli.terminal import one_line, printable
+from workers.engine.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.errors import DecisionRefused
-from workers.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.relay import Relay
 
 EXIT_STOPPED = 1

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from workers.cli.common import Context, app_option, json_option, print_json, row, span
 from workers.cli.live import console
-from workers.limits import RouteState
+from workers.model.limits import RouteState
 
 __all__ = ["routes"]
 

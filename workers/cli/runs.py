@@ -39,9 +39,9 @@ from workers.cli.live import (
     usage_line,
 )
 from workers.cli.terminal import json_text, one_line, printable
+from workers.engine.budget import Budget
+from workers.engine.records import Pending, RunStatus
 from workers.errors import DecisionRefused
-from workers.pricing import Budget
-from workers.records import Pending, RunStatus
 from workers.relay import Relay
 from workers.settings import Settings, redact_url
 

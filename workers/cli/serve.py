@@ -7,7 +7,7 @@ import socket
 
 import click
 
-from workers.brokers import check_broker
+from workers.celery_app.brokers import check_broker
 from workers.cli.common import Context, Failure, app_option
 from workers.relay import Relay
 from workers.settings import SettingsError

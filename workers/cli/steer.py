@@ -8,7 +8,7 @@ import click
 
 from workers.cli.common import Context, app_option
 from workers.cli.terminal import one_line
-from workers.records import ReplyStrategy
+from workers.engine.records import ReplyStrategy
 
 __all__ = ["pause", "reply", "resume", "send"]
 

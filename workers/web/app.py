@@ -31,8 +31,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from workers.errors import DecisionRefused
-from workers.metrics import FleetMetrics
 from workers.relay import Relay
+from workers.runtime.metrics import FleetMetrics
 from workers.settings import now_ms
 from workers.web.auth import BasicAuth, FormTokens, WebSettings
 from workers.web.exporter import registry_for

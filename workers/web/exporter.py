@@ -17,7 +17,7 @@
     relay_route_paused{route}                        1 while a 429 pauses the route
     relay_route_in_flight{route}, relay_route_waiting{route}   calls on it, calls queued for it
 
-Counts come from the workers (`workers.metrics`), so every worker of the fleet
+Counts come from the workers (`workers.runtime.metrics`), so every worker of the fleet
 is in them, however many there are; one relay web scrapes them all. The routes'
 states are `Relay.route_states()`, read from their limits in Redis.
 """
@@ -35,8 +35,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from workers.limits import RouteState
-from workers.metrics import LATENCY_BUCKETS, MAX_RUNS_SCANNED, FleetMetrics, FleetState
+from workers.model.limits import RouteState
+from workers.runtime.metrics import LATENCY_BUCKETS, MAX_RUNS_SCANNED, FleetMetrics, FleetState
 
 __all__ = ["STATE_CACHE_MS", "RelayCollector", "registry_for"]
 

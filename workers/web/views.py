@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from agent_core.toolbox import DELEGATE
+from workers.engine.records import Pending, RunStatus, TraceEntry
 from workers.errors import RunNotFound
-from workers.records import Pending, RunStatus, TraceEntry
 from workers.relay import Relay
 
 __all__ = ["pending_row", "run_row", "run_tree", "trace_row"]

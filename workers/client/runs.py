@@ -1,0 +1,453 @@
+"""The client API to runs that exist: where they are, what waits on a person, the
+decisions that wake them, their traces and live streams, steering them, and
+cancelling them.
+
+Every method talks to Redis directly and wakes a run with a small `relay.advance`
+message; none waits on a worker. A person's steering (`send`, `pause`, `resume`,
+`reply`) is an event in the run's inbox, applied once by the run's next step
+(`workers.engine.steering` says what each does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from agent_core import Outcome
+from workers.engine.budget import Budget
+from workers.engine.decisions import expiry_event
+from workers.engine.effects import Message
+from workers.engine.records import (
+    Answer,
+    CallDecision,
+    CancelRun,
+    FollowUp,
+    InboxEvent,
+    PauseRun,
+    Pending,
+    PlanDecision,
+    ReplyStrategy,
+    ResumeRun,
+    RunRecord,
+    RunStatus,
+    StreamEvent,
+    Told,
+    TraceEntry,
+    Usage,
+)
+from workers.errors import DecisionRefused, RelayError, RunCorrupt, RunNotFound, WaitTimeout
+from workers.settings import Timing, now_ms
+from workers.store.codec import as_text
+from workers.store.layout import PendingKind, pending_parts
+from workers.store.live import stream_id
+from workers.store.runs import RunStore
+from workers.store.scripts import Decided
+
+__all__ = ["MESSAGE_CHARS", "RunsClient"]
+
+MESSAGE_CHARS = 20_000
+"""A person's message or follow-up is cut to this (the agent shows less of it)."""
+STRATEGIES = ("enqueue", "reject", "interrupt")
+
+
+class RunsClient:
+    """Reading runs, deciding for them, cancelling them (the Relay's client API)."""
+
+    def __init__(
+        self, store: RunStore, send: Callable[[list[Message]], None], timing: Timing
+    ) -> None:
+        self.store = store
+        self._send = send
+        self._timing = timing
+
+    def _record(self, run_id: str) -> tuple[RunRecord, Usage]:
+        found = self.store.read(run_id)
+        if found is None:
+            raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
+        return found
+
+    def status(self, run_id: str) -> RunStatus:
+        """Return where the run is: its state, what it waits for, usage, outcome, children."""
+        record, total = self._record(run_id)
+        return RunStatus(
+            id=record.id,
+            state=record.state,
+            waiting_for=record.waiting_for,
+            task=record.task,
+            parent=record.parent,
+            root=record.root,
+            children=record.children,
+            recipe=record.recipe,
+            schedule=record.schedule,
+            usage=record.usage,
+            total_usage=total,
+            budget=self._budget(record),
+            key=record.key,
+            usage_by_route=record.usage_by_route,
+            created_ms=record.created_ms,
+            updated_ms=record.updated_ms,
+            finished_ms=record.finished_ms,
+            outcome=record.outcome,
+            pending=tuple(self.store.people.pending_of(record.pending)),
+            paused=record.paused,
+            queued=record.queued,
+        )
+
+    def _budget(self, record: RunRecord) -> Budget | None:
+        """The tree's budget as it stands now (extensions included)."""
+        limits = self.store.limits(record.root)
+        if limits is None:
+            return None
+        started = record.created_ms
+        if record.root != record.id and limits.deadline_ms is not None:
+            root = self.store.read(record.root)
+            started = root[0].created_ms if root is not None else started
+        return Budget(
+            tokens=limits.tokens,
+            usd=None if limits.cost_micro is None else limits.cost_micro / 1_000_000,
+            model_calls=limits.model_calls,
+            seconds=None
+            if limits.deadline_ms is None
+            else max(limits.deadline_ms - started, 1) / 1000,
+        )
+
+    def extend(self, run_id: str, more: Budget) -> int:
+        """Raise the tree's limits by `more` and let its runs parked at the budget go on;
+        return how many runs were woken. A limit the tree never had stays unlimited.
+
+        Raises:
+            RelayError: `more` raises nothing the tree has a limit for.
+            RunNotFound: there is no such run.
+        """
+        if not isinstance(more, Budget) or more.empty:
+            raise RelayError("extend needs a Budget that raises at least one limit")
+        record, _ = self._record(run_id)
+        parked = self.store.people.pending_in_tree(record.root, "budget")
+        seconds = None if more.seconds is None else int(more.seconds * 1000)
+        raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
+        due = now_ms() + self._timing.grace_ms
+        raised, woken = self.store.people.extend(record.root, raise_by, parked, due)
+        if not raised:
+            raise RelayError(
+                f"the budget of run {record.root} has no limit that {more.describe()} raises"
+            )
+        self._send([Message("advance", p.run_id) for p in parked])
+        return woken
+
+    def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
+        """Return the run's outcome once it finishes (a run a reply is on its way to
+        finishes again first).
+
+        Raises:
+            WaitTimeout: it did not finish within `timeout` seconds.
+            RunNotFound: there is no such run.
+        """
+        deadline = time.monotonic() + timeout
+        cursor = self.store.activity_cursor(run_id)
+        while True:
+            record, _ = self._record(run_id)
+            if record.outcome is not None and not self.store.live.reopening(run_id):
+                return record.outcome
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(
+                    f"run {run_id} did not finish within {timeout:g} s (it is {record.state})"
+                )
+            # Wake when this run's trace grows (the save that ends a run writes a line),
+            # and look at the record at least every second whatever else is busy.
+            until = time.monotonic() + min(left, 1.0)
+            while (now := time.monotonic()) < until:
+                block_ms = max(1, int((until - now) * 1000))
+                cursor, grew = self.store.wait_activity(run_id, cursor, block_ms)
+                if run_id in grew:
+                    break
+
+    def pending(self) -> list[Pending]:
+        """Return what waits on a person: plans, calls and questions, oldest first."""
+        return self.store.people.pending()
+
+    def approve(
+        self, run_id: str, call_id: str, yes: bool = True, reason: str = "", *, by: str = ""
+    ) -> None:
+        """Decide a call that waits for approval. Refused unless that call is pending.
+
+        `by` names who decided; the run's trace says so.
+
+        Raises:
+            DecisionRefused: the call is not waiting for a decision, was decided
+                already, or its time ran out (then it is declined, as the tick would).
+            RunNotFound: there is no such run.
+        """
+        _check_yes(yes)
+        if not isinstance(call_id, str):
+            raise DecisionRefused(f"a call id is text, got {call_id!r}")
+        event = CallDecision(call=call_id, yes=yes, reason=str(reason)[:2_000], by=str(by)[:200])
+        self._decide(run_id, "call", call_id, event, f"call {call_id}")
+
+    def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
+        """Decline a call that waits for approval (the model is told)."""
+        self.approve(run_id, call_id, yes=False, reason=reason)
+
+    def approve_plan(self, run_id: str, yes: bool = True, *, by: str = "") -> None:
+        """Decide the plan a run waits on (refused like `approve`)."""
+        _check_yes(yes)
+        seq = self._pending_seq(run_id, "plan")
+        event = PlanDecision(seq=seq, yes=yes, by=str(by)[:200])
+        self._decide(run_id, "plan", str(seq), event, "a plan")
+
+    def answer(self, run_id: str, text: str) -> None:
+        """Answer the question a run waits on (refused like `approve`)."""
+        if not isinstance(text, str):
+            raise DecisionRefused("an answer must be text")
+        seq = self._pending_seq(run_id, "question")
+        event = Answer(seq=seq, text=text[:20_000])
+        self._decide(run_id, "question", str(seq), event, "a question")
+
+    def _pending_seq(self, run_id: str, kind: str) -> int:
+        record, _ = self._record(run_id)
+        for member in record.pending:
+            _, pending_kind, what = pending_parts(member)
+            if pending_kind == kind:
+                return int(what)
+        state = (
+            "finished"
+            if record.state == "finished"
+            else f"{record.state}, waiting for {record.waiting_for}"
+        )
+        raise DecisionRefused(f"run {run_id} is not waiting for {kind} ({state})")
+
+    def _decide(
+        self, run_id: str, kind: PendingKind, what: str, event: InboxEvent, named: str
+    ) -> None:
+        now = now_ms()
+        decided = self.store.people.decide(
+            run_id,
+            kind,
+            what,
+            event,
+            expired=expiry_event(kind, what),
+            now_ms=now,
+            due_ms=now + self._timing.grace_ms,
+        )
+        if decided in (Decided.APPLIED, Decided.EXPIRED):
+            self._send([Message("advance", run_id)])
+        if decided is Decided.APPLIED:
+            return
+        if decided is Decided.GONE:
+            self._record(run_id)  # RunNotFound (or RunCorrupt)
+        if decided is Decided.EXPIRED:
+            outcome = "declined" if kind != "question" else "left unanswered"
+            raise DecisionRefused(
+                f"{named} of run {run_id} waited too long: its time ran out before this"
+                f" decision, so it was {outcome}"
+            )
+        if decided is Decided.DECIDED:
+            raise DecisionRefused(f"{named} of run {run_id} was decided already")
+        raise DecisionRefused(f"{named} of run {run_id} is not waiting for a decision")
+
+    def cancel(self, run_id: str, reason: str = "") -> bool:
+        """Stop a run (parked or running) and its children; False if it had finished already.
+
+        A run whose record cannot be read is woken too, so it fails and frees what it held.
+        """
+        try:
+            record, _ = self._record(run_id)
+        except RunCorrupt:
+            record = None
+        if record is not None and record.state == "finished":
+            return False
+        event = CancelRun(reason=reason[:2_000] or "Cancelled by a person.")
+        due = now_ms() + self._timing.grace_ms
+        if not self.store.append(run_id, event, due, cancel_flag=True):
+            raise RunNotFound(f"no run {run_id!r}")
+        self._send([Message("advance", run_id)])
+        return True
+
+    def trace(self, run_id: str) -> list[TraceEntry]:
+        """Return the run's trace so far (its own events; children have their own)."""
+        self._record(run_id)
+        return self.store.trace(run_id)[1]
+
+    def watch(self, run_id: str, *, timeout: float | None = None) -> Iterator[TraceEntry]:
+        """Yield the trace of a run and its descendants as it happens, until the run finishes.
+
+        A run that finished already yields its whole trace, its specialists' included.
+        """
+        self._record(run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = self.store.activity_cursor(run_id)
+        positions = {run_id: 0}
+        due = {run_id}
+        finished = False
+        look_again = time.monotonic() + 2.0
+        while True:
+            while due:  # read every run that grew, and each child as soon as it is named
+                run = due.pop()
+                positions[run], entries = self.store.trace(run, positions[run])
+                for entry in entries:
+                    child = entry.data.get("child") if entry.kind == "child" else None
+                    if isinstance(child, str) and child not in positions:
+                        positions[child] = 0
+                        due.add(child)
+                    yield entry
+                if run == run_id and entries:  # a reopened run goes on after a "finished"
+                    finished = entries[-1].kind == "finished"
+            if finished or (deadline is not None and time.monotonic() > deadline):
+                return
+            cursor, grew = self.store.wait_activity(run_id, cursor, 500)
+            due = grew & positions.keys()
+            if time.monotonic() >= look_again:
+                # Whatever else is busy (a busy activity stream can drop entries),
+                # read every run followed now and then.
+                look_again = time.monotonic() + 2.0
+                finished = self._record(run_id)[0].state == "finished"
+                due = set(positions)
+
+    # --- live: the stream, and steering -------------------------------------------------
+
+    def stream(
+        self, run_id: str, after: str = "0", *, timeout: float | None = None
+    ) -> Iterator[StreamEvent]:
+        """Yield the live events of a run and its specialists, after the event id `after`
+        ("0": from the start), until the run finishes (its "done"), or `timeout` passes.
+
+        Pass the last id seen as `after` to resume: nothing is missed (unless the
+        reader fell more than STREAM_MAX events behind) and nothing comes twice. A run
+        whose stream is gone (its model never streamed, or it finished more than
+        STREAM_KEEP_S ago) ends with a "done" of its own, whose id is `after`'s.
+
+        Raises:
+            RelayError: `after` is not a stream id.
+            RunNotFound: there is no such run.
+        """
+        cursor = stream_id(after)
+        if cursor is None:
+            raise RelayError("after must be a stream id such as '0' or '1700000000000-0'")
+        self._record(run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        look_again = time.monotonic() + 1.0
+        done = False  # the run's last event read is its "done"
+        while deadline is None or time.monotonic() < deadline:
+            events = self.store.live.read(run_id, cursor, block_ms=500)
+            for event in events:
+                cursor = event.id
+                if event.run_id == run_id or event.run_id.startswith(f"{run_id}."):
+                    yield event
+                done = event.kind == "done" if event.run_id == run_id else done
+            if events and not (done and self._ended(run_id, cursor)):
+                continue
+            if not done and time.monotonic() < look_again:
+                continue
+            look_again = time.monotonic() + 1.0
+            record, _ = self._record(run_id)
+            if record.outcome is not None and self._ended(run_id, cursor):
+                if not done:  # its stream is gone, or never was
+                    yield StreamEvent(
+                        id=cursor, kind="done", run_id=run_id, text=record.outcome.summary
+                    )
+                return
+
+    def _ended(self, run_id: str, cursor: str) -> bool:
+        """Whether the run is finished and its tree's stream holds nothing after `cursor`
+        (a follow-up may have reopened it since the "done" read)."""
+        if self.store.live.read(run_id, cursor, block_ms=None):
+            return False
+        return self._record(run_id)[0].state == "finished" and not self.store.live.reopening(run_id)
+
+    def send(self, run_id: str, text: str) -> None:
+        """Give the run a person's message, shown to the model at its next call (kept while
+        the run is parked, on a plan, a call, a question, its budget or a pause).
+
+        Raises:
+            DecisionRefused: the run has finished (`reply` starts a new turn).
+            RelayError: the message is blank.
+            RunNotFound: there is no such run.
+        """
+        _check_text(text, "a message")
+        self._steer(run_id, Told(text=text[:MESSAGE_CHARS]), "send a message to")
+
+    def pause(self, run_id: str) -> bool:
+        """Pause the run and its specialists at their next step: no model call, tool call
+        or specialist is sent until `resume` (calls under way finish and are applied).
+        Returns False if it had finished already."""
+        return self._steer(run_id, PauseRun(), "")
+
+    def resume(self, run_id: str) -> bool:
+        """Let a paused run go on (what it held is sent); returns False if it had finished."""
+        return self._steer(run_id, ResumeRun(), "")
+
+    def _steer(self, run_id: str, event: Told | PauseRun | ResumeRun, refuse: str) -> bool:
+        """Append a person's event to a live run's inbox and wake it; False for a finished
+        run (or DecisionRefused, naming what was refused, when `refuse` says it)."""
+        record, _ = self._record(run_id)
+        if record.state == "finished":
+            if refuse:
+                raise DecisionRefused(
+                    f"cannot {refuse} run {run_id}: it has finished (reply to it to go on)"
+                )
+            return False
+        if not self.store.append(run_id, event, now_ms() + self._timing.grace_ms):
+            raise RunNotFound(f"no run {run_id!r}")
+        self._send([Message("advance", run_id)])
+        return True
+
+    def reply(self, run_id: str, text: str, strategy: ReplyStrategy = "enqueue") -> None:
+        """Continue a run with a person's next request: a new turn, with its history.
+
+        A finished run is reopened at once, whatever `strategy`. While it still works:
+        `"enqueue"` begins the new turn when this one ends, `"reject"` refuses, and
+        `"interrupt"` stops this turn (its calls and specialists, as cancel does) and
+        begins the new one now. Only a root run takes a reply (a specialist reports
+        to the run that started it). `wait` returns the new turn's outcome. A tree
+        past its budget parks (or stops) again at its next model call: `extend` it.
+
+        Raises:
+            DecisionRefused: `reject`, and the run is still working (or another
+                follow-up is on its way to it).
+            RelayError: the text is blank, the strategy unknown, or the run a specialist's.
+            RunNotFound: there is no such run.
+        """
+        _check_text(text, "a reply")
+        if strategy not in STRATEGIES:
+            raise RelayError(f"strategy is one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        event = FollowUp(text=text[:MESSAGE_CHARS], strategy=strategy)
+        answer = self.store.live.reply(run_id, event, now_ms() + self._timing.grace_ms)
+        if answer == "sent":
+            self._send([Message("advance", run_id)])
+            return
+        if answer == "busy":
+            raise DecisionRefused(
+                f"run {run_id} is still working: reply with strategy='enqueue' to go on when"
+                " it finishes, or 'interrupt' to stop this turn"
+            )
+        if answer == "specialist":
+            raise RelayError(f"run {run_id} is a specialist's: reply to the run that started it")
+        self._record(run_id)  # RunNotFound or RunCorrupt
+        raise RunCorrupt(f"run {run_id}: its record cannot be read")
+
+    def memory(self, name: str) -> list[str]:
+        """Return the notes kept under a memory's name, oldest first."""
+        with self.store.errors():
+            found = self.store.redis.lrange(self.store.keys.memory(name), 0, -1)
+        return [as_text(note) for note in found]
+
+    def runs(self, limit: int = 100) -> list[RunStatus]:
+        """Return the newest runs first (those not yet expired)."""
+        found = []
+        for run_id in self.store.runs(limit):
+            try:
+                found.append(self.status(run_id))
+            except RunNotFound:
+                continue
+        return found
+
+
+def _check_yes(yes: object) -> None:
+    # bool("no") is True: a decision must be a real bool, never a guess.
+    if not isinstance(yes, bool):
+        raise DecisionRefused(f"a decision is True or False, got {yes!r}")
+
+
+def _check_text(text: object, what: str) -> None:
+    if not isinstance(text, str) or not text.strip():
+        raise RelayError(f"{what} must be non-empty text")

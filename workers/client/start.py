@@ -1,0 +1,176 @@
+"""What `Relay.start` and `Relay(...)` are handed, checked before anything is written,
+and the new run's record and agent.
+
+Each refusal is one `RelayError` line naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from pydantic import ValidationError
+
+from agent_core import Agent, Attachment, Config
+from agent_core.errors import AgentError
+from workers.engine.budget import Budget, Price
+from workers.engine.records import RunRecord
+from workers.errors import RelayError
+from workers.kit.agents import AgentKit
+from workers.settings import now_ms
+
+__all__ = [
+    "MAX_ATTACHMENT_BYTES",
+    "MAX_TASK_CHARS",
+    "check_memory",
+    "check_start",
+    "checked_concurrency",
+    "checked_key",
+    "checked_prices",
+    "new_run",
+    "start_budget",
+    "started_agent",
+]
+
+MAX_TASK_CHARS = 100_000
+MAX_ATTACHMENT_BYTES = 20 * 1024 * 1024
+
+
+def check_start(
+    task: object,
+    attachments: Iterable[Attachment] | None,
+    tools: Sequence[str] | None,
+    run_id: str | None,
+    *,
+    known: set[str],
+) -> tuple[Attachment, ...]:
+    """Refuse what `start` cannot take (`known`: the tools that exist), in one line each;
+    return the attachments."""
+    if not isinstance(task, str) or not task.strip():
+        raise RelayError("the task must be non-empty text")
+    if len(task) > MAX_TASK_CHARS:
+        raise RelayError(f"the task is longer than {MAX_TASK_CHARS} characters")
+    files = tuple(attachments or ())
+    if sum(len(a.data) for a in files) > MAX_ATTACHMENT_BYTES:
+        raise RelayError(f"attachments are larger than {MAX_ATTACHMENT_BYTES} bytes in all")
+    unknown = sorted(set(tools or ()) - known)
+    if unknown:
+        raise RelayError(f"unknown tools: {', '.join(unknown)}")
+    if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
+        raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
+    return files
+
+
+def check_memory(name: object) -> str:
+    """A memory's name: 1 to 200 printable characters."""
+    if not isinstance(name, str) or not name.strip() or len(name) > 200 or not name.isprintable():
+        raise RelayError(f"a memory is named by 1 to 200 printable characters, got {name!r}")
+    return name
+
+
+def start_budget(given: object) -> Budget | None:
+    """A start's budget: a Budget, a number of tokens, a schedule's budget (the fields of
+    a Budget, as plain data), or None; anything else refused."""
+    if isinstance(given, Mapping):
+        try:
+            given = Budget.model_validate(given)
+        except ValidationError as error:
+            raise RelayError(f"budget: {error.errors()[0]['msg']}") from None
+    if given is None or isinstance(given, Budget):
+        return None if isinstance(given, Budget) and given.empty else given
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0:
+        return Budget(tokens=given)
+    raise RelayError("budget must be a positive number of tokens, or a Budget")
+
+
+def checked_prices(given: Mapping[str, Price] | None) -> dict[str, Price]:
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, Price) for k, v in given.items()
+    ):
+        raise RelayError("prices maps model names to Price values")
+    return dict(given)
+
+
+def checked_key(given: object) -> str | None:
+    """A run's key: 1 to 128 printable characters, or None (the app's name)."""
+    if given is None:
+        return None
+    if not isinstance(given, str) or not 0 < len(given) <= 128 or not given.isprintable():
+        raise RelayError(f"a key is 1 to 128 printable characters, got {given!r:.80}")
+    return given
+
+
+def checked_concurrency(given: object) -> int | None:
+    if given is None:
+        return None
+    if not isinstance(given, int) or isinstance(given, bool) or given < 1:
+        raise RelayError("key_concurrency is a whole number of calls, 1 or more")
+    return given
+
+
+def started_agent(
+    kit: AgentKit,
+    config: Config,
+    opening: tuple[str, str, Sequence[Attachment]],
+    tools: Sequence[str] | None,
+    notes: Sequence[str] | None,
+) -> Agent:
+    """A new agent holding its task (`opening`: task, context, attachments), ready to
+    take its first step; what the agent refuses is a `RelayError`."""
+    task, context, files = opening
+    try:
+        agent = kit.new_agent(config, tools, notes)
+        agent.start_with(task, context, files)
+    except AgentError as error:
+        raise RelayError(str(error)) from error
+    return agent
+
+
+def new_run(
+    kit: AgentKit,
+    task: str,
+    context: str,
+    config: Config,
+    *,
+    attachments: Iterable[Attachment] | None,
+    budget: Budget | int | None,
+    tools: Sequence[str] | None,
+    notes: Sequence[str] | None,
+    recipe: str | None,
+    schedule: str | None,
+    run_id: str | None,
+    key: str | None,
+    memory: str | None,
+    remembered: Callable[[str], list[str]],
+) -> tuple[RunRecord, str]:
+    """Check what a start was given; return the new root run's record (its id made up
+    unless given) and its started agent's snapshot. With `memory`, the agent is shown
+    the notes `remembered(memory)` returns, then `notes`.
+
+    Raises:
+        RelayError: something given is refused (one line saying what).
+    """
+    if memory is not None:
+        notes = [*remembered(check_memory(memory)), *(notes or ())]
+    files = check_start(task, attachments, tools, run_id, known=kit.names())
+    limits = start_budget(budget)
+    agent = started_agent(kit, config, (task, context, files), tools, notes)
+    run_id = run_id or secrets.token_hex(8)
+    now = now_ms()
+    record = RunRecord(
+        id=run_id,
+        root=run_id,
+        task=task[:2_000],
+        recipe=recipe,
+        schedule=schedule,
+        created_ms=now,
+        updated_ms=now,
+        config=config,
+        tools=tuple(tools) if tools is not None else None,
+        budget=limits,
+        key=checked_key(key),
+        memory=memory,
+    )
+    return record, agent.snapshot()

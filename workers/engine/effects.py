@@ -1,0 +1,164 @@
+"""What one step of a run decides, as frozen values: the engine's output.
+
+`Advanced` is the run's new record and snapshot, the `Effects` that go with
+them in the same atomic save (`workers.store.runs.RunStore.save` turns them into the
+SAVE script's arguments, in one place), and the task messages to send once the
+save has landed. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workers.engine.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage
+from workers.store.layout import OutboxMember
+from workers.store.snapshots import SnapshotWrite
+
+__all__ = [
+    "Advanced",
+    "ChildRun",
+    "Delivery",
+    "Effects",
+    "KeptNotes",
+    "Message",
+    "OwnOutcome",
+    "Send",
+    "UsageAdd",
+]
+
+
+@dataclass(frozen=True)
+class Message:
+    """A task message to send once the save that decided it has landed."""
+
+    kind: Literal["advance", "call_model", "run_tool"]
+    run: str
+    seq: int = 0
+    call: str = ""
+    tool: str = ""
+    delay_ms: int = 0
+    """Deliver it no sooner than this (a model call waiting for its route's turn)."""
+
+    @property
+    def member(self) -> str:
+        """The message's entry in the outbox (what the tick sends again if it is lost)."""
+        if self.kind == "call_model":
+            return OutboxMember.model(self.run, self.seq)
+        if self.kind == "run_tool":
+            return OutboxMember.tool(self.run, self.call)
+        return OutboxMember.advance(self.run)
+
+    @classmethod
+    def of(cls, member: str) -> Message | None:
+        """Return the message an outbox member stands for (None if it cannot be read)."""
+        match member.split("|"):
+            case ["a", run]:
+                return cls("advance", run)
+            case ["m", run, seq] if seq.isdigit():
+                return cls("call_model", run, seq=int(seq))
+            case ["t", run, call]:
+                return cls("run_tool", run, call=call)
+        return None
+
+
+@dataclass(frozen=True)
+class Send:
+    """Put `member` in the outbox, due to be sent again at `due_ms` if nobody deals with it."""
+
+    member: str
+    due_ms: int
+
+
+@dataclass(frozen=True)
+class UsageAdd:
+    """What a model call used, to add to one run's totals (the run that called, and each
+    ancestor)."""
+
+    run_id: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """A specialist's run to create (if absent), woken at once."""
+
+    record: RunRecord
+    snapshot: str
+    due_ms: int
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """An event for another run's inbox (a child's outcome to its parent, a cancel down)."""
+
+    run_id: str
+    event: InboxEvent
+    due_ms: int
+    cancel_flag: bool = False
+    """Also set the run's `cancel` field, which its running tools see."""
+
+
+@dataclass(frozen=True)
+class KeptNotes:
+    """Notes a finished run remembered, kept for the next run of its schedule, or of its
+    memory (`Relay.start(memory=name)`)."""
+
+    name: str
+    notes: tuple[str, ...]
+    kind: Literal["schedule", "memory"] = "schedule"
+
+
+@dataclass(frozen=True)
+class OwnOutcome:
+    """The calling task's own outcome, saved with the step: refused if it was recorded
+    already, or if a later attempt took the call over."""
+
+    run_id: str
+    call: str
+    attempt: int
+    token: str
+    member: str
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Everything written with one save, atomically with it."""
+
+    applied: tuple[str, ...] = ()
+    """Inbox entries applied by this step (deleted with the save)."""
+    trace: tuple[TraceEntry, ...] = ()
+    send: tuple[Send, ...] = ()
+    unsend: tuple[str, ...] = ()
+    """Outbox members no longer wanted (a finished run's calls)."""
+    pending_add: tuple[Pending, ...] = ()
+    pending_del: tuple[str, ...] = ()
+    usage: tuple[UsageAdd, ...] = ()
+    create: tuple[ChildRun, ...] = ()
+    deliver: tuple[Delivery, ...] = ()
+    retention_s: int = 0
+    """Seconds to keep the run: set once it finished."""
+    forget: tuple[str, ...] = ()
+    """Run hash fields no longer needed (the markers of calls whose outcome was applied)."""
+    running: tuple[str, ...] = ()
+    """Calls of the batch out now: those not yet recorded are counted as `out`."""
+    settle: tuple[tuple[str, str], ...] = ()
+    """(root id, reservation field) of model calls whose reservation on the tree's
+    budget goes now (their outcome is in, or the run ended)."""
+    notes: KeptNotes | None = None
+    done: str | None = None
+    """The run finished: its summary, for a "done" event in its tree's live stream."""
+    revive: bool = False
+    """A follow-up reopened the finished run: its keys lose their TTLs."""
+
+
+@dataclass(frozen=True)
+class Advanced:
+    """What a step decided: save `record` and `snapshot` with `effects`, then send `messages`."""
+
+    record: RunRecord
+    snapshot: str
+    effects: Effects
+    messages: tuple[Message, ...] = ()
+    stored: SnapshotWrite | None = None
+    """How the save changes the stored snapshot; None: it writes `snapshot` whole."""

@@ -1,0 +1,401 @@
+"""What Relay keeps in Redis about a run, and the events that move it.
+
+All of it is pydantic data with a `kind` tag where variants exist, validated
+whenever it is read back: a corrupt record fails its own run, not the worker.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, computed_field
+
+from agent_core import Config, Outcome, Risk, Stop, ToolOutput
+from agent_core.steps import FROZEN
+from workers.engine.budget import Budget
+
+__all__ = [
+    "Answer",
+    "BudgetExtended",
+    "BudgetReached",
+    "CallDecision",
+    "CallTrack",
+    "CancelRun",
+    "ChildDone",
+    "FollowUp",
+    "InboxEvent",
+    "ModelFailed",
+    "ModelReplied",
+    "PauseRun",
+    "Pending",
+    "PlanDecision",
+    "ReplyStrategy",
+    "ResumeRun",
+    "RunRecord",
+    "RunState",
+    "RunStatus",
+    "StreamEvent",
+    "StreamKind",
+    "Told",
+    "ToolDone",
+    "TraceEntry",
+    "Usage",
+    "WaitingFor",
+    "inbox_event",
+]
+
+
+class Usage(BaseModel):
+    """What one model call (or, summed with `+`, many calls) used and cost.
+
+    `cost_micro` is exact, in whole micro-dollars (each call rounded up);
+    `cost_usd` shows it in dollars. `unpriced_calls` counts calls to a model
+    with no price: they cost 0 here, and `relay show` says "no price".
+    """
+
+    model_config = ConfigDict(frozen=True, strict=True)
+
+    prompt_tokens: NonNegativeInt = 0
+    completion_tokens: NonNegativeInt = 0
+    total_tokens: NonNegativeInt = 0
+    cached_prompt_tokens: NonNegativeInt = 0
+    """Prompt tokens the server served from its cache (where it says so)."""
+    cost_micro: NonNegativeInt = 0
+    model_calls: NonNegativeInt = 0
+    unpriced_calls: NonNegativeInt = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def cost_usd(self) -> float:
+        """The cost in dollars (exact to the micro-dollar)."""
+        return self.cost_micro / 1_000_000
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+            cost_micro=self.cost_micro + other.cost_micro,
+            model_calls=self.model_calls + other.model_calls,
+            unpriced_calls=self.unpriced_calls + other.unpriced_calls,
+        )
+
+
+RunState = Literal["running", "waiting", "finished"]
+WaitingFor = Literal["model", "tools", "children", "plan", "call", "question", "budget", "pause"]
+ReplyStrategy = Literal["enqueue", "reject", "interrupt"]
+"""What `relay.reply` does when the run is still working: queue the new turn after the
+current one, refuse it, or stop the current turn and begin the new one now."""
+
+
+class CallTrack(BaseModel):
+    """The host side of one call of the current batch (`held`: it may run, but the run
+    is paused: it is sent when the run is resumed)."""
+
+    model_config = FROZEN
+    status: Literal["running", "approval", "child", "held"]
+    tool: str
+    child: str | None = None
+    created_ms: int
+    expires_ms: int | None = None
+
+
+class RunRecord(BaseModel):
+    """Everything about a run but its agent snapshot (kept beside it)."""
+
+    model_config = FROZEN
+
+    id: str
+    parent: str | None = None
+    root: str
+    ancestors: tuple[str, ...] = ()
+    """Every run above this one, the root first; usage rolls up to each of them."""
+    parent_call: str | None = None
+    """The parent's delegate call this run answers."""
+    depth: NonNegativeInt = 0
+    task: str
+    recipe: str | None = None
+    schedule: str | None = None
+    created_ms: int
+    updated_ms: int
+    finished_ms: int | None = None
+    state: RunState = "running"
+    waiting_for: WaitingFor | None = None
+    seq: NonNegativeInt = 0
+    """Counts changes of the agent's state; a model call is for one seq only."""
+    asked: int | None = None
+    """The seq a model call was sent for (none sent again for the same seq)."""
+    pending: tuple[str, ...] = ()
+    """Members of the pending index this run holds."""
+    calls: dict[str, CallTrack] = Field(default_factory=dict)
+    children: tuple[str, ...] = ()
+    usage: Usage = Usage()
+    """Tokens of this run's own model calls (descendants' are in the totals)."""
+    usage_by_route: dict[str, Usage] = Field(default_factory=dict)
+    """This run's own usage, by the model route that served each call."""
+    key: str | None = None
+    """Groups runs for fair shares of the model routes (a tenant, say); children inherit it."""
+    budget: Budget | None = None
+    """What the whole tree may spend, as given at the start (set on the root; children
+    draw on it); `relay.extend` raises the limits kept in the root's hash."""
+    parked: str | None = None
+    """Why the run waits, holding no worker, for a person to extend the tree's budget
+    (None: it does not)."""
+    asked_bytes: NonNegativeInt = 0
+    """The size of the model request asked for (`asked`): what admission reserves for."""
+    config: Config
+    tools: tuple[str, ...] | None = None
+    """The tools this run may use (a recipe's); None: all."""
+    verifier_rejections: NonNegativeInt = 0
+    forced_stop: Stop | None = None
+    """A stop the host imposed (budget spent, run failed) in place of the agent's CANCELLED."""
+    outcome: Outcome | None = None
+    paused: bool = False
+    """A person paused the run: no new model call, tool call or specialist is sent until
+    they resume it."""
+    queued: tuple[str, ...] = ()
+    """Follow-ups a person sent while the run worked (`enqueue`): the next turns, in order."""
+    memory: str | None = None
+    """The name its notes are kept under (`Relay.start(memory=...)`), for later runs."""
+    kept_note: str | None = None
+    """The last note kept (under `memory` or the schedule): a later turn keeps only the
+    notes after it."""
+
+
+class TraceEntry(BaseModel):
+    """One line of a run's trace: the agent's events and the runtime's own."""
+
+    model_config = ConfigDict(frozen=True)
+    at_ms: int
+    run: str
+    kind: str
+    text: str = ""
+    call_id: str | None = None
+    tool: str | None = None
+    status: str | None = None
+    stop: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- inbox events: everything that happens to a run ---------------------------------
+
+
+class ModelReplied(BaseModel):
+    model_config = FROZEN
+    kind: Literal["model_replied"] = "model_replied"
+    seq: int
+    text: str
+    usage: Usage = Usage()
+    route: str = ""
+    """The model route that served the call ("" when the app gave its own model)."""
+    truncated: bool = False
+    """The reply was cut by its length limit: the agent asks for the rest."""
+
+
+class ModelFailed(BaseModel):
+    model_config = FROZEN
+    kind: Literal["model_failed"] = "model_failed"
+    seq: int
+    error: str
+    budget: bool = False
+    """The call was not made: the tree's time budget (`seconds`) is spent."""
+
+
+class ToolDone(BaseModel):
+    model_config = FROZEN
+    kind: Literal["tool_done"] = "tool_done"
+    call: str
+    output: ToolOutput
+
+
+class ChildDone(BaseModel):
+    model_config = FROZEN
+    kind: Literal["child_done"] = "child_done"
+    call: str
+    child: str
+    outcome: Outcome
+
+
+class CallDecision(BaseModel):
+    model_config = FROZEN
+    kind: Literal["call_decision"] = "call_decision"
+    call: str
+    yes: bool
+    reason: str = ""
+    by: str = ""
+    """Who decided (as the client that decided names them), for the trace."""
+
+
+class PlanDecision(BaseModel):
+    model_config = FROZEN
+    kind: Literal["plan_decision"] = "plan_decision"
+    seq: int
+    yes: bool
+    by: str = ""
+
+
+class Answer(BaseModel):
+    model_config = FROZEN
+    kind: Literal["answer"] = "answer"
+    seq: int
+    text: str
+
+
+class BudgetReached(BaseModel):
+    """The model call was not made: the tree is at a limit of its budget. The run parks."""
+
+    model_config = FROZEN
+    kind: Literal["budget_reached"] = "budget_reached"
+    seq: int
+    limit: Literal["tokens", "usd", "model_calls"]
+    detail: str
+
+
+class BudgetExtended(BaseModel):
+    """A person raised the tree's limits: a run parked at its budget goes on."""
+
+    model_config = FROZEN
+    kind: Literal["budget_extended"] = "budget_extended"
+    seq: int
+    """The step the run was parked at (a decision names what the person saw)."""
+
+
+class CancelRun(BaseModel):
+    model_config = FROZEN
+    kind: Literal["cancel"] = "cancel"
+    reason: str = ""
+    stop: Literal["cancelled", "budget_exceeded", "failed"] = "cancelled"
+
+
+class Told(BaseModel):
+    """A person's message for the model, shown at the run's next model call."""
+
+    model_config = FROZEN
+    kind: Literal["told"] = "told"
+    text: str
+
+
+class PauseRun(BaseModel):
+    """A person paused the run (and its specialists) at its next step."""
+
+    model_config = FROZEN
+    kind: Literal["pause"] = "pause"
+
+
+class ResumeRun(BaseModel):
+    """A person let a paused run (and its specialists) go on."""
+
+    model_config = FROZEN
+    kind: Literal["resume"] = "resume"
+
+
+class FollowUp(BaseModel):
+    """A person's next request: a new turn of the run, with its history."""
+
+    model_config = FROZEN
+    kind: Literal["follow_up"] = "follow_up"
+    text: str
+    strategy: ReplyStrategy = "enqueue"
+
+
+InboxEvent = Annotated[
+    ModelReplied
+    | ModelFailed
+    | ToolDone
+    | ChildDone
+    | CallDecision
+    | PlanDecision
+    | Answer
+    | BudgetReached
+    | BudgetExtended
+    | CancelRun
+    | Told
+    | PauseRun
+    | ResumeRun
+    | FollowUp,
+    Field(discriminator="kind"),
+]
+_INBOX_EVENT: TypeAdapter[InboxEvent] = TypeAdapter(InboxEvent)
+
+
+def inbox_event(text: str | bytes) -> InboxEvent:
+    """Return the event stored as `text`; raises pydantic's ValidationError if it is not one."""
+    return _INBOX_EVENT.validate_json(text)
+
+
+# --- what the client API shows ------------------------------------------------------
+
+
+class Pending(BaseModel):
+    """Something waiting on a person: a plan, a call or a question."""
+
+    model_config = FROZEN
+    kind: Literal["plan", "call", "question", "budget"]
+    run_id: str
+    root_id: str
+    call_id: str | None = None
+    tool: str | None = None
+    summary: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    risk: Risk | None = None
+    created_ms: int
+    expires_ms: int | None = None
+    seq: int = 0
+    """The run's step this is for; a plan or answer decision names it implicitly."""
+
+
+class RunStatus(BaseModel):
+    """A run as the client API shows it."""
+
+    model_config = FROZEN
+    id: str
+    state: RunState
+    waiting_for: WaitingFor | None
+    task: str
+    parent: str | None
+    root: str
+    children: tuple[str, ...]
+    recipe: str | None
+    schedule: str | None
+    usage: Usage
+    """This run's own model calls."""
+    total_usage: Usage
+    """This run's and all its descendants'."""
+    created_ms: int
+    updated_ms: int
+    finished_ms: int | None
+    outcome: Outcome | None
+    pending: tuple[Pending, ...] = ()
+    budget: Budget | None = None
+    """The whole tree's budget as it stands (extensions included); None: no limits."""
+    key: str | None = None
+    usage_by_route: dict[str, Usage] = Field(default_factory=dict)
+    """This run's own usage, by the model route that served each call."""
+    paused: bool = False
+    """A person paused it: it sends nothing new until resumed (`waiting_for` is "pause"
+    once what was under way is done)."""
+    queued: tuple[str, ...] = ()
+    """Follow-ups waiting for the current turn to end, in order."""
+
+
+StreamKind = Literal["text", "step", "restarted", "done"]
+
+
+class StreamEvent(BaseModel):
+    """One event of a run's live stream (`relay.stream`).
+
+    `kind`: `"text"`, a piece of a model reply as it arrives (the raw reply: feed
+    it to `agent_core.FinalStream` for the final answer's text); `"step"`, a model
+    call begins its reply (`text` names the call, `m<seq>`): what follows is a new
+    reply; `"restarted"`, the same call's reply starts over (its worker died, or
+    the server failed mid-reply): forget its text so far; `"done"`, the run
+    finished (`text`: its outcome's summary). `run_id` is the run (or specialist)
+    it is about; `id` the stream's id of the event, to resume after.
+    """
+
+    model_config = FROZEN
+    id: str
+    kind: StreamKind
+    run_id: str
+    text: str = ""

@@ -1,0 +1,198 @@
+"""Fleet-wide limits of model routes in Redis: one script to admit a call, one after it.
+
+`admit` (lua/route_admit.lua) says whether a model call may use a route now: the
+route may be paused by a 429, its circuit open (one probe per interval gets
+through), its or the key's calls in flight at their cap, or its requests and
+tokens per minute spent; waiting calls queue fairly between keys.
+`done` (lua/route_done.lua) gives the call's slots back and tells the circuit and
+the pause what happened. Every worker shares these, so limits hold for the fleet,
+not per process; a worker that dies holding a slot loses it when its lease lapses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from workers.store.codec import as_text
+from workers.store.scripts import lua
+
+if TYPE_CHECKING:
+    from workers.model.routes import ModelRoute
+    from workers.store.runs import RunStore
+
+__all__ = [
+    "ABSENT_MS",
+    "FAILURES_TO_OPEN",
+    "PROBE_INTERVAL_MS",
+    "SPACING_MARGIN",
+    "STALE_MS",
+    "Admitted",
+    "RouteLimits",
+    "RouteState",
+]
+
+FAILURES_TO_OPEN = 5
+"""Failures in a row (server errors, timeouts, refusals, 429s) that open a route's circuit."""
+PROBE_INTERVAL_MS = 10_000
+"""While a circuit is open, one call per interval is let through to probe the route."""
+SPACING_MARGIN = 1.02
+"""Calls are spaced 2% wider than a route's limits: a provider counting its own minute
+from slightly different moments (network jitter) still never sees one call too many."""
+ABSENT_MS = 1_000
+"""A waiting call this late for its turn (its worker busy, its countdown late) does not
+hold back the calls queued behind it; it keeps its place for when it comes."""
+STALE_MS = 30_000
+"""A waiting call that has not come back this long after its turn has gone elsewhere."""
+
+Outcome = Literal["ok", "failed", "limited", "refused"]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What a route said to a call: admitted now, or when to ask again (and why not)."""
+
+    verdict: Literal["admitted", "paused", "open", "wait"]
+    at_ms: int
+    """admitted: 1 if the call is the circuit's probe; else when to ask again."""
+
+    @property
+    def admitted(self) -> bool:
+        return self.verdict == "admitted"
+
+
+class RouteState(BaseModel):
+    """A route as the fleet shares it now: its limits, its circuit, its calls."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    model: str
+    rpm: int | None
+    tpm: int | None
+    max_concurrency: int | None
+    circuit: Literal["closed", "open"]
+    failures: int
+    """Failures in a row (a success sets it back to 0)."""
+    next_probe_ms: int | None
+    """While the circuit is open: when the next call may probe the route."""
+    paused_until_ms: int | None
+    """A 429 paused the route for the fleet until then."""
+    in_flight: int
+    waiting: int
+    """Calls queued for their turn."""
+    error: str
+    error_at_ms: int | None
+
+
+class RouteLimits:
+    """The routes' shared limits, on a RunStore's Redis."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self._admit: Any = store.redis.register_script(lua("route_admit"))
+        self._done: Any = store.redis.register_script(lua("route_done"))
+
+    def _keys(self, route: str, key: str) -> list[str]:
+        k = self._store.keys
+        return [
+            k.route(route),
+            k.route(route, "inflight"),
+            k.key_inflight(key, route),
+            k.route(route, "queue"),
+            k.route(route, "queue-keys"),
+            k.route(route, "tags"),
+            k.route(route, "told"),
+        ]
+
+    def admit(
+        self,
+        route: ModelRoute,
+        *,
+        key: str,
+        holder: str,
+        tokens: int,
+        key_concurrency: int | None,
+        lease_ms: int,
+        now_ms: int,
+    ) -> Admitted:
+        """Ask whether the call `holder` of `key`, which may use `tokens`, may go now."""
+        per_request = SPACING_MARGIN * 60_000 / route.rpm if route.rpm else 0
+        per_token = SPACING_MARGIN * 60_000 / route.tpm if route.tpm else 0
+        args = [now_ms, holder, key, per_request, tokens, per_token]
+        args += [route.max_concurrency or 0, key_concurrency or 0, lease_ms]
+        args += [PROBE_INTERVAL_MS, STALE_MS, ABSENT_MS, ""]
+        with self._store.errors():
+            verdict, at = self._admit(keys=self._keys(route.name, key), args=args)
+        return Admitted(as_text(verdict), int(float(at)))  # type: ignore[arg-type]
+
+    def renew(
+        self, route: ModelRoute, *, key: str, holder: str, lease_ms: int, now_ms: int
+    ) -> None:
+        """Keep a call's slots while it runs (a long reply outlasts one lease)."""
+        until = now_ms + lease_ms
+        k = self._store.keys
+        with self._store.errors():
+            pipe = self._store.redis.pipeline(transaction=False)
+            pipe.zadd(k.route(route.name, "inflight"), {holder: until}, xx=True)
+            pipe.zadd(k.key_inflight(key, route.name), {holder: until}, xx=True)
+            pipe.execute()
+
+    def leave(self, route: ModelRoute, *, key: str, holder: str) -> None:
+        """Take a call out of the route's queue: another route took it, or it failed."""
+        args = [0, holder, key, 0, 0, 0, 0, 0, 0, 0, 0, 0, "leave"]
+        with self._store.errors():
+            self._admit(keys=self._keys(route.name, key), args=args)
+
+    def done(
+        self,
+        route: ModelRoute,
+        *,
+        key: str,
+        holder: str,
+        outcome: Outcome,
+        now_ms: int,
+        paused_until_ms: int = 0,
+        tokens_back: int = 0,
+        error: str = "",
+    ) -> str:
+        """Tell the route what came of an admitted call; return its circuit's state."""
+        per_token = SPACING_MARGIN * 60_000 / route.tpm if route.tpm else 0
+        args = [now_ms, holder, outcome, paused_until_ms, max(tokens_back, 0), per_token]
+        args += [FAILURES_TO_OPEN, PROBE_INTERVAL_MS, error[:300]]
+        with self._store.errors():
+            return as_text(self._done(keys=self._keys(route.name, key)[:3], args=args))
+
+    def state(self, route: ModelRoute, now_ms: int) -> RouteState:
+        """What `relay routes` shows of a route now."""
+        k = self._store.keys
+        with self._store.errors():
+            pipe = self._store.redis.pipeline(transaction=False)
+            pipe.hgetall(k.route(route.name))
+            pipe.zcount(k.route(route.name, "inflight"), now_ms, "+inf")
+            pipe.zcard(k.route(route.name, "queue"))
+            found, inflight, waiting = pipe.execute()
+        fields = {as_text(f): as_text(v) for f, v in found.items()}
+
+        def ms(name: str) -> int | None:
+            value = int(float(fields.get(name, "0")))
+            return value or None
+
+        paused = ms("paused")
+        return RouteState(
+            name=route.name,
+            model=route.model,
+            rpm=route.rpm,
+            tpm=route.tpm,
+            max_concurrency=route.max_concurrency,
+            circuit="open" if fields.get("circuit") == "open" else "closed",
+            failures=int(fields.get("failures", "0")),
+            next_probe_ms=ms("probe") if fields.get("circuit") == "open" else None,
+            paused_until_ms=paused if paused is not None and paused > now_ms else None,
+            in_flight=int(inflight),
+            waiting=int(waiting),
+            error=fields.get("error", ""),
+            error_at_ms=ms("error_at"),
+        )

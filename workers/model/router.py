@@ -1,0 +1,255 @@
+"""Routing a model call: the routes in order, within the fleet's limits.
+
+    routes tried in order ──► admitted by the route's limits (workers.model.limits)?
+        admitted   the call is made; a 429, a 5xx after its retries, a timeout, a
+                   refused connection falls through to the next route; a request
+                   the server calls wrong (400, 401, 404, 422) fails the call
+        paused     (a 429's Retry-After, fleet-wide) or its circuit open: the next route
+        wait       a moment: wait here; longer: `Requeue` (the task ends, the call comes
+                   back with a countdown, holding no worker meanwhile)
+
+A route's client waits between its retries at most a moment when another route
+could take the call instead; on the last route it backs off as usual, but never
+waits out a Retry-After longer than a moment. A 429 that says when to come back
+is capacity, not failure: when no route takes the call, it is re-queued for then.
+The call fails when a route failed otherwise and none took it.
+
+Every outcome is told to the route (`RouteLimits.done`): its slots come back,
+its circuit counts failures, a 429 pauses it for the fleet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+from agent_core import ModelRequest
+from workers.errors import ModelCallError, StoreUnavailable
+from workers.model.limits import Outcome, RouteLimits
+from workers.model.routes import ModelRoute
+from workers.model.transport import ModelClient
+from workers.model.wire import RESTART, ModelReply
+
+__all__ = ["MOMENT_MS", "ModelRouter", "Requeue", "Routed"]
+
+log = logging.getLogger(__name__)
+
+MOMENT_MS = 1_000
+"""A call waits in its worker at most this long for its turn; longer, it is re-queued."""
+WRONG_REQUEST = frozenset({400, 401, 403, 404, 405, 413, 422})
+"""Answers that say the request itself is wrong: another route would say the same."""
+
+
+class Requeue(Exception):
+    """Raised when no route can take the call soon: try again at `at_ms`."""
+
+    def __init__(self, at_ms: int, why: str) -> None:
+        super().__init__(why)
+        self.at_ms = at_ms
+        self.why = why
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A reply, and the route that gave it."""
+
+    reply: ModelReply
+    route: ModelRoute
+
+
+class ModelRouter:
+    """Makes a model call on the first route that takes it (see the module docstring)."""
+
+    def __init__(
+        self,
+        routes: Sequence[ModelRoute],
+        limits: RouteLimits,
+        model_for: Callable[[ModelRoute], ModelClient],
+        *,
+        key_concurrency: int | None,
+        lease_ms: int,
+        clock: Callable[[], int],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.routes = tuple(routes)
+        self._limits = limits
+        self._model_for = model_for
+        self._key_concurrency = key_concurrency
+        self._lease_ms = lease_ms
+        self._clock = clock
+        self._sleep = sleep
+        self._held: dict[str, tuple[ModelRoute, str]] = {}
+        """holder -> the route it holds a slot of now, and its key (threads share a router)."""
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        key: str,
+        holder: str,
+        tokens: int,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Routed:
+        """Return the first route's reply to `request`; its text goes to `on_text` as it
+        comes (`RESTART` first when a route that wrote part of a reply failed).
+
+        Raises:
+            Requeue: no route can take it within a moment.
+            ModelCallError: the request is wrong, or every route failed (the last error).
+        """
+        waited: list[ModelRoute] = []
+        text = _Restarting(on_text) if on_text is not None else None
+        try:
+            return self._first_reply(
+                request, key, holder, tokens, should_stop, waited=waited, text=text
+            )
+        except Requeue:
+            waited.clear()  # it comes back: it keeps its places in the queues
+            raise
+        finally:
+            self._held.pop(holder, None)
+            for route in waited:
+                _quietly(partial(self._limits.leave, route, key=key, holder=holder), "leave")
+
+    def renew(self, holder: str) -> None:
+        """Keep the route slot `holder` holds for another lease (called with its claim's
+        renewal, so a long call keeps its slot and a dead worker's lapses)."""
+        held = self._held.get(holder)
+        if held is not None:
+            route, key = held
+            lease, now = self._lease_ms, self._clock()
+            _quietly(
+                lambda: self._limits.renew(
+                    route, key=key, holder=holder, lease_ms=lease, now_ms=now
+                ),
+                "renew",
+            )
+
+    def _first_reply(
+        self,
+        request: ModelRequest,
+        key: str,
+        holder: str,
+        tokens: int,
+        should_stop: Callable[[], bool] | None,
+        *,
+        waited: list[ModelRoute],
+        text: _Restarting | None,
+    ) -> Routed:
+        """The first route's reply; `waited` gathers the routes that queued the call."""
+        last: ModelCallError | None = None
+        soonest: tuple[int, str] | None = None
+        for index, route in enumerate(self.routes):
+            more = index + 1 < len(self.routes)
+            verdict = self._turn(route, key=key, holder=holder, tokens=tokens, more=more)
+            if isinstance(verdict, tuple):
+                soonest = verdict if soonest is None else min(soonest, verdict)
+                waited.append(route)
+                continue
+            self._held[holder] = (route, key)
+            moment = MOMENT_MS / 1000
+            try:
+                if text is not None:
+                    text.restart()
+                reply = self._model_for(route).complete(
+                    request,
+                    should_stop=should_stop,
+                    on_text=text,
+                    longest_wait=moment if more else None,  # the next route may take it now
+                    longest_retry_after=moment,
+                )
+            except ModelCallError as error:
+                paused = self._failed(route, key, holder, error)
+                if error.status in WRONG_REQUEST:
+                    raise
+                if paused is not None:  # a 429 saying when: capacity, not a failure
+                    soonest = paused if soonest is None else min(soonest, paused)
+                else:
+                    last = error
+                continue
+            back, now = tokens - reply.usage.total_tokens, self._clock()
+            done = partial(self._limits.done, route, key=key, holder=holder, outcome="ok")
+            _quietly(partial(done, now_ms=now, tokens_back=back), "done")
+            return Routed(reply, route)
+        if soonest is not None and last is None:
+            raise Requeue(*soonest)
+        if last is not None:
+            raise last
+        raise ModelCallError("no model route is configured: set RELAY_MODEL_URL", retryable=False)
+
+    def _turn(
+        self, route: ModelRoute, *, key: str, holder: str, tokens: int, more: bool
+    ) -> tuple[int, str] | None:
+        """Wait for the route's turn if it comes within a moment; None when admitted, else
+        (when to come back, why not now)."""
+        while True:
+            now = self._clock()
+            admitted = self._limits.admit(
+                route, key=key, holder=holder, tokens=tokens,
+                key_concurrency=self._key_concurrency, lease_ms=self._lease_ms, now_ms=now,
+            )  # fmt: skip
+            if admitted.admitted:
+                return None
+            why = f"route {route.name}: {admitted.verdict}"
+            if admitted.verdict in ("paused", "open") and more:
+                return (admitted.at_ms, why)  # the next route may take it now
+            wait = admitted.at_ms - now
+            if wait > MOMENT_MS:
+                return (admitted.at_ms, why)
+            self._sleep(max(wait, 0) / 1000)
+
+    def _failed(
+        self, route: ModelRoute, key: str, holder: str, error: ModelCallError
+    ) -> tuple[int, str] | None:
+        """Tell the route how the call failed; return (until when, why) if a 429 paused it."""
+        now = self._clock()
+        if error.status == 429:
+            pause = int((error.retry_after or 1.0) * 1000)
+            outcome: Outcome = "limited"
+        elif error.status in WRONG_REQUEST:
+            pause, outcome = 0, "refused"
+        else:
+            pause, outcome = 0, "failed"
+        done = partial(self._limits.done, route, key=key, holder=holder, outcome=outcome)
+        told = partial(done, now_ms=now, paused_until_ms=now + pause, error=error.message)
+        circuit = _quietly(told, "done") or "unknown"
+        log.warning(
+            "model route %s failed (%s; circuit %s): %s", route.name, outcome, circuit, error
+        )
+        if outcome == "limited" and error.retry_after is not None:
+            return (now + pause, f"route {route.name}: 429, back in {pause} ms")
+        return None
+
+
+T = TypeVar("T")
+
+
+def _quietly(tell: Callable[[], T], what: str) -> T | None:
+    """Tell the routes' limits something once the call is made (or given up): with Redis
+    away, the reply must not be lost for it; the call's slots lapse with their lease."""
+    try:
+        return tell()
+    except StoreUnavailable as error:
+        log.warning("could not tell the model routes (%s): %s", what, error)
+        return None
+
+
+class _Restarting:
+    """An `on_text` that says `RESTART` before a route begins again after another's text."""
+
+    def __init__(self, on_text: Callable[[str], None]) -> None:
+        self._on_text = on_text
+        self._wrote = False
+
+    def __call__(self, piece: str) -> None:
+        self._wrote = piece != RESTART
+        self._on_text(piece)
+
+    def restart(self) -> None:
+        if self._wrote:
+            self(RESTART)

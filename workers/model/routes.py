@@ -1,0 +1,134 @@
+"""Model routes: the model servers a fleet may call, in order of preference.
+
+    ModelRoute("primary", url="https://a.example/v1", model="big", key_env="A_KEY",
+               rpm=600, tpm=400_000, price=Price(input_per_m=2.0, output_per_m=8.0)),
+    ModelRoute("backup", url="http://vllm:8000/v1", model="qwen2.5-7b", rpm=120),
+
+A call tries the routes in order (see `workers.model.router`). Each route's `rpm`,
+`tpm` and `max_concurrency` are limits the whole fleet shares (in Redis:
+`workers.model.limits`). With no routes given, `RELAY_MODEL_URL`, `RELAY_MODEL` and
+`RELAY_MODEL_KEY` make the one route `default`; `RELAY_MODELS` may name a JSON
+or TOML file of routes (a list of them, or `{"routes": [...]}`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from workers.engine.budget import Price
+from workers.errors import SettingsError
+from workers.model.endpoints import ModelSettings, chat_completions_url
+from workers.settings import Settings
+
+__all__ = ["ModelRoute", "load_routes", "routes_from"]
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _route_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError("a route name is 1 to 64 letters, digits, '_', '-' or '.'")
+    return value
+
+
+def _env_name(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError("key_env names an environment variable")
+    return value
+
+
+class ModelRoute(BaseModel):
+    """One model server and model, with the limits the fleet keeps for it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Annotated[str, AfterValidator(_route_name)]
+    url: Annotated[str, AfterValidator(chat_completions_url)]
+    model: str = Field(min_length=1, max_length=200)
+    key_env: Annotated[str | None, AfterValidator(_env_name)] = None
+    """The environment variable holding its bearer key (read where a worker calls it)."""
+    rpm: int | None = Field(default=None, gt=0, le=10**7)
+    """Requests per minute, shared by the fleet (calls are spaced evenly)."""
+    tpm: int | None = Field(default=None, gt=0, le=10**12)
+    """Tokens per minute, shared by the fleet."""
+    max_concurrency: int | None = Field(default=None, gt=0, le=10**6)
+    """Calls in flight at once, across the fleet."""
+    price: Price | None = None
+    timeout: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
+    """Seconds without a byte from this server (default RELAY_MODEL_TIMEOUT)."""
+
+    def __init__(self, name: str | None = None, /, **fields: Any) -> None:
+        # The name may come first, positionally; pydantic's validation passes it by name.
+        super().__init__(**fields if name is None else {**fields, "name": name})
+
+    def client_settings(self, settings: Settings) -> ModelSettings:
+        """What a client of this route needs (the key read from `key_env` now)."""
+        key = os.environ.get(self.key_env, "") if self.key_env else ""
+        return ModelSettings(
+            url=self.url,
+            model=self.model,
+            key=SecretStr(key) if key else settings.model_key,
+            connect_timeout=settings.model_connect_timeout,
+            read_timeout=self.timeout or settings.model_timeout,
+            retries=settings.model_retries,
+            deadline=settings.model_deadline,
+            max_tokens=settings.model_max_tokens,
+        )
+
+
+def routes_from(given: Sequence[ModelRoute] | None, settings: Settings) -> tuple[ModelRoute, ...]:
+    """The routes of a Relay: those given, else RELAY_MODELS's file, else the one route
+    RELAY_MODEL_URL and RELAY_MODEL make (none without a URL).
+
+    Raises:
+        SettingsError: two routes share a name, or RELAY_MODELS cannot be read.
+    """
+    if given:
+        routes = tuple(given)
+    elif settings.models:
+        routes = load_routes(settings.models)
+    elif settings.model_url is not None:
+        routes = (ModelRoute("default", url=settings.model_url, model=settings.model),)
+    else:
+        routes = ()
+    names = [r.name for r in routes]
+    if len(set(names)) != len(names):
+        raise SettingsError(f"model routes share a name: {', '.join(sorted(names))}")
+    return routes
+
+
+def load_routes(path: str | Path) -> tuple[ModelRoute, ...]:
+    """Read routes from a JSON or TOML file: a list of routes, or `{"routes": [...]}`.
+
+    Raises:
+        SettingsError: the file cannot be read, or a route is not one (one line).
+    """
+    where = Path(path)
+    try:
+        text = where.read_text(encoding="utf-8")
+        data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as error:
+        raise SettingsError(f"RELAY_MODELS: cannot read {where}: {error}") from error
+    listed = data.get("routes") if isinstance(data, dict) else data
+    if not isinstance(listed, list) or not listed:
+        raise SettingsError(f"RELAY_MODELS: {where} lists no routes")
+    routes = []
+    for n, item in enumerate(listed):
+        if not isinstance(item, dict):
+            raise SettingsError(f"RELAY_MODELS: {where}: route {n + 1} is not a table of fields")
+        try:
+            routes.append(ModelRoute.model_validate(item))
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in first["loc"]) or "the route"
+            problem = f"route {n + 1}: {field}: {first['msg']}"
+            raise SettingsError(f"RELAY_MODELS: {where}: {problem}") from None
+    return tuple(routes)

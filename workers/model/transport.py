@@ -1,0 +1,460 @@
+"""The model client: one OpenAI-compatible chat completions call, with retries.
+
+One `ModelClient` per worker process holds one httpx sync client, so the TCP
+(and TLS) connection is kept alive between calls. A call is
+`POST {url}` with a system and a user message; image attachments go beside the
+prompt as image parts, other files as text parts.
+
+Given `on_text`, a call asks for a stream and hands over each piece of text as
+it arrives (`chat.StreamedReply`); a plain answer is handed over whole, a server
+that refuses `stream` (400, 422) is asked plainly from then on, and a retry
+after text was handed over says `RESTART` first.
+
+A whole call, retries included, ends by `ModelSettings.deadline`
+(RELAY_MODEL_DEADLINE): a server that trickles its reply a byte at a time
+cannot hold a worker past it; and the caller's `should_stop` is asked while
+the reply comes in, not only between attempts.
+
+Failures end as one exception, `ModelCallError`, whose `retryable` says whether
+the failure was transient (429, 5xx, a timeout, a refused or dropped
+connection) and was retried until the budget ran out, or permanent (another
+4xx, an unusable body, a bad URL). httpx's own exceptions are translated in one
+place, `_translating_errors`. The key, and secret values in the URL's query
+string (`?api-key=...`), never appear in an error or a log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from agent_core.steps import ModelRequest
+from workers.errors import ModelCallError
+from workers.model.endpoints import ModelSettings
+from workers.model.wire import (
+    RESTART,
+    Model,
+    ModelReply,
+    StreamedReply,
+    backoff_seconds,
+    chat_body,
+    error_for_status,
+    parse_reply,
+    streaming,
+)
+from workers.redact import hide_secrets_in_httpx_logs, url_secrets
+from workers.settings import Settings
+
+if TYPE_CHECKING:
+    from workers.model.routes import ModelRoute
+
+__all__ = ["ModelClient", "ModelSource"]
+
+log = logging.getLogger(__name__)
+
+DRAIN_BYTES = 64 * 1024  # what a stream may send after [DONE] before it is dropped unread
+
+
+# --- the I/O seam ----------------------------------------------------------------
+
+
+@contextmanager
+def _translating_errors(where: str, timeout: httpx.Timeout) -> Iterator[None]:
+    """Turn every httpx exception into a ModelCallError; the one place that knows httpx's."""
+    try:
+        yield
+    except httpx.TimeoutException as error:
+        what = type(error).__name__  # ConnectTimeout, ReadTimeout, WriteTimeout, PoolTimeout
+        limit = getattr(timeout, what.removesuffix("Timeout").lower(), None)
+        message = f"{what} talking to {where} (limit {limit} s)"
+        raise ModelCallError(message, retryable=True) from None
+    except httpx.ConnectError as error:
+        raise ModelCallError(f"could not connect to {where}: {error}", retryable=True) from None
+    except (httpx.NetworkError, httpx.RemoteProtocolError) as error:
+        # A dropped connection: often a kept-alive one the server had already closed.
+        message = f"connection to {where} failed: {type(error).__name__}: {error}"
+        raise ModelCallError(message, retryable=True) from None
+    except httpx.HTTPError as error:
+        # A bad URL, a header httpx refuses, an undecodable body: trying again won't help.
+        message = f"request to {where} failed: {type(error).__name__}: {error}"
+        raise ModelCallError(message, retryable=False) from None
+
+
+def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]) -> bytes:
+    """Return the whole (decoded) body; raise ModelCallError once it passes `limit` bytes.
+
+    The size is checked while the body streams in, so a runaway (or decompressed)
+    body never sits in memory whole; `check` is called before the body and after
+    each piece of it, and raises to end the read (a deadline, a cancel).
+    """
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_big(response, limit)
+    chunks: list[bytes] = []
+    size = 0
+    check()
+    for chunk in response.iter_bytes():
+        check()
+        size += len(chunk)
+        if size > limit:
+            raise _too_big(response, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _drain(chunks: Iterator[bytes], call: _Call) -> None:
+    """Read the body's end after `[DONE]`, up to DRAIN_BYTES, to keep the connection."""
+    with suppress(httpx.HTTPError, ModelCallError):
+        size = 0
+        for chunk in chunks:
+            size += len(chunk)
+            if size > DRAIN_BYTES:
+                return  # it says nothing: the connection is dropped instead
+            call.check()
+
+
+def _too_big(response: httpx.Response, limit: int) -> ModelCallError:
+    message = f"the model server's reply is larger than {limit} bytes"
+    return ModelCallError(message, retryable=False, status=response.status_code)
+
+
+class ModelClient:
+    """Calls one OpenAI-compatible chat completions endpoint; one per process.
+
+    `transport` replaces httpx's network transport (tests); `sleep`, `rand` and
+    `now` (Unix seconds, for Retry-After dates) are injectable so the retry
+    waits can be observed without waiting. Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        settings: ModelSettings,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._settings = settings
+        self._sleep = sleep
+        self._rand = rand
+        self._now = now
+        self._key = settings.key.get_secret_value() if settings.key else None
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        timeout = httpx.Timeout(
+            settings.read_timeout, connect=settings.connect_timeout, pool=settings.connect_timeout
+        )
+        self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport)
+        # What no error may show: the key, and the secrets in the URL's query string.
+        # (A value of a few characters would garble every message, and hides nothing.)
+        secrets = [s for s in url_secrets(settings.url) if len(s) >= 4]
+        secrets += [self._key] if self._key else []
+        self._secrets = sorted(secrets, key=len, reverse=True)
+        url = httpx.URL(settings.url)
+        self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+        self._streams = True  # ask for streamed replies (until the server refuses one)
+        hide_secrets_in_httpx_logs()
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+        longest_wait: float | None = None,
+        longest_retry_after: float | None = None,
+    ) -> ModelReply:
+        """Return the model's reply to `request`, retrying transient failures.
+
+        A retry that would have to wait longer than `longest_wait` seconds is not
+        waited for: the failure is raised, so the caller can try another route.
+        Nor is one whose server asked (Retry-After) for longer than
+        `longest_retry_after`: the caller can come back then without holding a worker.
+
+        The whole call (every attempt, its reads, the waits between them) ends by
+        the settings' `deadline`: each attempt's timeouts are cut to what is left,
+        and the body is checked as it comes in, so a server trickling a byte now
+        and then cannot hold it longer. `should_stop` is asked as the body comes
+        in and before and after every wait between attempts, so a cancelled run
+        stops; `on_text` gets the text as it comes (`workers.model.wire.Model`). Raises
+        ModelCallError: the permanent failure at once, the last transient one when
+        the retries are spent, or why it ended early (stopped, or past its deadline).
+        """
+        settings = self._settings
+        body = chat_body(
+            settings.model,
+            request,
+            attachment_chars=settings.attachment_chars,
+            max_tokens=settings.max_tokens,
+        )
+        call = _Call(settings.deadline, settings.retries + 1, should_stop, on_text)
+        call.longest_wait = longest_wait
+        call.longest_retry_after = longest_retry_after
+        for attempt in range(call.attempts):
+            call.attempt = attempt
+            try:
+                return self._attempt(body, call)
+            except _CallEnded:
+                raise
+            except ModelCallError as error:
+                if not error.retryable:
+                    raise
+                if call.left() <= 0:
+                    raise call.past_deadline(error) from None
+                if attempt + 1 == call.attempts:
+                    raise _again(error, f"gave up after {_attempts(call.attempts)}") from None
+                self._pause(error, call)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _pause(self, error: ModelCallError, call: _Call) -> None:
+        """Wait before the next attempt; raise ModelCallError if told to stop or out of time."""
+        if call.stopped():
+            raise call.stop(error)
+        base, cap = self._settings.backoff_base, self._settings.backoff_cap
+        delay = backoff_seconds(call.attempt, error.retry_after, base, cap, self._rand())
+        if delay >= call.left():
+            raise call.past_deadline(error)  # waiting only to fail helps nobody
+        if call.longest_wait is not None and delay > call.longest_wait:
+            raise error  # the caller would rather not wait that long here
+        asked, longest = error.retry_after, call.longest_retry_after
+        if asked is not None and longest is not None and asked > longest:
+            raise error  # the caller comes back when the server said
+        log.warning(
+            "model call attempt %d of %d failed, retrying in %.2f s: %s",
+            call.attempt + 1,
+            call.attempts,
+            delay,
+            error.message,
+        )
+        self._sleep(delay)
+        if call.stopped():
+            raise call.stop(error)
+
+    def _attempt(self, body: dict[str, Any], call: _Call) -> ModelReply:
+        """Make one attempt: streamed when the caller takes text and the server may stream."""
+        if call.streamed:
+            call.text(RESTART)
+        if call.on_text is None or not self._streams:
+            return self._request(body, call, streamed=False)
+        try:
+            return self._request(body, call, streamed=True)
+        except ModelCallError as error:
+            if error.status not in (400, 422):
+                raise
+        reply = self._request(body, call, streamed=False)  # the server refused `stream`
+        self._streams = False
+        log.info("%s refused a streamed reply; asking it plainly from now on", self._where)
+        return reply
+
+    def _request(self, body: dict[str, Any], call: _Call, *, streamed: bool) -> ModelReply:
+        """Make one HTTP request; raise ModelCallError (with the key scrubbed) if it fails."""
+        left = call.left()
+        if left <= 0:
+            raise call.past_deadline()
+        settings = self._settings
+        connect = min(settings.connect_timeout, left)
+        timeout = httpx.Timeout(min(settings.read_timeout, left), connect=connect, pool=connect)
+        content = json.dumps(streaming(body) if streamed else body).encode("utf-8")
+        try:
+            post = self._http.stream
+            with (
+                _translating_errors(self._where, timeout),
+                post("POST", settings.url, content=content, timeout=timeout) as response,
+            ):
+                kind = response.headers.get("content-type", "")
+                if response.status_code == 200 and kind.startswith("text/event-stream"):
+                    return self._read_events(response, call, len(content))
+                data = _read_capped(response, settings.max_body_bytes, call.check)
+            if response.status_code != 200:
+                raise error_for_status(response.status_code, response.headers, data, self._now())
+            reply = parse_reply(data)
+        except ModelCallError as error:
+            raise self._scrubbed(error) from None
+        if reply.text:
+            call.text(reply.text)  # a reply that came whole is handed over whole
+        return reply
+
+    def _read_events(self, response: httpx.Response, call: _Call, sent: int) -> ModelReply:
+        """Read a streamed reply, handing each piece of text over as it arrives."""
+        events = StreamedReply()
+        limit, size = self._settings.max_body_bytes, 0
+        call.check()
+        chunks = response.iter_bytes()
+        for chunk in chunks:
+            call.check()
+            size += len(chunk)
+            if size > limit:
+                raise _too_big(response, limit)
+            for piece in events.feed(chunk):
+                call.text(piece)
+            if events.done:
+                _drain(chunks, call)
+                break
+        for piece in events.end():
+            call.text(piece)
+        return events.reply(sent)
+
+    def _scrubbed(self, error: ModelCallError) -> ModelCallError:
+        """Return `error` without the key or the URL's secrets, in case a server echoed them."""
+        message = error.message
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        if message == error.message:
+            return error
+        return type(error)(
+            message, retryable=error.retryable, status=error.status, retry_after=error.retry_after
+        )
+
+    def close(self) -> None:
+        """Close the kept-alive connections."""
+        self._http.close()
+
+    def __enter__(self) -> ModelClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _CallEnded(ModelCallError):
+    """Raised when a call must end now, whatever its retries: it was told to stop, or
+    its deadline passed."""
+
+
+class _Call:
+    """One call's limits: when it must end, how many attempts it may make, who may stop it."""
+
+    def __init__(
+        self,
+        deadline: float,
+        attempts: int,
+        should_stop: Callable[[], bool] | None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> None:
+        self.deadline = deadline
+        self.ends_at = time.monotonic() + deadline
+        self.attempts = attempts
+        self.should_stop = should_stop
+        self.on_text = on_text
+        self.streamed = False  # text was handed over since the reply last (re)started
+        self.attempt = 0
+        """The attempt under way (0 for the first)."""
+        self.longest_wait: float | None = None
+        self.longest_retry_after: float | None = None
+        """Seconds the call would wait before a retry at most (None: as long as it takes)."""
+
+    def text(self, piece: str) -> None:
+        """Hand a piece of the reply (or RESTART) to the caller, if it takes text."""
+        if self.on_text is not None:
+            self.streamed = piece != RESTART
+            self.on_text(piece)
+
+    def left(self) -> float:
+        return self.ends_at - time.monotonic()
+
+    def stopped(self) -> bool:
+        return self.should_stop is not None and self.should_stop()
+
+    def check(self) -> None:
+        """Raise `_CallEnded` if the caller said stop or the deadline passed."""
+        if self.stopped():
+            raise self.stop()
+        if self.left() <= 0:
+            raise self.past_deadline()
+
+    def stop(self, last: ModelCallError | None = None) -> _CallEnded:
+        said = last.message if last else "told to stop while the reply came in"
+        done = f"{_attempts(self.attempt + 1)} of {self.attempts}"
+        retryable = last.retryable if last else False
+        return _CallEnded(f"model call stopped after {done}: {said}", retryable=retryable)
+
+    def past_deadline(self, last: ModelCallError | None = None) -> _CallEnded:
+        said = last.message if last else "the reply was still coming in"
+        done = _attempts(self.attempt + 1)
+        message = f"model call passed its deadline of {self.deadline:g} s after {done}: {said}"
+        return _CallEnded(message, retryable=True, status=last.status if last else None)
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt" if count == 1 else f"{count} attempts"
+
+
+def _again(error: ModelCallError, what: str) -> ModelCallError:
+    return ModelCallError(
+        f"model call {what}: {error.message}",
+        retryable=error.retryable,
+        status=error.status,
+        retry_after=error.retry_after,
+    )
+
+
+class _NoModel:
+    """Stands in when no model is configured: every call fails with a clear reason."""
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> ModelReply:
+        del request, should_stop, on_text
+        raise ModelCallError("no model is configured: set RELAY_MODEL_URL", retryable=False)
+
+
+class ModelSource:
+    """Hands out a process's model: the one given, or one HTTP client per process.
+
+    A client is made in the process that uses it (after a prefork worker forks),
+    and kept for every later call, so its connections are reused.
+    """
+
+    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+        self._settings = settings
+        self._model = model
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._clients: dict[str, ModelClient] = {}
+
+    @property
+    def given(self) -> Model | None:
+        """The model the app gave (`Relay(model=...)`), which takes no routes."""
+        return self._model
+
+    def get(self) -> Model:
+        if self._model is not None:
+            return self._model
+        if self._settings.model_url is None:
+            return _NoModel()
+        return self._client("", self._settings.model_settings)
+
+    def for_route(self, route: ModelRoute) -> ModelClient:
+        """This process's client of a route."""
+        return self._client(route.name, lambda: route.client_settings(self._settings))
+
+    def _client(self, name: str, settings: Callable[[], ModelSettings]) -> ModelClient:
+        pid = os.getpid()
+        with self._lock:
+            if self._pid != pid:  # a forked child: clients are not shared across processes
+                self._pid, self._clients = pid, {}
+            client = self._clients.get(name)
+            if client is None:
+                client = self._clients[name] = ModelClient(settings())
+        return client

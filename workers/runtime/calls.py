@@ -1,0 +1,467 @@
+"""Making one call, once: claim it, do it (model or tool), save its outcome, move the run on.
+
+    relay.call_model(run, seq) / relay.run_tool(run, call)
+      1. CLAIM     the run's record must call for it; the attempt is counted and a
+                   lease taken (a duplicate finds it busy; a forgery is refused)
+      2. open      the run as the claim read it: its agent, the request or batch
+      3. produce   the I/O, on a pooled thread, the lease renewed while it runs
+      4. keep      the outcome saved with the run in one compare-and-set when the
+                   call is alone, else recorded in the inbox (the last of a batch
+                   advances the run); fenced by the attempt; held through an outage
+
+A second attempt (the first worker died, its lease lapsed) runs an idempotent
+tool again and reports any other as "outcome unknown", never running it twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+
+from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
+from agent_core.text import cut
+from workers.engine.effects import Message, OwnOutcome
+from workers.engine.records import (
+    InboxEvent,
+    ModelFailed,
+    ModelReplied,
+    RunRecord,
+    ToolDone,
+    TraceEntry,
+)
+from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
+from workers.kit.tools import ToolContext, ToolSpec, tool_output
+from workers.model.pricing import Pricing, not_admitted
+from workers.model.router import ModelRouter, Requeue
+from workers.model.routes import ModelRoute
+from workers.model.wire import Model, ModelReply, complete
+from workers.runtime.holding import save_holding
+from workers.runtime.leases import Lease, run_leased
+from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
+from workers.runtime.steps import Steps
+from workers.settings import Settings
+from workers.store.codec import Loaded
+from workers.store.layout import OutboxMember, model_call
+from workers.store.live import ReplyStream
+from workers.store.runs import NO_ADMISSION, Over
+from workers.store.scripts import ClaimStatus, Recorded, Saved
+
+__all__ = ["MAX_CALL_ATTEMPTS", "Calls"]
+
+log = logging.getLogger(__name__)
+
+MAX_CALL_ATTEMPTS = 3
+"""Claims of one call before Relay stops trying (each earlier worker died mid-call)."""
+
+
+@dataclass(frozen=True)
+class CallMessage:
+    """A call a task message asks for: which run, which call, and this task's lease token."""
+
+    run_id: str
+    what: str
+    """`m<seq>` for a model call, the call id for a tool call."""
+    seq: int | None
+    """The model call's step; None for a tool call."""
+    member: str
+    token: str
+
+    def label(self, attempt: int | str = "?") -> str:
+        """The call as the log names it."""
+        kind = "model call" if self.seq is not None else "tool call"
+        return f"{kind} {self.what} of run {self.run_id} (attempt {attempt})"
+
+
+class Claimed:
+    """A call this task holds the lease of, with the run as its claim read it."""
+
+    def __init__(self, asked: CallMessage, attempt: int, over: Over | None, loaded: Loaded) -> None:
+        assert loaded.record is not None
+        self.asked = asked
+        self.attempt = attempt
+        self.over = over
+        """Set when the tree's budget did not admit this (model) call."""
+        self.loaded = loaded
+        self.record: RunRecord = loaded.record
+        self._agent: Agent | None = None
+
+    @property
+    def label(self) -> str:
+        return self.asked.label(self.attempt)
+
+    def open(self, restore: Callable[[RunRecord, str], Agent]) -> bool:
+        """Restore the run's agent; False if the run cannot go on (ended, unreadable)."""
+        if self.record.state == "finished":
+            return False
+        try:
+            self._agent = self.loaded.agent(restore)
+        except AgentError:
+            return False
+        return True
+
+    @property
+    def agent(self) -> Agent:
+        assert self._agent is not None, "open() it first"
+        return self._agent
+
+    def take_agent(self) -> Agent | None:
+        """Hand the agent over to be advanced (which changes it); a second taker gets None
+        and restores from the snapshot again (a save tried again after an outage)."""
+        agent, self._agent = self._agent, None
+        return agent
+
+    def request(self) -> ModelRequest | None:
+        """Return the model request the run still waits on at this step, or None if stale."""
+        if self.record.seq != self.asked.seq:
+            return None
+        step = self.agent.resume()
+        return step.request if isinstance(step, Ask | Summarize) else None
+
+    def batch_call(self) -> ToolCall | None:
+        """Return this call if the run's current batch still holds it, else None (stale)."""
+        step = self.agent.resume()
+        batch = [step.call, *self.agent.queued()] if isinstance(step, Run) else []
+        return next((c for c in batch if c.id == self.asked.what), None)
+
+    def others_out(self) -> bool:
+        """Whether other calls of the batch are still out (their saves would race ours)."""
+        tracks = self.record.calls
+        return any(
+            c != self.asked.what and t.status in ("running", "child") for c, t in tracks.items()
+        )
+
+
+class _Postponed(Exception):
+    """Raised when a claimed call cannot start now (args: why; whether it waits for a route)."""
+
+
+Produce = Callable[[Claimed], InboxEvent | None]
+
+
+class Calls:
+    """The bodies of `relay.call_model` and `relay.run_tool`."""
+
+    def __init__(
+        self,
+        steps: Steps,
+        settings: Settings,
+        *,
+        spec: Callable[[str], ToolSpec | None],
+        model: Callable[[], Model],
+        pricing: Pricing,
+        router: ModelRouter | None = None,
+        key: str = "relay",
+    ) -> None:
+        self.steps = steps
+        self.store = steps.store
+        self.settings = settings
+        self.timing = steps.timing
+        self.spec = spec
+        self.model = model
+        self.pricing = pricing
+        self.router = router
+        self.settings_key = key
+        """The key of runs started without one (the app's name)."""
+        self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _asked(self, run_id: str, what: str, seq: int | None, member: str) -> CallMessage:
+        token = f"{self._token_prefix}-{secrets.token_hex(4)}"
+        return CallMessage(run_id, what, seq, member, token)
+
+    def call_model(self, run_id: str, seq: int) -> Report:
+        """Make the model call for the run's step `seq`, once, and advance the run."""
+        member = OutboxMember.model(run_id, seq)
+        return self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
+
+    def run_tool(self, run_id: str, call_id: str) -> Report:
+        """Run one call of the run's batch, at most once unless its tool is idempotent."""
+        member = OutboxMember.tool(run_id, call_id)
+        return self._once(self._asked(run_id, call_id, None, member), self._tool_event)
+
+    # --- claim, produce, keep ---------------------------------------------------------------
+
+    def _once(self, asked: CallMessage, produce: Produce) -> Report:
+        claim = self.store.claim(
+            asked.run_id,
+            asked.what,
+            seq=asked.seq,
+            member=asked.member,
+            token=asked.token,
+            lease_ms=self.timing.lease_ms,
+            now_ms=self.steps.clock(),
+            root=asked.run_id.split(".", 1)[0],  # a child's id starts with its root's
+            admission=self.pricing.admission() if asked.seq is not None else NO_ADMISSION,
+        )
+        if claim.status is not ClaimStatus.CLAIMED:
+            return self._unclaimed(asked, claim.status)
+        assert claim.loaded is not None
+        if claim.loaded.record is None:
+            self.store.forget_message(asked.member)
+            return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
+        call = Claimed(asked, claim.attempts, claim.over, claim.loaded)
+        if not call.open(self.steps.kit.restore):
+            self.store.forget_message(asked.member)
+            return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
+        started = time.time_ns()
+        try:
+            event = produce(call)
+        except _Postponed as later:
+            return Report(f"{asked.what}: {later.args[0]}", waited=later.args[1])
+        if event is None:  # stale: the run moved on or ended
+            self.store.forget_message(asked.member)
+            return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
+        facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
+        recovery_s = self.settings.recovery_seconds
+        after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        done = did(asked.what, facts.name if asked.seq is None else None, event)
+        return Report(done.line, done.failed, facts).then(after)
+
+    def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> Report:
+        if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:
+            # Never sent by Relay for a run in this state: forged, replayed or early.
+            why = (
+                "there is no such run"
+                if status is ClaimStatus.GONE
+                else "the run's record does not call for it (not approved, not due, or the"
+                " run finished); nothing was run"
+            )
+            kind = "model call" if asked.seq is not None else "tool call"
+            log.warning("refused %s %s of run %s: %s", kind, asked.what, asked.run_id, why)
+            self.store.forget_message(asked.member)
+            return Report(f"refused {asked.what}: {why}", idle=True)
+        if status is ClaimStatus.DONE:
+            self.store.forget_message(asked.member)
+            after = self.steps.advance(asked.run_id)
+            return Report(f"{asked.what} was made already").then(after)
+        return Report(f"{asked.what} is being made by another worker; nothing to do", idle=True)
+
+    def _keep(self, call: Claimed, event: InboxEvent) -> Report:
+        """Save the call's outcome with the run, or record it in the inbox; advance the run."""
+        saved = None if call.others_out() else self._save_with_run(call, event)
+        if saved is not None:
+            return saved
+        asked = call.asked
+        recorded, loaded = self.store.record(
+            asked.run_id,
+            asked.what,
+            event,
+            attempt=call.attempt,
+            member=asked.member,
+            token=asked.token,
+            due_ms=self.steps.clock() + self.timing.grace_ms,
+            counted=asked.seq is None,  # a tool's result counts down its batch
+        )
+        if recorded is Recorded.FENCED:
+            _log_fenced(call)
+        elif recorded is Recorded.ADVANCE:
+            return self.steps.advance(asked.run_id, loaded)
+        return Report(RECORDED[recorded])
+
+    def _save_with_run(self, call: Claimed, event: InboxEvent) -> Report | None:
+        """Save `event` with the run as the claim found it; None if the run changed since."""
+        asked = call.asked
+        advanced = self.steps.decide(asked.run_id, call.loaded, call.take_agent(), event)
+        own = OwnOutcome(asked.run_id, asked.what, call.attempt, asked.token, asked.member)
+        saved = self.steps.save(advanced, call.loaded.version, own)
+        if saved is Saved.FENCED:
+            _log_fenced(call)
+        if saved in (Saved.FENCED, Saved.DUPLICATE):
+            return Report(RECORDED[Recorded(saved.value)])
+        return after_step(call.record, advanced) if saved is Saved.SAVED else None
+
+    def _lease(self, call: Claimed, lease_ms: int) -> Lease:
+        """Return how to keep `call`'s lease (of `lease_ms`) while it runs."""
+        asked = call.asked
+
+        def renew() -> bool:
+            if self.router is not None and asked.seq is not None:
+                self.router.renew(_route_holder(call))
+            return self.store.renew(
+                asked.run_id,
+                asked.what,
+                attempt=call.attempt,
+                member=asked.member,
+                token=asked.token,
+                lease_ms=lease_ms,
+                now_ms=self.steps.clock(),
+            )
+
+        def cancelled() -> bool:
+            return self.store.cancelled(asked.run_id)
+
+        return Lease(lease_ms / 1000, renew, cancelled, call.label)
+
+    # --- model calls ----------------------------------------------------------------------
+
+    def _model_event(self, call: Claimed) -> InboxEvent | None:
+        request = call.request()
+        seq = call.asked.seq
+        if request is None or seq is None:
+            return None
+        if call.attempt > MAX_CALL_ATTEMPTS:
+            error = f"gave up after {MAX_CALL_ATTEMPTS} attempts: each worker stopped mid-call"
+            return ModelFailed(seq=seq, error=error)
+        if call.over is not None:
+            return not_admitted(seq, call.over)
+        cancel = threading.Event()
+        lease = self._lease(call, self.timing.lease_ms)
+        try:  # the reply goes to the tree's live stream as it comes (workers.store.live)
+            with ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt) as live:
+                reply, route = run_leased(
+                    lambda: self._ask(call, request, cancel, live), lease, None, cancel
+                )
+        except Requeue as later:
+            self._come_back(call, later)
+        except StoreUnavailable:
+            raise  # no route could be asked, no call made: the lease lapses, the tick re-sends
+        except ModelCallError as error:
+            return ModelFailed(seq=seq, error=str(error))
+        except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
+            return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
+        usage = self.pricing.priced(reply, route)
+        cut = reply.finish_reason == "length"
+        name = route.name if route is not None else ""
+        return ModelReplied(seq=seq, text=reply.text, usage=usage, route=name, truncated=cut)
+
+    def _ask(
+        self, call: Claimed, request: ModelRequest, cancel: threading.Event, live: ReplyStream
+    ) -> tuple[ModelReply, ModelRoute | None]:
+        """Make the model call, on the app's own model or on the first route that takes it;
+        its text goes to `live` as it comes."""
+        if self.router is None:
+            return complete(self.model(), request, should_stop=cancel.is_set, on_text=live), None
+        prompt = -(-call.record.asked_bytes // 2)  # what admission reserved for: bytes / 2
+        routed = self.router.complete(
+            request,
+            key=call.record.key or self.settings_key,
+            holder=_route_holder(call),
+            tokens=prompt + self.pricing.max_tokens,
+            should_stop=cancel.is_set,
+            on_text=live,
+        )
+        return routed.reply, routed.route
+
+    def _unclaim(self, call: Claimed, *, due_ms: int) -> None:
+        """Give the claim back, uncounted (the call never started); its message is due
+        again at `due_ms`."""
+        asked = call.asked
+        self.store.unclaim(
+            asked.run_id, asked.what, attempt=call.attempt, token=asked.token,
+            member=asked.member, due_ms=due_ms,
+        )  # fmt: skip
+
+    def _come_back(self, call: Claimed, later: Requeue) -> NoReturn:
+        """No route takes the call soon: give its claim back, and send it again when its
+        turn comes (the task ends; no worker waits meanwhile)."""
+        asked, now = call.asked, self.steps.clock()
+        self._unclaim(call, due_ms=later.at_ms + self.timing.grace_ms)
+        delay = max(later.at_ms - now, 0)
+        assert asked.seq is not None
+        self.steps.send([Message("call_model", asked.run_id, seq=asked.seq, delay_ms=delay)])
+        log.info("%s waits %d ms for a model route (%s)", call.label, delay, later.why)
+        raise _Postponed(f"waits {delay} ms for a model route ({later.why})", True)
+
+    # --- tool calls -----------------------------------------------------------------------
+
+    def _tool_event(self, call: Claimed) -> InboxEvent | None:
+        output = self._tool_output(call)
+        return None if output is None else ToolDone(call=call.asked.what, output=output)
+
+    def _tool_output(self, call: Claimed) -> ToolOutput | None:
+        tool_call = call.batch_call()
+        if tool_call is None:
+            return None
+        spec = self.spec(tool_call.tool)
+        if spec is None:
+            return ToolOutput.error(f"the tool {tool_call.tool} is not registered on this worker")
+        refused = _not_again(spec, call.attempt)
+        if refused is not None:
+            return refused
+        if self.settings.durable_claims and not spec.idempotent:
+            self._ensure_durable(call)
+        run_id, call_id = call.asked.run_id, call.asked.what
+        context = ToolContext(run_id=run_id, call_id=call_id, attempt=call.attempt)
+        context._report = lambda text: self._progress(run_id, call_id, tool_call.tool, text)
+        lease = self._tool_lease(call, spec)
+        timeout = spec.timeout if spec.timeout is not None else self.settings.tool_timeout
+        try:
+            value = run_leased(
+                lambda: spec.invoke(tool_call.args, context), lease, timeout, context._cancel
+            )
+        except CallTimedOut as error:
+            return ToolOutput.unknown(f"{error}; it was told to stop and may still finish")
+        except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
+            return ToolOutput.error(f"{type(error).__name__}: {error}".removesuffix(": "))
+        return tool_output(tool_call.tool, value, self.settings.tool_output_chars)
+
+    def _ensure_durable(self, call: Claimed) -> None:
+        """Return once the call's claim is durable (RELAY_DURABLE_CLAIMS); if Redis cannot
+        confirm it, give the claim back and raise _Postponed: the call has not started,
+        and the tick sends it again."""
+        asked = call.asked
+        # Within half the lease: the claim must still be ours when the call starts.
+        wait_ms = max(self.timing.lease_ms // 2, 100)
+        if self.store.make_durable(asked.run_id, asked.what, wait_ms):
+            return
+        log.warning("%s: Redis did not confirm its claim is durable; trying later", call.label)
+        self._unclaim(call, due_ms=self.steps.clock() + self.timing.grace_ms)
+        raise _Postponed("its claim is not durable yet; the tick sends it again", False)
+
+    def _tool_lease(self, call: Claimed, spec: ToolSpec) -> Lease:
+        """Return the call's lease, lengthened for a tool that asked for a longer one."""
+        if spec.lease_seconds is None:
+            return self._lease(call, self.timing.lease_ms)
+        # A tool that may hold the GIL (C code, CPU work) cannot renew in time: it
+        # asked for a longer lease, taken now, before it starts. (Were it lost in
+        # between, the outcome would be fenced off when it is saved.)
+        lease = self._lease(call, int(spec.lease_seconds * 1000))
+        lease.renew()
+        return lease
+
+    def _progress(self, run_id: str, call_id: str, tool: str, text: str) -> None:
+        entry = TraceEntry(
+            at_ms=self.steps.clock(),
+            run=run_id,
+            kind="progress",
+            text=cut(text, 500),
+            call_id=call_id,
+            tool=tool,
+        )
+        try:
+            self.store.add_trace(run_id, entry)
+        except StoreUnavailable as error:
+            log.warning("could not record progress: %s", error)
+
+
+def _log_fenced(call: Claimed) -> None:
+    log.warning(
+        "%s lost its lease while it ran and another attempt took it over;"
+        " this attempt's outcome is discarded",
+        call.label,
+    )
+
+
+def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:
+    """Return why an earlier attempt's death stops this one, or None if it may run."""
+    if attempts > 1 and not spec.idempotent:
+        return ToolOutput.unknown(
+            "the worker running this call stopped before it reported, so it may or may not"
+            " have taken effect; it was not run again"
+        )
+    if attempts > MAX_CALL_ATTEMPTS:
+        return ToolOutput.unknown(
+            f"it was tried {MAX_CALL_ATTEMPTS} times and each worker stopped mid-call"
+        )
+    return None
+
+
+def _route_holder(call: Claimed) -> str:
+    """A model call's name at the routes: the same each time it comes back, so it keeps
+    its place in a route's queue."""
+    return f"{call.asked.run_id}|{call.asked.seq}"

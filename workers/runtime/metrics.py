@@ -1,0 +1,196 @@
+"""The fleet's numbers, kept in Redis so one exporter (`relay web`'s /metrics) sees them all.
+
+Counters are added to by every worker after each task, in one pipelined round
+trip (`FleetMetrics.count`), into the `metrics` hash (`workers.store.layout`):
+
+    steps|<task>|<outcome>                        tasks by name: ok, failed, idle (nothing
+                                                  to do) or waiting (for a route's capacity)
+    calls|<model>|<route>|<key>|<ok|failed>       model calls
+    tokens|<model>|<route>|<key>|<input|output>   tokens
+    cost|<model>|<route>|<key>                    micro-dollars, where the model has a price
+    latency|<model>|<route>|<i>                   model calls whose time fell in bucket i
+    latency_sum|<model>|<route>                   seconds, summed
+    waits|<task>                                  calls sent again later: no route had room
+    tools|<tool>|<ok|failed>                      tool calls
+
+What is a state rather than a count (runs by state, what waits on a person and
+for how long) is read when scraped (`fleet_state`). A metrics write that fails
+is logged and dropped: it never fails a task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from workers.errors import StoreUnavailable
+from workers.runtime.reports import CallFacts, Report
+from workers.store.codec import as_text
+from workers.store.layout import RunFields
+
+if TYPE_CHECKING:
+    from workers.store.runs import RunStore
+
+__all__ = ["LATENCY_BUCKETS", "FleetMetrics", "FleetState", "Totals"]
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+"""Upper bounds, in seconds, of the model-call latency histogram (then +Inf)."""
+
+MAX_RUNS_SCANNED = 10_000
+"""Runs whose state a scrape reads, the newest first (a scrape reads each one's record)."""
+CHUNK = 500
+
+
+def _label(value: str) -> str:
+    return value.replace("|", "/") or "-"
+
+
+@dataclass
+class Totals:
+    """The counters as read back: each keyed by its labels."""
+
+    steps: Counter[tuple[str, str]] = field(default_factory=Counter)
+    calls: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
+    tokens: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
+    cost_usd: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    latency: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    """Per (model, route), the count in each bucket (not cumulative), +Inf last."""
+    latency_sum: dict[tuple[str, str], float] = field(default_factory=dict)
+    waits: Counter[str] = field(default_factory=Counter)
+    tools: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+@dataclass
+class FleetState:
+    """What the runs look like now."""
+
+    runs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Runs by (state, waiting for)."""
+    waiting_on_person: Counter[str] = field(default_factory=Counter)
+    """Pending plans, calls and questions, by kind."""
+    oldest_wait_s: float = 0.0
+    scanned: int = 0
+
+
+class FleetMetrics:
+    """Adds to the fleet's counters after each task, and reads them back."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+
+    def count(self, task: str, report: Report) -> None:
+        """Count one task (`advance`, `call_model`, `run_tool`) and its call, if it made one."""
+        outcome = "failed" if report.failed else "idle" if report.idle else "ok"
+        outcome = "waiting" if report.waited else outcome
+        adds: dict[str, int] = {f"steps|{task}|{outcome}": 1}
+        if report.waited:
+            adds[f"waits|{task}"] = 1
+        sums: dict[str, float] = {}
+        if report.call is not None:
+            _add_call(report.call, adds, sums)
+        key = self._store.keys.metrics
+        try:
+            with self._store.errors():
+                pipe = self._store.redis.pipeline(transaction=False)
+                for name, amount in adds.items():
+                    pipe.hincrby(key, name, amount)
+                for name, total in sums.items():
+                    pipe.hincrbyfloat(key, name, total)
+                pipe.execute()
+        except StoreUnavailable as error:
+            log.warning("could not count a %s task in the metrics: %s", task, error)
+
+    def totals(self) -> Totals:
+        """Return every counter."""
+        with self._store.errors():
+            raw = self._store.redis.hgetall(self._store.keys.metrics)
+        totals = Totals()
+        for name, value in raw.items():
+            _read_into(totals, as_text(name).split("|"), as_text(value))
+        return totals
+
+    def state(self, now_ms: int) -> FleetState:
+        """Return the runs by state (the newest MAX_RUNS_SCANNED) and what waits on a person.
+
+        A per-state index kept by SAVE would make this one read; until then a scrape
+        reads each run's record, in pipelined chunks (relay web caches it briefly).
+        """
+        store, keys = self._store, self._store.keys
+        found = FleetState()
+        metas: list[Any] = []
+        with store.errors():
+            ids = store.runs(MAX_RUNS_SCANNED)
+            for start in range(0, len(ids), CHUNK):
+                pipe = store.redis.pipeline(transaction=False)
+                for run_id in ids[start : start + CHUNK]:
+                    pipe.hget(keys.run(as_text(run_id)), RunFields.RECORD)
+                metas.extend(pipe.execute())
+        for meta in metas:
+            record = _loads(meta)
+            if record is not None:
+                found.scanned += 1
+                state = str(record.get("state", "running"))
+                found.runs[(state, str(record.get("waiting_for") or ""))] += 1
+        for pending in store.people.pending():
+            found.waiting_on_person[pending.kind] += 1
+            found.oldest_wait_s = max(found.oldest_wait_s, (now_ms - pending.created_ms) / 1000)
+        return found
+
+
+def _add_call(facts: CallFacts, adds: dict[str, int], sums: dict[str, float]) -> None:
+    outcome = "ok" if facts.ok else "failed"
+    name = _label(facts.name)
+    if facts.kind == "tool":
+        adds[f"tools|{name}|{outcome}"] = 1
+        return
+    labels = f"{name}|{_label(facts.route)}"
+    spent = f"{labels}|{_label(facts.key)}"
+    adds[f"calls|{spent}|{outcome}"] = 1
+    bucket = next((i for i, top in enumerate(LATENCY_BUCKETS) if facts.seconds <= top), None)
+    adds[f"latency|{labels}|{len(LATENCY_BUCKETS) if bucket is None else bucket}"] = 1
+    sums[f"latency_sum|{labels}"] = facts.seconds
+    if facts.usage is not None:
+        adds[f"tokens|{spent}|input"] = facts.usage.prompt_tokens
+        adds[f"tokens|{spent}|output"] = facts.usage.completion_tokens
+        if facts.usage.cost_micro:  # exact, where the model has a price
+            adds[f"cost|{spent}"] = facts.usage.cost_micro
+
+
+def _read_into(totals: Totals, parts: list[str], value: str) -> None:
+    """Add one field of the metrics hash to `totals` (a field it does not know is skipped)."""
+    try:
+        match parts:
+            case ["steps", task, outcome]:
+                totals.steps[(task, outcome)] += int(value)
+            case ["calls", model, route, key, outcome]:
+                totals.calls[(model, route, key, outcome)] += int(value)
+            case ["tokens", model, route, key, direction]:
+                totals.tokens[(model, route, key, direction)] += int(value)
+            case ["cost", model, route, key]:
+                totals.cost_usd[(model, route, key)] = int(value) / 1_000_000
+            case ["latency", model, route, index]:
+                counts = totals.latency.setdefault((model, route), [0] * (len(LATENCY_BUCKETS) + 1))
+                counts[min(int(index), len(LATENCY_BUCKETS))] += int(value)
+            case ["latency_sum", model, route]:
+                totals.latency_sum[(model, route)] = float(value)
+            case ["waits", task]:
+                totals.waits[task] += int(value)
+            case ["tools", tool, outcome]:
+                totals.tools[(tool, outcome)] += int(value)
+    except ValueError:
+        log.warning("skipped a metrics field that is not a number: %s", "|".join(parts))
+
+
+def _loads(meta: Any) -> dict[str, Any] | None:
+    if meta is None:
+        return None
+    try:
+        record = json.loads(meta)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None

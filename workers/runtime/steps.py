@@ -1,0 +1,130 @@
+"""Advancing a run: load it, apply its inbox through the engine, save, send.
+
+`Steps.advance` is what `relay.advance` does. The save is a compare-and-set on
+the run's version: a worker that loses the race to another reloads and applies
+again, so an event is applied exactly once, by the save that also deletes it
+from the inbox. `decide` is shared with the calls (`workers.runtime.calls`), which save
+their own outcome with the run in the same way. A finished run's inbox is
+dropped unread, unless it holds a person's follow-up: a new turn reopens it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from agent_core import Agent, AgentError
+from workers.engine import decide as engine
+from workers.engine import endings
+from workers.engine.effects import Advanced, Message, OwnOutcome
+from workers.engine.records import FollowUp, InboxEvent
+from workers.engine.working import Surroundings
+from workers.kit.agents import AgentKit
+from workers.runtime.reports import Report, after_step
+from workers.settings import Timing
+from workers.store import snapshots
+from workers.store.codec import Loaded
+from workers.store.layout import OutboxMember
+from workers.store.runs import RunStore
+from workers.store.scripts import Saved
+
+__all__ = ["SAVE_TRIES", "Steps"]
+
+log = logging.getLogger(__name__)
+
+SAVE_TRIES = 20
+"""Lost compare-and-set races before a worker leaves the run to the tick."""
+
+
+class Steps:
+    """Advances runs: one event in (or many), the next step saved, its messages sent."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        kit: AgentKit,
+        timing: Timing,
+        send: Callable[[list[Message]], None],
+        clock: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.kit = kit
+        self.timing = timing
+        self.send = send
+        self.clock = clock
+
+    def around(self) -> Surroundings:
+        t = self.timing
+        return Surroundings(
+            now_ms=self.clock(),
+            grace_ms=t.grace_ms,
+            approval_ttl_ms=t.approval_ttl_ms,
+            retention_s=t.retention_s,
+            verifier=self.kit.verifier,
+        )
+
+    def advance(self, run_id: str, loaded: Loaded | None = None) -> Report:
+        """Apply the run's new inbox events and act on its next step; retries lost races.
+
+        Returns what the step did and where the run is now, in one line.
+        """
+        for _ in range(SAVE_TRIES):
+            if loaded is None:
+                loaded = self.store.load(run_id)
+            if loaded is None:
+                self.store.forget_message(OutboxMember.advance(run_id))
+                return Report(f"no run {run_id} (it expired, or never existed)")
+            advanced = self.decide(run_id, loaded)
+            if self.save(advanced, loaded.version) is not Saved.STALE:
+                return after_step(loaded.record, advanced)
+            loaded = None
+        log.warning(
+            "run %s: gave up saving after %d lost races; the tick will retry", run_id, SAVE_TRIES
+        )
+        return Report(f"gave up after {SAVE_TRIES} lost races to save; the tick will retry")
+
+    def save(self, advanced: Advanced, version: str, own: OwnOutcome | None = None) -> Saved:
+        """Save a step; once it has landed, send what it decided."""
+        saved = self.store.save(advanced, version, own)
+        if saved is Saved.SAVED:
+            self.send(list(advanced.messages))
+        return saved
+
+    def decide(
+        self,
+        run_id: str,
+        loaded: Loaded,
+        agent: Agent | None = None,
+        own: InboxEvent | None = None,
+    ) -> Advanced:
+        """Return what to save for the run: the next step, or its end if it cannot go on.
+
+        `agent` is the run's agent when the caller restored it already (advancing
+        changes it); `own` the outcome of the calling task, applied after the inbox.
+        """
+        record = loaded.record
+        around = self.around()
+        if record is None:
+            held = self.store.people.pending_members_of(run_id)
+            return endings.unreadable_record(run_id, loaded.snapshot, loaded.problem, around, held)
+        if record.state == "finished" and not _reopens(loaded):
+            return endings.finished_already(record, loaded.snapshot, loaded.inbox, around)
+        if agent is None:
+            try:
+                agent = loaded.agent(self.kit.restore)
+            except AgentError as error:
+                return endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
+        stored = agent.history() if loaded.apart else None
+        try:
+            advanced = engine.advance(record, agent, loaded.inbox, around, own)
+        except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
+            log.exception("run %s: advancing failed; the run is stopped", run_id)
+            problem = f"advancing it raised {type(error).__name__}: {error}"
+            return endings.failed_run(record, loaded.snapshot, problem, around)
+        return replace(advanced, stored=snapshots.write(stored, agent))
+
+
+def _reopens(loaded: Loaded) -> bool:
+    """Whether a finished run's inbox holds a follow-up: a new turn reopens it."""
+    return any(isinstance(event, FollowUp) for _, event in loaded.inbox)

@@ -1,0 +1,300 @@
+"""How Relay's values are written to Redis and read back: the store's one serialiser.
+
+Stored JSON leaves out what equals its default (a parked run costs less
+memory). What comes back is validated: a record that cannot be read becomes a
+`Loaded` with a problem (its run fails alone), an inbox entry that cannot be
+read becomes None (skipped, with a trace line).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent_core import Agent
+from workers.engine.effects import Advanced, ChildRun, Delivery, KeptNotes, OwnOutcome
+from workers.engine.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage, inbox_event
+from workers.store.layout import (
+    NOTES_MAX,
+    STREAM_IDLE_S,
+    STREAM_KEEP_S,
+    STREAM_MAX,
+    STREAM_PARKED_S,
+    TRACE_MAX,
+    Keys,
+    OutboxMember,
+    pending_member,
+)
+from workers.store.snapshots import SnapshotWrite, join, split
+
+__all__ = [
+    "Loaded",
+    "as_int",
+    "as_text",
+    "corrupt",
+    "loaded",
+    "notes_key",
+    "pending_json",
+    "record_json",
+    "save_arguments",
+    "trace_line",
+    "usage_of",
+]
+
+NEVER_MS = 2**52
+"""The expiry score of a pending entry that never expires."""
+
+
+HISTORY_APART = b"2"
+"""The `sf` of a run whose snapshot is stored as a head and a history list."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A run as read for advancing: record, snapshot, version and unapplied inbox."""
+
+    version: str
+    record: RunRecord | None
+    """None when the stored record could not be read (`problem` says why)."""
+    snapshot: str
+    """The agent's snapshot text ('' when `hot` is set: it was not read)."""
+    inbox: list[tuple[str, InboxEvent | None]]
+    """Unapplied events in order; None where an entry could not be read."""
+    problem: str = ""
+    apart: bool = False
+    """Whether the history is stored apart (False: a run stored whole, before `sf` 2;
+    its next save writes it apart)."""
+    hot: Agent | None = None
+    """The agent in exactly this version's state, kept by this process (`store.agent_cache`)."""
+
+    def agent(self, restore: Callable[[RunRecord, str], Agent]) -> Agent:
+        """Return the run's agent to advance: a copy of the hot one, else `restore`d
+        from the snapshot (raising what `restore` raises). The record must be readable."""
+        if self.hot is not None:
+            return self.hot.copy()
+        assert self.record is not None
+        return restore(self.record, self.snapshot)
+
+
+def record_json(record: RunRecord) -> str:
+    return record.model_dump_json(exclude_defaults=True)
+
+
+def pending_json(pending: Pending) -> str:
+    return pending.model_dump_json(exclude_defaults=True)
+
+
+def trace_line(entry: TraceEntry) -> str:
+    return entry.model_dump_json(exclude_defaults=True)
+
+
+def as_text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def as_int(value: bytes | str | None) -> int:
+    return int(value) if value else 0
+
+
+def loaded(answer: Sequence[Any]) -> Loaded | None:
+    """Return a run read back from Redis, or None if there is none.
+
+    `answer` is LOAD's (or the end of CLAIM's): version, record, form, snapshot,
+    history, inbox. The snapshot is the head, with the history its entries, when the
+    form says the history is stored apart; else the whole snapshot.
+    """
+    version, meta, form, snap, history, entries = answer
+    if not version:
+        return None
+    apart = form == HISTORY_APART
+    text = as_text(snap or b"")
+    snapshot = join(text, [as_text(h) for h in history]) if apart else text
+    try:
+        record = RunRecord.model_validate_json(meta or b"")
+    except ValidationError as error:
+        return Loaded(as_text(version), None, snapshot, inbox_of(entries), corrupt(error), apart)
+    return Loaded(as_text(version), record, snapshot, inbox_of(entries), apart=apart)
+
+
+def inbox_of(entries: list[Any]) -> list[tuple[str, InboxEvent | None]]:
+    """The inbox entries read back, each event validated (None where it cannot be read)."""
+    return [(as_text(entry_id), _event(_fields(data))) for entry_id, data in entries]
+
+
+def corrupt(error: ValidationError) -> str:
+    """Say where a stored record is broken (never its contents)."""
+    details = error.errors()
+    where = ".".join(str(p) for p in details[0]["loc"]) if details else ""
+    return f"the run's record is corrupt ({where or 'not JSON'})"
+
+
+def _fields(data: Any) -> dict[bytes, bytes]:
+    """A stream entry's fields: a dict from redis-py, a flat list from a Lua script."""
+    if isinstance(data, dict):
+        return data
+    return dict(zip(data[::2], data[1::2], strict=True))
+
+
+def _event(data: dict[bytes, bytes]) -> InboxEvent | None:
+    try:
+        return inbox_event(data[b"e"])
+    except (KeyError, ValidationError):
+        return None
+
+
+def save_arguments(
+    keys: Keys, advanced: Advanced, version: str, own: OwnOutcome | None
+) -> tuple[list[str], list[Any]]:
+    """Return the SAVE script's KEYS and ARGV for a step (see workers/store/lua/save.lua)."""
+    record = advanced.record
+    effects = _effects(keys, advanced)
+    if own is not None:
+        effects["own"] = {
+            "call": own.call,
+            "attempt": str(own.attempt),
+            "lease": keys.lease(own.run_id, own.call),
+            "token": own.token,
+            "member": own.member,
+        }
+    index = keys.index(record.id)
+    script_keys = [
+        keys.run(record.id),
+        keys.inbox(record.id),
+        keys.trace(record.id),
+        index.outbox,
+        index.pending,
+        index.pending_data,
+        index.runs,
+        keys.history(record.id),
+    ]
+    stored = advanced.stored or _whole(advanced.snapshot)
+    args = [version, record_json(record), stored.head, json.dumps(effects)]
+    return script_keys, [*args, stored.drop, 1 if stored.rewrite else 0, *stored.append]
+
+
+def _whole(snapshot: str) -> SnapshotWrite:
+    """The write of a snapshot known only as text ('' keeps what is stored)."""
+    head, entries = split(snapshot)
+    return SnapshotWrite(head, tuple(entries), rewrite=True)
+
+
+def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
+    """The effects of a step as SAVE reads them (`fx.<name>` in the script): only those
+    the step has (most steps have a few), so SAVE decodes and walks less."""
+    effects = {k: v for k, v in _all_effects(keys, advanced).items() if v}
+    if advanced.effects.done is not None:  # (its text may be empty)
+        effects["done"] = advanced.effects.done
+    return effects
+
+
+def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
+    record, fx = advanced.record, advanced.effects
+    ends_or_parks = fx.done is not None or record.state == "waiting"
+    return {
+        "applied": fx.applied,
+        "trace": [trace_line(t) for t in fx.trace],
+        "trace_max": TRACE_MAX if fx.trace else 0,
+        "activity": keys.index(record.id).activity if fx.trace else "",
+        "run": record.id,
+        "send": [[s.member, s.due_ms] for s in fx.send],
+        "unsend": fx.unsend,
+        "pending_add": [_pending_entry(p) for p in fx.pending_add],
+        "pending_del": fx.pending_del,
+        "usage": [[keys.run(u.run_id), *_counts(u.usage)] for u in fx.usage],
+        "settle": [[keys.run(root), field] for root, field in fx.settle],
+        "create": [_child(keys, c) for c in fx.create],
+        "deliver": [_delivery(keys, d) for d in fx.deliver],
+        "advance": OutboxMember.advance(record.id),
+        "retention": fx.retention_s,
+        "forget": fx.forget,
+        "running": fx.running,
+        # On a cluster the notes are in another slot: kept after the save (notes_key).
+        "notes_key": notes_key(keys, fx.notes) if fx.notes and not keys.cluster else "",
+        "notes": fx.notes.notes if fx.notes else [],
+        "notes_max": NOTES_MAX if fx.notes else 0,
+        "live": keys.live(record.id) if ends_or_parks else "",
+        "live_max": STREAM_MAX if ends_or_parks else 0,
+        "live_ttl": _live_ttl(advanced) if ends_or_parks else 0,
+        "parks": record.state == "waiting",
+        "done": None,
+        "revive": fx.revive,
+    }
+
+
+def _live_ttl(advanced: Advanced) -> int:
+    """Seconds the tree's live stream is kept after this save (see workers.store.layout)."""
+    record, fx = advanced.record, advanced.effects
+    if fx.done is None:
+        return STREAM_PARKED_S
+    if record.parent is None:
+        return min(STREAM_KEEP_S, fx.retention_s or STREAM_KEEP_S)
+    return STREAM_IDLE_S
+
+
+def notes_key(keys: Keys, notes: KeptNotes) -> str:
+    """Where a finished run's notes are kept: its memory's or its schedule's list."""
+    return keys.memory(notes.name) if notes.kind == "memory" else keys.schedule_notes(notes.name)
+
+
+def _counts(usage: Usage) -> list[int]:
+    """A call's usage in the order of RunFields.USAGE."""
+    return [
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.total_tokens,
+        usage.cached_prompt_tokens,
+        usage.cost_micro,
+        usage.model_calls,
+        usage.unpriced_calls,
+    ]
+
+
+def usage_of(values: Sequence[Any]) -> Usage:
+    """A run's totals read back in the order of RunFields.USAGE."""
+    prompt, completion, total, cached, cost, calls, unpriced = (as_int(v) for v in values)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=total,
+        cached_prompt_tokens=cached,
+        cost_micro=cost,
+        model_calls=calls,
+        unpriced_calls=unpriced,
+    )
+
+
+def _child(keys: Keys, child: ChildRun) -> list[Any]:
+    record = child.record
+    head, entries = split(child.snapshot)
+    return [
+        keys.run(record.id),
+        record.id,
+        record_json(record),
+        head,
+        record.created_ms,
+        OutboxMember.advance(record.id),
+        child.due_ms,
+        keys.history(record.id),
+        *entries,
+    ]
+
+
+def _delivery(keys: Keys, delivery: Delivery) -> list[Any]:
+    return [
+        keys.run(delivery.run_id),
+        keys.inbox(delivery.run_id),
+        delivery.event.model_dump_json(),
+        OutboxMember.advance(delivery.run_id),
+        delivery.due_ms,
+        1 if delivery.cancel_flag else 0,
+    ]
+
+
+def _pending_entry(pending: Pending) -> list[Any]:
+    what = pending.call_id if pending.call_id is not None else str(pending.seq)
+    member = pending_member(pending.run_id, pending.kind, what)
+    return [member, pending.expires_ms or NEVER_MS, pending_json(pending)]

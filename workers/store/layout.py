@@ -1,0 +1,433 @@
+"""Where everything lives in Redis: every key, hash field and member Relay writes.
+
+This module is the map. Every key starts with `RELAY_PREFIX` (default `relay:`);
+the Lua scripts in `workers/store/lua/` spell the same field names, each script's
+header says which keys and arguments it takes.
+
+Per run (a root task, or a specialist's child run `<parent>.<call>`):
+
+    run:<id>        hash    the run itself (RunFields below): written by the CREATE
+                            and SAVE scripts, read by every task; expires with the run
+    inbox:<id>      stream  events not yet applied (results, decisions, cancels,
+                            children's outcomes): appended by RECORD, DECIDE and the
+                            client, deleted by the SAVE that applies them
+    hist:<id>       list    the agent's history entries, oldest first (its snapshot's head
+                            is the run hash's `head`, see workers.store.snapshots): a save
+                            appends new entries and drops those the agent trimmed; written
+                            by CREATE and SAVE, expiring and persisting with the run hash
+    trace:<id>      list    what happened, for people (`relay watch`/`show`), newest
+                            TRACE_MAX lines: written by SAVE and TRACE
+    lease:<id>:<x>  string  the token of the worker making call <x> now (a TTL):
+                            CLAIM takes it, RENEW keeps it, RECORD/SAVE release it
+
+A run's hash (and history and trace) get a TTL when, and only when, the run finishes (SAVE);
+a follow-up that reopens it removes them again. STREAM relies on that.
+
+Per tree (keyed by the root's id, so one cursor follows a run and its specialists):
+
+    live:<root>     stream  the tree's live events, `StreamEvent` (fields k kind, r run,
+                            t text): pieces of model replies as they arrive, "step",
+                            "restarted" (STREAM, from the worker making the call) and
+                            "done" (SAVE, when a run of the tree finishes). Made by the
+                            first piece, so a tree whose model never streams has none;
+                            capped at STREAM_MAX entries. A stream's first node costs
+                            4 KB, more than a parked run, so it does not stay: it
+                            expires STREAM_IDLE_S after its last event, STREAM_PARKED_S
+                            after a run of the tree parks for a person (unless another
+                            event renews it), and STREAM_KEEP_S after its root finishes
+
+Fleet-wide (the index shards, `IndexKeys`: one set on a single Redis, one per hash
+slot on a cluster, see below):
+
+    runs            zset    run ids by creation time (`relay runs`); pruned by the tick
+    deadlines       zset    root ids by when their budget's `seconds` run out: the tick
+                            stops each tree whose time is up (CREATE adds, EXTEND moves)
+    outbox          zset    messages to send, scored by when to send them again
+                            (OutboxMember); SAVE adds, CLAIM/RENEW re-score, the
+                            tick re-sends what is due
+    pending         zset    what waits on a person, scored by its expiry (PendingMember)
+    pending:data    hash    PendingMember -> the Pending JSON
+    activity        stream  a run id per trace that grew: what `wait`/`watch` block on
+    prune-cursor    string  how far the tick's sweep of expired runs got
+    tick-lock       string  the process ticking in this interval (lapses after it)
+    tick-stats      hash    n ticks, last_ms, by whom
+    metrics         hash    the fleet's counters (steps, calls, tokens, latency buckets):
+                            added to by every task (workers.runtime.metrics), read by relay web
+    web-used:<n>    string  an approval form's nonce, used once (relay web; a TTL)
+    schedule-notes:<name>  list  notes a schedule's runs remembered, for the next run
+    memory:<name>   list    notes runs started with memory=<name> remembered, for the next
+
+Per model route (`workers.model.limits`; every worker shares them):
+
+    route:<r>                hash    GCRA times for rpm (`tat`) and tpm (`ttat`), `paused`
+                                     until (a 429), the circuit (`circuit`, `failures`,
+                                     `probe`: when the next probe may go), the last `error`,
+                                     `round` (the last waiting tag admitted), `seq`
+    route:<r>:inflight       zset    calls in flight on the route, by lease deadline
+    route:<r>:queue          zset    waiting calls in turn order (tag * 1e6 + arrival)
+    route:<r>:queue-keys     hash    waiting call -> its key
+    route:<r>:tags           hash    key -> the tag of its last waiting call
+    route:<r>:told           zset    waiting call -> when it was told to come back (ms)
+    key-inflight:<key>       zset    a key's model calls in flight, by lease deadline
+
+Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import this):
+
+    schedules       hash    name -> Schedule JSON
+    schedule-due    zset    name by its next due time
+    schedule-slot:<name>:<slot>  string  the claim on one fired slot (SET NX)
+    schedule-firing zset    "name|slot" of slots whose run is not confirmed yet
+    notifications   list    what notify-only schedules recorded, newest first
+
+On Redis Cluster (`Keys(prefix, cluster=True)`; workers.store.cluster, workers.store.shards).
+The names above hold on a single Redis, unchanged, so runs in flight across an
+upgrade keep working. On a cluster every Lua script touches one slot:
+
+    a tree          run:{<root>}.<rest>, inbox:{<root>}..., trace:, lease:, live:{<root>}:
+                    every key of a run carries its root's hash tag, so a specialist
+                    `<root>.<call>` is in its root's slot (usage roll-up, settling
+                    reservations, children, deliveries: all one slot)
+    index shards    runs{<t>}, outbox{<t>}, pending{<t>}, pending:data{<t>},
+                    deadlines{<t>}, activity{<t>}, prune-cursor{<t>}: one shard per hash
+                    slot, `<t>` a short text hashing to that slot (sharding.slot_tag),
+                    and a tree's entries in the shard of its own slot: SAVE, CREATE,
+                    CLAIM, DECIDE... update the run and its entries in one script, and
+                    no node holds a whole index
+    index-slots{fleet}  set  the slots whose shards were ever written: added before a
+                    root's CREATE (a second, idempotent write: the set is always a
+                    superset), never removed; the tick and listings read these shards,
+                    one SWEEP per node (lua/sweep.lua, the one read-only script across
+                    slots), pruning PRUNE_SHARDS of them per tick
+    tick-lock{fleet}, tick-stats{fleet}, metrics{fleet}: one slot (one script uses two)
+    schedule shards schedules{<t>}, schedule-due{<t>}, schedule-firing{<t>},
+                    notifications{<t>}, schedule-slot{<t>}:<name>:<slot>: one shard per
+                    hash slot like the index shards, a schedule in the shard of its
+                    name's slot (its claim touches only these); schedule-slots{fleet}
+                    lists the slots written, added before a schedule's first write
+    route:{<r>}:<part>, key-inflight:{<r>}<key>: a route in one slot; a key's cap on
+                    calls in flight then counts per route, not across routes
+    memory:<name>, schedule-notes:<name>: in their own slots, so SAVE leaves them out;
+                    the store appends a finished run's notes right after its SAVE
+                    (lost, not doubled, if the worker dies between the two)
+    activity{<t>}   `wait`/`watch` follow the activity shard of the run they wait on
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+from scheduler import ScheduleKeys
+from workers.store.cluster import key_slot, slot_tag
+
+__all__ = [
+    "NOTES_MAX",
+    "STREAM_CALL_CHARS",
+    "STREAM_IDLE_S",
+    "STREAM_KEEP_S",
+    "STREAM_MAX",
+    "STREAM_PARKED_S",
+    "TRACE_MAX",
+    "IndexKeys",
+    "Keys",
+    "OutboxMember",
+    "PendingKind",
+    "RunFields",
+    "model_call",
+    "outbox_run",
+    "pending_member",
+    "pending_parts",
+]
+
+TRACE_MAX = 2_000
+"""Lines a run's trace keeps (the newest); each line is cut, so a trace stays bounded."""
+NOTES_MAX = 100
+"""Notes a schedule (or a memory) keeps, the newest."""
+STREAM_MAX = 10_000
+"""Entries a tree's live stream keeps (about: trimmed a node at a time), the newest; a
+reader further behind than that misses the oldest."""
+STREAM_KEEP_S = 3_600
+"""Seconds a tree's live stream is kept after its root finished (or the retention, if
+shorter): long enough for a reader to catch up, short enough to cost little."""
+STREAM_IDLE_S = 600
+"""Seconds a tree's live stream is kept after its last event (each event renews it)."""
+STREAM_PARKED_S = 60
+"""Seconds a tree's live stream is kept once one of its runs parks for a person (a plan,
+a call, a question, a budget, a pause), unless another event renews it: a reader
+catches up meanwhile, and thousands of parked runs cost no stream each."""
+STREAM_CALL_CHARS = 60_000
+"""Characters of one model call's reply that go into the live stream (the agent refuses
+a longer reply anyway); the rest is not streamed."""
+
+PendingKind = Literal["plan", "call", "question", "budget"]
+
+
+class RunFields:
+    """The fields of a run's hash (`run:<id>`)."""
+
+    VERSION = "v"
+    """Counts saves; SAVE is a compare-and-set on it."""
+    RECORD = "meta"
+    """The RunRecord JSON (fields equal to their default left out)."""
+    FORM = "sf"
+    """How the agent's snapshot is stored: 2, its head in HEAD and its history entries
+    in `hist:<id>`; absent, whole in SNAPSHOT (runs saved before; their next save
+    writes them in form 2)."""
+    HEAD = "head"
+    """The agent's snapshot without its history (form 2)."""
+    SNAPSHOT = "snap"
+    """The agent's whole snapshot (runs saved before form 2 only)."""
+    PROMPT_TOKENS = "tp"
+    COMPLETION_TOKENS = "tc"
+    TOTAL_TOKENS = "tt"
+    CACHED_TOKENS = "cc"
+    COST = "cu"
+    """Micro-dollars."""
+    MODEL_CALLS = "mc"
+    UNPRICED_CALLS = "np"
+    USAGE = (
+        PROMPT_TOKENS,
+        COMPLETION_TOKENS,
+        TOTAL_TOKENS,
+        CACHED_TOKENS,
+        COST,
+        MODEL_CALLS,
+        UNPRICED_CALLS,
+    )
+    """What the run and all its descendants used (SAVE adds each model call's usage
+    to the run and every ancestor), in the order of `workers.engine.records.Usage`."""
+    LIMIT_TOKENS = "lt"
+    LIMIT_COST = "lu"
+    LIMIT_CALLS = "lc"
+    DEADLINE = "ld"
+    """The tree's budget, on its root: tokens, micro-dollars, model calls, and the time
+    (ms) its `seconds` run out. CREATE sets them; EXTEND raises them."""
+    RESERVED_TOKENS = "rt"
+    RESERVED_COST = "ru"
+    RESERVED_CALLS = "rc"
+    """What the tree's model calls in flight reserved (CLAIM adds, SAVE settles)."""
+    TRACE_LINES = "tn"
+    """Trace lines ever written (the list keeps only the newest)."""
+    OUT = "out"
+    """Calls of the current batch not yet recorded: the last RECORD advances the run."""
+    CANCEL = "cancel"
+    """Set when the run is cancelled: running tools see it through their lease."""
+    FOLLOW_UP = "fu"
+    """Set while a follow-up is in the inbox, not yet applied (REPLY sets it, the SAVE
+    that applies it clears it): a `reject` reply is refused meanwhile."""
+
+    @staticmethod
+    def result(call: str) -> str:
+        """`r:<call>`: the call's outcome is recorded (in the inbox, not yet applied)."""
+        return f"r:{call}"
+
+    @staticmethod
+    def attempts(call: str) -> str:
+        """`a:<call>`: claims of the call so far (the fence: only the last may record)."""
+        return f"a:{call}"
+
+    @staticmethod
+    def reservation(run_id: str, call: str) -> str:
+        """`q:<run>|<call>` on the root: "tokens:micro-dollars" a model call reserved."""
+        return f"q:{run_id}|{call}"
+
+    @staticmethod
+    def decision(kind: PendingKind, what: str) -> str:
+        """`d:<call>`, `d:plan:<seq>`, `d:question:<seq>`: `decided`, or `expired`."""
+        return f"d:{what}" if kind == "call" else f"d:{kind}:{what}"
+
+
+def model_call(seq: int) -> str:
+    """The name a model call goes by in leases and fields: `m<seq>`."""
+    return f"m{seq}"
+
+
+class OutboxMember:
+    """Members of the outbox: one per message that must be sent (and re-sent if lost)."""
+
+    @staticmethod
+    def advance(run_id: str) -> str:
+        """`a|<run>`: wake the run; removed by a save that leaves its inbox empty."""
+        return f"a|{run_id}"
+
+    @staticmethod
+    def model(run_id: str, seq: int) -> str:
+        """`m|<run>|<seq>`: make the model call; removed when its outcome is saved."""
+        return f"m|{run_id}|{seq}"
+
+    @staticmethod
+    def tool(run_id: str, call_id: str) -> str:
+        """`t|<run>|<call>`: run the tool call; removed when its outcome is saved."""
+        return f"t|{run_id}|{call_id}"
+
+
+def pending_member(run_id: str, kind: PendingKind, what: str) -> str:
+    """`<run>|call|<call>`, `<run>|plan|<seq>`, `<run>|question|<seq>`: one pending entry."""
+    return f"{run_id}|{kind}|{what}"
+
+
+def pending_parts(member: str) -> tuple[str, str, str]:
+    """Return (run id, kind, what) of a pending member."""
+    run_id, kind, what = member.rsplit("|", 2)
+    return run_id, kind, what
+
+
+@dataclass(frozen=True)
+class IndexKeys:
+    """The fleet-wide indexes of one shard: the only shard on a single Redis; on a
+    cluster, the shard of one hash slot, whose keys end in that slot's tag."""
+
+    runs: str
+    outbox: str
+    pending: str
+    pending_data: str
+    deadlines: str
+    activity: str
+    prune_cursor: str
+    slot: int = -1
+    """The hash slot of the shard (-1: the only shard, on a single Redis)."""
+
+
+def outbox_run(member: str) -> str:
+    """The run an outbox member is about (`a|<run>`, `m|<run>|<seq>`, `t|<run>|<call>`)."""
+    return member.split("|", 2)[1]
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Every key under one prefix; with `cluster`, tagged for Redis Cluster (see above)."""
+
+    prefix: str
+    cluster: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cluster and ("{" in self.prefix or "}" in self.prefix):
+            # A brace in the prefix would become every key's hash tag: one slot for all.
+            raise ValueError(f"a key prefix for Redis Cluster has no braces: {self.prefix!r}")
+
+    def _(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def _fleet(self, name: str) -> str:
+        # One tag for the fleet's few single keys: the tick's lock and its stats go
+        # through one script, so they must share a slot.
+        return self._(f"{name}{{fleet}}" if self.cluster else name)
+
+    def _tree(self, run_id: str) -> str:
+        """The run id as keys spell it: on a cluster `{<root>}.<rest>`, so every key of
+        a tree hashes to its root's slot."""
+        if not self.cluster:
+            return run_id
+        root, dot, rest = run_id.partition(".")
+        return f"{{{root}}}{dot}{rest}"
+
+    def slot(self, run_id: str) -> int:
+        """The hash slot of the run's tree (on a cluster)."""
+        return key_slot(self.run(run_id).encode())
+
+    def index(self, run_id: str) -> IndexKeys:
+        """The index shard the run's entries go to (the same slot as its tree)."""
+        return self.shard(self.slot(run_id)) if self.cluster else self._index("")
+
+    def shard(self, slot: int) -> IndexKeys:
+        """The index shard of hash slot `slot` (on a cluster)."""
+        return _shard(self, slot)
+
+    def _index(self, tag: str, slot: int = -1) -> IndexKeys:
+        return IndexKeys(
+            runs=self._(f"runs{tag}"),
+            outbox=self._(f"outbox{tag}"),
+            pending=self._(f"pending{tag}"),
+            pending_data=self._(f"pending:data{tag}"),
+            deadlines=self._(f"deadlines{tag}"),
+            activity=self._(f"activity{tag}"),
+            prune_cursor=self._(f"prune-cursor{tag}"),
+            slot=slot,
+        )
+
+    @property
+    def index_slots(self) -> str:
+        """The set of hash slots whose index shards were ever written (a cluster's)."""
+        return self._fleet("index-slots")
+
+    @property
+    def tick_lock(self) -> str:
+        return self._fleet("tick-lock")
+
+    @property
+    def tick_stats(self) -> str:
+        return self._fleet("tick-stats")
+
+    @property
+    def metrics(self) -> str:
+        return self._fleet("metrics")
+
+    def web_used(self, nonce: str) -> str:
+        return self._(f"web-used:{nonce}")
+
+    def run(self, run_id: str) -> str:
+        return self._(f"run:{self._tree(run_id)}")
+
+    def inbox(self, run_id: str) -> str:
+        return self._(f"inbox:{self._tree(run_id)}")
+
+    def trace(self, run_id: str) -> str:
+        return self._(f"trace:{self._tree(run_id)}")
+
+    def history(self, run_id: str) -> str:
+        return self._(f"hist:{self._tree(run_id)}")
+
+    def lease(self, run_id: str, what: str) -> str:
+        return self._(f"lease:{self._tree(run_id)}:{what}")
+
+    def schedule_notes(self, schedule: str) -> str:
+        return self._(f"schedule-notes:{schedule}")
+
+    def memory(self, name: str) -> str:
+        return self._(f"memory:{name}")
+
+    def live(self, run_id: str) -> str:
+        """The live stream of the tree `run_id` belongs to (its root's)."""
+        return self._(f"live:{self._tree(run_id.split('.', 1)[0])}")
+
+    def route(self, name: str, part: str = "") -> str:
+        """`route:<name>` or `route:<name>:<part>` (see the map above)."""
+        tagged = f"{{{name}}}" if self.cluster else name
+        return self._(f"route:{tagged}" + (f":{part}" if part else ""))
+
+    def key_inflight(self, key: str, route: str) -> str:
+        """A key's calls in flight; on a cluster, on `route` only (in the route's slot:
+        the admission script touches both)."""
+        return self._(f"key-inflight:{{{route}}}{key}" if self.cluster else f"key-inflight:{key}")
+
+    def schedules(self, name: str) -> ScheduleKeys:
+        """The scheduler's keys for the schedule `name`: on a single Redis the same for
+        every schedule; on a cluster the shard of the slot `name` hashes to."""
+        if not self.cluster:
+            return ScheduleKeys.under(self.prefix)
+        return self.schedule_shard(self.schedule_slot(name))
+
+    def schedule_slot(self, name: str) -> int:
+        """The hash slot of the schedule `name`'s shard (on a cluster)."""
+        return key_slot(name.encode())
+
+    def schedule_shard(self, slot: int) -> ScheduleKeys:
+        """The scheduler's shard of hash slot `slot` (on a cluster)."""
+        return _schedule_shard(self, slot)
+
+    @property
+    def schedule_slots(self) -> str:
+        """The set of hash slots whose schedule shards were ever written (a cluster's)."""
+        return self._fleet("schedule-slots")
+
+
+@cache
+def _shard(keys: Keys, slot: int) -> IndexKeys:
+    # Made once per slot: a tick over a cluster's 16384 shards would spend most of
+    # its time spelling their names.
+    return keys._index(f"{{{slot_tag(slot)}}}", slot)
+
+
+@cache
+def _schedule_shard(keys: Keys, slot: int) -> ScheduleKeys:
+    return ScheduleKeys.under(keys.prefix, f"{{{slot_tag(slot)}}}")

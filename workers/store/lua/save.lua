@@ -1,0 +1,146 @@
+-- SAVE: save a run if nobody saved it since it was loaded (compare-and-set on `v`),
+-- with everything that goes with the step, all or nothing.
+--
+-- A call that saves its own outcome with the run (`own`) is refused if that outcome
+-- was recorded already, and fenced like RECORD's: only the attempt that claimed the
+-- call last. The effects JSON is built in one place, workers.store.codec.save_arguments,
+-- and holds only the effects this step has (an absent one is empty).
+--
+-- The agent's snapshot is stored apart (`sf` 2, see workers.store.snapshots): a new head
+-- in the hash, and the history list changed as the step changed it (its oldest
+-- entries dropped, new ones appended) or, with ARGV[6] = 1, written whole (which
+-- also migrates a run stored as one `snap`). An empty head leaves the snapshot as it is.
+--
+-- A run that finishes gets a TTL (the retention) on its hash, history and trace, and
+-- a "done" event in its tree's live stream if there is one (which then expires after
+-- fx.live_ttl: STREAM_KEEP_S for a root, STREAM_IDLE_S for a specialist); a run that
+-- parks for a person shortens its tree's stream's TTL to fx.live_ttl (STREAM_PARKED_S).
+-- A run a follow-up reopens loses its TTLs again.
+--
+-- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
+-- KEYS[5] pending index  KEYS[6] pending data  KEYS[7] runs index  KEYS[8] history list
+-- ARGV[1] expected version  ARGV[2] record JSON  ARGV[3] snapshot head ('' to keep)
+-- ARGV[4] effects JSON  ARGV[5] history entries to drop from the front
+-- ARGV[6] 1 to write the history whole  ARGV[7..] history entries to append
+-- Returns: saved, stale (someone saved first: reload and try again), duplicate (the
+-- call's own outcome was recorded already) or fenced (another attempt took it over).
+local none = {}
+local function push(key, values, from)
+  for i = from, #values, 1000 do
+    redis.call('RPUSH', key, unpack(values, i, math.min(i + 999, #values)))
+  end
+end
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 'stale' end
+local fx = cjson.decode(ARGV[4])
+if fx.own ~= nil then
+  if redis.call('HEXISTS', KEYS[1], 'r:' .. fx.own.call) == 1 then return 'duplicate' end
+  if redis.call('HGET', KEYS[1], 'a:' .. fx.own.call) ~= fx.own.attempt then return 'fenced' end
+  if redis.call('GET', fx.own.lease) == fx.own.token then redis.call('DEL', fx.own.lease) end
+  redis.call('ZREM', KEYS[4], fx.own.member)
+end
+local out = 0
+for _, c in ipairs(fx.running or none) do
+  if redis.call('HEXISTS', KEYS[1], 'r:' .. c) == 0 then out = out + 1 end
+end
+if ARGV[3] == '' then
+  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'out', out)
+elseif ARGV[6] == '1' then
+  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'out', out,
+    'head', ARGV[3], 'sf', 2)
+  redis.call('HDEL', KEYS[1], 'snap')
+  redis.call('DEL', KEYS[8])
+  push(KEYS[8], ARGV, 7)
+else
+  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'out', out,
+    'head', ARGV[3])
+  if ARGV[5] ~= '0' then redis.call('LTRIM', KEYS[8], ARGV[5], -1) end
+  push(KEYS[8], ARGV, 7)
+end
+for _, id in ipairs(fx.applied or none) do redis.call('XDEL', KEYS[2], id) end
+for _, f in ipairs(fx.forget or none) do redis.call('HDEL', KEYS[1], f) end
+fx.trace = fx.trace or none
+if #fx.trace > 0 then
+  redis.call('RPUSH', KEYS[3], unpack(fx.trace))
+  redis.call('LTRIM', KEYS[3], -fx.trace_max, -1)
+  redis.call('HINCRBY', KEYS[1], 'tn', #fx.trace)
+  redis.call('XADD', fx.activity, 'MAXLEN', '~', 10000, '*', 'r', fx.run)
+end
+for _, m in ipairs(fx.send or none) do redis.call('ZADD', KEYS[4], m[2], m[1]) end
+for _, m in ipairs(fx.unsend or none) do redis.call('ZREM', KEYS[4], m) end
+for _, p in ipairs(fx.pending_del or none) do
+  redis.call('ZREM', KEYS[5], p)
+  redis.call('HDEL', KEYS[6], p)
+end
+for _, p in ipairs(fx.pending_add or none) do
+  redis.call('ZADD', KEYS[5], p[2], p[1])
+  redis.call('HSET', KEYS[6], p[1], p[3])
+end
+local counters = {'tp', 'tc', 'tt', 'cc', 'cu', 'mc', 'np'}
+for _, u in ipairs(fx.usage or none) do
+  -- An ancestor that finished and expired is not brought back without a TTL.
+  if redis.call('HEXISTS', u[1], 'v') == 1 then
+    for i, field in ipairs(counters) do
+      if u[i + 1] ~= 0 then redis.call('HINCRBY', u[1], field, u[i + 1]) end
+    end
+  end
+end
+for _, q in ipairs(fx.settle or none) do
+  -- A model call's reservation on its tree's budget goes once its outcome is in.
+  local held = redis.call('HGET', q[1], q[2])
+  if held then
+    local tokens, cost = string.match(held, '^(%d+):(%d+)$')
+    -- (0 - n, not -n: Redis refuses the text "-0" as a number.)
+    redis.call('HINCRBY', q[1], 'rt', 0 - tonumber(tokens))
+    redis.call('HINCRBY', q[1], 'ru', 0 - tonumber(cost))
+    redis.call('HINCRBY', q[1], 'rc', -1)
+    redis.call('HDEL', q[1], q[2])
+  end
+end
+for _, c in ipairs(fx.create or none) do
+  if redis.call('EXISTS', c[1]) == 0 then
+    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'sf', 2, 'head', c[4], 'tp', 0, 'tc', 0,
+      'tt', 0)
+    redis.call('DEL', c[8])
+    push(c[8], c, 9)
+    redis.call('ZADD', KEYS[7], c[5], c[2])
+    redis.call('ZADD', KEYS[4], c[7], c[6])
+  end
+end
+for _, d in ipairs(fx.deliver or none) do
+  if redis.call('HEXISTS', d[1], 'v') == 1 then
+    redis.call('XADD', d[2], '*', 'e', d[3])
+    redis.call('ZADD', KEYS[4], d[5], d[4])
+    if d[6] == 1 then redis.call('HSET', d[1], 'cancel', 1) end
+  end
+end
+if fx.notes_key and fx.notes then
+  redis.call('RPUSH', fx.notes_key, unpack(fx.notes))
+  redis.call('LTRIM', fx.notes_key, -fx.notes_max, -1)
+end
+if redis.call('XLEN', KEYS[2]) == 0 then
+  redis.call('ZREM', KEYS[4], fx.advance)
+  redis.call('DEL', KEYS[2])
+end
+if fx.done and redis.call('EXISTS', fx.live) == 1 then
+  -- Followers of the tree's live stream learn the run ended; a tree that never
+  -- streamed gets no stream for it.
+  redis.call('XADD', fx.live, 'MAXLEN', '~', fx.live_max, '*', 'k', 'done', 'r', fx.run,
+    't', fx.done)
+  redis.call('EXPIRE', fx.live, fx.live_ttl)
+elseif fx.parks then
+  -- A run parked for a person: its tree's stream goes soon, unless an event renews it.
+  redis.call('EXPIRE', fx.live, fx.live_ttl, 'LT')
+end
+if fx.retention then
+  redis.call('EXPIRE', KEYS[1], fx.retention)
+  redis.call('EXPIRE', KEYS[3], fx.retention)
+  redis.call('EXPIRE', KEYS[8], fx.retention)
+  redis.call('DEL', KEYS[2])
+  redis.call('ZREM', KEYS[4], fx.advance)
+elseif fx.revive then
+  -- A follow-up reopened a finished run: it lives again.
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[3])
+  redis.call('PERSIST', KEYS[8])
+end
+return 'saved'

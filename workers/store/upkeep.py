@@ -1,0 +1,120 @@
+"""The fleet's upkeep in Redis: the tick's lock, pruning expired runs, the outbox's due messages.
+
+What one tick per interval does, besides firing schedules and declining what
+expired (`workers.runtime.tasks.Runtime.heal`): the reads and writes here touch the
+fleet-wide indexes, not one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from workers.store.codec import as_int, as_text
+from workers.store.layout import IndexKeys, outbox_run
+from workers.store.scripts import lua
+
+if TYPE_CHECKING:
+    from workers.store.runs import RunStore
+
+__all__ = ["PRUNE_SHARDS", "Upkeep"]
+
+PRUNE_SHARDS = 256
+"""Index shards one tick prunes on a cluster: all 16384 every 64 ticks (expired runs
+wait a little longer to leave the index; the tick stays a few milliseconds)."""
+
+
+class Upkeep:
+    """The tick's reads and writes, on a RunStore's Redis."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+        self._lock_script: Any = store.redis.register_script(lua("tick_lock"))
+
+    def elect_ticker(self, holder: str, interval_ms: int, now_ms: int) -> int:
+        """Return 0 if `holder` ticks now (it holds the lock for one interval), else the
+        milliseconds until the lock lapses and the next tick is due."""
+        k = self._store.keys
+        keys = [k.tick_lock, k.tick_stats]
+        with self._store.errors():
+            return int(self._lock_script(keys=keys, args=[holder, interval_ms, now_ms]))
+
+    def tick_stats(self) -> tuple[int, int | None, str | None]:
+        """Return (ticks so far, when the last began in ms, which process ran it)."""
+        redis, key = self._store.redis, self._store.keys.tick_stats
+        with self._store.errors():
+            count, last, by = redis.hmget(key, ["n", "last_ms", "by"])
+        return (
+            as_int(count),
+            None if last is None else int(last),
+            None if by is None else as_text(by),
+        )
+
+    def prune_runs(self, older_than_ms: int, limit: int = 500) -> int:
+        """Drop expired runs from the runs index (their keys expired on their own).
+
+        Each call looks, in each shard (on a cluster: in the next PRUNE_SHARDS of them),
+        at the next `limit` entries older than
+        `older_than_ms`, after where the previous call stopped (the shard's
+        `prune-cursor`), and starts again from the oldest once it has been through
+        them all: runs that stay alive (parked for weeks) never stop the sweep from
+        reaching the others.
+        """
+        redis, shards = self._store.redis, self._store.shards.window(PRUNE_SHARDS)
+        with self._store.errors():
+            pipe = redis.pipeline(transaction=False)
+            for shard in shards:
+                pipe.get(shard.prune_cursor)
+            cursors = [float(c or 0) for c in pipe.execute()]
+            pipe = redis.pipeline(transaction=False)
+            for shard, cursor in zip(shards, cursors, strict=True):
+                pipe.zrangebyscore(
+                    shard.runs, f"({cursor}", older_than_ms, start=0, num=limit, withscores=True
+                )
+            olds: list[list[tuple[bytes, float]]] = pipe.execute()
+            pipe = redis.pipeline(transaction=False)
+            for old in olds:
+                for run_id, _ in old:
+                    pipe.exists(self._store.keys.run(as_text(run_id)))
+            alive = iter(pipe.execute())
+            return self._forget_gone(shards, olds, alive)
+
+    def _forget_gone(
+        self, shards: list[IndexKeys], olds: list[list[tuple[bytes, float]]], alive: Iterator[int]
+    ) -> int:
+        """Take the runs found gone out of their shards, and move each shard's cursor."""
+        pipe, dropped = self._store.redis.pipeline(transaction=False), 0
+        for shard, old in zip(shards, olds, strict=True):
+            if not old:
+                pipe.delete(shard.prune_cursor)  # through them all: from the oldest next time
+                continue
+            gone = [run_id for run_id, _ in old if not next(alive)]
+            if gone:
+                pipe.zrem(shard.runs, *gone)
+            pipe.set(shard.prune_cursor, repr(old[-1][1]))
+            dropped += len(gone)
+        pipe.execute()
+        return dropped
+
+    def deadlines_due(self, now_ms: int, limit: int = 500) -> list[str]:
+        """Return the roots whose budget's `seconds` ran out by `now_ms`."""
+        return [root for root, _ in self._store.shards.in_range("deadlines", 0, now_ms, limit)]
+
+    def forget_deadline(self, root: str) -> None:
+        with self._store.errors():
+            self._store.redis.zrem(self._store.keys.index(root).deadlines, root)
+
+    def due_messages(self, now_ms: int, limit: int = 500) -> list[str]:
+        """Return outbox members whose time to be dealt with has passed."""
+        return [member for member, _ in self._store.shards.in_range("outbox", 0, now_ms, limit)]
+
+    def postpone(self, members: Sequence[str], due_ms: int) -> None:
+        """Give messages just sent again another grace period before the next resend."""
+        if not members:
+            return
+        groups = self._store.shards.by_shard((outbox_run(m), m) for m in members)
+        with self._store.errors():
+            pipe = self._store.redis.pipeline(transaction=False)
+            for shard, group in groups:
+                pipe.zadd(shard.outbox, dict.fromkeys(group, due_ms), xx=True)
+            pipe.execute()
