@@ -16,9 +16,9 @@ from typing import Any
 from agent_core import Config
 from bench.cluster import Counters
 from bench.context import Bench, median
-from workers.engine.budget import Budget
+from workers.engine.budget import Admission, Budget
 from workers.engine.records import RunRecord
-from workers.store.runs import Admission, RunStore
+from workers.store.runs import RunStore
 
 __all__ = ["run"]
 

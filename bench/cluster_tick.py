@@ -97,7 +97,9 @@ def _busiest_share(cluster: Cluster, pattern: str) -> float:
 def _measure(cluster: Cluster, count: int) -> dict[str, Any]:
     run_store = RunStore(cluster.url, f"n{count}:", cluster=True)
     one_slot = ScheduleStore(run_store.redis, f"n{count}:{{schedules}}")
-    sharded = ScheduleStore(run_store.redis, f"n{count}:", ClusterSchedules(run_store))
+    sharded = ScheduleStore(
+        run_store.redis, f"n{count}:", ClusterSchedules(run_store.connection, run_store.shards)
+    )
     for name in _names(count):
         made = Schedule.create(name, RECIPE, {"thing": name}, Every(60), now_ms=T0)
         one_slot.put(made)

@@ -79,7 +79,7 @@ def _fleet_round(b: Bench, label: str, runs: int, rpm: int | None) -> dict[str, 
 
 
 def _admission(b: Bench, calls: int) -> dict[str, Any]:
-    limits = RouteLimits(RunStore(b.redis_server.url, "bench-routes:"))
+    limits = RouteLimits(RunStore(b.redis_server.url, "bench-routes:").connection)
     route = ModelRoute("fast", url=b.model.url, model="m", rpm=10**7, tpm=10**12,
                        max_concurrency=10**6)  # fmt: skip
     admit_ms, done_ms = [], []

@@ -62,7 +62,7 @@ def test_routes_shows_open_circuits_pauses_calls_and_the_last_error(
     env: dict[str, str],
 ) -> None:
     primary, backup, spare = load_routes(env["RELAY_MODELS"])
-    limits = RouteLimits(RunStore(env["RELAY_REDIS_URL"], "relay:"))
+    limits = RouteLimits(RunStore(env["RELAY_REDIS_URL"], "relay:").connection)
     now = now_ms()
     for n in range(FAILURES_TO_OPEN):
         limits.admit(backup, key="k", holder=f"f{n}", tokens=1, key_concurrency=None,

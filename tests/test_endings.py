@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from agent_core import Config, Outcome, Stop, ToolOutput
-from workers.engine.effects import UsageAdd
+from workers.engine.effects import Reservation, UsageAdd
 from workers.engine.endings import finished_already
-from workers.engine.records import ModelReplied, RunRecord, ToolDone, Usage
+from workers.engine.events import ModelReplied, ToolDone
+from workers.engine.records import RunRecord, Usage
 from workers.engine.working import Surroundings
-from workers.store.layout import RunFields
 
 AROUND = Surroundings(now_ms=9_000, grace_ms=500, approval_ttl_ms=None, retention_s=3_600)
 
@@ -43,17 +43,17 @@ def test_a_reply_that_comes_after_its_run_finished_is_counted_and_dropped() -> N
     effects = ended.effects
     assert effects.applied == ("1-0", "2-0", "3-0")
     # The provider billed the call: the run and every ancestor count it, once.
-    assert effects.usage == (UsageAdd("root", late), UsageAdd("root.call-1", late))
+    assert effects.usage_adds == (UsageAdd("root", late), UsageAdd("root.call-1", late))
     assert ended.record.usage.total_tokens == 157
     assert ended.record.usage_by_route == {"primary": late}
-    assert effects.settle == (("root", RunFields.reservation("root.call-1", "m3")),)
-    assert set(effects.forget) == {RunFields.result("m3"), RunFields.attempts("m3")}
+    assert effects.settle == (Reservation("root", "root.call-1", "m3"),)
+    assert effects.stale_calls == ("m3",)
     # Nothing else happens: the run stays finished, nothing is sent, the reply is not applied.
     assert ended.record.state == "finished"
     assert ended.record.outcome == _finished_child().outcome
     assert ended.messages == ()
-    assert effects.send == ()
-    assert effects.deliver == ()
+    assert effects.sends == ()
+    assert effects.deliveries == ()
     assert effects.retention_s == 3_600
     assert ended.snapshot == "SNAP"
 
@@ -62,6 +62,6 @@ def test_late_events_without_usage_are_only_dropped() -> None:
     inbox = [("1-0", ToolDone(call="call-9", output=ToolOutput.ok("read")))]
     ended = finished_already(_finished_child(), "SNAP", inbox, AROUND)
     assert ended.effects.applied == ("1-0",)
-    assert ended.effects.usage == ()
+    assert ended.effects.usage_adds == ()
     assert ended.effects.settle == ()
     assert ended.record.usage == _finished_child().usage

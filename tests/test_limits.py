@@ -25,7 +25,7 @@ STEP = int(1000 * SPACING_MARGIN)  # 60 rpm: one call a second, and the margin
 @pytest.fixture
 def limits(tmp_path: Path) -> Iterator[RouteLimits]:
     with RedisServer(tmp_path) as server:
-        yield RouteLimits(RunStore(server.url, "t:"))
+        yield RouteLimits(RunStore(server.url, "t:").connection)
 
 
 def _admit(

@@ -360,7 +360,7 @@ def test_a_route_that_fails_mid_reply_hands_over_to_the_next_with_a_restart(
 
     pieces = Pieces()
     with RedisServer(tmp_path) as redis:
-        limits = RouteLimits(RunStore(redis.url, "t:"))
+        limits = RouteLimits(RunStore(redis.url, "t:").connection)
         router = ModelRouter(
             routes, limits, client_of, key_concurrency=None, lease_ms=10_000, clock=now_ms
         )

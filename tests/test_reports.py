@@ -6,16 +6,8 @@ import pytest
 
 from agent_core import Config, Outcome, Stop, ToolOutput
 from workers.engine.effects import Advanced, Effects
-from workers.engine.records import (
-    BudgetReached,
-    CallTrack,
-    InboxEvent,
-    ModelFailed,
-    ModelReplied,
-    RunRecord,
-    ToolDone,
-    Usage,
-)
+from workers.engine.events import BudgetReached, InboxEvent, ModelFailed, ModelReplied, ToolDone
+from workers.engine.records import CallTrack, RunRecord, Usage
 from workers.runtime.reports import FAILED_STOPS, Report, after_step, did, run_now
 
 

@@ -116,7 +116,7 @@ _CLIENTS: list[ModelClient] = []
 @pytest.fixture
 def limits(tmp_path: Path) -> Iterator[RouteLimits]:
     with RedisServer(tmp_path) as server:
-        yield RouteLimits(RunStore(server.url, "t:"))
+        yield RouteLimits(RunStore(server.url, "t:").connection)
     while _CLIENTS:
         _CLIENTS.pop().close()
 

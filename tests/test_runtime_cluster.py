@@ -204,7 +204,9 @@ T0 = 1_700_000_000_000
 
 def _schedules(cluster: Cluster, prefix: str) -> tuple[RunStore, ScheduleStore]:
     run_store = RunStore(cluster.url, prefix, cluster=True)
-    return run_store, ScheduleStore(run_store.redis, prefix, ClusterSchedules(run_store))
+    return run_store, ScheduleStore(
+        run_store.redis, prefix, ClusterSchedules(run_store.connection, run_store.shards)
+    )
 
 
 def test_schedules_spread_over_the_masters_and_each_fires_once(redis_cluster: Cluster) -> None:
@@ -253,7 +255,7 @@ def test_schedules_of_the_one_slot_layout_move_into_their_shards(redis_cluster: 
     assert len(tick(host, next_due)) == 2  # the firing slot, then the due one
     assert [s.schedule for s in host.starts] == ["legacy", "legacy"]
     # Moving again (another process, or one that died midway) changes nothing.
-    assert ClusterSchedules(run_store).adopt_one_slot(old) == 0
+    assert ClusterSchedules(run_store.connection, run_store.shards).adopt_one_slot(old) == 0
     assert [s.name for s in store.all()] == ["legacy"]
     run_store.redis.close()
 
@@ -284,7 +286,7 @@ def test_the_listed_slots_are_read_again_when_they_grow_or_are_lost(
     redis_cluster: Cluster,
 ) -> None:
     run_store = RunStore(redis_cluster.url, "listed:", cluster=True)
-    here, there = (SlotSet(run_store, "listed:slots{fleet}") for _ in range(2))
+    here, there = (SlotSet(run_store.connection, "listed:slots{fleet}") for _ in range(2))
     here.add(5)
     here.add(7)
     assert here.all() == [5, 7]
@@ -295,7 +297,7 @@ def test_the_listed_slots_are_read_again_when_they_grow_or_are_lost(
     assert run_store.redis.smembers(here.key) == {b"5", b"7", b"9"}
     # An add lost in a failover (nobody read it yet) is put back by its writer within
     # REFRESH_S (here: at once).
-    later = SlotSet(run_store, here.key)
+    later = SlotSet(run_store.connection, here.key)
     later.add(11)
     run_store.redis.srem(here.key, 11)
     later.REFRESH_S = 0

@@ -229,7 +229,7 @@ def _corrupt_meta(f: Fleet, run_id: str) -> None:
 
 def _corrupted(f: Fleet, run_id: str, *commands: tuple[str, ...]) -> None:
     """Change the run's keys by hand, and its version: a worker trusts the agent it saved
-    only while the run is at the version it saved (workers.store.agent_cache), so a change Relay did
+    only while the run is at the version it saved (workers.store.hot_agents), so a change Relay did
     not make is read, and validated, once the version moved."""
     pipe = f.relay.store.redis.pipeline()
     for command in commands:

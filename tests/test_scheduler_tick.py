@@ -128,7 +128,11 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[
             def make_store() -> ScheduleStore:
                 run_store = RunStore(cluster.url, prefix, cluster=True)
                 made.append(run_store.redis)
-                return ScheduleStore(run_store.redis, prefix, ClusterSchedules(run_store))
+                return ScheduleStore(
+                    run_store.redis,
+                    prefix,
+                    ClusterSchedules(run_store.connection, run_store.shards),
+                )
 
         yield make_store
         for connection in made:

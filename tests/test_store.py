@@ -11,20 +11,12 @@ from agent_core import Config, Outcome, Stop, ToolOutput
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import RelayError, Settings
-from workers.engine.budget import Budget
-from workers.engine.decisions import expiry_event
-from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, UsageAdd
-from workers.engine.records import (
-    BudgetExtended,
-    CallDecision,
-    CallTrack,
-    Pending,
-    RunRecord,
-    ToolDone,
-    Usage,
-)
-from workers.store.layout import pending_member as member_of
-from workers.store.runs import Admission, Claim, RunStore
+from workers.engine.budget import Admission, Budget
+from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, Reservation, UsageAdd
+from workers.engine.events import BudgetExtended, CallDecision, ToolDone, expiry_event
+from workers.engine.ids import pending_member as member_of
+from workers.engine.records import CallTrack, Pending, RunRecord, Usage
+from workers.store.runs import Claim, RunStore
 from workers.store.scripts import ClaimStatus, Decided, Recorded, Saved
 
 
@@ -76,11 +68,9 @@ def _claim(
         run_id,
         call,
         seq=seq,
-        member=f"t|{run_id}|{call}",
         token=token,
         lease_ms=5_000,
         now_ms=0,
-        root=run_id.split(".", 1)[0],
     )
 
 
@@ -274,11 +264,9 @@ def _model_claim(store: RunStore, token: str, admission: Admission, now: int = 0
         "root.call-1",
         "m1",
         seq=1,
-        member="m|root.call-1|1",
         token=token,
         lease_ms=5_000,
         now_ms=now,
-        root="root",
         admission=admission,
     )
 
@@ -299,7 +287,7 @@ def test_a_model_call_is_admitted_within_its_trees_budget_and_reserves_its_estim
     assert _model_claim(store, "b", Admission(100, 2.0, 8.0)).attempts == 2
     assert store.limits("root").reserved == (300, 1_200, 1)  # type: ignore[union-attr]
     # The save that applies its outcome settles the reservation.
-    settle = (("root", "q:root.call-1|m1"),)
+    settle = (Reservation("root", "root.call-1", "m1"),)
     _save(store, _record("root.call-1", parent="root", root="root"), settle=settle)
     assert store.limits("root").reserved == (0, 0, 0)  # type: ignore[union-attr]
 
@@ -307,7 +295,7 @@ def test_a_model_call_is_admitted_within_its_trees_budget_and_reserves_its_estim
 def test_a_free_model_calls_reservation_settles_to_zero(store: RunStore) -> None:
     _tree(store, Budget(tokens=1_000))
     assert _model_claim(store, "a", Admission(100, 0.0, 0.0)).over is None
-    settle = (("root", "q:root.call-1|m1"),)
+    settle = (Reservation("root", "root.call-1", "m1"),)
     _save(store, _record("root.call-1", parent="root", root="root"), settle=settle)
     assert store.limits("root").reserved == (0, 0, 0)  # type: ignore[union-attr]
 
@@ -326,7 +314,7 @@ def test_a_model_call_past_a_limit_is_claimed_but_not_admitted(
     _tree(store, budget)
     if limit == "model_calls":
         used = (UsageAdd("root", Usage(model_calls=1)),)
-        _save(store, _record("root", budget=budget), usage=used)
+        _save(store, _record("root", budget=budget), usage_adds=used)
     claim = _model_claim(store, "a", Admission(100, 2.0, 8.0))
     assert claim.status is ClaimStatus.CLAIMED
     assert claim.over is not None
@@ -467,7 +455,7 @@ def test_usage_for_an_ancestor_that_expired_does_not_bring_it_back(store: RunSto
     store.redis.delete(store.keys.run("root"))  # finished and expired
     used = Usage(prompt_tokens=1, completion_tokens=2, total_tokens=3)
     usage = (UsageAdd("root", used), UsageAdd("root.call-1", used))
-    _save(store, _record("root.call-1", parent="root", root="root"), usage=usage)
+    _save(store, _record("root.call-1", parent="root", root="root"), usage_adds=usage)
     assert not store.redis.exists(store.keys.run("root"))
     assert store.redis.hget(store.keys.run("root.call-1"), "tt") == b"3"
 
@@ -527,8 +515,8 @@ def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunS
     own = OwnOutcome("r1", "call-1", 1, "y", "t|r1|call-1")
     assert store.save(_step(_record(seq=1)), version, own) is Saved.DUPLICATE
     # Applied, the markers go: a late duplicate finds the call stale, not pending.
-    forget = _step(_record(seq=1), forget=("r:call-1", "a:call-1"))
-    assert store.save(forget, version) is Saved.SAVED
+    stale = _step(_record(seq=1), stale_calls=("call-1",))
+    assert store.save(stale, version) is Saved.SAVED
     assert not store.redis.hexists(store.keys.run("r1"), "r:call-1")
     assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")
 

@@ -19,13 +19,14 @@ from agent_core.state import dump, load
 from tests.support import snapshots_v1
 from tests.support.redis_server import RedisServer
 from tests.support.scripted import call
-from workers.engine.effects import Advanced, Effects
+from workers.engine.effects import KEEP, Advanced, Effects
 from workers.engine.records import RunRecord
-from workers.store.agent_cache import HotAgent, HotAgents
-from workers.store.codec import Loaded, save_arguments
+from workers.store import scripts
+from workers.store.codec import Loaded
+from workers.store.hot_agents import HotAgent, HotAgents
 from workers.store.runs import RunStore
 from workers.store.scripts import Saved
-from workers.store.snapshots import KEEP, join, split, write
+from workers.store.snapshots import join, split, write
 
 TOOLS = [Tool("read_file", "Read a text file").arg("path", Kind.TEXT).risk(Risk.READ)]
 TRIMMED = Config(require_plan=False, history_chars=2_000, max_calls=10_000)
@@ -117,7 +118,7 @@ def test_a_step_writes_only_its_new_entries_however_long_the_history(store: RunS
         stored = write(before, agent)
         assert (stored.drop, len(stored.append), stored.rewrite) == (0, 1, False)
         step = Advanced(_record(), agent.snapshot(), Effects(), stored=stored)
-        _, args = save_arguments(store.keys, step, "1", None)
+        args = scripts.save(store.keys, advanced=step, version="1", own=None).args
         return sum(len(str(a)) for a in args) - len(stored.head), len(stored.head)
 
     (short, _), (long, long_head) = step_bytes(4), step_bytes(60)

@@ -100,7 +100,7 @@ def test_metrics_show_the_fleet(tmp_path: Path) -> None:
 def test_cost_and_tokens_are_counted_by_model_and_key(tmp_path: Path) -> None:
     with RedisServer(tmp_path) as server:
         store = RunStore(server.url, "relay:")
-        metrics = FleetMetrics(store)
+        metrics = FleetMetrics(store.connection, store.shards, store.people)
         for key, micro in (("tenant-a", 1_250), ("tenant-a", 750), ("tenant-b", 40)):
             usage = Usage(prompt_tokens=100, completion_tokens=20, cost_micro=micro)
             took_2s = (0, 2_000_000_000)

@@ -39,7 +39,7 @@ from workers.celery_app.app import Queues, WorkerReach, build_celery, register_t
 from workers.client.runs import RunsClient
 from workers.client.schedules import Scheduling
 from workers.client.start import checked_concurrency, checked_prices, new_run
-from workers.engine.budget import Budget, Price, load_prices
+from workers.engine.budget import Budget, Price
 from workers.engine.effects import Message
 from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
 from workers.engine.working import Verifier
@@ -47,6 +47,7 @@ from workers.errors import RelayError
 from workers.kit.agents import AgentKit
 from workers.kit.skills import gather_skills
 from workers.model.limits import RouteLimits, RouteState
+from workers.model.pricing import load_prices
 from workers.model.routes import ModelRoute, routes_from
 from workers.model.transport import ModelSource
 from workers.model.wire import Model
@@ -338,7 +339,7 @@ class Relay:
 
     def route_states(self) -> list[RouteState]:
         """Each model route as the fleet shares it now: circuit, pause, calls, last error."""
-        limits, now = RouteLimits(self._built().store), now_ms()
+        limits, now = RouteLimits(self._built().store.connection), now_ms()
         return [limits.state(route, now) for route in self.routes]
 
     def pending(self) -> list[Pending]:

@@ -15,30 +15,32 @@ from collections.abc import Callable, Iterator
 
 from agent_core import Outcome
 from workers.engine.budget import Budget
-from workers.engine.decisions import expiry_event
 from workers.engine.effects import Message
-from workers.engine.records import (
+from workers.engine.events import (
     Answer,
     CallDecision,
     CancelRun,
     FollowUp,
     InboxEvent,
     PauseRun,
-    Pending,
     PlanDecision,
-    ReplyStrategy,
     ResumeRun,
+    Told,
+    expiry_event,
+)
+from workers.engine.ids import PendingKind, pending_parts
+from workers.engine.records import (
+    Pending,
+    ReplyStrategy,
     RunRecord,
     RunStatus,
     StreamEvent,
-    Told,
     TraceEntry,
     Usage,
 )
 from workers.errors import DecisionRefused, RelayError, RunCorrupt, RunNotFound, WaitTimeout
 from workers.settings import Timing, now_ms
 from workers.store.codec import as_text
-from workers.store.layout import PendingKind, pending_parts
 from workers.store.live import stream_id
 from workers.store.runs import RunStore
 from workers.store.scripts import Decided

@@ -43,7 +43,8 @@ class Scheduling:
     def schedule_store(self) -> ScheduleStore:
         """The schedules of this Relay (its Redis, its key prefix)."""
         store = self.store
-        shards = ClusterSchedules(store) if store.keys.cluster else None
+        cluster = store.keys.cluster
+        shards = ClusterSchedules(store.connection, store.shards) if cluster else None
         return ScheduleStore(store.redis, store.keys.prefix, shards)
 
     def schedule(

@@ -1,4 +1,4 @@
-"""What a run may spend, and what a model call costs.
+"""What a run may spend, what a model call costs, and what admission works with.
 
     Budget(tokens=200_000, usd=1.50, model_calls=40, seconds=900)
     Price(input_per_m=0.40, output_per_m=1.60, cached_input_per_m=0.10)
@@ -8,21 +8,22 @@ is optional. A `Price` is dollars per million tokens of one model, by the name
 the server reports. Dollars are kept exactly inside, as whole micro-dollars
 (a price per million tokens is micro-dollars per token): a call's cost is
 rounded up to the next micro-dollar, so a tree's spend is never under-counted.
+
+Admission is atomic, in Redis (CLAIM): a model call's `Admission` (its reply's
+cap and the highest prices it may be charged) is checked against the tree's
+`TreeLimits`; a call not admitted learns the limit it is `Over`
+(`workers.engine.events.not_admitted` says what the run is told).
 """
 
 from __future__ import annotations
 
-import json
-import tomllib
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from workers.errors import SettingsError
-
-__all__ = ["Budget", "Price", "load_prices", "micro"]
+__all__ = ["NO_ADMISSION", "Admission", "Budget", "Over", "Price", "TreeLimits", "micro"]
 
 _Dollars = Annotated[float, Field(ge=0, le=10**6, allow_inf_nan=False)]
 
@@ -95,36 +96,47 @@ class Price(BaseModel):
         return self.cost_micro(prompt, completion)
 
 
-def load_prices(path: str | Path) -> dict[str, Price]:
-    """Read prices from a JSON or TOML file: `{"model-name": {"input_per_m": 0.4, ...}}`.
+@dataclass(frozen=True)
+class Admission:
+    """What a model call's admission against its tree's budget needs beside the request:
+    the reply's largest size, and the highest prices (micro-dollars per token) it may
+    be charged. `max_tokens` 0: the reply's size is not capped (nor reserved for)."""
 
-    Raises:
-        SettingsError: the file cannot be read, or a price is not one (one line, naming it).
-    """
-    where = Path(path)
-    try:
-        text = where.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise SettingsError(f"RELAY_PRICES: cannot read {where}: {error}") from error
-    try:
-        data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, ValueError) as error:
-        problem = f"{where} is not valid {_kind(where)}: {error}"
-        raise SettingsError(f"RELAY_PRICES: {problem}") from error
-    if not isinstance(data, dict):
-        raise SettingsError(f"RELAY_PRICES: {where} must map model names to prices")
-    prices = {}
-    for name, value in data.items():
-        try:
-            prices[str(name)] = Price.model_validate(value)
-        except ValidationError as error:
-            first = error.errors()[0]
-            field = ".".join(str(p) for p in first["loc"]) or "the price"
-            raise SettingsError(
-                f"RELAY_PRICES: {where}: model {name!r}: {field}: {first['msg']}"
-            ) from None
-    return prices
+    max_tokens: int
+    input_micro: float
+    output_micro: float
 
 
-def _kind(path: Path) -> str:
-    return "TOML" if path.suffix.lower() == ".toml" else "JSON"
+NO_ADMISSION = Admission(0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Over:
+    """The limit a model call was not admitted under, with the numbers (for the person)."""
+
+    limit: str
+    """tokens, usd, model_calls, or deadline."""
+    spent: int = 0
+    reserved: int = 0
+    cap: int = 0
+    estimate: int = 0
+
+    @classmethod
+    def of(cls, text: str) -> Over | None:
+        if not text:
+            return None
+        limit, *numbers = text.split("|")
+        values = [int(float(n)) for n in numbers] + [0, 0, 0, 0]
+        return cls(limit, *values[:4])
+
+
+@dataclass(frozen=True)
+class TreeLimits:
+    """A tree's budget as it stands: tokens, micro-dollars, model calls, deadline (ms);
+    None where it has no such limit; and what its calls in flight reserved."""
+
+    tokens: int | None
+    cost_micro: int | None
+    model_calls: int | None
+    deadline_ms: int | None
+    reserved: tuple[int, int, int]

@@ -50,33 +50,31 @@ from workers.engine.effects import (
     KeptNotes,
     Message,
 )
-from workers.engine.records import (
+from workers.engine.events import (
     Answer,
     BudgetExtended,
     BudgetReached,
     CallDecision,
-    CallTrack,
     CancelRun,
     ChildDone,
     InboxEvent,
     ModelFailed,
     ModelReplied,
-    Pending,
     PlanDecision,
-    RunRecord,
     ToolDone,
 )
+from workers.engine.ids import child_id, model_call, pending_member
+from workers.engine.records import CallTrack, Pending, RunRecord
 from workers.engine.working import Surroundings, Working
-from workers.store.layout import RunFields, model_call, pending_member
 
-__all__ = ["advance", "finish", "forget_model_call", "sync_pending"]
+__all__ = ["decide", "finish", "forget_model_call", "sync_pending"]
 
 MAX_VERIFIER_REJECTIONS = 3
 FINAL_CHARS = 4_000
 """Characters of a run's summary its "done" stream event carries."""
 
 
-def advance(
+def decide(
     record: RunRecord,
     agent: Agent,
     inbox: list[tuple[str, InboxEvent | None]],
@@ -98,22 +96,17 @@ def advance(
         _HANDLERS[own.kind](run, own)
         run.take_trace()
     _settle(run)
-    return run.done(run.agent.snapshot())
+    return run.decided(run.agent.snapshot())
 
 
 # --- applying events -----------------------------------------------------------------
 
 
-def _forget_call(run: Working, call: str) -> None:
-    # The markers only guard the call while it is due; applied, it is stale for good.
-    run.forget += [RunFields.result(call), RunFields.attempts(call)]
-
-
 def forget_model_call(run: Working, seq: int) -> None:
     """Its outcome is in: drop its markers, and settle what it reserved on the budget."""
     call = model_call(seq)
-    _forget_call(run, call)
-    run.settle.append((run.record.root, RunFields.reservation(run.id, call)))
+    run.call_stale(call)  # the markers only guard a call while it is due
+    run.settle_reservation(call)
 
 
 def _waiting_for_model(run: Working, seq: int) -> bool:
@@ -153,7 +146,7 @@ def _on_budget_extended(run: Working, event: BudgetExtended) -> None:
 
 
 def _on_tool_done(run: Working, event: ToolDone) -> None:
-    _forget_call(run, event.call)
+    run.call_stale(event.call)
     run.calls.pop(event.call, None)
     run.agent.result(event.call, event.output)
 
@@ -338,11 +331,11 @@ def _dispatch(run: Working, batch: list[ToolCall]) -> list[Pending]:
 
 def _start_child(run: Working, call: ToolCall) -> None:
     now = run.around.now_ms
-    child_id = f"{run.id}.{call.id}"
+    new_id = child_id(run.id, call.id)
     child = run.agent.start_child(call)
     parent = run.record
     record = RunRecord(
-        id=child_id,
+        id=new_id,
         parent=run.id,
         parent_call=call.id,
         root=parent.root,
@@ -358,10 +351,10 @@ def _start_child(run: Working, call: ToolCall) -> None:
         key=parent.key,
     )
     run.create.append(ChildRun(record, child.snapshot(), run.due()))
-    run.messages.append(Message("advance", child_id))
-    run.calls[call.id] = CallTrack(status="child", tool=DELEGATE, child=child_id, created_ms=now)
-    run.children = (*run.children, child_id)
-    run.note("child", call.args.get("specialist", ""), call_id=call.id, data={"child": child_id})
+    run.messages.append(Message("advance", new_id))
+    run.calls[call.id] = CallTrack(status="child", tool=DELEGATE, child=new_id, created_ms=now)
+    run.children = (*run.children, new_id)
+    run.note("child", call.args.get("specialist", ""), call_id=call.id, data={"child": new_id})
 
 
 def request_bytes(request: ModelRequest) -> int:
@@ -436,7 +429,7 @@ def finish(run: Working, outcome: Outcome, notes: list[str]) -> None:
         run.deliver(record.root, spent, cancel_flag=True)
     run.notes = _kept_notes(run, notes)
     run.retention_s = run.around.retention_s
-    run.done_text = outcome.summary[:FINAL_CHARS]
+    run.done_summary = outcome.summary[:FINAL_CHARS]
     run.note("finished", outcome.summary, stop=outcome.stop.value)
 
 

@@ -1,9 +1,11 @@
 """What one step of a run decides, as frozen values: the engine's output.
 
 `Advanced` is the run's new record and snapshot, the `Effects` that go with
-them in the same atomic save (`workers.store.runs.RunStore.save` turns them into the
-SAVE script's arguments, in one place), and the task messages to send once the
-save has landed. Nothing here does I/O.
+them in the same atomic save, and the task messages to send once the save has
+landed. The store turns them into the SAVE script's arguments in one place
+(`workers.store.scripts.save`, with `workers.store.codec`). Effects speak of
+runs, calls and messages; which keys and fields they touch is the store's
+business. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from workers.engine.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage
-from workers.store.layout import OutboxMember
-from workers.store.snapshots import SnapshotWrite
+from agent_core import Agent
+from workers.engine.events import InboxEvent
+from workers.engine.ids import OutboxMember
+from workers.engine.records import Pending, RunRecord, TraceEntry, Usage
 
 __all__ = [
+    "KEEP",
     "Advanced",
     "ChildRun",
     "Delivery",
@@ -23,7 +27,9 @@ __all__ = [
     "KeptNotes",
     "Message",
     "OwnOutcome",
+    "Reservation",
     "Send",
+    "SnapshotWrite",
     "UsageAdd",
 ]
 
@@ -52,12 +58,12 @@ class Message:
     @classmethod
     def of(cls, member: str) -> Message | None:
         """Return the message an outbox member stands for (None if it cannot be read)."""
-        match member.split("|"):
-            case ["a", run]:
+        match OutboxMember.parts(member):
+            case ("a", run):
                 return cls("advance", run)
-            case ["m", run, seq] if seq.isdigit():
+            case ("m", run, seq) if seq.isdigit():
                 return cls("call_model", run, seq=int(seq))
-            case ["t", run, call]:
+            case ("t", run, call):
                 return cls("run_tool", run, call=call)
         return None
 
@@ -122,33 +128,67 @@ class OwnOutcome:
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """What a model call reserved on its tree's budget (on the root), let go once its
+    outcome is in or its run ended."""
+
+    root: str
+    run_id: str
+    call: str
+
+
+@dataclass(frozen=True)
+class SnapshotWrite:
+    """What a save does to the stored snapshot (`workers.store.snapshots` works it out).
+
+    `head` empty: nothing (the step left the agent as it was stored). Otherwise
+    the head is replaced and the history entries are changed: with `rewrite`,
+    replaced by `append`; without, their first `drop` removed and `append` added.
+    `agent` (optional) is the agent in exactly the saved state, for the agent cache.
+    """
+
+    head: str
+    append: tuple[str, ...] = ()
+    drop: int = 0
+    rewrite: bool = False
+    agent: Agent | None = None
+
+
+KEEP = SnapshotWrite("")
+"""Leave the stored snapshot as it is (a run that ends without advancing its agent)."""
+
+
+@dataclass(frozen=True)
 class Effects:
     """Everything written with one save, atomically with it."""
 
     applied: tuple[str, ...] = ()
     """Inbox entries applied by this step (deleted with the save)."""
     trace: tuple[TraceEntry, ...] = ()
-    send: tuple[Send, ...] = ()
+    sends: tuple[Send, ...] = ()
+    """Messages this step decided, in the outbox until they are dealt with."""
     unsend: tuple[str, ...] = ()
     """Outbox members no longer wanted (a finished run's calls)."""
     pending_add: tuple[Pending, ...] = ()
     pending_del: tuple[str, ...] = ()
-    usage: tuple[UsageAdd, ...] = ()
+    usage_adds: tuple[UsageAdd, ...] = ()
     create: tuple[ChildRun, ...] = ()
-    deliver: tuple[Delivery, ...] = ()
+    deliveries: tuple[Delivery, ...] = ()
     retention_s: int = 0
     """Seconds to keep the run: set once it finished."""
-    forget: tuple[str, ...] = ()
-    """Run hash fields no longer needed (the markers of calls whose outcome was applied)."""
+    stale_calls: tuple[str, ...] = ()
+    """Calls whose markers go (their outcome was applied, or their turn was stopped):
+    a message for one of them is stale for good."""
+    follow_up_taken: bool = False
+    """A person's follow-up was applied: another may be sent now, even a `reject`."""
     running: tuple[str, ...] = ()
     """Calls of the batch out now: those not yet recorded are counted as `out`."""
-    settle: tuple[tuple[str, str], ...] = ()
-    """(root id, reservation field) of model calls whose reservation on the tree's
-    budget goes now (their outcome is in, or the run ended)."""
+    settle: tuple[Reservation, ...] = ()
+    """Model calls whose reservation on the tree's budget goes now."""
     notes: KeptNotes | None = None
-    done: str | None = None
+    done_summary: str | None = None
     """The run finished: its summary, for a "done" event in its tree's live stream."""
-    revive: bool = False
+    reopened: bool = False
     """A follow-up reopened the finished run: its keys lose their TTLs."""
 
 

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 from agent_core import Config, Outcome, Stop
 from workers.engine.decide import finish, forget_model_call, sync_pending
-from workers.engine.effects import Advanced
-from workers.engine.records import InboxEvent, ModelReplied, RunRecord
+from workers.engine.effects import KEEP, Advanced
+from workers.engine.events import InboxEvent, ModelReplied
+from workers.engine.ids import model_call, parent_of, root_of
+from workers.engine.records import RunRecord
 from workers.engine.working import Surroundings, Working
-from workers.store.layout import model_call
-from workers.store.snapshots import KEEP
 
 __all__ = ["failed_run", "finished_already", "unreadable_record", "unreadable_snapshot"]
 
@@ -40,7 +40,7 @@ def finished_already(
             run.add_usage(event.usage, event.route, model_call(event.seq))
     run.applied = [entry_id for entry_id, _ in inbox]
     run.retention_s = around.retention_s
-    return replace(run.done(snapshot), stored=KEEP)
+    return replace(run.decided(snapshot), stored=KEEP)
 
 
 def _stopped(
@@ -55,7 +55,7 @@ def _stopped(
     run.pending = tuple(sorted({*run.pending, *held_pending}))
     finish(run, outcome, [])
     sync_pending(run, [])
-    return replace(run.done(snapshot), stored=KEEP)
+    return replace(run.decided(snapshot), stored=KEEP)
 
 
 def unreadable_snapshot(
@@ -82,12 +82,12 @@ def unreadable_record(
 ) -> Advanced:
     """Fail a run whose record cannot be read, telling its parent (named by its id) and
     letting go of the pending entries it held (`held_pending`, found by their names)."""
-    parent, _, parent_call = run_id.rpartition(".")
+    parent, parent_call = parent_of(run_id) or (None, None)
     record = RunRecord(
         id=run_id,
-        parent=parent or None,
-        parent_call=parent_call if parent else None,
-        root=run_id.split(".", 1)[0],
+        parent=parent,
+        parent_call=parent_call,
+        root=root_of(run_id),
         task="(unreadable)",
         created_ms=around.now_ms,
         updated_ms=around.now_ms,

@@ -1,47 +1,33 @@
-"""What Relay keeps in Redis about a run, and the events that move it.
+"""What Relay keeps about a run, and what the client API shows of it.
 
-All of it is pydantic data with a `kind` tag where variants exist, validated
-whenever it is read back: a corrupt record fails its own run, not the worker.
+All of it is pydantic data, validated whenever it is read back: a corrupt record
+fails its own run, not the worker. The events that move a run are in
+`workers.engine.events`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, computed_field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, computed_field
 
-from agent_core import Config, Outcome, Risk, Stop, ToolOutput
+from agent_core import Config, Outcome, Risk, Stop
 from agent_core.steps import FROZEN
 from workers.engine.budget import Budget
+from workers.engine.ids import PendingKind
 
 __all__ = [
-    "Answer",
-    "BudgetExtended",
-    "BudgetReached",
-    "CallDecision",
     "CallTrack",
-    "CancelRun",
-    "ChildDone",
-    "FollowUp",
-    "InboxEvent",
-    "ModelFailed",
-    "ModelReplied",
-    "PauseRun",
     "Pending",
-    "PlanDecision",
     "ReplyStrategy",
-    "ResumeRun",
     "RunRecord",
     "RunState",
     "RunStatus",
     "StreamEvent",
     "StreamKind",
-    "Told",
-    "ToolDone",
     "TraceEntry",
     "Usage",
     "WaitingFor",
-    "inbox_event",
 ]
 
 
@@ -178,152 +164,6 @@ class TraceEntry(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
-# --- inbox events: everything that happens to a run ---------------------------------
-
-
-class ModelReplied(BaseModel):
-    model_config = FROZEN
-    kind: Literal["model_replied"] = "model_replied"
-    seq: int
-    text: str
-    usage: Usage = Usage()
-    route: str = ""
-    """The model route that served the call ("" when the app gave its own model)."""
-    truncated: bool = False
-    """The reply was cut by its length limit: the agent asks for the rest."""
-
-
-class ModelFailed(BaseModel):
-    model_config = FROZEN
-    kind: Literal["model_failed"] = "model_failed"
-    seq: int
-    error: str
-    budget: bool = False
-    """The call was not made: the tree's time budget (`seconds`) is spent."""
-
-
-class ToolDone(BaseModel):
-    model_config = FROZEN
-    kind: Literal["tool_done"] = "tool_done"
-    call: str
-    output: ToolOutput
-
-
-class ChildDone(BaseModel):
-    model_config = FROZEN
-    kind: Literal["child_done"] = "child_done"
-    call: str
-    child: str
-    outcome: Outcome
-
-
-class CallDecision(BaseModel):
-    model_config = FROZEN
-    kind: Literal["call_decision"] = "call_decision"
-    call: str
-    yes: bool
-    reason: str = ""
-    by: str = ""
-    """Who decided (as the client that decided names them), for the trace."""
-
-
-class PlanDecision(BaseModel):
-    model_config = FROZEN
-    kind: Literal["plan_decision"] = "plan_decision"
-    seq: int
-    yes: bool
-    by: str = ""
-
-
-class Answer(BaseModel):
-    model_config = FROZEN
-    kind: Literal["answer"] = "answer"
-    seq: int
-    text: str
-
-
-class BudgetReached(BaseModel):
-    """The model call was not made: the tree is at a limit of its budget. The run parks."""
-
-    model_config = FROZEN
-    kind: Literal["budget_reached"] = "budget_reached"
-    seq: int
-    limit: Literal["tokens", "usd", "model_calls"]
-    detail: str
-
-
-class BudgetExtended(BaseModel):
-    """A person raised the tree's limits: a run parked at its budget goes on."""
-
-    model_config = FROZEN
-    kind: Literal["budget_extended"] = "budget_extended"
-    seq: int
-    """The step the run was parked at (a decision names what the person saw)."""
-
-
-class CancelRun(BaseModel):
-    model_config = FROZEN
-    kind: Literal["cancel"] = "cancel"
-    reason: str = ""
-    stop: Literal["cancelled", "budget_exceeded", "failed"] = "cancelled"
-
-
-class Told(BaseModel):
-    """A person's message for the model, shown at the run's next model call."""
-
-    model_config = FROZEN
-    kind: Literal["told"] = "told"
-    text: str
-
-
-class PauseRun(BaseModel):
-    """A person paused the run (and its specialists) at its next step."""
-
-    model_config = FROZEN
-    kind: Literal["pause"] = "pause"
-
-
-class ResumeRun(BaseModel):
-    """A person let a paused run (and its specialists) go on."""
-
-    model_config = FROZEN
-    kind: Literal["resume"] = "resume"
-
-
-class FollowUp(BaseModel):
-    """A person's next request: a new turn of the run, with its history."""
-
-    model_config = FROZEN
-    kind: Literal["follow_up"] = "follow_up"
-    text: str
-    strategy: ReplyStrategy = "enqueue"
-
-
-InboxEvent = Annotated[
-    ModelReplied
-    | ModelFailed
-    | ToolDone
-    | ChildDone
-    | CallDecision
-    | PlanDecision
-    | Answer
-    | BudgetReached
-    | BudgetExtended
-    | CancelRun
-    | Told
-    | PauseRun
-    | ResumeRun
-    | FollowUp,
-    Field(discriminator="kind"),
-]
-_INBOX_EVENT: TypeAdapter[InboxEvent] = TypeAdapter(InboxEvent)
-
-
-def inbox_event(text: str | bytes) -> InboxEvent:
-    """Return the event stored as `text`; raises pydantic's ValidationError if it is not one."""
-    return _INBOX_EVENT.validate_json(text)
-
-
 # --- what the client API shows ------------------------------------------------------
 
 
@@ -331,7 +171,7 @@ class Pending(BaseModel):
     """Something waiting on a person: a plan, a call or a question."""
 
     model_config = FROZEN
-    kind: Literal["plan", "call", "question", "budget"]
+    kind: PendingKind
     run_id: str
     root_id: str
     call_id: str | None = None

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from agent_core import Done, Outcome
 from workers.engine.effects import Message
-from workers.engine.records import CancelRun, FollowUp, PauseRun, ResumeRun, Told
+from workers.engine.events import CancelRun, FollowUp, PauseRun, ResumeRun, Told
+from workers.engine.ids import model_call
 from workers.engine.working import Working
-from workers.store.layout import RunFields, model_call
 
 __all__ = ["MAX_QUEUED", "next_turn", "on_follow_up", "on_pause", "on_resume", "on_told", "stop"]
 
@@ -65,7 +65,7 @@ def on_resume(run: Working, _event: ResumeRun) -> None:
 
 
 def on_follow_up(run: Working, event: FollowUp) -> None:
-    run.forget.append(RunFields.FOLLOW_UP)
+    run.follow_up_taken = True
     step = run.agent.resume()
     if isinstance(step, Done):
         if run.state == "finished":
@@ -101,7 +101,7 @@ def next_turn(run: Working, outcome: Outcome) -> bool:
 
 
 def _reopen(run: Working) -> None:
-    run.revived = True
+    run.reopened = True
     run.outcome = None
     run.finished_ms = None
     run.forced_stop = None
@@ -130,12 +130,12 @@ def stop(run: Working, *, fence: bool) -> None:
         if track.status == "running":
             run.unsend.append(Message("run_tool", run.id, call=call_id).member)
             if fence:
-                run.forget += [RunFields.result(call_id), RunFields.attempts(call_id)]
+                run.call_stale(call_id)
     if run.asked is not None:
         run.unsend.append(Message("call_model", run.id, seq=run.asked).member)
         call = model_call(run.asked)
-        run.settle.append((run.record.root, RunFields.reservation(run.id, call)))
+        run.settle_reservation(call)
         if fence:
-            run.forget += [RunFields.result(call), RunFields.attempts(call)]
+            run.call_stale(call)
             run.asked = None
     run.calls = {}

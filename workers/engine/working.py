@@ -3,8 +3,9 @@
 `Working` holds what a step may change (the run's seq, state, calls, pending
 entries, usage, outcome) as typed attributes, collects what goes with the save
 (trace lines, messages, usage for ancestors, children to create, deliveries),
-and freezes it all into an `Advanced` (`done`). `workers.engine.decide` decides; this
-is where its decisions are written down.
+and freezes it all into an `Advanced` (`decided`). `workers.engine.decide`
+decides; this is where its decisions are written down. Each list here has the
+name of the `Effects` field it becomes.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from workers.engine.effects import (
     Effects,
     KeptNotes,
     Message,
+    Reservation,
     Send,
     UsageAdd,
 )
+from workers.engine.events import InboxEvent
 from workers.engine.records import (
     CallTrack,
-    InboxEvent,
     Pending,
     RunRecord,
     RunState,
@@ -81,9 +83,10 @@ class Working:
         self.pending_del: list[str] = []
         self.usage_adds: list[UsageAdd] = []
         self.create: list[ChildRun] = []
-        self.deliver_to: list[Delivery] = []
-        self.forget: list[str] = []
-        self.settle: list[tuple[str, str]] = []
+        self.deliveries: list[Delivery] = []
+        self.stale_calls: list[str] = []
+        self.follow_up_taken = False
+        self.settle: list[Reservation] = []
         self.parked = record.parked
         self.asked_bytes = record.asked_bytes
         self.paused = record.paused
@@ -91,8 +94,8 @@ class Working:
         self.kept_note = record.kept_note
         self.notes: KeptNotes | None = None
         self.retention_s = 0
-        self.done_text: str | None = None
-        self.revived = False
+        self.done_summary: str | None = None
+        self.reopened = False
         self.messages: list[Message] = []
         self.replied_by = ""
         """The route of the model reply just applied: its trace lines name it."""
@@ -143,13 +146,21 @@ class Working:
 
     def deliver(self, run: str, event: InboxEvent, *, cancel_flag: bool = False) -> None:
         """Put `event` in another run's inbox with this save, and wake that run after it."""
-        self.deliver_to.append(Delivery(run, event, self.due(), cancel_flag))
+        self.deliveries.append(Delivery(run, event, self.due(), cancel_flag))
         self.messages.append(Message("advance", run))
+
+    def call_stale(self, call: str) -> None:
+        """The call's outcome was applied (or its turn stopped): its markers go."""
+        self.stale_calls.append(call)
+
+    def settle_reservation(self, call: str) -> None:
+        """Let go of what the model call `call` reserved on the tree's budget."""
+        self.settle.append(Reservation(self.record.root, self.id, call))
 
     def set_state(self, state: RunState, waiting_for: WaitingFor | None) -> None:
         self.state, self.waiting_for = state, waiting_for
 
-    def done(self, snapshot: str) -> Advanced:
+    def decided(self, snapshot: str) -> Advanced:
         """Return what this step decided, with `snapshot` as the run's agent state."""
         record = self.record.model_copy(
             update={
@@ -177,20 +188,21 @@ class Working:
         effects = Effects(
             applied=tuple(self.applied),
             trace=tuple(self.trace),
-            send=tuple(self.sends),
+            sends=tuple(self.sends),
             unsend=tuple(self.unsend),
             pending_add=tuple(self.pending_add),
             pending_del=tuple(self.pending_del),
-            usage=tuple(self.usage_adds),
+            usage_adds=tuple(self.usage_adds),
             create=tuple(self.create),
-            deliver=tuple(self.deliver_to),
+            deliveries=tuple(self.deliveries),
             retention_s=self.retention_s,
-            forget=tuple(self.forget),
+            stale_calls=tuple(self.stale_calls),
+            follow_up_taken=self.follow_up_taken,
             running=tuple(c for c, t in self.calls.items() if t.status == "running"),
             settle=tuple(self.settle),
             notes=self.notes,
-            done=self.done_text,
-            revive=self.revived,
+            done_summary=self.done_summary,
+            reopened=self.reopened,
         )
         return Advanced(record, snapshot, effects, tuple(self.messages))
 

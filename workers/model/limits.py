@@ -11,17 +11,15 @@ not per process; a worker that dies holding a slot loses it when its lease lapse
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from workers.model.routes import ModelRoute
+from workers.store import scripts
 from workers.store.codec import as_text
-from workers.store.scripts import lua
-
-if TYPE_CHECKING:
-    from workers.model.routes import ModelRoute
-    from workers.store.runs import RunStore
+from workers.store.connection import Connection
+from workers.store.scripts import Admitted
 
 __all__ = [
     "ABSENT_MS",
@@ -29,7 +27,6 @@ __all__ = [
     "PROBE_INTERVAL_MS",
     "SPACING_MARGIN",
     "STALE_MS",
-    "Admitted",
     "RouteLimits",
     "RouteState",
 ]
@@ -48,19 +45,6 @@ STALE_MS = 30_000
 """A waiting call that has not come back this long after its turn has gone elsewhere."""
 
 Outcome = Literal["ok", "failed", "limited", "refused"]
-
-
-@dataclass(frozen=True)
-class Admitted:
-    """What a route said to a call: admitted now, or when to ask again (and why not)."""
-
-    verdict: Literal["admitted", "paused", "open", "wait"]
-    at_ms: int
-    """admitted: 1 if the call is the circuit's probe; else when to ask again."""
-
-    @property
-    def admitted(self) -> bool:
-        return self.verdict == "admitted"
 
 
 class RouteState(BaseModel):
@@ -88,24 +72,10 @@ class RouteState(BaseModel):
 
 
 class RouteLimits:
-    """The routes' shared limits, on a RunStore's Redis."""
+    """The routes' shared limits, on one Redis connection."""
 
-    def __init__(self, store: RunStore) -> None:
-        self._store = store
-        self._admit: Any = store.redis.register_script(lua("route_admit"))
-        self._done: Any = store.redis.register_script(lua("route_done"))
-
-    def _keys(self, route: str, key: str) -> list[str]:
-        k = self._store.keys
-        return [
-            k.route(route),
-            k.route(route, "inflight"),
-            k.key_inflight(key, route),
-            k.route(route, "queue"),
-            k.route(route, "queue-keys"),
-            k.route(route, "tags"),
-            k.route(route, "told"),
-        ]
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
 
     def admit(
         self,
@@ -119,32 +89,43 @@ class RouteLimits:
         now_ms: int,
     ) -> Admitted:
         """Ask whether the call `holder` of `key`, which may use `tokens`, may go now."""
-        per_request = SPACING_MARGIN * 60_000 / route.rpm if route.rpm else 0
-        per_token = SPACING_MARGIN * 60_000 / route.tpm if route.tpm else 0
-        args = [now_ms, holder, key, per_request, tokens, per_token]
-        args += [route.max_concurrency or 0, key_concurrency or 0, lease_ms]
-        args += [PROBE_INTERVAL_MS, STALE_MS, ABSENT_MS, ""]
-        with self._store.errors():
-            verdict, at = self._admit(keys=self._keys(route.name, key), args=args)
-        return Admitted(as_text(verdict), int(float(at)))  # type: ignore[arg-type]
+        admit = scripts.route_admit(
+            self._connection.keys,
+            route=route.name,
+            key=key,
+            holder=holder,
+            now_ms=now_ms,
+            ms_per_request=_spacing(route.rpm),
+            tokens=tokens,
+            ms_per_token=_spacing(route.tpm),
+            route_cap=route.max_concurrency or 0,
+            key_cap=key_concurrency or 0,
+            lease_ms=lease_ms,
+            probe_ms=PROBE_INTERVAL_MS,
+            stale_ms=STALE_MS,
+            absent_ms=ABSENT_MS,
+        )
+        return self._connection.run(admit)
 
     def renew(
         self, route: ModelRoute, *, key: str, holder: str, lease_ms: int, now_ms: int
     ) -> None:
         """Keep a call's slots while it runs (a long reply outlasts one lease)."""
         until = now_ms + lease_ms
-        k = self._store.keys
-        with self._store.errors():
-            pipe = self._store.redis.pipeline(transaction=False)
+        connection = self._connection
+        k = connection.keys
+        with connection.errors():
+            pipe = connection.redis.pipeline(transaction=False)
             pipe.zadd(k.route(route.name, "inflight"), {holder: until}, xx=True)
             pipe.zadd(k.key_inflight(key, route.name), {holder: until}, xx=True)
             pipe.execute()
 
     def leave(self, route: ModelRoute, *, key: str, holder: str) -> None:
         """Take a call out of the route's queue: another route took it, or it failed."""
-        args = [0, holder, key, 0, 0, 0, 0, 0, 0, 0, 0, 0, "leave"]
-        with self._store.errors():
-            self._admit(keys=self._keys(route.name, key), args=args)
+        leave = scripts.route_admit(
+            self._connection.keys, route=route.name, key=key, holder=holder, now_ms=0, leave=True
+        )
+        self._connection.run(leave)
 
     def done(
         self,
@@ -159,17 +140,28 @@ class RouteLimits:
         error: str = "",
     ) -> str:
         """Tell the route what came of an admitted call; return its circuit's state."""
-        per_token = SPACING_MARGIN * 60_000 / route.tpm if route.tpm else 0
-        args = [now_ms, holder, outcome, paused_until_ms, max(tokens_back, 0), per_token]
-        args += [FAILURES_TO_OPEN, PROBE_INTERVAL_MS, error[:300]]
-        with self._store.errors():
-            return as_text(self._done(keys=self._keys(route.name, key)[:3], args=args))
+        done = scripts.route_done(
+            self._connection.keys,
+            route=route.name,
+            key=key,
+            holder=holder,
+            outcome=outcome,
+            now_ms=now_ms,
+            paused_until_ms=paused_until_ms,
+            tokens_back=tokens_back,
+            ms_per_token=_spacing(route.tpm),
+            failures_to_open=FAILURES_TO_OPEN,
+            probe_ms=PROBE_INTERVAL_MS,
+            error=error,
+        )
+        return self._connection.run(done)
 
     def state(self, route: ModelRoute, now_ms: int) -> RouteState:
         """What `relay routes` shows of a route now."""
-        k = self._store.keys
-        with self._store.errors():
-            pipe = self._store.redis.pipeline(transaction=False)
+        connection = self._connection
+        k = connection.keys
+        with connection.errors():
+            pipe = connection.redis.pipeline(transaction=False)
             pipe.hgetall(k.route(route.name))
             pipe.zcount(k.route(route.name, "inflight"), now_ms, "+inf")
             pipe.zcard(k.route(route.name, "queue"))
@@ -196,3 +188,9 @@ class RouteLimits:
             error=fields.get("error", ""),
             error_at_ms=ms("error_at"),
         )
+
+
+def _spacing(per_minute: int | None) -> float:
+    """Milliseconds between two requests (or tokens) at `per_minute`, with the margin;
+    0 for no limit."""
+    return SPACING_MARGIN * 60_000 / per_minute if per_minute else 0

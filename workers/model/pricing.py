@@ -1,25 +1,30 @@
-"""Budgets at work: what a model call may reserve, what it cost, and what a person is told.
+"""Prices at work: what a model call may reserve, and what a reply cost.
 
 Admission itself is atomic, in Redis: CLAIM checks a model call's estimate
 against its tree's limits and reserves it (lua/claim.lua); the save that applies
 its outcome settles it (lua/save.lua). This module supplies the numbers: the
 reply's cap and the highest price a call may be charged (`Pricing.admission`),
-the exact cost of a reply (`Pricing.priced`), and the event a call that was not
-admitted becomes (`not_admitted`): a run at a limit parks until `relay.extend`;
-a run whose time is up stops.
+and the exact cost of a reply (`Pricing.priced`). `load_prices` reads
+RELAY_PRICES's file.
 """
 
 from __future__ import annotations
 
+import json
+import tomllib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
-from workers.engine.budget import Price
-from workers.engine.records import BudgetReached, InboxEvent, ModelFailed, Usage
+from pydantic import ValidationError
+
+from workers.engine.budget import Admission, Price
+from workers.engine.records import Usage
+from workers.errors import SettingsError
 from workers.model.routes import ModelRoute
 from workers.model.wire import ModelReply
-from workers.store.runs import Admission, Over
 
-__all__ = ["Pricing", "not_admitted"]
+__all__ = ["Pricing", "load_prices"]
 
 
 class Pricing:
@@ -69,20 +74,36 @@ class Pricing:
         return usage.model_copy(update={"cost_micro": cost})
 
 
-def not_admitted(seq: int, over: Over) -> InboxEvent:
-    """The event for a model call its tree's budget did not admit."""
-    if over.limit == "deadline":
-        return ModelFailed(seq=seq, error="The run's time budget ran out.", budget=True)
-    if over.limit == "usd":
-        spent, cap, need = (f"${n / 1_000_000:,.6f}" for n in (over.spent, over.cap, over.estimate))
-        held = f"${over.reserved / 1_000_000:,.6f}"
-        detail = f"The tree has spent {spent} of its {cap}"
-    else:
-        what = "tokens" if over.limit == "tokens" else "model calls"
-        spent, cap, need = (f"{n:,} {what}" for n in (over.spent, over.cap, over.estimate))
-        held = f"{over.reserved:,}"
-        detail = f"The tree has used {spent} of its {cap}"
-    reserved = f" ({held} held by calls under way)" if over.reserved else ""
-    detail += f"{reserved}; the next model call may need {need}. Extend the budget to go on."
-    limit = "usd" if over.limit == "usd" else "tokens" if over.limit == "tokens" else "model_calls"
-    return BudgetReached(seq=seq, limit=limit, detail=detail)
+def load_prices(path: str | Path) -> dict[str, Price]:
+    """Read prices from a JSON or TOML file: `{"model-name": {"input_per_m": 0.4, ...}}`.
+
+    Raises:
+        SettingsError: the file cannot be read, or a price is not one (one line, naming it).
+    """
+    where = Path(path)
+    try:
+        text = where.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingsError(f"RELAY_PRICES: cannot read {where}: {error}") from error
+    try:
+        data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError) as error:
+        problem = f"{where} is not valid {_kind(where)}: {error}"
+        raise SettingsError(f"RELAY_PRICES: {problem}") from error
+    if not isinstance(data, dict):
+        raise SettingsError(f"RELAY_PRICES: {where} must map model names to prices")
+    prices = {}
+    for name, value in data.items():
+        try:
+            prices[str(name)] = Price.model_validate(value)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or "the price"
+            raise SettingsError(
+                f"RELAY_PRICES: {where}: model {name!r}: {field}: {first['msg']}"
+            ) from None
+    return prices
+
+
+def _kind(path: Path) -> str:
+    return "TOML" if path.suffix.lower() == ".toml" else "JSON"

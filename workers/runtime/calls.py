@@ -26,18 +26,14 @@ from typing import NoReturn
 
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
+from workers.engine.budget import NO_ADMISSION, Over
 from workers.engine.effects import Message, OwnOutcome
-from workers.engine.records import (
-    InboxEvent,
-    ModelFailed,
-    ModelReplied,
-    RunRecord,
-    ToolDone,
-    TraceEntry,
-)
+from workers.engine.events import InboxEvent, ModelFailed, ModelReplied, ToolDone, not_admitted
+from workers.engine.ids import OutboxMember, model_call
+from workers.engine.records import RunRecord, TraceEntry
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
 from workers.kit.tools import ToolContext, ToolSpec, tool_output
-from workers.model.pricing import Pricing, not_admitted
+from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.routes import ModelRoute
 from workers.model.wire import Model, ModelReply, complete
@@ -45,11 +41,9 @@ from workers.runtime.holding import save_holding
 from workers.runtime.leases import Lease, run_leased
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
 from workers.runtime.steps import Steps
+from workers.runtime.streaming import ReplyStream
 from workers.settings import Settings
 from workers.store.codec import Loaded
-from workers.store.layout import OutboxMember, model_call
-from workers.store.live import ReplyStream
-from workers.store.runs import NO_ADMISSION, Over
 from workers.store.scripts import ClaimStatus, Recorded, Saved
 
 __all__ = ["MAX_CALL_ATTEMPTS", "Calls"]
@@ -191,11 +185,9 @@ class Calls:
             asked.run_id,
             asked.what,
             seq=asked.seq,
-            member=asked.member,
             token=asked.token,
             lease_ms=self.timing.lease_ms,
             now_ms=self.steps.clock(),
-            root=asked.run_id.split(".", 1)[0],  # a child's id starts with its root's
             admission=self.pricing.admission() if asked.seq is not None else NO_ADMISSION,
         )
         if claim.status is not ClaimStatus.CLAIMED:

@@ -24,15 +24,15 @@ import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workers.errors import StoreUnavailable
 from workers.runtime.reports import CallFacts, Report
 from workers.store.codec import as_text
+from workers.store.connection import Connection
 from workers.store.layout import RunFields
-
-if TYPE_CHECKING:
-    from workers.store.runs import RunStore
+from workers.store.people import People
+from workers.store.shards import Shards
 
 __all__ = ["LATENCY_BUCKETS", "FleetMetrics", "FleetState", "Totals"]
 
@@ -80,8 +80,10 @@ class FleetState:
 class FleetMetrics:
     """Adds to the fleet's counters after each task, and reads them back."""
 
-    def __init__(self, store: RunStore) -> None:
-        self._store = store
+    def __init__(self, connection: Connection, shards: Shards, people: People) -> None:
+        self._connection = connection
+        self._shards = shards
+        self._people = people
 
     def count(self, task: str, report: Report) -> None:
         """Count one task (`advance`, `call_model`, `run_tool`) and its call, if it made one."""
@@ -93,10 +95,11 @@ class FleetMetrics:
         sums: dict[str, float] = {}
         if report.call is not None:
             _add_call(report.call, adds, sums)
-        key = self._store.keys.metrics
+        connection = self._connection
         try:
-            with self._store.errors():
-                pipe = self._store.redis.pipeline(transaction=False)
+            with connection.errors():
+                pipe = connection.redis.pipeline(transaction=False)
+                key = connection.keys.metrics
                 for name, amount in adds.items():
                     pipe.hincrby(key, name, amount)
                 for name, total in sums.items():
@@ -107,8 +110,9 @@ class FleetMetrics:
 
     def totals(self) -> Totals:
         """Return every counter."""
-        with self._store.errors():
-            raw = self._store.redis.hgetall(self._store.keys.metrics)
+        connection = self._connection
+        with connection.errors():
+            raw = connection.redis.hgetall(connection.keys.metrics)
         totals = Totals()
         for name, value in raw.items():
             _read_into(totals, as_text(name).split("|"), as_text(value))
@@ -120,13 +124,13 @@ class FleetMetrics:
         A per-state index kept by SAVE would make this one read; until then a scrape
         reads each run's record, in pipelined chunks (relay web caches it briefly).
         """
-        store, keys = self._store, self._store.keys
+        connection, keys = self._connection, self._connection.keys
         found = FleetState()
         metas: list[Any] = []
-        with store.errors():
-            ids = store.runs(MAX_RUNS_SCANNED)
+        with connection.errors():
+            ids = self._shards.newest_runs(MAX_RUNS_SCANNED)
             for start in range(0, len(ids), CHUNK):
-                pipe = store.redis.pipeline(transaction=False)
+                pipe = connection.redis.pipeline(transaction=False)
                 for run_id in ids[start : start + CHUNK]:
                     pipe.hget(keys.run(as_text(run_id)), RunFields.RECORD)
                 metas.extend(pipe.execute())
@@ -136,7 +140,7 @@ class FleetMetrics:
                 found.scanned += 1
                 state = str(record.get("state", "running"))
                 found.runs[(state, str(record.get("waiting_for") or ""))] += 1
-        for pending in store.people.pending():
+        for pending in self._people.pending():
             found.waiting_on_person[pending.kind] += 1
             found.oldest_wait_s = max(found.oldest_wait_s, (now_ms - pending.created_ms) / 1000)
         return found

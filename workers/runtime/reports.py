@@ -22,15 +22,8 @@ from dataclasses import dataclass
 from agent_core import Stop
 from agent_core.text import cut
 from workers.engine.effects import Advanced
-from workers.engine.records import (
-    BudgetReached,
-    InboxEvent,
-    ModelFailed,
-    ModelReplied,
-    RunRecord,
-    ToolDone,
-    Usage,
-)
+from workers.engine.events import BudgetReached, InboxEvent, ModelFailed, ModelReplied, ToolDone
+from workers.engine.records import RunRecord, Usage
 from workers.store.scripts import Recorded
 
 __all__ = [
@@ -140,7 +133,7 @@ def run_now(record: RunRecord) -> str:
 def after_step(before: RunRecord | None, advanced: Advanced) -> Report:
     """The report of a saved step: where the run is now; failed if it ended in failure now."""
     record = advanced.record
-    if before is not None and before.state == "finished" and not advanced.effects.revive:
+    if before is not None and before.state == "finished" and not advanced.effects.reopened:
         dropped = len(advanced.effects.applied)
         return Report(f"the run had finished already; {dropped} late event(s) dropped")
     ended = record.outcome is not None and record.state == "finished"

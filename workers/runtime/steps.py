@@ -18,14 +18,14 @@ from agent_core import Agent, AgentError
 from workers.engine import decide as engine
 from workers.engine import endings
 from workers.engine.effects import Advanced, Message, OwnOutcome
-from workers.engine.records import FollowUp, InboxEvent
+from workers.engine.events import FollowUp, InboxEvent
+from workers.engine.ids import OutboxMember
 from workers.engine.working import Surroundings
 from workers.kit.agents import AgentKit
 from workers.runtime.reports import Report, after_step
 from workers.settings import Timing
 from workers.store import snapshots
 from workers.store.codec import Loaded
-from workers.store.layout import OutboxMember
 from workers.store.runs import RunStore
 from workers.store.scripts import Saved
 
@@ -117,7 +117,7 @@ class Steps:
                 return endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
         stored = agent.history() if loaded.apart else None
         try:
-            advanced = engine.advance(record, agent, loaded.inbox, around, own)
+            advanced = engine.decide(record, agent, loaded.inbox, around, own)
         except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"

@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from workers.engine.budget import Price
-from workers.engine.decisions import expiry_event
 from workers.engine.effects import Message
-from workers.engine.records import CancelRun, Pending
+from workers.engine.events import CancelRun, expiry_event
+from workers.engine.records import Pending
 from workers.kit.agents import AgentKit
 from workers.model.limits import RouteLimits
 from workers.model.pricing import Pricing
@@ -76,7 +76,7 @@ class Runtime:
         if routed:
             router = ModelRouter(
                 routed,
-                RouteLimits(store),
+                RouteLimits(store.connection),
                 models.for_route,
                 key_concurrency=key_concurrency,
                 lease_ms=self.timing.lease_ms,
@@ -92,7 +92,7 @@ class Runtime:
             key=key,
         )
         self.ticker = Ticker(store, tick, settings.tick_seconds, clock)
-        self.metrics = FleetMetrics(store)
+        self.metrics = FleetMetrics(store.connection, store.shards, store.people)
         self.telemetry = Telemetry(settings.model_url)
         self._route_models = {route.name: route.model for route in routed}
         self._key = key

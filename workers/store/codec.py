@@ -11,13 +11,23 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from agent_core import Agent
-from workers.engine.effects import Advanced, ChildRun, Delivery, KeptNotes, OwnOutcome
-from workers.engine.records import InboxEvent, Pending, RunRecord, TraceEntry, Usage, inbox_event
+from workers.engine.effects import (
+    Advanced,
+    ChildRun,
+    Delivery,
+    KeptNotes,
+    OwnOutcome,
+    Reservation,
+    SnapshotWrite,
+)
+from workers.engine.events import InboxEvent, inbox_event
+from workers.engine.ids import OutboxMember, pending_member
+from workers.engine.records import Pending, RunRecord, TraceEntry, Usage
 from workers.store.layout import (
     NOTES_MAX,
     STREAM_IDLE_S,
@@ -26,23 +36,27 @@ from workers.store.layout import (
     STREAM_PARKED_S,
     TRACE_MAX,
     Keys,
-    OutboxMember,
-    pending_member,
+    RunFields,
 )
-from workers.store.snapshots import SnapshotWrite, join, split
+from workers.store.snapshots import join, split
+
+if TYPE_CHECKING:
+    from workers.store.scripts import StoredRun
 
 __all__ = [
     "Loaded",
     "as_int",
     "as_text",
     "corrupt",
+    "inbox_of",
     "loaded",
     "notes_key",
     "pending_json",
     "record_json",
-    "save_arguments",
+    "save_effects",
     "trace_line",
     "usage_of",
+    "whole",
 ]
 
 NEVER_MS = 2**52
@@ -69,7 +83,7 @@ class Loaded:
     """Whether the history is stored apart (False: a run stored whole, before `sf` 2;
     its next save writes it apart)."""
     hot: Agent | None = None
-    """The agent in exactly this version's state, kept by this process (`store.agent_cache`)."""
+    """The agent in exactly this version's state, kept by this process (`store.hot_agents`)."""
 
     def agent(self, restore: Callable[[RunRecord, str], Agent]) -> Agent:
         """Return the run's agent to advance: a copy of the hot one, else `restore`d
@@ -100,14 +114,13 @@ def as_int(value: bytes | str | None) -> int:
     return int(value) if value else 0
 
 
-def loaded(answer: Sequence[Any]) -> Loaded | None:
-    """Return a run read back from Redis, or None if there is none.
+def loaded(stored: StoredRun) -> Loaded | None:
+    """Return a run as LOAD (or CLAIM) read it, or None if there is none.
 
-    `answer` is LOAD's (or the end of CLAIM's): version, record, form, snapshot,
-    history, inbox. The snapshot is the head, with the history its entries, when the
-    form says the history is stored apart; else the whole snapshot.
+    The snapshot is the head, with the history its entries, when the form says the
+    history is stored apart; else the whole snapshot.
     """
-    version, meta, form, snap, history, entries = answer
+    version, meta, form, snap, history, entries = stored
     if not version:
         return None
     apart = form == HISTORY_APART
@@ -146,12 +159,18 @@ def _event(data: dict[bytes, bytes]) -> InboxEvent | None:
         return None
 
 
-def save_arguments(
-    keys: Keys, advanced: Advanced, version: str, own: OwnOutcome | None
-) -> tuple[list[str], list[Any]]:
-    """Return the SAVE script's KEYS and ARGV for a step (see workers/store/lua/save.lua)."""
-    record = advanced.record
-    effects = _effects(keys, advanced)
+def whole(snapshot: str) -> SnapshotWrite:
+    """The write of a snapshot known only as text ('' keeps what is stored)."""
+    head, entries = split(snapshot)
+    return SnapshotWrite(head, tuple(entries), rewrite=True)
+
+
+def save_effects(keys: Keys, advanced: Advanced, own: OwnOutcome | None) -> str:
+    """The effects of a step as SAVE reads them (`fx.<name>` in lua/save.lua), as JSON:
+    only those the step has (most steps have a few), so SAVE decodes and walks less."""
+    effects = {k: v for k, v in _all_effects(keys, advanced).items() if v}
+    if advanced.effects.done_summary is not None:  # (its text may be empty)
+        effects["done_summary"] = advanced.effects.done_summary
     if own is not None:
         effects["own"] = {
             "call": own.call,
@@ -160,57 +179,29 @@ def save_arguments(
             "token": own.token,
             "member": own.member,
         }
-    index = keys.index(record.id)
-    script_keys = [
-        keys.run(record.id),
-        keys.inbox(record.id),
-        keys.trace(record.id),
-        index.outbox,
-        index.pending,
-        index.pending_data,
-        index.runs,
-        keys.history(record.id),
-    ]
-    stored = advanced.stored or _whole(advanced.snapshot)
-    args = [version, record_json(record), stored.head, json.dumps(effects)]
-    return script_keys, [*args, stored.drop, 1 if stored.rewrite else 0, *stored.append]
-
-
-def _whole(snapshot: str) -> SnapshotWrite:
-    """The write of a snapshot known only as text ('' keeps what is stored)."""
-    head, entries = split(snapshot)
-    return SnapshotWrite(head, tuple(entries), rewrite=True)
-
-
-def _effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
-    """The effects of a step as SAVE reads them (`fx.<name>` in the script): only those
-    the step has (most steps have a few), so SAVE decodes and walks less."""
-    effects = {k: v for k, v in _all_effects(keys, advanced).items() if v}
-    if advanced.effects.done is not None:  # (its text may be empty)
-        effects["done"] = advanced.effects.done
-    return effects
+    return json.dumps(effects)
 
 
 def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
     record, fx = advanced.record, advanced.effects
-    ends_or_parks = fx.done is not None or record.state == "waiting"
+    ends_or_parks = fx.done_summary is not None or record.state == "waiting"
     return {
         "applied": fx.applied,
         "trace": [trace_line(t) for t in fx.trace],
         "trace_max": TRACE_MAX if fx.trace else 0,
         "activity": keys.index(record.id).activity if fx.trace else "",
         "run": record.id,
-        "send": [[s.member, s.due_ms] for s in fx.send],
+        "sends": [[s.member, s.due_ms] for s in fx.sends],
         "unsend": fx.unsend,
         "pending_add": [_pending_entry(p) for p in fx.pending_add],
         "pending_del": fx.pending_del,
-        "usage": [[keys.run(u.run_id), *_counts(u.usage)] for u in fx.usage],
-        "settle": [[keys.run(root), field] for root, field in fx.settle],
+        "usage_adds": [[keys.run(u.run_id), *_counts(u.usage)] for u in fx.usage_adds],
+        "settle": [_reservation(keys, r) for r in fx.settle],
         "create": [_child(keys, c) for c in fx.create],
-        "deliver": [_delivery(keys, d) for d in fx.deliver],
+        "deliveries": [_delivery(keys, d) for d in fx.deliveries],
         "advance": OutboxMember.advance(record.id),
         "retention": fx.retention_s,
-        "forget": fx.forget,
+        "forget": _fields_to_forget(fx.stale_calls, follow_up=fx.follow_up_taken),
         "running": fx.running,
         # On a cluster the notes are in another slot: kept after the save (notes_key).
         "notes_key": notes_key(keys, fx.notes) if fx.notes and not keys.cluster else "",
@@ -220,15 +211,27 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "live_max": STREAM_MAX if ends_or_parks else 0,
         "live_ttl": _live_ttl(advanced) if ends_or_parks else 0,
         "parks": record.state == "waiting",
-        "done": None,
-        "revive": fx.revive,
+        "done_summary": None,
+        "reopened": fx.reopened,
     }
+
+
+def _fields_to_forget(stale_calls: Sequence[str], *, follow_up: bool) -> list[str]:
+    """The run hash's fields a step drops: each stale call's markers, the follow-up flag."""
+    fields = [f for call in stale_calls for f in (RunFields.result(call), RunFields.attempts(call))]
+    return [*fields, RunFields.FOLLOW_UP] if follow_up else fields
+
+
+def _reservation(keys: Keys, reservation: Reservation) -> list[str]:
+    """[the root's hash, the reservation's field on it]."""
+    field = RunFields.reservation(reservation.run_id, reservation.call)
+    return [keys.run(reservation.root), field]
 
 
 def _live_ttl(advanced: Advanced) -> int:
     """Seconds the tree's live stream is kept after this save (see workers.store.layout)."""
     record, fx = advanced.record, advanced.effects
-    if fx.done is None:
+    if fx.done_summary is None:
         return STREAM_PARKED_S
     if record.parent is None:
         return min(STREAM_KEEP_S, fx.retention_s or STREAM_KEEP_S)

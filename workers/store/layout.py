@@ -115,9 +115,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Literal
 
 from scheduler import ScheduleKeys
+from workers.engine.ids import root_of, tree_parts
 from workers.store.cluster import key_slot, slot_tag
 
 __all__ = [
@@ -130,13 +130,7 @@ __all__ = [
     "TRACE_MAX",
     "IndexKeys",
     "Keys",
-    "OutboxMember",
-    "PendingKind",
     "RunFields",
-    "model_call",
-    "outbox_run",
-    "pending_member",
-    "pending_parts",
 ]
 
 TRACE_MAX = 2_000
@@ -158,8 +152,6 @@ catches up meanwhile, and thousands of parked runs cost no stream each."""
 STREAM_CALL_CHARS = 60_000
 """Characters of one model call's reply that go into the live stream (the agent refuses
 a longer reply anyway); the rest is not streamed."""
-
-PendingKind = Literal["plan", "call", "question", "budget"]
 
 
 class RunFields:
@@ -232,44 +224,9 @@ class RunFields:
         return f"q:{run_id}|{call}"
 
     @staticmethod
-    def decision(kind: PendingKind, what: str) -> str:
+    def decision(kind: str, what: str) -> str:
         """`d:<call>`, `d:plan:<seq>`, `d:question:<seq>`: `decided`, or `expired`."""
         return f"d:{what}" if kind == "call" else f"d:{kind}:{what}"
-
-
-def model_call(seq: int) -> str:
-    """The name a model call goes by in leases and fields: `m<seq>`."""
-    return f"m{seq}"
-
-
-class OutboxMember:
-    """Members of the outbox: one per message that must be sent (and re-sent if lost)."""
-
-    @staticmethod
-    def advance(run_id: str) -> str:
-        """`a|<run>`: wake the run; removed by a save that leaves its inbox empty."""
-        return f"a|{run_id}"
-
-    @staticmethod
-    def model(run_id: str, seq: int) -> str:
-        """`m|<run>|<seq>`: make the model call; removed when its outcome is saved."""
-        return f"m|{run_id}|{seq}"
-
-    @staticmethod
-    def tool(run_id: str, call_id: str) -> str:
-        """`t|<run>|<call>`: run the tool call; removed when its outcome is saved."""
-        return f"t|{run_id}|{call_id}"
-
-
-def pending_member(run_id: str, kind: PendingKind, what: str) -> str:
-    """`<run>|call|<call>`, `<run>|plan|<seq>`, `<run>|question|<seq>`: one pending entry."""
-    return f"{run_id}|{kind}|{what}"
-
-
-def pending_parts(member: str) -> tuple[str, str, str]:
-    """Return (run id, kind, what) of a pending member."""
-    run_id, kind, what = member.rsplit("|", 2)
-    return run_id, kind, what
 
 
 @dataclass(frozen=True)
@@ -286,11 +243,6 @@ class IndexKeys:
     prune_cursor: str
     slot: int = -1
     """The hash slot of the shard (-1: the only shard, on a single Redis)."""
-
-
-def outbox_run(member: str) -> str:
-    """The run an outbox member is about (`a|<run>`, `m|<run>|<seq>`, `t|<run>|<call>`)."""
-    return member.split("|", 2)[1]
 
 
 @dataclass(frozen=True)
@@ -318,8 +270,8 @@ class Keys:
         a tree hashes to its root's slot."""
         if not self.cluster:
             return run_id
-        root, dot, rest = run_id.partition(".")
-        return f"{{{root}}}{dot}{rest}"
+        root, rest = tree_parts(run_id)
+        return f"{{{root}}}{rest}"
 
     def slot(self, run_id: str) -> int:
         """The hash slot of the run's tree (on a cluster)."""
@@ -388,7 +340,7 @@ class Keys:
 
     def live(self, run_id: str) -> str:
         """The live stream of the tree `run_id` belongs to (its root's)."""
-        return self._(f"live:{self._tree(run_id.split('.', 1)[0])}")
+        return self._(f"live:{self._tree(root_of(run_id))}")
 
     def route(self, name: str, part: str = "") -> str:
         """`route:<name>` or `route:<name>:<part>` (see the map above)."""

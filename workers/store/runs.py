@@ -1,30 +1,36 @@
 """The run store: every read and write of run state in Redis, one method each.
 
-Writes that touch more than one key go through the Lua scripts of
-`workers/store/lua/` (`workers.store.scripts` names their answers), so each is atomic;
-`workers.store.layout` is the map of what lives where, and `workers.store.codec` turns
-values into what is stored and back. Redis errors are translated to
-`StoreUnavailable` in one place (`_redis_errors`), with the URL's password
-hidden. Nothing here knows about agents beyond opaque snapshot text.
+`RunStore` composes the store's parts on one `Connection`: its own methods
+read and write runs (CREATE, LOAD, CLAIM, RENEW, UNCLAIM, RECORD, SAVE, TRACE,
+through `workers.store.scripts`), and it holds the sub-stores, each of which
+takes the connection, never the store:
+
+    people    what waits on a person; decisions and budget extensions (DECIDE, EXTEND)
+    live      the trees' live streams, and follow-ups (STREAM, REPLY)
+    upkeep    the tick's lock, pruning the runs index, the outbox's due messages
+    shards    the fleet-wide indexes' shards, and reads over all of them (SWEEP)
+    hot       the agents this process saved last: a load skips their restore
+
+`workers.store.layout` is the map of what lives where; `workers.store.codec`
+turns values into what is stored and back. Nothing here knows about agents
+beyond opaque snapshot text (and the hot agents this process made itself).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from pydantic import ValidationError
-from redis.exceptions import RedisClusterException
 
+from workers.engine.budget import NO_ADMISSION, Admission, Over, TreeLimits
 from workers.engine.effects import Advanced, OwnOutcome
-from workers.engine.records import InboxEvent, RunRecord, TraceEntry, Usage
-from workers.errors import RunCorrupt, StoreUnavailable
-from workers.redact import redact_url
-from workers.store.agent_cache import HotAgent, HotAgents
-from workers.store.cluster import cluster_url, connect, node_client
+from workers.engine.events import InboxEvent
+from workers.engine.ids import OutboxMember
+from workers.engine.records import RunRecord, TraceEntry, Usage
+from workers.errors import RunCorrupt
+from workers.store import scripts
+from workers.store.cluster import node_client
 from workers.store.codec import (
     Loaded,
     as_int,
@@ -32,67 +38,21 @@ from workers.store.codec import (
     corrupt,
     inbox_of,
     loaded,
-    record_json,
-    save_arguments,
     trace_line,
     usage_of,
 )
+from workers.store.connection import Connection
 from workers.store.durability import Durability, probe, wait_durable
-from workers.store.layout import TRACE_MAX, Keys, OutboxMember, RunFields, outbox_run
+from workers.store.hot_agents import HotAgent, HotAgents
+from workers.store.layout import TRACE_MAX, RunFields
 from workers.store.live import LiveStreams
 from workers.store.people import People
-from workers.store.scripts import ClaimStatus, Recorded, Saved, lua
+from workers.store.scripts import ClaimStatus, Recorded, Saved, StoredRun
 from workers.store.shards import Shards
 from workers.store.snapshots import split
 from workers.store.upkeep import Upkeep
 
-__all__ = ["NO_ADMISSION", "Admission", "Claim", "Loaded", "Over", "RunStore", "TreeLimits"]
-
-
-@dataclass(frozen=True)
-class Admission:
-    """What a model call's admission against its tree's budget needs beside the request:
-    the reply's largest size, and the highest prices (micro-dollars per token) it may
-    be charged. `max_tokens` 0: the reply's size is not capped (nor reserved for)."""
-
-    max_tokens: int
-    input_micro: float
-    output_micro: float
-
-
-NO_ADMISSION = Admission(0, 0.0, 0.0)
-
-
-@dataclass(frozen=True)
-class Over:
-    """The limit a model call was not admitted under, with the numbers (for the person)."""
-
-    limit: str
-    """tokens, usd, model_calls, or deadline."""
-    spent: int = 0
-    reserved: int = 0
-    cap: int = 0
-    estimate: int = 0
-
-    @classmethod
-    def of(cls, text: str) -> Over | None:
-        if not text:
-            return None
-        limit, *numbers = text.split("|")
-        values = [int(float(n)) for n in numbers] + [0, 0, 0, 0]
-        return cls(limit, *values[:4])
-
-
-@dataclass(frozen=True)
-class TreeLimits:
-    """A tree's budget as it stands: tokens, micro-dollars, model calls, deadline (ms);
-    None where it has no such limit; and what its calls in flight reserved."""
-
-    tokens: int | None
-    cost_micro: int | None
-    model_calls: int | None
-    deadline_ms: int | None
-    reserved: tuple[int, int, int]
+__all__ = ["Claim", "Loaded", "RunStore"]
 
 
 @dataclass(frozen=True)
@@ -110,75 +70,42 @@ class Claim:
     loaded: Loaded | None = None
 
 
-@contextmanager
-def _redis_errors(url: str) -> Iterator[None]:
-    """Translate redis-py's errors into `StoreUnavailable` naming the URL without its password."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as error:
-        raise StoreUnavailable(f"Redis at {redact_url(url)} is unreachable: {error}") from error
-    except RedisClusterException as error:  # no node answered when the client was made
-        raise StoreUnavailable(f"Redis at {redact_url(url)}: {error}") from error
-    except redis.RedisError as error:
-        raise StoreUnavailable(f"Redis at {redact_url(url)} failed: {error}") from error
-
-
 class RunStore:
     """Run state in Redis. One per process; safe to share between threads."""
 
     def __init__(self, url: str, prefix: str, *, cluster: bool = False) -> None:
+        self.connection = Connection(url, prefix, cluster=cluster)
         self.url = url
-        self.keys = Keys(prefix, cluster=cluster or cluster_url(url))
-        # Typed Any: redis-py annotates every reply as a union over its sync and
-        # async clients, which says nothing useful here.
-        with _redis_errors(url):  # a cluster's client asks a node for the slots now
-            self.redis: Any = connect(url, cluster=self.keys.cluster)
-        script = self.redis.register_script
-        self._create: Any = script(lua("create"))
-        self._load: Any = script(lua("load"))
-        self._claim: Any = script(lua("claim"))
-        self._renew: Any = script(lua("renew"))
-        self._unclaim: Any = script(lua("unclaim"))
-        self._record: Any = script(lua("record"))
-        self._save: Any = script(lua("save"))
-        self._trace: Any = script(lua("trace"))
-        self._read_trace: Any = script(lua("read_trace"))
+        self.keys = self.connection.keys
+        self.redis: Any = self.connection.redis
         self._durability: Durability | None = None
-        self.people = People(self)
+        self.shards = Shards(self.connection)
+        """The fleet-wide indexes' shards (one on a single Redis, one per slot on a cluster)."""
+        self.people = People(self.connection, self.shards)
         """What waits on a person, and the decisions and extensions that settle it."""
-        self.upkeep = Upkeep(self)
+        self.upkeep = Upkeep(self.connection, self.shards)
         """The fleet-wide upkeep the tick does: its lock, pruning, the outbox's due messages."""
-        self.live = LiveStreams(self)
+        self.live = LiveStreams(self.connection)
         """The trees' live streams (replies as they are written), and follow-ups."""
         self.hot = HotAgents()
-        """The agents this process saved last (`store.agent_cache`): a load skips their restore."""
-        self.shards = Shards(self)
-        """The fleet-wide indexes' shards (one on a single Redis, one per slot on a cluster)."""
+        """The agents this process saved last (`store.hot_agents`): a load skips their restore."""
 
     def errors(self) -> Any:
         """Return a context manager that translates Redis errors for this store."""
-        return _redis_errors(self.url)
+        return self.connection.errors()
 
     def ping(self) -> None:
-        with self.errors():
-            self.redis.ping()
+        self.connection.ping()
 
     # --- creating and reading --------------------------------------------------------
 
     def create(self, record: RunRecord, snapshot: str, due_ms: int) -> bool:
         """Create a run (its budget, if any, becomes its tree's limits); False if one with
         that id exists."""
-        k = self.keys
         head, history = split(snapshot)  # stored as CREATE keeps it: head, entries
-        args: list[str | int] = [record.id, record_json(record), head, record.created_ms]
-        args += [OutboxMember.advance(record.id), due_ms, *_limits(record), *history]
-        index = k.index(record.id)
-        keys = [k.run(record.id), index.runs, index.outbox, index.deadlines]
-        keys.append(k.history(record.id))
         self.shards.enlist(record.id)
-        with self.errors():
-            answer = self._create(keys=keys, args=args)
-        return as_text(answer) == "created"
+        create = scripts.create(self.keys, record=record, head=head, history=history, due_ms=due_ms)
+        return self.connection.run(create)
 
     def load(self, run_id: str, *, hot: bool = True) -> Loaded | None:
         """Return the run with its unapplied inbox, or None if there is no such run.
@@ -186,22 +113,20 @@ class RunStore:
         With `hot`, a run this process saved last comes with its agent (`Loaded.hot`)
         and without its snapshot, which is then not read.
         """
-        k, known = self.keys, self.hot.version(run_id) if hot else ""
-        keys = [k.run(run_id), k.history(run_id), k.inbox(run_id)]
-        with self.errors():
-            answer = self._load(keys=keys, args=[known])
-        return self._loaded(run_id, known, answer)
+        known = self.hot.version(run_id) if hot else ""
+        stored = self.connection.run(scripts.load(self.keys, run_id=run_id, known_version=known))
+        return self._loaded(run_id, known, stored)
 
-    def _loaded(self, run_id: str, known: str, answer: list[Any]) -> Loaded | None:
-        """A run as LOAD answered (or CLAIM: version, record, form, snapshot, history, inbox)."""
-        version, meta, inbox = answer[0], answer[1], answer[5]
-        if known and version and as_text(version) == known:
-            found = self.hot.get(run_id, known, meta)
+    def _loaded(self, run_id: str, known: str, stored: StoredRun) -> Loaded | None:
+        """A run as LOAD (or CLAIM) read it, with its hot agent if this process has it."""
+        if known and stored.version and as_text(stored.version) == known:
+            found = self.hot.get(run_id, known, stored.record)
             if found is None:  # the record changed without a save: read it all
                 self.hot.forget(run_id)
                 return self.load(run_id, hot=False)
-            return Loaded(known, found.record, "", inbox_of(inbox), apart=True, hot=found.agent)
-        return loaded(answer)
+            inbox = inbox_of(stored.inbox)
+            return Loaded(known, found.record, "", inbox, apart=True, hot=found.agent)
+        return loaded(stored)
 
     def read(self, run_id: str) -> tuple[RunRecord, Usage] | None:
         """Return the run's record and what it and its descendants used (no snapshot),
@@ -259,11 +184,9 @@ class RunStore:
         what: str,
         *,
         seq: int | None,
-        member: str,
         token: str,
         lease_ms: int,
         now_ms: int,
-        root: str,
         admission: Admission = NO_ADMISSION,
     ) -> Claim:
         """Claim call `what` of the run (a tool call, or with `seq` the model call `m<seq>`).
@@ -271,19 +194,14 @@ class RunStore:
         Only a call the run's record says is due can be claimed, and a model call only
         within its tree's budget (see lua/claim.lua; `Claim.over` says which limit).
         """
-        k, known = self.keys, self.hot.version(run_id)
-        outbox = k.index(run_id).outbox
-        keys = [k.run(run_id), k.lease(run_id, what), outbox, k.run(root), k.inbox(run_id)]
-        keys.append(k.history(run_id))
-        kind = "tool" if seq is None else "model"
-        args: list[str | int | float] = [what, kind, seq or 0, token, lease_ms, member]
-        args += [now_ms + lease_ms, run_id, admission.max_tokens]
-        args += [admission.input_micro, admission.output_micro, now_ms, known]
-        with self.errors():
-            status, attempts, over, *run = self._claim(keys=keys, args=args)
-        claimed = ClaimStatus(as_text(status))
-        found = self._loaded(run_id, known, run) if claimed is ClaimStatus.CLAIMED else None
-        return Claim(claimed, int(attempts), Over.of(as_text(over)), found)
+        known = self.hot.version(run_id)
+        claim = scripts.claim(
+            self.keys, run_id=run_id, call=what, seq=seq, token=token, lease_ms=lease_ms,
+            now_ms=now_ms, admission=admission, known_version=known,
+        )  # fmt: skip
+        answer = self.connection.run(claim)
+        found = None if answer.run is None else self._loaded(run_id, known, answer.run)
+        return Claim(answer.status, answer.attempts, answer.over, found)
 
     def renew(
         self,
@@ -297,11 +215,11 @@ class RunStore:
         now_ms: int,
     ) -> bool:
         """Keep (or take back, if nobody took it over) the lease of call `what`."""
-        k = self.keys
-        keys = [k.lease(run_id, what), k.index(run_id).outbox, k.run(run_id)]
-        args = [token, lease_ms, member, now_ms + lease_ms, what, attempt]
-        with self.errors():
-            return as_text(self._renew(keys=keys, args=args)) == "kept"
+        renew = scripts.renew(
+            self.keys, run_id=run_id, call=what, attempt=attempt, member=member, token=token,
+            lease_ms=lease_ms, now_ms=now_ms,
+        )  # fmt: skip
+        return self.connection.run(renew)
 
     def durability(self) -> Durability:
         """Return how this Redis makes a claim durable (asked once per process).
@@ -327,11 +245,11 @@ class RunStore:
         self, run_id: str, what: str, *, attempt: int, token: str, member: str, due_ms: int
     ) -> bool:
         """Give back a claim whose call never started; False if it was not ours any more."""
-        k = self.keys
-        keys = [k.run(run_id), k.lease(run_id, what), k.index(run_id).outbox]
-        with self.errors():
-            answer = self._unclaim(keys=keys, args=[what, attempt, token, member, due_ms])
-        return as_text(answer) == "given_back"
+        unclaim = scripts.unclaim(
+            self.keys, run_id=run_id, call=what, attempt=attempt, token=token, member=member,
+            due_ms=due_ms,
+        )  # fmt: skip
+        return self.connection.run(unclaim)
 
     def record(
         self,
@@ -350,17 +268,16 @@ class RunStore:
         A `counted` outcome (a tool's) counts down the calls of its batch still out.
         Returns what happened, and the run loaded when it should advance now.
         """
-        k = self.keys
-        keys = [k.run(run_id), k.inbox(run_id), k.index(run_id).outbox, k.lease(run_id, what)]
-        args = [what, event.model_dump_json(), member, OutboxMember.advance(run_id), due_ms]
-        args += [token, "1" if counted else "0", attempt]
-        with self.errors():
-            recorded = Recorded(as_text(self._record(keys=keys, args=args)))
+        record = scripts.record(
+            self.keys, run_id=run_id, call=what, event=event, attempt=attempt, member=member,
+            token=token, due_ms=due_ms, counted=counted,
+        )  # fmt: skip
+        recorded = self.connection.run(record)
         return recorded, self.load(run_id) if recorded is Recorded.ADVANCE else None
 
     def forget_message(self, member: str) -> None:
         with self.errors():
-            self.redis.zrem(self.keys.index(outbox_run(member)).outbox, member)
+            self.redis.zrem(self.keys.index(OutboxMember.run_of(member)).outbox, member)
 
     def append(
         self, run_id: str, event: InboxEvent, due_ms: int, *, cancel_flag: bool = False
@@ -383,13 +300,12 @@ class RunStore:
     def save(self, advanced: Advanced, version: str, own: OwnOutcome | None = None) -> Saved:
         """Save a step if the run is still at `version`, with all its effects and, with
         `own`, the calling task's own outcome; say what happened."""
-        keys, args = save_arguments(self.keys, advanced, version, own)
-        with self.errors():
-            saved = Saved(as_text(self._save(keys=keys, args=args)))
+        save = scripts.save(self.keys, advanced=advanced, version=version, own=own)
+        saved = self.connection.run(save)
         run_id = advanced.record.id
         agent = None if advanced.stored is None else advanced.stored.agent
         if saved is Saved.SAVED and agent is not None:
-            meta = args[1].encode()
+            meta = str(save.args[1]).encode()  # the record as stored: a load compares it
             self.hot.put(run_id, HotAgent(str(int(version) + 1), meta, advanced.record, agent))
         else:
             self.hot.forget(run_id)
@@ -406,10 +322,8 @@ class RunStore:
         Positions count every line the run ever wrote; the oldest of a long run's
         lines may have been dropped (TRACE_MAX), and are skipped.
         """
-        keys = [self.keys.run(run_id), self.keys.trace(run_id)]
-        with self.errors():
-            end, lines = self._read_trace(keys=keys, args=[max(0, start)])
-        return int(end), [TraceEntry.model_validate_json(line) for line in lines]
+        end, lines = self.connection.run(scripts.read_trace(self.keys, run_id=run_id, start=start))
+        return end, [TraceEntry.model_validate_json(line) for line in lines]
 
     def activity_cursor(self, run_id: str) -> str:
         """Return the newest entry id of the run's activity stream (where a follower begins)."""
@@ -431,22 +345,9 @@ class RunStore:
         return cursor, runs
 
     def add_trace(self, run_id: str, entry: TraceEntry) -> None:
-        k = self.keys
-        keys = [k.run(run_id), k.trace(run_id), k.index(run_id).activity]
-        with self.errors():
-            self._trace(keys=keys, args=[run_id, TRACE_MAX, trace_line(entry)])
+        lines = [trace_line(entry)]
+        self.connection.run(scripts.trace(self.keys, run_id=run_id, lines=lines, keep=TRACE_MAX))
 
     def runs(self, limit: int = 100) -> list[str]:
         """Return the newest run ids first."""
         return self.shards.newest_runs(limit)
-
-
-def _limits(record: RunRecord) -> list[str | int]:
-    """The tree limits a new root's budget sets, in CREATE's order ('' for none)."""
-    budget = record.budget
-    if budget is None:
-        return ["", "", "", ""]
-    cost = budget.usd_micro
-    deadline = None if budget.seconds is None else record.created_ms + int(budget.seconds * 1000)
-    values = (budget.tokens, cost, budget.model_calls, deadline)
-    return ["" if value is None else value for value in values]

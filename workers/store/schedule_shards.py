@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -28,10 +27,8 @@ from scheduler import Notification, Schedule, ScheduleKeys
 from scheduler.store import NOTIFICATIONS_MAX, Index
 from workers.errors import StoreUnavailable
 from workers.store.codec import as_text
-from workers.store.shards import SlotSet
-
-if TYPE_CHECKING:
-    from workers.store.runs import RunStore
+from workers.store.connection import Connection
+from workers.store.shards import Shards, SlotSet
 
 __all__ = ["ClusterSchedules"]
 
@@ -42,29 +39,30 @@ MOVE_LOCK_MS = 30_000
 
 
 class ClusterSchedules:
-    """The schedule shards of a RunStore on Redis Cluster."""
+    """The schedule shards of one Redis Cluster connection."""
 
-    def __init__(self, store: RunStore) -> None:
-        self._store = store
-        self._slots = SlotSet(store, store.keys.schedule_slots)
+    def __init__(self, connection: Connection, shards: Shards) -> None:
+        self._connection = connection
+        self._shards = shards
+        self._slots = SlotSet(connection, connection.keys.schedule_slots)
         self._adopted = False
         """Whether this process saw the one-slot layout empty (a failed move is tried
         again at the next use)."""
 
     def of(self, name: str) -> ScheduleKeys:
         self._adopt()
-        return self._store.keys.schedules(name)
+        return self._connection.keys.schedules(name)
 
     def all(self) -> list[ScheduleKeys]:
-        return [self._store.keys.schedule_shard(slot) for slot in self._listed()]
+        return [self._connection.keys.schedule_shard(slot) for slot in self._listed()]
 
     def enlist(self, name: str) -> None:
-        self._slots.add(self._store.keys.schedule_slot(name))
+        self._slots.add(self._connection.keys.schedule_slot(name))
 
     def lowest(self, index: Index, high: int, limit: int) -> list[tuple[str, float]]:
-        keys = self._store.keys
+        keys = self._connection.keys
         pairs = [(slot, getattr(keys.schedule_shard(slot), index)) for slot in self._listed()]
-        return self._store.shards.lowest(pairs, float("-inf"), high, limit)
+        return self._shards.lowest(pairs, float("-inf"), high, limit)
 
     def _listed(self) -> list[int]:
         """The slots of the shards written, in order."""
@@ -76,10 +74,10 @@ class ClusterSchedules:
         the first use (two threads may both try: every step is safe to repeat)."""
         if self._adopted:
             return
-        old = ScheduleKeys.under(self._store.keys.prefix + "{schedules}")
+        old = ScheduleKeys.under(self._connection.keys.prefix + "{schedules}")
         lock, token = old.slot_prefix + "moving", secrets.token_hex(8)
-        redis, deadline = self._store.redis, time.monotonic() + MOVE_LOCK_MS / 1000
-        with self._store.errors():
+        redis, deadline = self._connection.redis, time.monotonic() + MOVE_LOCK_MS / 1000
+        with self._connection.errors():
             while redis.exists(old.schedules, old.due, old.firing, old.notifications):
                 if redis.set(lock, token, nx=True, px=MOVE_LOCK_MS):
                     try:
@@ -101,7 +99,7 @@ class ClusterSchedules:
         midway loses and doubles nothing; a notification popped by a process that dies
         before pushing it is the one thing lost.
         """
-        redis, keys, moved = self._store.redis, self._store.keys, 0
+        redis, keys, moved = self._connection.redis, self._connection.keys, 0
         due = dict(redis.zrange(old.due, 0, -1, withscores=True))
         for raw, text in redis.hgetall(old.schedules).items():
             name = as_text(raw)

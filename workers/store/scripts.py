@@ -1,23 +1,100 @@
-"""The Lua scripts that make each multi-key change to Redis atomic, and what they answer.
+"""The Lua scripts that make each multi-key change atomic: one typed call per script.
 
-Each script lives in `workers/store/lua/<name>.lua`, headed by its keys, arguments and
-answers; `workers.store.runs.RunStore` is their only caller. Their answers are words
-(`claimed`, `fenced`, ...), read back here into the enums below, so no 1/0/-1
-leaks into the code that acts on them. `workers.store.layout` maps the keys and
-fields they touch.
+Each script lives in `workers/store/lua/<name>.lua`, headed by its KEYS, ARGV
+and answers. Here each has one function with named parameters that spells its
+KEYS and ARGV (from the key map, `workers.store.layout`) and reads its answer
+into a named value (`ClaimStatus`, `Saved`, `Admitted`, ...): no positional list
+and no 1/0/-1 leaks past this module. `Connection.run` runs the call.
+
+    run state     CREATE, LOAD, CLAIM, RENEW, UNCLAIM, RECORD, SAVE, TRACE, READ_TRACE
+    people        DECIDE, EXTEND
+    live runs     STREAM, REPLY
+    the fleet     TICK_LOCK, SWEEP (a cluster's shards, one node at a time)
+    model routes  ROUTE_ADMIT, ROUTE_DONE
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from importlib.resources import files
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
-__all__ = ["ClaimStatus", "Decided", "Recorded", "Saved", "lua"]
+from workers.engine.budget import Admission, Over
+from workers.engine.effects import Advanced, OwnOutcome
+from workers.engine.events import BudgetExtended, FollowUp, InboxEvent
+from workers.engine.ids import OutboxMember, PendingKind, pending_member, root_of
+from workers.engine.records import Pending, RunRecord
+from workers.store import codec
+from workers.store.codec import as_text, record_json
+from workers.store.layout import Keys, RunFields
+
+__all__ = [
+    "Admitted",
+    "ClaimAnswer",
+    "ClaimStatus",
+    "Decided",
+    "Extended",
+    "Recorded",
+    "ReplyAnswer",
+    "Saved",
+    "ScriptCall",
+    "StoredRun",
+    "Swept",
+    "claim",
+    "create",
+    "decide",
+    "extend",
+    "load",
+    "lua",
+    "read_trace",
+    "record",
+    "renew",
+    "reply",
+    "route_admit",
+    "route_done",
+    "save",
+    "stream",
+    "sweep",
+    "tick_lock",
+    "trace",
+    "unclaim",
+]
+
+A = TypeVar("A")
+
+
+@dataclass(frozen=True)
+class ScriptCall(Generic[A]):
+    """One call of the script `name`: its KEYS and ARGV, and how to read its answer."""
+
+    name: str
+    keys: list[str]
+    args: list[Any]
+    read: Callable[[Any], A]
 
 
 def lua(name: str) -> str:
     """Return the source of the script `workers/store/lua/<name>.lua`."""
     return files("workers.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+# --- answers ----------------------------------------------------------------------------
+
+
+class StoredRun(NamedTuple):
+    """A run as LOAD (and a granted CLAIM) hands it back, raw (`codec.loaded` reads it)."""
+
+    version: Any
+    """'' (or nothing) when there is no such run."""
+    record: Any
+    form: Any
+    snapshot: Any
+    """The head, or the whole snapshot of a run stored before form 2; None when the
+    caller keeps the agent of this version."""
+    history: list[Any]
+    inbox: list[Any]
 
 
 class ClaimStatus(StrEnum):
@@ -33,6 +110,17 @@ class ClaimStatus(StrEnum):
     """The run's record does not call for it: a forged, replayed or early message."""
     BUSY = "busy"
     """Another worker holds the call's lease."""
+
+
+@dataclass(frozen=True)
+class ClaimAnswer:
+    """CLAIM's answer: the status, the attempts so far, the limit a model call was not
+    admitted under (if any), and the run as it stands when claimed."""
+
+    status: ClaimStatus
+    attempts: int
+    over: Over | None
+    run: StoredRun | None
 
 
 class Saved(StrEnum):
@@ -72,3 +160,372 @@ class Decided(StrEnum):
     """Decided already."""
     NOT_PENDING = "not_pending"
     GONE = "gone"
+
+
+class ReplyAnswer(StrEnum):
+    """What REPLY did with a follow-up."""
+
+    SENT = "sent"
+    BUSY = "busy"
+    """`reject`, and the run still works (or another follow-up is on its way)."""
+    SPECIALIST = "specialist"
+    """The run is a specialist's: only a root takes a follow-up."""
+    CORRUPT = "corrupt"
+    GONE = "gone"
+
+
+@dataclass(frozen=True)
+class Extended:
+    """EXTEND's answer: whether a limit was raised, and how many parked runs woke."""
+
+    raised: bool
+    woken: int
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What a route said to a call: admitted now, or when to ask again (and why not)."""
+
+    verdict: Literal["admitted", "paused", "open", "wait", "left"]
+    at_ms: int
+    """admitted: 1 if the call is the circuit's probe; else when to ask again."""
+
+    @property
+    def admitted(self) -> bool:
+        return self.verdict == "admitted"
+
+
+@dataclass(frozen=True)
+class Swept:
+    """SWEEP's answer: (member, score) pairs, and the shard keys the node did not serve."""
+
+    found: list[tuple[str, float]]
+    missed: list[str]
+
+
+def _word(answer: Any) -> str:
+    return as_text(answer)
+
+
+# --- run state --------------------------------------------------------------------------
+
+
+def create(
+    keys: Keys, *, record: RunRecord, head: str, history: Sequence[str], due_ms: int
+) -> ScriptCall[bool]:
+    """CREATE the run (its snapshot as `head` and `history` entries, its advance due at
+    `due_ms`, its budget as its tree's limits); True if made, False if it existed."""
+    index = keys.index(record.id)
+    script_keys = [keys.run(record.id), index.runs, index.outbox, index.deadlines]
+    script_keys.append(keys.history(record.id))
+    args: list[Any] = [record.id, record_json(record), head, record.created_ms]
+    args += [OutboxMember.advance(record.id), due_ms, *_limits(record), *history]
+    return ScriptCall("create", script_keys, args, lambda answer: _word(answer) == "created")
+
+
+def _limits(record: RunRecord) -> list[str | int]:
+    """The tree limits a new root's budget sets, in CREATE's order ('' for none)."""
+    budget = record.budget
+    if budget is None:
+        return ["", "", "", ""]
+    deadline = None if budget.seconds is None else record.created_ms + int(budget.seconds * 1000)
+    values = (budget.tokens, budget.usd_micro, budget.model_calls, deadline)
+    return ["" if value is None else value for value in values]
+
+
+def load(keys: Keys, *, run_id: str, known_version: str) -> ScriptCall[StoredRun]:
+    """LOAD the run, leaving its snapshot out if it is still at `known_version`."""
+    script_keys = [keys.run(run_id), keys.history(run_id), keys.inbox(run_id)]
+    return ScriptCall("load", script_keys, [known_version], lambda answer: StoredRun(*answer))
+
+
+def claim(
+    keys: Keys,
+    *,
+    run_id: str,
+    call: str,
+    seq: int | None,
+    token: str,
+    lease_ms: int,
+    now_ms: int,
+    admission: Admission,
+    known_version: str,
+) -> ScriptCall[ClaimAnswer]:
+    """CLAIM call `call` of the run (a tool call; with `seq`, the model call `m<seq>`,
+    admitted against its tree's budget); the run comes back when claimed."""
+    root = root_of(run_id)
+    member = OutboxMember.tool(run_id, call) if seq is None else OutboxMember.model(run_id, seq)
+    script_keys = [keys.run(run_id), keys.lease(run_id, call), keys.index(run_id).outbox]
+    script_keys += [keys.run(root), keys.inbox(run_id), keys.history(run_id)]
+    args: list[Any] = [call, "tool" if seq is None else "model", seq or 0, token, lease_ms]
+    args += [member, now_ms + lease_ms, run_id, admission.max_tokens]
+    args += [admission.input_micro, admission.output_micro, now_ms, known_version]
+
+    def read(answer: Any) -> ClaimAnswer:
+        status, attempts, over, *run = answer
+        claimed = ClaimStatus(as_text(status))
+        stored = StoredRun(*run) if claimed is ClaimStatus.CLAIMED else None
+        return ClaimAnswer(claimed, int(attempts), _over(as_text(over)), stored)
+
+    return ScriptCall("claim", script_keys, args, read)
+
+
+def _over(text: str) -> Over | None:
+    """The limit in CLAIM's `over` ("limit|spent|reserved|cap|estimate", or "deadline")."""
+    if not text:
+        return None
+    limit, *numbers = text.split("|")
+    values = [int(float(n)) for n in numbers] + [0, 0, 0, 0]
+    return Over(limit, *values[:4])
+
+
+def renew(
+    keys: Keys,
+    *,
+    run_id: str,
+    call: str,
+    attempt: int,
+    member: str,
+    token: str,
+    lease_ms: int,
+    now_ms: int,
+) -> ScriptCall[bool]:
+    """RENEW the lease of call `call`; True if it is still this attempt's."""
+    script_keys = [keys.lease(run_id, call), keys.index(run_id).outbox, keys.run(run_id)]
+    args = [token, lease_ms, member, now_ms + lease_ms, call, attempt]
+    return ScriptCall("renew", script_keys, args, lambda answer: _word(answer) == "kept")
+
+
+def unclaim(
+    keys: Keys, *, run_id: str, call: str, attempt: int, token: str, member: str, due_ms: int
+) -> ScriptCall[bool]:
+    """UNCLAIM a call that never started; True if the claim was still ours to give back."""
+    script_keys = [keys.run(run_id), keys.lease(run_id, call), keys.index(run_id).outbox]
+    args = [call, attempt, token, member, due_ms]
+    return ScriptCall("unclaim", script_keys, args, lambda answer: _word(answer) == "given_back")
+
+
+def record(
+    keys: Keys,
+    *,
+    run_id: str,
+    call: str,
+    event: InboxEvent,
+    attempt: int,
+    member: str,
+    token: str,
+    due_ms: int,
+    counted: bool,
+) -> ScriptCall[Recorded]:
+    """RECORD a call's outcome in the run's inbox, fenced by `attempt` (a `counted`
+    outcome, a tool's, counts down its batch)."""
+    script_keys = [keys.run(run_id), keys.inbox(run_id), keys.index(run_id).outbox]
+    script_keys.append(keys.lease(run_id, call))
+    args = [call, event.model_dump_json(), member, OutboxMember.advance(run_id), due_ms]
+    args += [token, "1" if counted else "0", attempt]
+    return ScriptCall("record", script_keys, args, lambda answer: Recorded(_word(answer)))
+
+
+def save(
+    keys: Keys, *, advanced: Advanced, version: str, own: OwnOutcome | None
+) -> ScriptCall[Saved]:
+    """SAVE a step if the run is still at `version`: its record, snapshot and effects
+    (`codec.save_effects`), with `own`, the calling task's own outcome."""
+    run_id = advanced.record.id
+    index = keys.index(run_id)
+    script_keys = [keys.run(run_id), keys.inbox(run_id), keys.trace(run_id), index.outbox]
+    script_keys += [index.pending, index.pending_data, index.runs, keys.history(run_id)]
+    stored = advanced.stored or codec.whole(advanced.snapshot)
+    effects = codec.save_effects(keys, advanced, own)
+    args: list[Any] = [version, record_json(advanced.record), stored.head, effects]
+    args += [stored.drop, 1 if stored.rewrite else 0, *stored.append]
+    return ScriptCall("save", script_keys, args, lambda answer: Saved(_word(answer)))
+
+
+def trace(keys: Keys, *, run_id: str, lines: Sequence[str], keep: int) -> ScriptCall[bool]:
+    """TRACE: add `lines` to the run's trace (keeping the newest `keep`); False if no run."""
+    script_keys = [keys.run(run_id), keys.trace(run_id), keys.index(run_id).activity]
+    args: list[Any] = [run_id, keep, *lines]
+    return ScriptCall("trace", script_keys, args, lambda answer: _word(answer) == "added")
+
+
+def read_trace(keys: Keys, *, run_id: str, start: int) -> ScriptCall[tuple[int, list[Any]]]:
+    """READ_TRACE: (the position after the last line, the lines from `start` on)."""
+    script_keys = [keys.run(run_id), keys.trace(run_id)]
+    return ScriptCall(
+        "read_trace", script_keys, [max(0, start)], lambda answer: (int(answer[0]), answer[1])
+    )
+
+
+# --- people -------------------------------------------------------------------------------
+
+
+def decide(
+    keys: Keys,
+    *,
+    run_id: str,
+    kind: PendingKind,
+    what: str,
+    event: InboxEvent,
+    expired: InboxEvent,
+    now_ms: int,
+    due_ms: int,
+) -> ScriptCall[Decided]:
+    """DECIDE the pending entry (`kind`, `what`) of the run with `event`, or with
+    `expired` (the event for "no decision in time") when it came too late."""
+    index = keys.index(run_id)
+    script_keys = [keys.run(run_id), keys.inbox(run_id), index.outbox, index.pending]
+    script_keys.append(index.pending_data)
+    args: list[Any] = [pending_member(run_id, kind, what), RunFields.decision(kind, what)]
+    args += [event.model_dump_json(), OutboxMember.advance(run_id), due_ms, now_ms]
+    args.append(expired.model_dump_json())
+    return ScriptCall("decide", script_keys, args, lambda answer: Decided(_word(answer)))
+
+
+def extend(
+    keys: Keys,
+    *,
+    root: str,
+    raise_by: tuple[int | None, int | None, int | None, int | None],
+    parked: Sequence[Pending],
+    due_ms: int,
+) -> ScriptCall[Extended | None]:
+    """EXTEND the tree's limits (tokens, micro-dollars, model calls, deadline ms; None:
+    leave it) and wake the runs `parked` at its budget; None if there is no root."""
+    index = keys.index(root)
+    script_keys = [keys.run(root), index.deadlines, index.pending, index.pending_data]
+    script_keys.append(index.outbox)
+    args: list[Any] = ["" if n is None else n for n in raise_by]
+    args += [root, due_ms]
+    for entry in parked:
+        seq = str(entry.seq)
+        script_keys += [keys.run(entry.run_id), keys.inbox(entry.run_id)]
+        args += [pending_member(entry.run_id, "budget", seq), RunFields.decision("budget", seq)]
+        args += [BudgetExtended(seq=entry.seq).model_dump_json()]
+        args += [OutboxMember.advance(entry.run_id)]
+
+    def read(answer: Any) -> Extended | None:
+        raised, woken = (int(n) for n in answer)
+        return None if raised < 0 else Extended(bool(raised), woken)
+
+    return ScriptCall("extend", script_keys, args, read)
+
+
+# --- live runs ------------------------------------------------------------------------------
+
+
+def stream(
+    keys: Keys,
+    *,
+    run_id: str,
+    events: Sequence[tuple[str, str]],
+    keep: int,
+    idle_s: int,
+) -> ScriptCall[bool]:
+    """STREAM (kind, text) events of `run_id` into its tree's live stream, keeping about
+    `keep` entries for `idle_s`; False if the root finished (nothing was written)."""
+    root = root_of(run_id)
+    args: list[Any] = [keep, idle_s]
+    for kind, text in events:
+        args += [kind, run_id, text]
+    script_keys = [keys.run(root), keys.live(root)]
+    return ScriptCall("stream", script_keys, args, lambda answer: _word(answer) == "added")
+
+
+def reply(keys: Keys, *, run_id: str, event: FollowUp, due_ms: int) -> ScriptCall[ReplyAnswer]:
+    """REPLY: put a follow-up in a root run's inbox, unless its strategy refuses."""
+    script_keys = [keys.run(run_id), keys.inbox(run_id), keys.index(run_id).outbox]
+    args = [event.model_dump_json(), event.strategy, OutboxMember.advance(run_id), due_ms]
+    return ScriptCall("reply", script_keys, args, lambda answer: ReplyAnswer(_word(answer)))
+
+
+# --- the fleet ------------------------------------------------------------------------------
+
+
+def tick_lock(keys: Keys, *, holder: str, interval_ms: int, now_ms: int) -> ScriptCall[int]:
+    """TICK_LOCK: 0 if `holder` ticks now, else the ms until the lock lapses."""
+    script_keys = [keys.tick_lock, keys.tick_stats]
+    return ScriptCall("tick_lock", script_keys, [holder, interval_ms, now_ms], int)
+
+
+def sweep(
+    *, mode: Literal["due", "newest"], low: str, high: str, limit: int, shards: Sequence[str]
+) -> ScriptCall[Swept]:
+    """SWEEP the sorted sets `shards` of one node: "due", each one's lowest scores from
+    `low` to `high`; "newest", its highest (at most `limit` each)."""
+    keys = list(shards)
+
+    def read(answer: Any) -> Swept:
+        entries, lost = answer
+        found = [(as_text(entries[i]), float(entries[i + 1])) for i in range(0, len(entries), 2)]
+        return Swept(found, [keys[int(position) - 1] for position in lost])
+
+    return ScriptCall("sweep", [], [mode, low, high, limit, *keys], read)
+
+
+# --- model routes -----------------------------------------------------------------------------
+
+
+def _route_keys(keys: Keys, route: str, key: str) -> list[str]:
+    return [
+        keys.route(route),
+        keys.route(route, "inflight"),
+        keys.key_inflight(key, route),
+        keys.route(route, "queue"),
+        keys.route(route, "queue-keys"),
+        keys.route(route, "tags"),
+        keys.route(route, "told"),
+    ]
+
+
+def route_admit(
+    keys: Keys,
+    *,
+    route: str,
+    key: str,
+    holder: str,
+    now_ms: int,
+    leave: bool = False,
+    ms_per_request: float = 0,
+    tokens: int = 0,
+    ms_per_token: float = 0,
+    route_cap: int = 0,
+    key_cap: int = 0,
+    lease_ms: int = 0,
+    probe_ms: int = 0,
+    stale_ms: int = 0,
+    absent_ms: int = 0,
+) -> ScriptCall[Admitted]:
+    """ROUTE_ADMIT: may `holder` (a call of `key`, which may use `tokens`) go on `route`
+    now? With `leave`, only take it out of the route's queue (another route took it,
+    or it failed). Caps of 0 and spacings of 0 are no limit."""
+    args: list[Any] = [now_ms, holder, key, ms_per_request, tokens, ms_per_token]
+    args += [route_cap, key_cap, lease_ms, probe_ms, stale_ms, absent_ms]
+    args.append("leave" if leave else "")
+
+    def read(answer: Any) -> Admitted:
+        verdict, at = answer
+        return Admitted(as_text(verdict), int(float(at)))  # type: ignore[arg-type]
+
+    return ScriptCall("route_admit", _route_keys(keys, route, key), args, read)
+
+
+def route_done(
+    keys: Keys,
+    *,
+    route: str,
+    key: str,
+    holder: str,
+    outcome: Literal["ok", "failed", "limited", "refused"],
+    now_ms: int,
+    paused_until_ms: int,
+    tokens_back: int,
+    ms_per_token: float,
+    failures_to_open: int,
+    probe_ms: int,
+    error: str,
+) -> ScriptCall[str]:
+    """ROUTE_DONE: what came of an admitted call; answers the circuit's state."""
+    args: list[Any] = [now_ms, holder, outcome, paused_until_ms, max(tokens_back, 0)]
+    args += [ms_per_token, failures_to_open, probe_ms, error[:300]]
+    return ScriptCall("route_done", _route_keys(keys, route, key)[:3], args, as_text)

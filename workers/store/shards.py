@@ -20,15 +20,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from workers.engine.effects import KeptNotes
+from workers.store import scripts
 from workers.store.codec import as_text, notes_key
+from workers.store.connection import Connection
 from workers.store.layout import NOTES_MAX, IndexKeys
-from workers.store.scripts import lua
 
-if TYPE_CHECKING:
-    from workers.store.runs import RunStore
+Mode = Literal["due", "newest"]
 
 __all__ = ["Shards", "SlotSet"]
 
@@ -48,8 +48,8 @@ class SlotSet:
 
     REFRESH_S = 60.0
 
-    def __init__(self, store: RunStore, key: str) -> None:
-        self._store = store
+    def __init__(self, connection: Connection, key: str) -> None:
+        self._connection = connection
         self.key = key
         self._lock = threading.Lock()
         self._added: set[int] = set()
@@ -60,15 +60,15 @@ class SlotSet:
         with self._lock:
             if slot in self._added:
                 return
-        with self._store.errors():
-            self._store.redis.sadd(self.key, slot)
+        with self._connection.errors():
+            self._connection.redis.sadd(self.key, slot)
         with self._lock:
             self._added.add(slot)
 
     def all(self) -> list[int]:
         """Every slot in the set, in order."""
-        redis = self._store.redis
-        with self._store.errors():
+        redis = self._connection.redis
+        with self._connection.errors():
             count = redis.scard(self.key)
             with self._lock:
                 fresh = time.monotonic() < self._read_until
@@ -86,21 +86,19 @@ class SlotSet:
 
 
 class Shards:
-    """The index shards of a RunStore's Redis."""
+    """The index shards of one Redis connection."""
 
-    def __init__(self, store: RunStore) -> None:
-        self._store = store
-        self.slots = SlotSet(store, store.keys.index_slots)
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self.slots = SlotSet(connection, connection.keys.index_slots)
         """The slots whose shards were written (`index-slots`)."""
         self._lock = threading.Lock()
         self._turn = 0
         """Where the next `window` starts."""
-        self._scripts: dict[str, Any] = {}
-        """SWEEP, registered on each node's own client (by node name)."""
 
     def all(self) -> list[IndexKeys]:
         """Every shard that may hold entries (the one on a single Redis)."""
-        keys = self._store.keys
+        keys = self._connection.keys
         if not keys.cluster:
             return [keys.index("")]
         return [keys.shard(slot) for slot in self.slots.all()]
@@ -118,14 +116,14 @@ class Shards:
 
     def enlist(self, run_id: str) -> None:
         """List the slot of the run's tree before its first index entry is written."""
-        keys = self._store.keys
+        keys = self._connection.keys
         if not keys.cluster:
             return
         self.slots.add(keys.slot(run_id))
 
     def by_shard(self, runs: Iterable[tuple[str, str]]) -> Iterator[tuple[IndexKeys, list[str]]]:
         """Group (run id, member) pairs by the shard of each run."""
-        keys, groups = self._store.keys, dict[IndexKeys, list[str]]()
+        keys, groups = self._connection.keys, dict[IndexKeys, list[str]]()
         for run_id, member in runs:
             groups.setdefault(keys.index(run_id), []).append(member)
         yield from groups.items()
@@ -153,18 +151,23 @@ class Shards:
         return found[:limit]
 
     def read(
-        self, keys: list[tuple[int, str]], mode: str, bounds: tuple[float, float, int]
+        self,
+        keys: list[tuple[int, str]],
+        mode: Mode,
+        bounds: tuple[float, float, int],
     ) -> list[tuple[str, float]]:
         """Range-read the sorted sets `keys` ((hash slot, key) pairs; any slot on a single
         Redis), unsorted: `mode` "due" takes each one's lowest scores from `low` to `high`,
         "newest" its highest. One command on a single Redis (one key), one SWEEP per node
         on a cluster, then one command per key a node missed."""
-        redis, found = self._store.redis, list[tuple[str, float]]()
+        connection, found = self._connection, list[tuple[str, float]]()
         low, high, limit = bounds
-        with self._store.errors():
-            head = [mode, _bound(low), _bound(high), limit]
-            missed = self._sweep(keys, head, found) if len(keys) > 1 else [k for _, k in keys]
-            pipe = redis.pipeline(transaction=False)
+        with connection.errors():
+            if len(keys) > 1:
+                missed = self._sweep(keys, mode, (_bound(low), _bound(high), limit), found)
+            else:
+                missed = [key for _, key in keys]
+            pipe = connection.redis.pipeline(transaction=False)
             for key in missed:
                 if mode == "newest":
                     pipe.zrevrangebyscore(key, high, low, start=0, num=limit, withscores=True)
@@ -175,36 +178,35 @@ class Shards:
         return found
 
     def _sweep(
-        self, keys: list[tuple[int, str]], head: list[Any], found: list[tuple[str, float]]
+        self,
+        keys: list[tuple[int, str]],
+        mode: Mode,
+        bounds: tuple[str, str, int],
+        found: list[tuple[str, float]],
     ) -> list[str]:
         """Read `keys` with one SWEEP per node (lua/sweep.lua) into `found`; return the keys
         a node did not serve."""
-        cluster, by_node = self._store.redis, dict[str, tuple[Any, list[str]]]()
+        cluster, by_node = self._connection.redis, dict[str, tuple[Any, list[str]]]()
         slots = cluster.nodes_manager
         for slot, key in keys:
             node = slots.get_node_from_slot(slot)
             by_node.setdefault(node.name, (node, []))[1].append(key)
         missed: list[str] = []
-        for name, (node, group) in by_node.items():
-            script = self._scripts.get(name)
-            if script is None:
-                script = cluster.get_redis_connection(node).register_script(lua("sweep"))
-                self._scripts[name] = script
-            args = [*head, *group]
-            entries, lost = script(keys=[], args=args)
-            found.extend(
-                (as_text(entries[i]), float(entries[i + 1])) for i in range(0, len(entries), 2)
-            )
-            missed += [group[int(position) - 1] for position in lost]
+        low, high, limit = bounds
+        for node, group in by_node.values():
+            sweep = scripts.sweep(mode=mode, low=low, high=high, limit=limit, shards=group)
+            swept = self._connection.run(sweep, on=cluster.get_redis_connection(node))
+            found.extend(swept.found)
+            missed += swept.missed
         return missed
 
     def keep_notes(self, notes: KeptNotes) -> None:
         """Keep a finished run's notes on a cluster, after the SAVE that finished it (they
         are in another slot). Their loss in a crash between the two is the cost: the
         next run starts without them; the run itself is saved either way."""
-        key = notes_key(self._store.keys, notes)
-        with self._store.errors():
-            pipe = self._store.redis.pipeline(transaction=False)
+        key = notes_key(self._connection.keys, notes)
+        with self._connection.errors():
+            pipe = self._connection.redis.pipeline(transaction=False)
             pipe.rpush(key, *notes.notes)
             pipe.ltrim(key, -NOTES_MAX, -1)
             pipe.execute()

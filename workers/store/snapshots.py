@@ -17,36 +17,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pydantic import BaseModel
 
 from agent_core import Agent
+from workers.engine.effects import SnapshotWrite
 
-__all__ = ["KEEP", "SnapshotWrite", "join", "split", "write"]
+__all__ = ["join", "split", "write"]
 
 _HISTORY = ',"history":['
-
-
-@dataclass(frozen=True)
-class SnapshotWrite:
-    """What a save does to the stored snapshot.
-
-    `head` empty: nothing (the step left the agent as it was stored). Otherwise
-    the head is replaced and the entries list is changed: with `rewrite`, replaced
-    by `append`; without, its first `drop` entries removed and `append` added.
-    `agent` (optional) is the agent in exactly the saved state, for the hot cache.
-    """
-
-    head: str
-    append: tuple[str, ...] = ()
-    drop: int = 0
-    rewrite: bool = False
-    agent: Agent | None = None
-
-
-KEEP = SnapshotWrite("")
-"""Leave the stored snapshot as it is (a run that ends without advancing its agent)."""
 
 
 def join(head: str, entries: Sequence[str]) -> str:

@@ -8,14 +8,13 @@ fleet-wide indexes, not one run.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
 
+from workers.engine.ids import OutboxMember
+from workers.store import scripts
 from workers.store.codec import as_int, as_text
-from workers.store.layout import IndexKeys, outbox_run
-from workers.store.scripts import lua
-
-if TYPE_CHECKING:
-    from workers.store.runs import RunStore
+from workers.store.connection import Connection
+from workers.store.layout import IndexKeys
+from workers.store.shards import Shards
 
 __all__ = ["PRUNE_SHARDS", "Upkeep"]
 
@@ -25,24 +24,24 @@ wait a little longer to leave the index; the tick stays a few milliseconds)."""
 
 
 class Upkeep:
-    """The tick's reads and writes, on a RunStore's Redis."""
+    """The tick's reads and writes, on one Redis connection."""
 
-    def __init__(self, store: RunStore) -> None:
-        self._store = store
-        self._lock_script: Any = store.redis.register_script(lua("tick_lock"))
+    def __init__(self, connection: Connection, shards: Shards) -> None:
+        self._connection = connection
+        self._shards = shards
 
     def elect_ticker(self, holder: str, interval_ms: int, now_ms: int) -> int:
         """Return 0 if `holder` ticks now (it holds the lock for one interval), else the
         milliseconds until the lock lapses and the next tick is due."""
-        k = self._store.keys
-        keys = [k.tick_lock, k.tick_stats]
-        with self._store.errors():
-            return int(self._lock_script(keys=keys, args=[holder, interval_ms, now_ms]))
+        lock = scripts.tick_lock(
+            self._connection.keys, holder=holder, interval_ms=interval_ms, now_ms=now_ms
+        )
+        return self._connection.run(lock)
 
     def tick_stats(self) -> tuple[int, int | None, str | None]:
         """Return (ticks so far, when the last began in ms, which process ran it)."""
-        redis, key = self._store.redis, self._store.keys.tick_stats
-        with self._store.errors():
+        redis, key = self._connection.redis, self._connection.keys.tick_stats
+        with self._connection.errors():
             count, last, by = redis.hmget(key, ["n", "last_ms", "by"])
         return (
             as_int(count),
@@ -60,8 +59,8 @@ class Upkeep:
         them all: runs that stay alive (parked for weeks) never stop the sweep from
         reaching the others.
         """
-        redis, shards = self._store.redis, self._store.shards.window(PRUNE_SHARDS)
-        with self._store.errors():
+        redis, shards = self._connection.redis, self._shards.window(PRUNE_SHARDS)
+        with self._connection.errors():
             pipe = redis.pipeline(transaction=False)
             for shard in shards:
                 pipe.get(shard.prune_cursor)
@@ -75,7 +74,7 @@ class Upkeep:
             pipe = redis.pipeline(transaction=False)
             for old in olds:
                 for run_id, _ in old:
-                    pipe.exists(self._store.keys.run(as_text(run_id)))
+                    pipe.exists(self._connection.keys.run(as_text(run_id)))
             alive = iter(pipe.execute())
             return self._forget_gone(shards, olds, alive)
 
@@ -83,7 +82,7 @@ class Upkeep:
         self, shards: list[IndexKeys], olds: list[list[tuple[bytes, float]]], alive: Iterator[int]
     ) -> int:
         """Take the runs found gone out of their shards, and move each shard's cursor."""
-        pipe, dropped = self._store.redis.pipeline(transaction=False), 0
+        pipe, dropped = self._connection.redis.pipeline(transaction=False), 0
         for shard, old in zip(shards, olds, strict=True):
             if not old:
                 pipe.delete(shard.prune_cursor)  # through them all: from the oldest next time
@@ -98,23 +97,23 @@ class Upkeep:
 
     def deadlines_due(self, now_ms: int, limit: int = 500) -> list[str]:
         """Return the roots whose budget's `seconds` ran out by `now_ms`."""
-        return [root for root, _ in self._store.shards.in_range("deadlines", 0, now_ms, limit)]
+        return [root for root, _ in self._shards.in_range("deadlines", 0, now_ms, limit)]
 
     def forget_deadline(self, root: str) -> None:
-        with self._store.errors():
-            self._store.redis.zrem(self._store.keys.index(root).deadlines, root)
+        with self._connection.errors():
+            self._connection.redis.zrem(self._connection.keys.index(root).deadlines, root)
 
     def due_messages(self, now_ms: int, limit: int = 500) -> list[str]:
         """Return outbox members whose time to be dealt with has passed."""
-        return [member for member, _ in self._store.shards.in_range("outbox", 0, now_ms, limit)]
+        return [member for member, _ in self._shards.in_range("outbox", 0, now_ms, limit)]
 
     def postpone(self, members: Sequence[str], due_ms: int) -> None:
         """Give messages just sent again another grace period before the next resend."""
         if not members:
             return
-        groups = self._store.shards.by_shard((outbox_run(m), m) for m in members)
-        with self._store.errors():
-            pipe = self._store.redis.pipeline(transaction=False)
+        groups = self._shards.by_shard((OutboxMember.run_of(m), m) for m in members)
+        with self._connection.errors():
+            pipe = self._connection.redis.pipeline(transaction=False)
             for shard, group in groups:
                 pipe.zadd(shard.outbox, dict.fromkeys(group, due_ms), xx=True)
             pipe.execute()

@@ -114,7 +114,11 @@ def build_app(relay: Relay, settings: WebSettings) -> Starlette:
         settings=settings,
         tokens=FormTokens(settings.secret, _claim_nonce(relay)),
         templates=Jinja2Templates(env=environment),
-        registry=registry_for(FleetMetrics(relay.store), now_ms, relay.route_states),
+        registry=registry_for(
+            FleetMetrics(relay.store.connection, relay.store.shards, relay.store.people),
+            now_ms,
+            relay.route_states,
+        ),
     )
 
     async def metrics(request: Request) -> Response:

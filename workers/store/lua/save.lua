@@ -3,7 +3,7 @@
 --
 -- A call that saves its own outcome with the run (`own`) is refused if that outcome
 -- was recorded already, and fenced like RECORD's: only the attempt that claimed the
--- call last. The effects JSON is built in one place, workers.store.codec.save_arguments,
+-- call last. The effects JSON is built in one place, workers.store.codec.save_effects,
 -- and holds only the effects this step has (an absent one is empty).
 --
 -- The agent's snapshot is stored apart (`sf` 2, see workers.store.snapshots): a new head
@@ -65,7 +65,7 @@ if #fx.trace > 0 then
   redis.call('HINCRBY', KEYS[1], 'tn', #fx.trace)
   redis.call('XADD', fx.activity, 'MAXLEN', '~', 10000, '*', 'r', fx.run)
 end
-for _, m in ipairs(fx.send or none) do redis.call('ZADD', KEYS[4], m[2], m[1]) end
+for _, m in ipairs(fx.sends or none) do redis.call('ZADD', KEYS[4], m[2], m[1]) end
 for _, m in ipairs(fx.unsend or none) do redis.call('ZREM', KEYS[4], m) end
 for _, p in ipairs(fx.pending_del or none) do
   redis.call('ZREM', KEYS[5], p)
@@ -76,7 +76,7 @@ for _, p in ipairs(fx.pending_add or none) do
   redis.call('HSET', KEYS[6], p[1], p[3])
 end
 local counters = {'tp', 'tc', 'tt', 'cc', 'cu', 'mc', 'np'}
-for _, u in ipairs(fx.usage or none) do
+for _, u in ipairs(fx.usage_adds or none) do
   -- An ancestor that finished and expired is not brought back without a TTL.
   if redis.call('HEXISTS', u[1], 'v') == 1 then
     for i, field in ipairs(counters) do
@@ -106,7 +106,7 @@ for _, c in ipairs(fx.create or none) do
     redis.call('ZADD', KEYS[4], c[7], c[6])
   end
 end
-for _, d in ipairs(fx.deliver or none) do
+for _, d in ipairs(fx.deliveries or none) do
   if redis.call('HEXISTS', d[1], 'v') == 1 then
     redis.call('XADD', d[2], '*', 'e', d[3])
     redis.call('ZADD', KEYS[4], d[5], d[4])
@@ -121,11 +121,11 @@ if redis.call('XLEN', KEYS[2]) == 0 then
   redis.call('ZREM', KEYS[4], fx.advance)
   redis.call('DEL', KEYS[2])
 end
-if fx.done and redis.call('EXISTS', fx.live) == 1 then
+if fx.done_summary and redis.call('EXISTS', fx.live) == 1 then
   -- Followers of the tree's live stream learn the run ended; a tree that never
   -- streamed gets no stream for it.
   redis.call('XADD', fx.live, 'MAXLEN', '~', fx.live_max, '*', 'k', 'done', 'r', fx.run,
-    't', fx.done)
+    't', fx.done_summary)
   redis.call('EXPIRE', fx.live, fx.live_ttl)
 elseif fx.parks then
   -- A run parked for a person: its tree's stream goes soon, unless an event renews it.
@@ -137,7 +137,7 @@ if fx.retention then
   redis.call('EXPIRE', KEYS[8], fx.retention)
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[4], fx.advance)
-elseif fx.revive then
+elseif fx.reopened then
   -- A follow-up reopened a finished run: it lives again.
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[3])

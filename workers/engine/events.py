@@ -1,0 +1,226 @@
+"""The events that move a run: everything that happens to it, in its inbox.
+
+A model's reply or failure, a tool's result, a specialist's outcome, a person's
+decision, answer, message, pause or follow-up, a cancel: each is appended to
+the run's inbox (a Redis stream) as one of these, with a `kind` tag, and
+applied exactly once by the step that saves it (`workers.engine.decide`). What
+cannot be read back is skipped with a trace line, never applied.
+
+A decision that comes too late becomes `expiry_event`'s: a no, or no answer.
+The tick decides for people whose entry expired; DECIDE applies it in place of
+a decision that came after the expiry.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from agent_core import Outcome, ToolOutput
+from agent_core.steps import FROZEN
+from workers.engine.budget import Over
+from workers.engine.ids import PendingKind
+from workers.engine.records import ReplyStrategy, Usage
+
+__all__ = [
+    "NO_ANSWER",
+    "NO_DECISION",
+    "NO_EXTENSION",
+    "Answer",
+    "BudgetExtended",
+    "BudgetReached",
+    "CallDecision",
+    "CancelRun",
+    "ChildDone",
+    "FollowUp",
+    "InboxEvent",
+    "ModelFailed",
+    "ModelReplied",
+    "PauseRun",
+    "PlanDecision",
+    "ResumeRun",
+    "Told",
+    "ToolDone",
+    "expiry_event",
+    "inbox_event",
+    "not_admitted",
+]
+
+
+class ModelReplied(BaseModel):
+    model_config = FROZEN
+    kind: Literal["model_replied"] = "model_replied"
+    seq: int
+    text: str
+    usage: Usage = Usage()
+    route: str = ""
+    """The model route that served the call ("" when the app gave its own model)."""
+    truncated: bool = False
+    """The reply was cut by its length limit: the agent asks for the rest."""
+
+
+class ModelFailed(BaseModel):
+    model_config = FROZEN
+    kind: Literal["model_failed"] = "model_failed"
+    seq: int
+    error: str
+    budget: bool = False
+    """The call was not made: the tree's time budget (`seconds`) is spent."""
+
+
+class ToolDone(BaseModel):
+    model_config = FROZEN
+    kind: Literal["tool_done"] = "tool_done"
+    call: str
+    output: ToolOutput
+
+
+class ChildDone(BaseModel):
+    model_config = FROZEN
+    kind: Literal["child_done"] = "child_done"
+    call: str
+    child: str
+    outcome: Outcome
+
+
+class CallDecision(BaseModel):
+    model_config = FROZEN
+    kind: Literal["call_decision"] = "call_decision"
+    call: str
+    yes: bool
+    reason: str = ""
+    by: str = ""
+    """Who decided (as the client that decided names them), for the trace."""
+
+
+class PlanDecision(BaseModel):
+    model_config = FROZEN
+    kind: Literal["plan_decision"] = "plan_decision"
+    seq: int
+    yes: bool
+    by: str = ""
+
+
+class Answer(BaseModel):
+    model_config = FROZEN
+    kind: Literal["answer"] = "answer"
+    seq: int
+    text: str
+
+
+class BudgetReached(BaseModel):
+    """The model call was not made: the tree is at a limit of its budget. The run parks."""
+
+    model_config = FROZEN
+    kind: Literal["budget_reached"] = "budget_reached"
+    seq: int
+    limit: Literal["tokens", "usd", "model_calls"]
+    detail: str
+
+
+class BudgetExtended(BaseModel):
+    """A person raised the tree's limits: a run parked at its budget goes on."""
+
+    model_config = FROZEN
+    kind: Literal["budget_extended"] = "budget_extended"
+    seq: int
+    """The step the run was parked at (a decision names what the person saw)."""
+
+
+class CancelRun(BaseModel):
+    model_config = FROZEN
+    kind: Literal["cancel"] = "cancel"
+    reason: str = ""
+    stop: Literal["cancelled", "budget_exceeded", "failed"] = "cancelled"
+
+
+class Told(BaseModel):
+    """A person's message for the model, shown at the run's next model call."""
+
+    model_config = FROZEN
+    kind: Literal["told"] = "told"
+    text: str
+
+
+class PauseRun(BaseModel):
+    """A person paused the run (and its specialists) at its next step."""
+
+    model_config = FROZEN
+    kind: Literal["pause"] = "pause"
+
+
+class ResumeRun(BaseModel):
+    """A person let a paused run (and its specialists) go on."""
+
+    model_config = FROZEN
+    kind: Literal["resume"] = "resume"
+
+
+class FollowUp(BaseModel):
+    """A person's next request: a new turn of the run, with its history."""
+
+    model_config = FROZEN
+    kind: Literal["follow_up"] = "follow_up"
+    text: str
+    strategy: ReplyStrategy = "enqueue"
+
+
+InboxEvent = Annotated[
+    ModelReplied
+    | ModelFailed
+    | ToolDone
+    | ChildDone
+    | CallDecision
+    | PlanDecision
+    | Answer
+    | BudgetReached
+    | BudgetExtended
+    | CancelRun
+    | Told
+    | PauseRun
+    | ResumeRun
+    | FollowUp,
+    Field(discriminator="kind"),
+]
+_INBOX_EVENT: TypeAdapter[InboxEvent] = TypeAdapter(InboxEvent)
+
+
+def inbox_event(text: str | bytes) -> InboxEvent:
+    """Return the event stored as `text`; raises pydantic's ValidationError if it is not one."""
+    return _INBOX_EVENT.validate_json(text)
+
+
+NO_DECISION = "no decision came in time"
+NO_ANSWER = "(No answer came in time. Carry on without it, and say what you assumed.)"
+NO_EXTENSION = "The run's budget ran out, and nobody extended it in time."
+
+
+def expiry_event(kind: PendingKind, what: str) -> InboxEvent:
+    """The event that stands for "nobody decided in time": a no, or no answer."""
+    if kind == "call":
+        return CallDecision(call=what, yes=False, reason=NO_DECISION)
+    if kind == "plan":
+        return PlanDecision(seq=int(what), yes=False)
+    if kind == "budget":
+        return CancelRun(reason=NO_EXTENSION, stop="budget_exceeded")
+    return Answer(seq=int(what), text=NO_ANSWER)
+
+
+def not_admitted(seq: int, over: Over) -> InboxEvent:
+    """The event for a model call its tree's budget did not admit."""
+    if over.limit == "deadline":
+        return ModelFailed(seq=seq, error="The run's time budget ran out.", budget=True)
+    if over.limit == "usd":
+        spent, cap, need = (f"${n / 1_000_000:,.6f}" for n in (over.spent, over.cap, over.estimate))
+        held = f"${over.reserved / 1_000_000:,.6f}"
+        detail = f"The tree has spent {spent} of its {cap}"
+    else:
+        what = "tokens" if over.limit == "tokens" else "model calls"
+        spent, cap, need = (f"{n:,} {what}" for n in (over.spent, over.cap, over.estimate))
+        held = f"{over.reserved:,}"
+        detail = f"The tree has used {spent} of its {cap}"
+    reserved = f" ({held} held by calls under way)" if over.reserved else ""
+    detail += f"{reserved}; the next model call may need {need}. Extend the budget to go on."
+    limit = "usd" if over.limit == "usd" else "tokens" if over.limit == "tokens" else "model_calls"
+    return BudgetReached(seq=seq, limit=limit, detail=detail)

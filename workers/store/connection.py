@@ -1,0 +1,81 @@
+"""One Redis (or Redis Cluster) connection, with what every part of the store shares.
+
+`Connection` is what the sub-stores take, never `RunStore`: the client, the key
+map (`workers.store.layout.Keys`), the one place where redis-py's errors become
+`StoreUnavailable` (naming the URL with its password masked), and `run`, which
+runs a Lua script call built by `workers.store.scripts`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
+
+import redis
+from redis.exceptions import RedisClusterException
+
+from workers.errors import StoreUnavailable
+from workers.redact import redact_url
+from workers.store.cluster import cluster_url, connect
+from workers.store.layout import Keys
+from workers.store.scripts import ScriptCall, lua
+
+__all__ = ["Connection"]
+
+A = TypeVar("A")
+
+
+class Connection:
+    """A client of one Redis (or cluster), its keys, and its scripts; shared by threads."""
+
+    def __init__(self, url: str, prefix: str, *, cluster: bool = False) -> None:
+        self.url = url
+        self.keys = Keys(prefix, cluster=cluster or cluster_url(url))
+        # Typed Any: redis-py annotates every reply as a union over its sync and
+        # async clients, which says nothing useful here.
+        with self.errors():  # a cluster's client asks a node for the slots now
+            self.redis: Any = connect(url, cluster=self.keys.cluster)
+        self._scripts: dict[tuple[str, int], Any] = {}
+        self._lock = threading.Lock()
+
+    def errors(self) -> AbstractContextManager[None]:
+        """A context in which redis-py's errors are raised as `StoreUnavailable`."""
+        return _redis_errors(self.url)
+
+    def run(self, call: ScriptCall[A], *, on: Any = None) -> A:
+        """Run a script call and return its answer, read (`on`: a node's own client, for
+        the one script that runs on each node of a cluster; default: this client)."""
+        client = self.redis if on is None else on
+        script = self._script(call.name, client)
+        with self.errors():
+            answer = script(keys=call.keys, args=call.args)
+        return call.read(answer)
+
+    def _script(self, name: str, client: Any) -> Any:
+        # A script is registered once per client: no round trip (EVALSHA, and the
+        # source on the first NOSCRIPT).
+        key = (name, id(client))
+        with self._lock:
+            script = self._scripts.get(key)
+            if script is None:
+                script = self._scripts[key] = client.register_script(lua(name))
+        return script
+
+    def ping(self) -> None:
+        with self.errors():
+            self.redis.ping()
+
+
+@contextmanager
+def _redis_errors(url: str) -> Iterator[None]:
+    """Translate redis-py's errors into `StoreUnavailable` naming the URL without its password."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as error:
+        raise StoreUnavailable(f"Redis at {redact_url(url)} is unreachable: {error}") from error
+    except RedisClusterException as error:  # no node answered when the client was made
+        raise StoreUnavailable(f"Redis at {redact_url(url)}: {error}") from error
+    except redis.RedisError as error:
+        raise StoreUnavailable(f"Redis at {redact_url(url)} failed: {error}") from error
