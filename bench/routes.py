@@ -22,8 +22,8 @@ from typing import Any
 from bench.cluster import Counters, relay_worker
 from bench.context import Bench, median
 from bench.model import Task
+from workers.model.endpoints import ModelRoute
 from workers.model.limits import RouteLimits
-from workers.model.routes import ModelRoute
 from workers.store.runs import RunStore
 
 __all__ = ["run"]

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 
 from tests.support.redis_server import RedisServer
 from workers.cli import cli
+from workers.model.endpoints import load_routes
 from workers.model.limits import FAILURES_TO_OPEN, RouteLimits
-from workers.model.routes import load_routes
 from workers.settings import now_ms
 from workers.store.runs import RunStore
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.redis_server import RedisServer
+from workers.model.endpoints import ModelRoute
 from workers.model.limits import (
     ABSENT_MS,
     FAILURES_TO_OPEN,
@@ -15,7 +16,6 @@ from workers.model.limits import (
     SPACING_MARGIN,
     RouteLimits,
 )
-from workers.model.routes import ModelRoute
 from workers.store.runs import RunStore
 
 ROUTE = ModelRoute("r", url="http://127.0.0.1:9/v1", model="m", rpm=60)

@@ -28,9 +28,9 @@ from tests.support.model_server import (
 )
 from workers.engine.records import Usage
 from workers.errors import ModelCallError
-from workers.model.endpoints import ModelSettings, chat_completions_url
 from workers.model.transport import ModelClient
 from workers.model.wire import ModelReply, backoff_seconds, parse_retry_after
+from workers.settings import ModelSettings, chat_completions_url
 
 KEY = "sk-test-0123456789-secret"
 NOW = 1_700_000_000.0

@@ -23,12 +23,11 @@ from tests.support.model_server import ModelServer, Reply, scripted
 from tests.support.redis_server import RedisServer
 from workers import ModelRoute
 from workers.errors import ModelCallError
-from workers.model.endpoints import ModelSettings
 from workers.model.limits import RouteLimits
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelClient
 from workers.model.wire import RESTART, StreamedReply, takes_text
-from workers.settings import now_ms
+from workers.settings import ModelSettings, now_ms
 from workers.store.runs import RunStore
 
 REQUEST = ModelRequest(system="You are terse.", prompt="Say hi.")

@@ -22,7 +22,7 @@ from tests.support.model_server import ChatCall, ModelServer
 from tests.support.redis_server import RedisServer
 from workers import Relay, Settings
 from workers.cli import cli
-from workers.model.routes import load_routes
+from workers.model.endpoints import load_routes
 
 README = (ROOT / "README.md").read_text()
 INSTALL_AND_DEMO = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/relay demo"

@@ -17,12 +17,11 @@ from tests.support.model_server import ModelServer, Reply, refusing_url, scripte
 from tests.support.redis_server import RedisServer
 from workers import ModelRoute, Settings
 from workers.errors import ModelCallError, SettingsError
-from workers.model.endpoints import ModelSettings
+from workers.model.endpoints import load_routes, routes_from
 from workers.model.limits import RouteLimits
 from workers.model.router import MOMENT_MS, ModelRouter, Requeue
-from workers.model.routes import load_routes, routes_from
 from workers.model.transport import ModelClient
-from workers.settings import now_ms
+from workers.settings import ModelSettings, now_ms
 from workers.store.runs import RunStore
 
 REQUEST = ModelRequest(system="You are terse.", prompt="Say hi.")

@@ -10,8 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
-from workers.model.endpoints import ModelSettings
-from workers.settings import Settings, SettingsError, redact_url
+from workers.settings import ModelSettings, Settings, SettingsError, redact_url
 
 DAY = 24 * 60 * 60
 

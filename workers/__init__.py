@@ -18,8 +18,8 @@ from workers.errors import (
     WaitTimeout,
 )
 from workers.kit.tools import ToolContext
+from workers.model.endpoints import ModelRoute
 from workers.model.limits import RouteState
-from workers.model.routes import ModelRoute
 from workers.model.wire import ModelReply
 from workers.relay import Relay
 from workers.settings import Settings

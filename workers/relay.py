@@ -46,9 +46,9 @@ from workers.engine.working import Verifier
 from workers.errors import RelayError
 from workers.kit.agents import AgentKit
 from workers.kit.skills import gather_skills
+from workers.model.endpoints import ModelRoute, routes_from
 from workers.model.limits import RouteLimits, RouteState
 from workers.model.pricing import load_prices
-from workers.model.routes import ModelRoute, routes_from
 from workers.model.transport import ModelSource
 from workers.model.wire import Model
 from workers.runtime.tasks import Runtime

@@ -1,85 +1,133 @@
-"""What a model endpoint is: its URL, model name, key, timeouts and limits.
+"""Where a fleet's model calls may go: its routes, in order of preference.
 
-Plain data with its checks, shared by the settings (read from RELAY_MODEL_*)
-and the HTTP client (`workers.model.transport`); nothing here talks to a server.
+    ModelRoute("primary", url="https://a.example/v1", model="big", key_env="A_KEY",
+               rpm=600, tpm=400_000, price=Price(input_per_m=2.0, output_per_m=8.0)),
+    ModelRoute("backup", url="http://vllm:8000/v1", model="qwen2.5-7b", rpm=120),
+
+A call tries the routes in order (`workers.model.router`). Each route's `rpm`,
+`tpm` and `max_concurrency` are limits the whole fleet shares (in Redis:
+`workers.model.limits`). With no routes given, `RELAY_MODEL_URL`, `RELAY_MODEL` and
+`RELAY_MODEL_KEY` make the one route `default`; `RELAY_MODELS` may name a JSON
+or TOML file of routes (a list of them, or `{"routes": [...]}`).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from typing import Annotated
-from urllib.parse import urlsplit, urlunsplit
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-__all__ = ["ModelSettings", "chat_completions_url", "check_api_key"]
+from workers.engine.budget import Price
+from workers.errors import SettingsError
+from workers.settings import ModelSettings, Settings, chat_completions_url
 
-_CHAT_PATH = "/chat/completions"
-_API_KEY = re.compile(r"[\x21-\x7e]+")  # what an HTTP header value can carry as is
+__all__ = ["ModelRoute", "load_routes", "routes_from"]
 
-
-def chat_completions_url(url: str) -> str:
-    """Return the chat completions endpoint for an OpenAI-compatible `url`.
-
-    A base URL (`http://localhost:11434/v1`) gets `/chat/completions` added; a
-    URL that already ends with it is kept. The result is the same if applied twice.
-    Raises ValueError (without echoing the URL) for anything but an http(s) URL
-    with a host, and for a URL that carries credentials: the key goes in its own
-    setting, so it can be kept out of logs.
-    """
-    expected = "expected an http:// or https:// URL such as http://localhost:11434/v1"
-    if not url or any(char.isspace() for char in url):
-        raise ValueError(expected)
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # raises ValueError for a port that is not a number
-    except ValueError:
-        raise ValueError(expected) from None
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or parts.fragment:
-        raise ValueError(expected)
-    if "@" in parts.netloc:
-        raise ValueError("expected no credentials in the URL (set the key on its own)")
-    path = parts.path.rstrip("/")
-    if not path.endswith(_CHAT_PATH):
-        path += _CHAT_PATH
-    return urlunsplit((parts.scheme.lower(), parts.netloc, path, parts.query, ""))
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
-def check_api_key(key: str) -> str:
-    """Return `key` if it can be sent as a bearer token; raise ValueError (not naming it)."""
-    if not _API_KEY.fullmatch(key):
-        raise ValueError("expected printable ASCII without spaces")
-    return key
+def _route_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError("a route name is 1 to 64 letters, digits, '_', '-' or '.'")
+    return value
 
 
-def _check_secret_key(key: SecretStr | None) -> SecretStr | None:
-    if key is not None:
-        check_api_key(key.get_secret_value())
-    return key
+def _env_name(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError("key_env names an environment variable")
+    return value
 
 
-class ModelSettings(BaseModel):
-    """What one model client needs: where, which model, the key, timeouts and limits."""
+class ModelRoute(BaseModel):
+    """One model server and model, with the limits the fleet keeps for it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
+    name: Annotated[str, AfterValidator(_route_name)]
     url: Annotated[str, AfterValidator(chat_completions_url)]
-    """The chat completions endpoint; a base URL is completed on validation."""
-    model: str = Field(default="default", min_length=1)
-    key: Annotated[SecretStr | None, AfterValidator(_check_secret_key)] = None
-    connect_timeout: float = Field(default=5.0, gt=0, allow_inf_nan=False)
-    read_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
-    """Seconds without a byte from the server before the attempt is given up."""
-    retries: int = Field(default=4, ge=0, le=100)
-    """Attempts after the first one, for transient failures only."""
-    deadline: float = Field(default=600.0, gt=0, allow_inf_nan=False)
-    """Seconds the whole call may take: every attempt, its reads, the waits between them."""
-    backoff_base: float = Field(default=0.5, gt=0, allow_inf_nan=False)
-    backoff_cap: float = Field(default=30.0, gt=0, allow_inf_nan=False)
-    """No wait between attempts is longer, whatever a server's Retry-After says."""
-    max_tokens: int = Field(default=4096, ge=0, le=10**7)
-    """The reply's cap in tokens, sent as `max_tokens` (0: not sent): it bounds what a
-    call can cost, so budgets hold exactly."""
-    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
-    attachment_chars: int = Field(default=20_000, gt=0)
-    """A text attachment is cut to this many characters."""
+    model: str = Field(min_length=1, max_length=200)
+    key_env: Annotated[str | None, AfterValidator(_env_name)] = None
+    """The environment variable holding its bearer key (read where a worker calls it)."""
+    rpm: int | None = Field(default=None, gt=0, le=10**7)
+    """Requests per minute, shared by the fleet (calls are spaced evenly)."""
+    tpm: int | None = Field(default=None, gt=0, le=10**12)
+    """Tokens per minute, shared by the fleet."""
+    max_concurrency: int | None = Field(default=None, gt=0, le=10**6)
+    """Calls in flight at once, across the fleet."""
+    price: Price | None = None
+    timeout: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
+    """Seconds without a byte from this server (default RELAY_MODEL_TIMEOUT)."""
+
+    def __init__(self, name: str | None = None, /, **fields: Any) -> None:
+        # The name may come first, positionally; pydantic's validation passes it by name.
+        super().__init__(**fields if name is None else {**fields, "name": name})
+
+    def client_settings(self, settings: Settings) -> ModelSettings:
+        """What a client of this route needs (the key read from `key_env` now)."""
+        key = os.environ.get(self.key_env, "") if self.key_env else ""
+        return ModelSettings(
+            url=self.url,
+            model=self.model,
+            key=SecretStr(key) if key else settings.model_key,
+            connect_timeout=settings.model_connect_timeout,
+            read_timeout=self.timeout or settings.model_timeout,
+            retries=settings.model_retries,
+            deadline=settings.model_deadline,
+            max_tokens=settings.model_max_tokens,
+        )
+
+
+def routes_from(given: Sequence[ModelRoute] | None, settings: Settings) -> tuple[ModelRoute, ...]:
+    """The routes of a Relay: those given, else RELAY_MODELS's file, else the one route
+    RELAY_MODEL_URL and RELAY_MODEL make (none without a URL).
+
+    Raises:
+        SettingsError: two routes share a name, or RELAY_MODELS cannot be read.
+    """
+    if given:
+        routes = tuple(given)
+    elif settings.models:
+        routes = load_routes(settings.models)
+    elif settings.model_url is not None:
+        routes = (ModelRoute("default", url=settings.model_url, model=settings.model),)
+    else:
+        routes = ()
+    names = [r.name for r in routes]
+    if len(set(names)) != len(names):
+        raise SettingsError(f"model routes share a name: {', '.join(sorted(names))}")
+    return routes
+
+
+def load_routes(path: str | Path) -> tuple[ModelRoute, ...]:
+    """Read routes from a JSON or TOML file: a list of routes, or `{"routes": [...]}`.
+
+    Raises:
+        SettingsError: the file cannot be read, or a route is not one (one line).
+    """
+    where = Path(path)
+    try:
+        text = where.read_text(encoding="utf-8")
+        data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as error:
+        raise SettingsError(f"RELAY_MODELS: cannot read {where}: {error}") from error
+    listed = data.get("routes") if isinstance(data, dict) else data
+    if not isinstance(listed, list) or not listed:
+        raise SettingsError(f"RELAY_MODELS: {where} lists no routes")
+    routes = []
+    for n, item in enumerate(listed):
+        if not isinstance(item, dict):
+            raise SettingsError(f"RELAY_MODELS: {where}: route {n + 1} is not a table of fields")
+        try:
+            routes.append(ModelRoute.model_validate(item))
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in first["loc"]) or "the route"
+            problem = f"route {n + 1}: {field}: {first['msg']}"
+            raise SettingsError(f"RELAY_MODELS: {where}: {problem}") from None
+    return tuple(routes)

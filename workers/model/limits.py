@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from workers.model.routes import ModelRoute
+from workers.model.endpoints import ModelRoute
 from workers.store import scripts
 from workers.store.codec import as_text
 from workers.store.connection import Connection

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from workers.engine.budget import Admission, Price
 from workers.engine.records import Usage
 from workers.errors import SettingsError
-from workers.model.routes import ModelRoute
+from workers.model.endpoints import ModelRoute
 from workers.model.wire import ModelReply
 
 __all__ = ["Pricing", "load_prices"]

@@ -29,8 +29,8 @@ from typing import TypeVar
 
 from agent_core import ModelRequest
 from workers.errors import ModelCallError, StoreUnavailable
+from workers.model.endpoints import ModelRoute
 from workers.model.limits import Outcome, RouteLimits
-from workers.model.routes import ModelRoute
 from workers.model.transport import ModelClient
 from workers.model.wire import RESTART, ModelReply
 

@@ -40,7 +40,6 @@ import httpx
 
 from agent_core.steps import ModelRequest
 from workers.errors import ModelCallError
-from workers.model.endpoints import ModelSettings
 from workers.model.wire import (
     RESTART,
     Model,
@@ -53,10 +52,10 @@ from workers.model.wire import (
     streaming,
 )
 from workers.redact import hide_secrets_in_httpx_logs, url_secrets
-from workers.settings import Settings
+from workers.settings import ModelSettings, Settings
 
 if TYPE_CHECKING:
-    from workers.model.routes import ModelRoute
+    from workers.model.endpoints import ModelRoute
 
 __all__ = ["ModelClient", "ModelSource"]
 

@@ -33,9 +33,9 @@ from workers.engine.ids import OutboxMember, model_call
 from workers.engine.records import RunRecord, TraceEntry
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
 from workers.kit.tools import ToolContext, ToolSpec, tool_output
+from workers.model.endpoints import ModelRoute
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
-from workers.model.routes import ModelRoute
 from workers.model.wire import Model, ModelReply, complete
 from workers.runtime.holding import save_holding
 from workers.runtime.leases import Lease, run_leased

@@ -24,10 +24,10 @@ from workers.engine.effects import Message
 from workers.engine.events import CancelRun, expiry_event
 from workers.engine.records import Pending
 from workers.kit.agents import AgentKit
+from workers.model.endpoints import ModelRoute
 from workers.model.limits import RouteLimits
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter
-from workers.model.routes import ModelRoute
 from workers.model.transport import ModelSource
 from workers.runtime.calls import Calls
 from workers.runtime.continuation import Continuation, Reach
