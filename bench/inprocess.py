@@ -1,6 +1,6 @@
 """Relay's runtime without Celery: the task bodies called in a loop in this process.
 
-`LocalRuntime` builds `workers.runtime.tasks.Runtime` on the bench app with a list in
+`LocalRuntime` builds `workers.runtime.bodies.Runtime` on the bench app with a list in
 place of the broker: each message a step sends is appended, and `drain` calls
 the task body it names (`advance`, `call_model`, `run_tool`) until none are
 left. What it costs per turn is Relay's own work (Redis, serialisation, the
@@ -25,7 +25,7 @@ from workers.engine.effects import Message
 from workers.engine.records import RunRecord, Usage
 from workers.model.transport import ModelSource
 from workers.model.wire import Model, ModelReply
-from workers.runtime.tasks import Runtime
+from workers.runtime.bodies import Runtime
 from workers.settings import now_ms
 
 __all__ = ["LocalModel", "LocalRuntime", "local_turn_ms"]
@@ -101,12 +101,7 @@ class LocalRuntime:
     def drain_one(self) -> Message:
         """Run the first queued message; return it."""
         message = self.queue.popleft()
-        if message.kind == "call_model":
-            self.runtime.call_model(message.run, message.seq)
-        elif message.kind == "run_tool":
-            self.runtime.run_tool(message.run, message.call)
-        else:
-            self.runtime.advance(message.run)
+        self.runtime.task(message)  # no reach: nothing is continued in place
         return message
 
 

@@ -1,4 +1,4 @@
-"""A batch's task messages go to a Redis broker in one round trip (`workers.celery_app.publishing`).
+"""A batch's task messages go to a Redis broker in one round trip (`celery_app.sending`).
 
 A private Redis, watched with MONITOR while the runtime's `send` publishes a
 batch: kombu alone would read the exchange's bindings and push once per message.

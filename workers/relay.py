@@ -35,7 +35,9 @@ import scheduler
 from agent_core import Attachment, Config, Outcome, Recipe, Risk, Skill, Specialist, Tool, Trigger
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
-from workers.celery_app.app import Queues, WorkerReach, build_celery, register_tasks, sender
+from workers.celery_app.app import Queues, build_celery
+from workers.celery_app.sending import WorkerReach, sender
+from workers.celery_app.tasks import register_tasks
 from workers.client.runs import RunsClient
 from workers.client.schedules import Scheduling
 from workers.client.start import checked_concurrency, checked_prices, new_run
@@ -51,7 +53,7 @@ from workers.model.limits import RouteLimits, RouteState
 from workers.model.pricing import load_prices
 from workers.model.transport import ModelSource
 from workers.model.wire import Model
-from workers.runtime.tasks import Runtime
+from workers.runtime.bodies import Runtime
 from workers.settings import Settings, now_ms
 from workers.store.runs import RunStore
 
@@ -64,11 +66,12 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 @dataclass(frozen=True)
 class _Parts:
-    """What talks to Redis and the broker, built together on first use."""
+    """What talks to Redis and the broker, built together on first use (a client never
+    builds the runtime: the worker does, at its first task or tick)."""
 
     store: RunStore
     celery: Celery
-    runtime: Runtime
+    send: Callable[[list[Message]], None]
     runs: RunsClient
 
 
@@ -103,6 +106,7 @@ class Relay:
             skills=skills_found,
             questions=questions,
             tool_output_chars=self.settings.tool_output_chars,
+            tool_timeout=self.settings.tool_timeout,
         )
         self.scheduling = Scheduling(lambda: self.store, lambda: self.tools)
         self._models = ModelSource(self.settings, model)
@@ -113,6 +117,7 @@ class Relay:
         )
         self._lock = threading.Lock()
         self._parts: _Parts | None = None
+        self._runtime: Runtime | None = None
 
     @property
     def specialists(self) -> tuple[Specialist, ...]:
@@ -226,22 +231,9 @@ class Relay:
                 settings = self.settings
                 store = RunStore(self.redis_url, settings.prefix, cluster=settings.cluster)
                 app = build_celery(self.name, settings, settings.broker_url or self.redis_url)
-                send = sender(app, self.queues, self._tool_timeout)
-                runtime = Runtime(
-                    settings,
-                    store,
-                    self.kit,
-                    models=self._models,
-                    send=send,
-                    tick=self.tick,
-                    prices=self.prices,
-                    routes=self.routes,
-                    key=self.name,
-                    key_concurrency=self.key_concurrency,
-                    reach=WorkerReach(app, self.queues, self._tool_timeout, settings),
-                )
-                register_tasks(app, runtime)
-                self._parts = _Parts(store, app, runtime, RunsClient(store, send, settings.timing))
+                send = sender(app, self.queues, self.kit.timeout_of)
+                register_tasks(app, lambda: self.runtime)
+                self._parts = _Parts(store, app, send, RunsClient(store, send, settings.timing))
             return self._parts
 
     @property
@@ -255,17 +247,30 @@ class Relay:
 
     @property
     def runtime(self) -> Runtime:
-        return self._built().runtime
+        """What the tasks do, built on first use: in a worker, at its first task or tick."""
+        parts = self._built()
+        with self._lock:
+            if self._runtime is None:
+                settings = self.settings
+                reach = WorkerReach(parts.celery, self.queues, self.kit.timeout_of, settings)
+                self._runtime = Runtime(
+                    settings,
+                    parts.store,
+                    self.kit,
+                    models=self._models,
+                    send=parts.send,
+                    tick=self.tick,
+                    prices=self.prices,
+                    routes=self.routes,
+                    key=self.name,
+                    key_concurrency=self.key_concurrency,
+                    reach=reach,
+                )
+            return self._runtime
 
     @property
     def runs_client(self) -> RunsClient:
         return self._built().runs
-
-    def _tool_timeout(self, name: str) -> float:
-        spec = self.kit.spec(name)
-        if spec is not None and spec.timeout is not None:
-            return spec.timeout
-        return self.settings.tool_timeout
 
     # --- starting runs, and the tick ------------------------------------------------------------
 
@@ -312,7 +317,7 @@ class Relay:
         if not created and run_id is None:  # 64 random bits: never
             raise RelayError(f"a run with id {record.id} exists already")
         if created:
-            parts.runtime.send([Message("advance", record.id)])
+            parts.send([Message("advance", record.id)])
         return record.id
 
     def tick(self, now: int | None = None) -> list[str]:

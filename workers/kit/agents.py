@@ -34,11 +34,15 @@ class AgentKit:
         skills: Sequence[Skill],
         questions: bool,
         tool_output_chars: int,
+        tool_timeout: float,
     ) -> None:
         self.specialists = tuple(specialists)
         self.skills = tuple(skills)
         self.questions = questions
         self.verifier: Verifier | None = None
+        self.tool_output_chars = tool_output_chars
+        self.tool_timeout = tool_timeout
+        """Seconds a tool may run unless it says otherwise (RELAY_TOOL_TIMEOUT)."""
         self._specs: dict[str, ToolSpec] = {}
         self._skill_reader = skill_reader(self.skills, tool_output_chars) if skills else None
 
@@ -107,6 +111,11 @@ class AgentKit:
         if name == READ_SKILL_FILE:  # a reserved name, never registered
             return self._skill_reader
         return self._specs.get(name)
+
+    def timeout_of(self, name: str) -> float:
+        """Seconds a call of the tool `name` may run: its own timeout, or the default."""
+        spec = self.spec(name)
+        return spec.timeout if spec is not None and spec.timeout is not None else self.tool_timeout
 
     def new_agent(
         self,

@@ -52,6 +52,19 @@ class ToolContext:
     _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
     _report: Callable[[str], None] = field(default=lambda _text: None, repr=False)
 
+    @classmethod
+    def of_call(
+        cls,
+        run_id: str,
+        call_id: str,
+        attempt: int,
+        cancel: threading.Event,
+        report: Callable[[str], None],
+    ) -> ToolContext:
+        """The context of one claimed call: `cancel` is set when the call should stop (the
+        run was cancelled, or the call ran past its time); `report` writes a progress line."""
+        return cls(run_id, call_id, attempt, cancel, report)
+
     @property
     def idempotency_key(self) -> str:
         return f"{self.run_id}:{self.call_id}"

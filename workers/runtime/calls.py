@@ -37,8 +37,7 @@ from workers.model.endpoints import ModelRoute
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.wire import Model, ModelReply, complete
-from workers.runtime.holding import save_holding
-from workers.runtime.leases import Lease, run_leased
+from workers.runtime.leases import Lease, run_leased, save_holding
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
 from workers.runtime.steps import Steps
 from workers.runtime.streaming import ReplyStream
@@ -132,7 +131,13 @@ class Claimed:
 
 
 class _Postponed(Exception):
-    """Raised when a claimed call cannot start now (args: why; whether it waits for a route)."""
+    """Raised when a claimed call cannot start now: its claim is given back, and its
+    message comes again (`waits_for_route`: for a model route's capacity)."""
+
+    def __init__(self, why: str, *, waits_for_route: bool) -> None:
+        super().__init__(why)
+        self.why = why
+        self.waits_for_route = waits_for_route
 
 
 Produce = Callable[[Claimed], InboxEvent | None]
@@ -146,7 +151,6 @@ class Calls:
         steps: Steps,
         settings: Settings,
         *,
-        spec: Callable[[str], ToolSpec | None],
         model: Callable[[], Model],
         pricing: Pricing,
         router: ModelRouter | None = None,
@@ -154,9 +158,9 @@ class Calls:
     ) -> None:
         self.steps = steps
         self.store = steps.store
+        self.kit = steps.kit
         self.settings = settings
         self.timing = steps.timing
-        self.spec = spec
         self.model = model
         self.pricing = pricing
         self.router = router
@@ -197,14 +201,14 @@ class Calls:
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
         call = Claimed(asked, claim.attempts, claim.over, claim.loaded)
-        if not call.open(self.steps.kit.restore):
+        if not call.open(self.kit.restore):
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
         started = time.time_ns()
         try:
             event = produce(call)
         except _Postponed as later:
-            return Report(f"{asked.what}: {later.args[0]}", waited=later.args[1])
+            return Report(f"{asked.what}: {later.why}", waited=later.waits_for_route)
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
@@ -357,7 +361,7 @@ class Calls:
         assert asked.seq is not None
         self.steps.send([Message("call_model", asked.run_id, seq=asked.seq, delay_ms=delay)])
         log.info("%s waits %d ms for a model route (%s)", call.label, delay, later.why)
-        raise _Postponed(f"waits {delay} ms for a model route ({later.why})", True)
+        raise _Postponed(f"waits {delay} ms for a model route ({later.why})", waits_for_route=True)
 
     # --- tool calls -----------------------------------------------------------------------
 
@@ -369,7 +373,7 @@ class Calls:
         tool_call = call.batch_call()
         if tool_call is None:
             return None
-        spec = self.spec(tool_call.tool)
+        spec = self.kit.spec(tool_call.tool)
         if spec is None:
             return ToolOutput.error(f"the tool {tool_call.tool} is not registered on this worker")
         refused = _not_again(spec, call.attempt)
@@ -378,14 +382,16 @@ class Calls:
         if self.settings.durable_claims and not spec.idempotent:
             self._ensure_durable(call)
         run_id, call_id = call.asked.run_id, call.asked.what
-        context = ToolContext(run_id=run_id, call_id=call_id, attempt=call.attempt)
-        context._report = lambda text: self._progress(run_id, call_id, tool_call.tool, text)
+        cancel = threading.Event()  # set when the run is cancelled, or the call overruns
+
+        def progress(text: str) -> None:
+            self._progress(run_id, call_id, tool_call.tool, text)
+
+        context = ToolContext.of_call(run_id, call_id, call.attempt, cancel, progress)
         lease = self._tool_lease(call, spec)
-        timeout = spec.timeout if spec.timeout is not None else self.settings.tool_timeout
+        timeout = self.kit.timeout_of(tool_call.tool)
         try:
-            value = run_leased(
-                lambda: spec.invoke(tool_call.args, context), lease, timeout, context._cancel
-            )
+            value = run_leased(lambda: spec.invoke(tool_call.args, context), lease, timeout, cancel)
         except CallTimedOut as error:
             return ToolOutput.unknown(f"{error}; it was told to stop and may still finish")
         except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
@@ -403,7 +409,9 @@ class Calls:
             return
         log.warning("%s: Redis did not confirm its claim is durable; trying later", call.label)
         self._unclaim(call, due_ms=self.steps.clock() + self.timing.grace_ms)
-        raise _Postponed("its claim is not durable yet; the tick sends it again", False)
+        raise _Postponed(
+            "its claim is not durable yet; the tick sends it again", waits_for_route=False
+        )
 
     def _tool_lease(self, call: Claimed, spec: ToolSpec) -> Lease:
         """Return the call's lease, lengthened for a tool that asked for a longer one."""

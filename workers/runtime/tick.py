@@ -1,5 +1,10 @@
 """The tick, run by the fleet itself: one tick per `RELAY_TICK_SECONDS`, whoever runs it.
 
+A tick fires the schedules that are due (`scheduler.tick`), then heals
+(`Healing.heal`): it declines approvals whose time ran out, stops trees whose
+time budget is spent, prunes expired runs from the index, and sends again what
+the outbox says nobody dealt with (a lost message, a dead worker's call).
+
 Every worker process runs a `Ticker` thread (unless started with `--no-tick`);
 `relay beat`, or anyone's own beat, may also send `relay.tick` messages. Each
 would-be tick first asks Redis for the tick lock (`RunStore.elect_ticker`): the
@@ -21,10 +26,16 @@ import socket
 import threading
 from collections.abc import Callable
 
+from workers.engine.effects import Message
+from workers.engine.events import CancelRun, expiry_event
+from workers.engine.records import Pending
 from workers.errors import StoreUnavailable
+from workers.settings import Timing
 from workers.store.runs import RunStore
+from workers.store.scripts import Decided
+from workers.store.upkeep import Upkeep
 
-__all__ = ["Ticker"]
+__all__ = ["Healing", "Ticker"]
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +48,12 @@ class Ticker:
 
     def __init__(
         self,
-        store: RunStore,
+        upkeep: Upkeep,
         tick: Callable[[int], object],
         interval_s: float,
         clock: Callable[[], int],
     ) -> None:
-        self._store = store
+        self._upkeep = upkeep
         self._tick = tick
         self._interval_ms = max(int(interval_s * 1000), 100)
         self._clock = clock
@@ -51,7 +62,7 @@ class Ticker:
     def tick_once(self) -> float:
         """Tick if no other process has this interval; return seconds until the next try."""
         now = self._clock()
-        wait_ms = self._store.upkeep.elect_ticker(self.holder, self._interval_ms, now)
+        wait_ms = self._upkeep.elect_ticker(self.holder, self._interval_ms, now)
         if wait_ms == 0:
             try:
                 self._tick(now)
@@ -84,3 +95,52 @@ class Ticker:
             thread.join(timeout=5)
 
         return halt
+
+
+class Healing:
+    """The runtime's part of each tick: what was never dealt with is dealt with now."""
+
+    def __init__(
+        self, store: RunStore, send: Callable[[list[Message]], None], timing: Timing
+    ) -> None:
+        self._store = store
+        self._send = send
+        self._timing = timing
+
+    def heal(self, now: int) -> int:
+        """Re-send what was never dealt with, decline what expired; return how many were re-sent."""
+        store, timing = self._store, self._timing
+        for pending in store.people.expired_pending(now):
+            self._expire(pending, now)
+        for root in store.upkeep.deadlines_due(now):
+            self._time_is_up(root, now)
+        store.upkeep.prune_runs(now - timing.retention_s * 1000)
+        members = store.upkeep.due_messages(now)
+        store.upkeep.postpone(members, now + timing.grace_ms)
+        messages = [m for m in (Message.of(member) for member in members) if m is not None]
+        self._send(messages)
+        return len(messages)
+
+    def _time_is_up(self, root: str, now: int) -> None:
+        """Stop a tree whose budget's `seconds` ran out, waiting or not (a finished one
+        ignores it)."""
+        stop = CancelRun(reason="The run's time budget ran out.", stop="budget_exceeded")
+        if self._store.append(root, stop, now + self._timing.grace_ms, cancel_flag=True):
+            self._send([Message("advance", root)])
+        self._store.upkeep.forget_deadline(root)
+
+    def _expire(self, pending: Pending, now: int) -> None:
+        """Decline (or answer for) what waited too long, and wake the run to hear it."""
+        what = pending.call_id if pending.call_id is not None else str(pending.seq)
+        event = expiry_event(pending.kind, what)
+        decided = self._store.people.decide(
+            pending.run_id,
+            pending.kind,
+            what,
+            event,
+            expired=event,
+            now_ms=now,
+            due_ms=now + self._timing.grace_ms,
+        )
+        if decided in (Decided.APPLIED, Decided.EXPIRED):
+            self._send([Message("advance", pending.run_id)])

@@ -1,7 +1,7 @@
 """The fleet's upkeep in Redis: the tick's lock, pruning expired runs, the outbox's due messages.
 
 What one tick per interval does, besides firing schedules and declining what
-expired (`workers.runtime.tasks.Runtime.heal`): the reads and writes here touch the
+expired (`workers.runtime.bodies.Runtime.heal`): the reads and writes here touch the
 fleet-wide indexes, not one run.
 """
 

@@ -1,0 +1,192 @@
+"""Sending a step's messages: as Celery tasks, in one broker round trip, ids fixed.
+
+A model call's and a tool call's task id is the same at every sending
+(`<run>:m<seq>`, `<run>:<call>`), so Flower shows one task however often the
+tick sends it again. A message that cannot be sent is logged and left to the
+tick, which finds it in the outbox. `WorkerReach` says which messages this
+worker may keep and run itself (`workers.runtime.continuation`).
+
+A batch of task messages in one broker round trip.
+
+Through Celery, each message is a publish of its own. On kombu's Redis
+transport (5.x) that is an LPUSH (`Channel._put`) and, with task events on, a
+PUBLISH of its `task-sent` event (`Channel._put_fanout`): two round trips per
+message, one after the other, on the producer's connection (seen with MONITOR,
+tests/test_publishing.py). `one_round_trip` lends the whole batch one producer
+and, on Redis, for the length of the block, makes that producer's channel queue
+those LPUSHes and PUBLISHes in one pipeline, sent when the block ends. On
+RabbitMQ the batch shares the producer's one channel (publisher confirms stay
+off), and its frames go out back to back.
+
+The channel is ours alone while the producer is borrowed from the app's pool,
+and what is patched is that one channel object, put back when the block ends.
+If the pipeline cannot be sent, nothing of it was: every message is still in
+the outbox, and the tick sends it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery import Celery
+from kombu import Producer
+from kombu.transport import redis as kombu_redis
+from kombu.utils.json import dumps
+
+from workers.celery_app.app import Queues
+from workers.engine.effects import Message
+from workers.settings import Settings
+
+__all__ = ["WorkerReach", "model_task_id", "one_round_trip", "sender", "tool_task_id"]
+
+log = logging.getLogger(__name__)
+
+
+class WorkerReach:
+    """Which steps a worker of `app` may continue in place (`runtime.continuation.Reach`)."""
+
+    def __init__(
+        self, app: Celery, queues: Queues, tool_limit_s: Callable[[str], float], settings: Settings
+    ) -> None:
+        self._app = app
+        self._queues = {"advance": queues.advance, "call_model": queues.model}
+        self._queues["run_tool"] = queues.tools
+        self._tool_limit_s = tool_limit_s
+        # A model call usually answers within one read timeout. One killed at the limit
+        # is recovered like a crash (its lease lapses, the tick sends it again): paid
+        # twice at worst, never lost. A tool is continued only within its own limit.
+        self._model_s = settings.model_timeout + 30
+
+    def owns(self, message: Message) -> bool:
+        # The queues this worker consumes: `-Q`'s selection, set before a prefork pool
+        # forks (so its children see it too); every declared queue when none was given.
+        return self._queues[message.kind] in self._app.amqp.queues.consume_from
+
+    def needs_s(self, message: Message) -> float:
+        if message.kind == "run_tool":  # the time limit its own message would carry
+            return _tool_time_limit(self._tool_limit_s, message.tool)
+        return self._model_s if message.kind == "call_model" else 0.0
+
+
+def model_task_id(run_id: str, seq: int) -> str:
+    """The task id of a run's model call: the same at every sending."""
+    return f"{run_id}:m{seq}"
+
+
+def tool_task_id(run_id: str, call_id: str) -> str:
+    """The task id of a run's tool call: the same at every sending."""
+    return f"{run_id}:{call_id}"
+
+
+def sender(
+    app: Celery, queues: Queues, tool_time_limit: Callable[[str], float]
+) -> Callable[[list[Message]], None]:
+    """Return a function that sends messages as tasks, with deterministic ids where they matter.
+
+    A message that cannot be sent is logged and left to the tick, which finds
+    it in the outbox and sends it again.
+    """
+
+    def send(messages: list[Message]) -> None:
+        if not messages:
+            return
+        try:  # a batch in one broker round trip (one_round_trip, below)
+            with one_round_trip(app) as producer:
+                for message in messages:
+                    try:
+                        _send_one(app, queues, message, tool_time_limit, producer)
+                    except Exception as error:  # noqa: BLE001 - the outbox keeps it
+                        what = f"{message.kind} for run {message.run}"
+                        log.warning("could not send %s: %s", what, error)
+        except Exception as error:  # noqa: BLE001 - the outbox keeps them; the tick re-sends
+            log.warning("could not send %d message(s): %s", len(messages), error)
+
+    return send
+
+
+def _send_one(
+    app: Celery,
+    queues: Queues,
+    m: Message,
+    tool_time_limit: Callable[[str], float],
+    producer: Producer,
+) -> None:
+    if m.kind == "call_model":
+        app.send_task(
+            "relay.call_model",
+            args=[m.run, m.seq],
+            task_id=model_task_id(m.run, m.seq),
+            argsrepr=f"run={m.run} step={m.seq}",
+            queue=queues.model,
+            countdown=m.delay_ms / 1000 if m.delay_ms > 0 else None,
+            producer=producer,
+        )
+    elif m.kind == "run_tool":
+        app.send_task(
+            "relay.run_tool",
+            args=[m.run, m.call],
+            task_id=tool_task_id(m.run, m.call),
+            argsrepr=f"run={m.run} call={m.call} tool={m.tool or '?'}",
+            queue=queues.tools,
+            time_limit=_tool_time_limit(tool_time_limit, m.tool),
+            producer=producer,
+        )
+    else:
+        app.send_task(
+            "relay.advance",
+            args=[m.run],
+            task_id=f"{m.run}:advance:{secrets.token_hex(4)}",
+            argsrepr=f"run={m.run}",
+            queue=queues.advance,
+            producer=producer,
+        )
+
+
+def _tool_time_limit(tool_time_limit: Callable[[str], float], tool: str) -> int:
+    """A tool call's hard time limit: its own timeout, and a minute to report it."""
+    return int(tool_time_limit(tool)) + 60
+
+
+# --- one round trip ----------------------------------------------------------------
+
+
+_PATCHED = ("_put", "_put_fanout")
+
+
+@contextmanager
+def one_round_trip(app: Celery) -> Iterator[Producer]:
+    """Yield a producer to publish a batch with (`send_task(..., producer=...)`); on Redis,
+    what it publishes goes out in one pipeline when the block ends without error."""
+    with app.producer_or_acquire() as producer:
+        channel = producer.channel
+        if not isinstance(channel, kombu_redis.Channel):
+            yield producer
+            return
+        pipe = _batch_into(channel)
+        try:
+            yield producer
+        finally:
+            for name in _PATCHED:
+                channel.__dict__.pop(name, None)
+        pipe.execute()
+
+
+def _batch_into(channel: Any) -> Any:
+    """Make `channel` put into a pipeline (kombu's own `_put` and `_put_fanout`, writing
+    to it instead of a client); return the pipeline."""
+    pipe = channel._create_client().pipeline(transaction=False)
+
+    def put(queue: str, message: dict[str, Any], **_: Any) -> None:
+        priority = channel._get_message_priority(message, reverse=False)
+        pipe.lpush(channel._q_for_pri(queue, priority), dumps(message))
+
+    def put_fanout(exchange: str, message: dict[str, Any], routing_key: str, **_: Any) -> None:
+        pipe.publish(channel._get_publish_topic(exchange, routing_key), dumps(message))
+
+    channel._put = put
+    channel._put_fanout = put_fanout
+    return pipe

@@ -1,0 +1,206 @@
+"""Relay's four tasks on a Celery app, each a short body on the runtime.
+
+    relay.advance(run_id)            advance a run (a wake-up: the client, the tick)
+    relay.call_model(run_id, seq)    make the run's model call for step `seq`
+    relay.run_tool(run_id, call_id)  run one call of the run's batch
+    relay.tick()                     the fleet's tick (schedules, expiries, healing)
+
+Each first refuses arguments Relay never sends (anyone with the broker, or
+Flower's "apply", can send a task), then hands the message to
+`workers.runtime.bodies.Runtime.task` and returns its one readable line. Every
+worker also runs the tick beside its pool (a bootstep; `--no-tick` turns it off).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import click
+from celery import Celery, Task, bootsteps
+from celery.exceptions import Ignore
+from celery.signals import beat_init, worker_process_init, worker_shutting_down
+
+from workers.celery_app.sending import model_task_id, tool_task_id
+from workers.engine.effects import Message
+from workers.errors import StepFailed
+from workers.runtime.leases import held
+from workers.runtime.reports import Report
+
+__all__ = ["REFUSED", "RuntimeLike", "register_tasks"]
+
+log = logging.getLogger(__name__)
+
+
+class RuntimeLike(Protocol):
+    """The part of the runtime the tasks call (see workers.runtime.bodies.Runtime)."""
+
+    def task(self, message: Message, hard_limit_s: float | None = None) -> Report: ...
+    def tick(self) -> None: ...
+    def start_ticking(self) -> Callable[[], None]: ...
+
+
+def register_tasks(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
+    """Register `relay.advance`, `relay.call_model`, `relay.run_tool` and `relay.tick` on
+    `app`, each a short body on the runtime (`runtime()`, built at the first task, so a
+    process that only sends never builds one), and the tick in every worker of the app.
+
+    Each step task returns one readable line (what it did, what the run waits for
+    now), or raises StepFailed with it once its work is saved: Flower shows it as
+    FAILURE, the message is acked like any other, and nothing is retried. The
+    tasks are this app's alone (`shared=False`): Celery would otherwise add them
+    to every app of the process, and two Relays in one process would run each
+    other's tasks on the wrong Redis.
+    """
+
+    @app.task(name="relay.advance", shared=False, throws=(StepFailed,), bind=True)
+    def advance(task: Task[Any, Any], run_id: str) -> str:
+        if not _valid("relay.advance", run_id=run_id):
+            return REFUSED
+        return _told(runtime().task(Message("advance", run_id), _hard_limit(task)))
+
+    @app.task(name="relay.call_model", shared=False, throws=(StepFailed,), bind=True)
+    def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str:
+        if not _valid("relay.call_model", run_id=run_id, seq=seq):
+            return REFUSED
+        own_id = task.request.id == model_task_id(run_id, seq)
+        message = Message("call_model", run_id, seq=seq)
+        return _told(runtime().task(message, _hard_limit(task)), own_id)
+
+    @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True)
+    def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str:
+        if not _valid("relay.run_tool", run_id=run_id, call_id=call_id):
+            return REFUSED
+        own_id = task.request.id == tool_task_id(run_id, call_id)
+        message = Message("run_tool", run_id, call=call_id)
+        return _told(runtime().task(message, _hard_limit(task)), own_id)
+
+    # The tick sends no task events: every few seconds, it would push the real
+    # tasks out of Flower's memory.
+    @app.task(name="relay.tick", shared=False, send_events=False)
+    def tick() -> None:
+        runtime().tick()
+
+    _add_ticker(app, runtime)
+    worker_process_init.connect(_in_prefork_child, weak=False, dispatch_uid="relay-prefork")
+    worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
+
+    def quiet_beat(sender: Any, **_: Any) -> None:
+        # A beat sends only ticks: their `task-sent` events would fill Flower too.
+        if getattr(sender, "app", None) is app:
+            app.conf.task_send_sent_event = False
+
+    beat_init.connect(quiet_beat, weak=False, dispatch_uid=f"relay-quiet-beat-{id(app)}")
+
+
+REFUSED = "refused: arguments Relay never sends (see the worker's log)"
+
+
+_POOL_KILLS_AT_LIMIT = threading.Event()
+"""Set in a prefork pool's child: its parent kills a task at its hard time limit (threads
+and solo pools enforce none)."""
+
+
+def _in_prefork_child(**_: Any) -> None:
+    _POOL_KILLS_AT_LIMIT.set()
+
+
+def _hard_limit(task: Task[Any, Any]) -> float | None:
+    """The running task's hard time limit in seconds, where the pool enforces it."""
+    limits = task.request.timelimit
+    if not _POOL_KILLS_AT_LIMIT.is_set() or not limits or not limits[0]:
+        return None
+    return float(limits[0])
+
+
+def _told(report: Report, own_id: bool = False) -> str:
+    """Return the report's line, or raise StepFailed with it when the step failed.
+
+    A call's messages all carry one task id, so Flower shows them as one task. A
+    second delivery that does nothing (the call is under way elsewhere, or was made
+    and applied) raises Ignore: it is acked and sends no final event, and Flower
+    keeps the result of the delivery that made the call. A message with another id
+    (sent by someone else) reports as usual, so it too ends in Flower.
+    """
+    if report.idle and own_id:
+        raise Ignore(report.line)
+    if report.failed:
+        raise StepFailed(report.line)
+    return report.line
+
+
+def _say_what_is_held(**_: Any) -> None:
+    """Tell the log which outcomes a worker that is being stopped still holds unsaved."""
+    holding = held()
+    if holding:
+        log.warning(
+            "stopping while holding %d outcome(s) not yet saved (Redis is away): %s",
+            len(holding),
+            "; ".join(holding),
+        )
+
+
+def _add_ticker(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
+    """Make every worker of `app` run the fleet's tick in a thread (`--no-tick` turns it off)."""
+    app.user_options["worker"].add(
+        click.Option(
+            ("--no-tick",),
+            is_flag=True,
+            default=False,
+            help="Do not take part in the tick (schedules, expiries, healing).",
+        )
+    )
+
+    class Ticking(bootsteps.StartStopStep):
+        """Runs `workers.runtime.tick.Ticker` beside the pool, in the worker's main process."""
+
+        label = "Relay tick"
+        requires = ("celery.worker.components:Pool",)
+
+        def __init__(self, parent: Any, no_tick: bool = False, **kwargs: Any) -> None:
+            super().__init__(parent, **kwargs)
+            self.enabled = not no_tick
+            self._halt: Callable[[], None] | None = None
+
+        def start(self, parent: Any) -> None:  # noqa: ARG002 - the bootstep API
+            self._halt = runtime().start_ticking()
+
+        def stop(self, parent: Any) -> None:  # noqa: ARG002 - the bootstep API
+            if self._halt is not None:
+                self._halt()
+                self._halt = None
+
+    app.steps["worker"].add(Ticking)
+
+
+MAX_ID_CHARS = 300
+
+
+def _valid(task: str, *, run_id: object, seq: object = 0, call_id: object = "call") -> bool:
+    """Whether a task message's arguments have the types and sizes Relay sends.
+
+    Anyone with access to the broker (or Flower's "apply") can send a task: what
+    Relay never sends is refused here, with a warning, before it reaches Redis.
+    """
+    fine = (
+        isinstance(run_id, str)
+        and 0 < len(run_id) <= MAX_ID_CHARS
+        and run_id.isprintable()
+        and isinstance(seq, int)
+        and not isinstance(seq, bool)
+        and 0 <= seq < 2**53
+        and isinstance(call_id, str)
+        and 0 < len(call_id) <= MAX_ID_CHARS
+        and call_id.isprintable()
+    )
+    if not fine:
+        log.warning(
+            "refused a %s message with arguments Relay never sends: run=%.80r seq=%.40r call=%.80r",
+            task,
+            run_id,
+            seq,
+            call_id,
+        )
+    return fine

@@ -1,0 +1,126 @@
+"""What each task does: one entry per task, then its work.
+
+    relay.advance(run)           Steps.advance: apply the inbox, save, send what follows
+    relay.call_model(run, seq)   Calls.call_model: claim, call the model, keep its reply
+    relay.run_tool(run, call)    Calls.run_tool: claim, run the tool, keep its result
+    relay.tick()                 Ticker: the fleet's tick, through its lock (schedules,
+                                 then Healing)
+
+`Runtime.task` is the body of every step task: the step its message asks for,
+then each next step it may continue in place of publishing it
+(`workers.runtime.continuation`, `RELAY_INLINE_MS`). Every step is counted in the
+fleet's metrics and its call traced (OpenTelemetry) as it ends. Nothing here
+knows Celery: `workers.celery_app` registers these bodies as tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from workers.engine.budget import Price
+from workers.engine.effects import Message
+from workers.kit.agents import AgentKit
+from workers.model.endpoints import ModelRoute
+from workers.model.limits import RouteLimits
+from workers.model.pricing import Pricing
+from workers.model.router import ModelRouter
+from workers.model.transport import ModelSource
+from workers.runtime.calls import Calls
+from workers.runtime.continuation import Continuation, Reach
+from workers.runtime.metrics import FleetMetrics
+from workers.runtime.reports import Report
+from workers.runtime.steps import Steps
+from workers.runtime.telemetry import Telemetry
+from workers.runtime.tick import Healing, Ticker
+from workers.settings import Settings, now_ms
+from workers.store.runs import RunStore
+
+__all__ = ["Runtime"]
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """The tasks' bodies, shared by every task of one process."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: RunStore,
+        kit: AgentKit,
+        *,
+        models: ModelSource,
+        send: Callable[[list[Message]], None],
+        tick: Callable[[int], object],
+        prices: Mapping[str, Price] | None = None,
+        routes: Sequence[ModelRoute] = (),
+        key: str = "relay",
+        key_concurrency: int | None = None,
+        reach: Reach | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.store = store
+        self.send = send
+        timing = settings.timing
+        # Steps send through it: one next step may be kept and run by the same task.
+        self.continuation = Continuation(send, settings.inline_ms, reach)
+        self.steps = Steps(store, kit, timing, self.continuation.send, clock)
+        routed = routes if models.given is None else ()
+        pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens, routed)
+        router = None
+        if routed:
+            router = ModelRouter(
+                routed,
+                RouteLimits(store.connection),
+                models.for_route,
+                key_concurrency=key_concurrency,
+                lease_ms=timing.lease_ms,
+                clock=clock,
+            )
+        self.calls = Calls(
+            self.steps, settings, model=models.get, pricing=pricing, router=router, key=key
+        )
+        self.ticker = Ticker(store.upkeep, tick, settings.tick_seconds, clock)
+        self.healing = Healing(store, send, timing)
+        self.metrics = FleetMetrics(store.connection, store.shards, store.people)
+        self.telemetry = Telemetry(settings.model_url)
+        self._route_models = {route.name: route.model for route in routed}
+        self._key = key
+        self._model = settings.model
+
+    def task(self, message: Message, hard_limit_s: float | None = None) -> Report:
+        """The body of a step task: `message`'s step, then those it continues in place;
+        what it did, in one line (`workers.runtime.reports`: Flower shows it).
+        `hard_limit_s`: the task's time limit, where the pool kills at it."""
+        return self.continuation.run(message, self._step, hard_limit_s)
+
+    def _step(self, message: Message) -> Report:
+        """One step, the one its message asks for, counted and traced."""
+        if message.kind == "call_model":
+            report = self.calls.call_model(message.run, message.seq)
+        elif message.kind == "run_tool":
+            report = self.calls.run_tool(message.run, message.call)
+        else:
+            report = self.steps.advance(message.run)
+        facts = report.call
+        if facts is not None:  # the model that served it; the app's key unless the run has one
+            name = self._route_models.get(facts.route) or facts.name or self._model
+            report = replace(report, call=replace(facts, name=name, key=facts.key or self._key))
+        self.metrics.count(message.kind, report)
+        if report.call is not None:
+            self.telemetry.record(report.call)
+        return report
+
+    def tick(self) -> None:
+        """Tick unless another process ticked in this interval (the `relay.tick` task)."""
+        self.ticker.tick_once()
+
+    def start_ticking(self) -> Callable[[], None]:
+        """Take part in the fleet's tick from a thread; return a function that stops it."""
+        return self.ticker.start()
+
+    def heal(self, now: int) -> int:
+        """The runtime's part of a tick (`Healing.heal`); how many messages it re-sent."""
+        return self.healing.heal(now)
