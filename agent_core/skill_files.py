@@ -1,8 +1,12 @@
 """Skills on disk: the one module of agent_core that touches the filesystem.
 
-    load(path)                              one skill folder (`Skill.load`)
-    load_all(path)                          every skill folder under a folder (`Skill.load_all`)
-    read_part(skill, path, offset, limit)   a part of a skill's file (`read_skill_file`)
+    skill_folder(path), read_folder(folder)  one skill folder, read (`Skill.load`)
+    skill_folders(path)                      every skill folder under a folder
+                                             (`Skill.load_all`)
+    read_part(skill, path, offset, limit)    a part of a skill's file (`read_skill_file`)
+
+It reads; `agent_core.skills` makes skills of what it read (and never the other
+way round: this module knows no `Skill`, only the rules of `skill_paths`).
 
 The state machine (agent, transitions, state, prompts) never imports this
 module, and tests/test_core_purity.py proves it; the hosts do: the blocking
@@ -32,21 +36,24 @@ import stat
 import unicodedata
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from agent_core.errors import SkillError
-from agent_core.skills import (
-    RESOURCES_MAX,
-    SKILL_MD,
-    Skill,
-    SkillIssue,
-    SkillReport,
-    read_skill_md,
-    resource_path_problem,
-)
+from agent_core.skill_paths import RESOURCES_MAX, SKILL_MD, SKILL_MD_NAMES, resource_path_problem
 from agent_core.tools import ToolOutput
 
-__all__ = ["FILE_BYTES_MAX", "SKILL_MD_BYTES_MAX", "load", "load_all", "read_part"]
+__all__ = [
+    "FILE_BYTES_MAX",
+    "SKILL_MD_BYTES_MAX",
+    "FolderRead",
+    "Unreadable",
+    "read_folder",
+    "read_part",
+    "skill_folder",
+    "skill_folders",
+]
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +68,7 @@ LIST_ENTRIES_MAX = 5_000
 WALK_DEPTH_MAX = 8
 WALK_FOLDERS_MAX = 10_000
 BINARY_PROBE = 8_192
-_NAMES = (SKILL_MD, "skill.md")
-"""The reference implementation accepts `skill.md` too, after `SKILL.md`."""
+_NAMES = SKILL_MD_NAMES
 _SKIPPED = "__pycache__"
 
 
@@ -70,8 +76,8 @@ class _Refused(Exception):
     """A file that cannot be read, and why (becomes a SkillError or a tool error)."""
 
 
-class _Unloadable(Exception):
-    """A skill folder that cannot be loaded: the file to blame, and why."""
+class Unreadable(Exception):
+    """Raised when a skill folder cannot be read: the file to blame, and why."""
 
     def __init__(self, where: Path, why: str) -> None:
         super().__init__(f"{where}: {why}")
@@ -81,55 +87,48 @@ class _Unloadable(Exception):
 # --- loading -------------------------------------------------------------------------------
 
 
-def load(path: str | os.PathLike[str]) -> Skill:
-    """Return the skill in the folder `path` (or whose SKILL.md `path` is); log its warnings.
+@dataclass(frozen=True)
+class FolderRead:
+    """A skill folder as read from disk, its SKILL.md not yet parsed."""
+
+    folder: Path
+    """As given (messages name it)."""
+    real: str
+    """Its real path (links followed): where its files are read from."""
+    folder_name: str
+    """Its name, NFKC-normalised: a skill's name should be the same."""
+    file_name: str
+    """SKILL.md, or skill.md."""
+    text: str
+    resources: tuple[str, ...]
+    """Its files, relative, sorted; at most RESOURCES_MAX."""
+    warnings: tuple[str, ...]
+    """Files left out of `resources`, and why."""
+
+
+def skill_folder(path: str | os.PathLike[str]) -> Path:
+    """The skill folder `path` names (the folder, or its SKILL.md).
 
     Raises:
-        SkillError: the folder or its SKILL.md cannot be read, or is refused;
-            the message starts with the path.
+        SkillError: `path` is not text or a path.
     """
     folder = _given(path)
     if folder.name in _NAMES and folder.is_file():
         folder = folder.parent
-    try:
-        skill, warnings = _load_folder(folder)
-    except _Unloadable as error:
-        raise SkillError(str(error)) from None
-    for warning in warnings:
-        log.warning("%s: %s", folder, warning)
-    return skill
+    return folder
 
 
-def load_all(path: str | os.PathLike[str]) -> SkillReport:
-    """Return every skill under the folder `path`, and what could not be loaded and why.
+def skill_folders(path: str | os.PathLike[str]) -> tuple[list[Path], list[tuple[str, str]]]:
+    """Every skill folder under the folder `path`, in path order, and (path, why) of each
+    folder the walk could not search.
 
     Raises:
         SkillError: `path` is not a folder that can be read.
     """
     root = _given(path)
     _real_folder(root)
-    skills: list[Skill] = []
-    failed: list[SkillIssue] = []
-    warnings: list[SkillIssue] = []
-    named: dict[str, str] = {}
-    for folder in _skill_folders(root, warnings):
-        where = str(folder)
-        try:
-            skill, notes = _load_folder(folder)
-        except _Unloadable as error:
-            failed.append(SkillIssue(path=where, text=_one_line(error.why)))
-            continue
-        if skill.name in named:
-            failed.append(
-                SkillIssue(
-                    path=where, text=f"another skill is named {skill.name!r} ({named[skill.name]})"
-                )
-            )
-            continue
-        named[skill.name] = where
-        skills.append(skill)
-        warnings.extend(SkillIssue(path=where, text=_one_line(note)) for note in notes)
-    return SkillReport(skills=tuple(skills), failed=tuple(failed), warnings=tuple(warnings))
+    warnings: list[tuple[str, str]] = []
+    return list(_skill_folders(root, warnings)), warnings
 
 
 def _given(path: object) -> Path:
@@ -152,47 +151,33 @@ def _real_folder(folder: Path) -> Path:
     return real
 
 
-def _load_folder(folder: Path) -> tuple[Skill, list[str]]:
-    """Return the skill in `folder` and its warnings.
+def read_folder(folder: Path) -> FolderRead:
+    """Read the skill folder `folder`: its SKILL.md's text and its files.
 
     Raises:
-        _Unloadable: naming the folder's SKILL.md (or the folder) and why.
+        Unreadable: naming the folder's SKILL.md (or the folder) and why.
     """
     try:
         real = _real_folder(folder)
     except SkillError as error:
-        raise _Unloadable(folder, str(error).removeprefix(f"{folder}: ")) from None
+        raise Unreadable(folder, str(error).removeprefix(f"{folder}: ")) from None
     name = next((n for n in _NAMES if os.path.lexists(real / n)), None)
     if name is None:
-        raise _Unloadable(folder, "has no SKILL.md")
+        raise Unreadable(folder, "has no SKILL.md")
     try:
         text = _read_confined(real, name, SKILL_MD_BYTES_MAX).decode("utf-8")
-        skill, warnings = read_skill_md(text)
     except _Refused as refused:
-        raise _Unloadable(folder / name, f"the {name} {refused}") from None
+        raise Unreadable(folder / name, f"the {name} {refused}") from None
     except UnicodeDecodeError as error:
-        raise _Unloadable(
+        raise Unreadable(
             folder / name, f"the {name} is not UTF-8 text (byte {error.start})"
         ) from None
-    except SkillError as error:
-        raise _Unloadable(folder / name, str(error)) from None
-    if name != SKILL_MD:
-        warnings.append(f"the file is named {name}; the format names it {SKILL_MD}")
     folder_name = unicodedata.normalize("NFKC", os.path.basename(os.path.abspath(folder)))
-    if skill.name != folder_name:
-        warnings.append(f"the name {skill.name!r} differs from its folder's, {folder_name!r}")
     resources, listing = _list_resources(real)
-    loaded = Skill(
-        name=skill.name,
-        description=skill.description,
-        body=skill.body,
-        folder=str(real),
-        resources=tuple(resources),
-    )
-    return loaded, warnings + listing
+    return FolderRead(folder, str(real), folder_name, name, text, tuple(resources), tuple(listing))
 
 
-def _skill_folders(root: Path, warnings: list[SkillIssue]) -> Iterator[Path]:
+def _skill_folders(root: Path, warnings: list[tuple[str, str]]) -> Iterator[Path]:
     """Yield each folder under `root` holding a SKILL.md, in path order, without entering one.
 
     Hidden folders are skipped; links to folders are followed once each.
@@ -206,9 +191,7 @@ def _skill_folders(root: Path, warnings: list[SkillIssue]) -> Iterator[Path]:
             continue
         seen.add(real)
         if len(seen) > WALK_FOLDERS_MAX:
-            warnings.append(
-                SkillIssue(path=str(root), text=f"stopped after {WALK_FOLDERS_MAX} folders")
-            )
+            warnings.append((str(root), f"stopped after {WALK_FOLDERS_MAX} folders"))
             return
         if any(os.path.lexists(os.path.join(real, n)) for n in _NAMES):
             yield folder
@@ -219,16 +202,10 @@ def _skill_folders(root: Path, warnings: list[SkillIssue]) -> Iterator[Path]:
                     e.name for e in entries if not e.name.startswith(".") and e.is_dir()
                 )
         except OSError as error:
-            warnings.append(
-                SkillIssue(path=str(folder), text=f"cannot be listed: {_os_reason(error)}")
-            )
+            warnings.append((str(folder), f"cannot be listed: {_os_reason(error)}"))
             continue
         if children and depth >= WALK_DEPTH_MAX:
-            warnings.append(
-                SkillIssue(
-                    path=str(folder), text=f"more than {WALK_DEPTH_MAX} folders deep: not searched"
-                )
-            )
+            warnings.append((str(folder), f"more than {WALK_DEPTH_MAX} folders deep: not searched"))
             continue
         stack.extend((folder / name, depth + 1) for name in reversed(children))
 
@@ -314,7 +291,22 @@ def _kind(entry: os.DirEntry[str], root: str) -> str:
 # --- reading -------------------------------------------------------------------------------
 
 
-def read_part(skill: Skill, path: str, offset: int = 0, limit: int = PART_CHARS_MAX) -> ToolOutput:
+class SkillOnDisk(Protocol):
+    """What `read_part` reads of a skill (an `agent_core.Skill`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def body(self) -> str: ...
+    @property
+    def folder(self) -> str | None: ...
+    @property
+    def resources(self) -> tuple[str, ...]: ...
+
+
+def read_part(
+    skill: SkillOnDisk, path: str, offset: int = 0, limit: int = PART_CHARS_MAX
+) -> ToolOutput:
     """Return up to `limit` characters of the skill's file `path` from `offset`, as a tool output.
 
     `path` is one of `skill.resources`, or `SKILL.md` for the body. A part that
@@ -411,7 +403,3 @@ def _os_reason(error: BaseException) -> str:
     if isinstance(error, OSError) and error.strerror:
         return error.strerror.lower()
     return type(error).__name__
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())

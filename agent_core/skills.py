@@ -41,10 +41,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent_core.errors import SkillError, UsageError
+from agent_core.skill_paths import RESOURCES_MAX, SKILL_MD, resource_path_problem
 from agent_core.text import clean, cut
 
 if TYPE_CHECKING:  # for annotations only: this module never touches the disk
     from os import PathLike
+
+    from agent_core.skill_files import FolderRead
 
 __all__ = ["Skill", "SkillIssue", "SkillReport", "read_skill_md"]
 
@@ -56,11 +59,6 @@ COMPATIBILITY_MAX = 500
 KNOWN_KEYS = frozenset(
     {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
 )
-SKILL_MD = "SKILL.md"
-"""The path `read_skill_file` takes for the skill's own body."""
-RESOURCES_MAX = 200
-"""Files of one skill that are listed (and so readable); the rest are left out, with a warning."""
-RESOURCE_PATH_MAX = 240
 # Real front matter is well under 4 KB; pure-Python PyYAML reads ~100 KB/s at worst.
 FRONT_MATTER_MAX = 16_384
 # PyYAML's scanner does work proportional to the open flow depth on every token,
@@ -140,7 +138,14 @@ class Skill(BaseModel):
         """
         from agent_core import skill_files  # noqa: PLC0415 - the state machine must not load it
 
-        return skill_files.load(path)
+        folder = skill_files.skill_folder(path)
+        try:
+            skill, warnings = _assembled(skill_files.read_folder(folder))
+        except (skill_files.Unreadable, _Refused) as error:
+            raise SkillError(str(error)) from None
+        for warning in warnings:
+            skill_files.log.warning("%s: %s", folder, warning)
+        return skill
 
     @classmethod
     def load_all(cls, path: str | PathLike[str]) -> SkillReport:
@@ -155,7 +160,26 @@ class Skill(BaseModel):
         """
         from agent_core import skill_files  # noqa: PLC0415 - the state machine must not load it
 
-        return skill_files.load_all(path)
+        folders, walked = skill_files.skill_folders(path)
+        skills: list[Skill] = []
+        failed: list[SkillIssue] = []
+        warnings = [SkillIssue(path=where, text=text) for where, text in walked]
+        named: dict[str, str] = {}
+        for folder in folders:
+            where = str(folder)
+            try:
+                skill, notes = _assembled(skill_files.read_folder(folder))
+            except (skill_files.Unreadable, _Refused) as error:
+                failed.append(SkillIssue(path=where, text=" ".join(error.why.split())))
+                continue
+            if skill.name in named:
+                twin = f"another skill is named {skill.name!r} ({named[skill.name]})"
+                failed.append(SkillIssue(path=where, text=twin))
+                continue
+            named[skill.name] = where
+            skills.append(skill)
+            warnings.extend(SkillIssue(path=where, text=" ".join(n.split())) for n in notes)
+        return SkillReport(skills=tuple(skills), failed=tuple(failed), warnings=tuple(warnings))
 
 
 class SkillIssue(BaseModel):
@@ -182,23 +206,36 @@ class SkillReport(BaseModel):
         return not self.failed
 
 
-def resource_path_problem(path: object) -> str:
-    """Return what makes `path` unusable as a file of a skill, or '' if it is fine.
+class _Refused(Exception):
+    """Raised when a skill folder's SKILL.md is refused: the file, and why."""
 
-    A resource is relative, in `/` form, without `.` or `..` parts, empty
-    parts, backslashes or unprintable characters, and not too long.
+    def __init__(self, where: object, why: str) -> None:
+        super().__init__(f"{where}: {why}")
+        self.why = why
+
+
+def _assembled(found: FolderRead) -> tuple[Skill, list[str]]:
+    """The skill in a folder read from disk, with its warnings.
+
+    Raises:
+        _Refused: its SKILL.md is refused (naming the file, and why).
     """
-    if not isinstance(path, str) or not path:
-        return "must be a non-empty path"
-    if len(path) > RESOURCE_PATH_MAX:
-        return f"is longer than {RESOURCE_PATH_MAX} characters"
-    if path.startswith("/") or "\\" in path:
-        return "must be relative to the skill folder, with / between parts"
-    if any(part in ("", ".", "..") for part in path.split("/")):
-        return "must not have empty, '.' or '..' parts"
-    if not path.isprintable():
-        return "has characters that cannot be shown"
-    return ""
+    try:
+        skill, warnings = read_skill_md(found.text)
+    except SkillError as error:
+        raise _Refused(found.folder / found.file_name, str(error)) from None
+    if found.file_name != SKILL_MD:
+        warnings.append(f"the file is named {found.file_name}; the format names it {SKILL_MD}")
+    if skill.name != found.folder_name:
+        warnings.append(f"the name {skill.name!r} differs from its folder's, {found.folder_name!r}")
+    loaded = Skill(
+        name=skill.name,
+        description=skill.description,
+        body=skill.body,
+        folder=found.real,
+        resources=found.resources,
+    )
+    return loaded, warnings + list(found.warnings)
 
 
 def read_skill_md(text: str) -> tuple[Skill, list[str]]:

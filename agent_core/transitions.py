@@ -63,7 +63,8 @@ from agent_core.reply import (
     Unusable,
     parse_reply,
 )
-from agent_core.skills import SKILL_MD, Skill
+from agent_core.skill_paths import SKILL_MD
+from agent_core.skills import Skill
 from agent_core.state import (
     AgentState,
     AnswerEntry,

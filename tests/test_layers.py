@@ -1,4 +1,11 @@
-"""Imports point one way: workers → scheduler → agent_core, and workers → agent_core."""
+"""Imports point one way, with no cycle anywhere.
+
+The layers themselves (workers' rooms, and the layers inside each room) are
+contracts in pyproject.toml, checked by `lint-imports` in .ci/check. What is
+here: the purity rules of agent_core and scheduler, read from the source; that
+no module imports another that imports it back, counting every import (under
+TYPE_CHECKING and inside functions too); and that the contracts do hold.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,35 +55,6 @@ def test_importing_scheduler_loads_no_worker_code() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_the_runtime_never_imports_the_command_line() -> None:
-    # workers/cli/ sits on top of the runtime: a worker never needs click or rich.
-    offenders = {}
-    for path in sorted((ROOT / "workers").rglob("*.py")):
-        where = path.relative_to(ROOT).as_posix()
-        if where.startswith("workers/cli/"):
-            continue
-        tree = ast.parse(path.read_text(), filename=str(path))
-        modules = {
-            alias.name
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Import)
-            for alias in node.names
-        } | {
-            node.module
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
-        }
-        used = sorted(
-            m
-            for m in modules
-            if m in ("workers.cli", "click", "rich") or m.startswith("workers.cli.")
-        )
-        # The worker's own --no-tick option is click's.
-        if used and where != "workers/celery_app/app.py":
-            offenders[where] = used
-    assert offenders == {}
-
-
 @pytest.mark.parametrize("package", ["agent_core", "workers", "scheduler"])
 def test_functions_stay_a_screen_long(package: str) -> None:
     too_long = []
@@ -86,3 +65,52 @@ def test_functions_stay_a_screen_long(package: str) -> None:
                 if length > 60:
                     too_long.append(f"{path.relative_to(ROOT)}: {node.name} ({length} lines)")
     assert too_long == []
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, round a loop (each sorted)."""
+
+    def reached(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(edges.get(start, ()))
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo.extend(edges.get(module, ()))
+        return seen
+
+    reach = {module: reached(module) for module in edges}
+    looped = {module for module in edges if module in reach[module]}
+    groups = {frozenset(m for m in looped if m in reach[n] and n in reach[m]) for n in looped}
+    return sorted(sorted(group) for group in groups)
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_package_face() -> None:
+    edges = {"p": {"p.a"}, "p.a": {"p.b"}, "p.b": {"p"}, "p.c": {"p.a"}, "q": {"q"}}
+    assert sorted(_cycles(edges)) == [["p", "p.a", "p.b"], ["q"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    # Every import counts: at the top, inside a function, under TYPE_CHECKING; and a
+    # package's __init__ is a module like the others (importing it half-initialised
+    # is a cycle through it).
+    graph = grimp.build_graph("agent_core", "scheduler", "workers", cache_dir=None)
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    assert _cycles(edges) == []
+
+
+def test_the_layer_contracts_hold() -> None:
+    # The contracts (pyproject.toml) include that no module of a worker imports the
+    # command line (click, rich) but the worker's own --no-tick option.
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    out = subprocess.run(
+        [str(lint_imports), "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert "0 broken" in out.stdout

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agent_core import Skill, SkillError
 from agent_core.skill_files import FILE_BYTES_MAX, SKILL_MD_BYTES_MAX, read_part
-from agent_core.skills import RESOURCES_MAX
+from agent_core.skill_paths import RESOURCES_MAX
 from tests.support.skill_repos import LONG_BODY, REPO_BROKEN, REPO_SKILLS, write_repo, write_skill
 
 # --- a whole repository --------------------------------------------------------------------

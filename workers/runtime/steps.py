@@ -1,10 +1,19 @@
-"""Advancing a run: load it, apply its inbox through the engine, save, send.
+"""Advancing a run: load it, decide its next step (the engine), save, send.
 
-`Steps.advance` is what `relay.advance` does. The save is a compare-and-set on
-the run's version: a worker that loses the race to another reloads and applies
-again, so an event is applied exactly once, by the save that also deletes it
-from the inbox. `decide` is shared with the calls (`workers.runtime.calls`), which save
-their own outcome with the run in the same way. A finished run's inbox is
+`Steps.advance` is what `relay.advance` does:
+
+    1. load     the run's record, snapshot (unless this process holds its agent) and
+                unapplied inbox, in one script (LOAD)
+    2. decide   restore the agent, apply the inbox through `workers.engine.decide`, and
+                work out what the save changes of the stored snapshot; a run that cannot
+                go on (unreadable, or its step raised) ends here (`workers.engine.endings`)
+    3. save     one compare-and-set on the run's version with everything the step
+                decided (SAVE); a worker that lost the race loads and decides again, so
+                an event is applied exactly once, by the save that deletes it
+    4. send     the messages the step decided, once the save has landed
+
+`decide` and `save` are shared with the calls (`workers.runtime.calls`), which
+save their own outcome with the run the same way. A finished run's inbox is
 dropped unread, unless it holds a person's follow-up: a new turn reopens it.
 """
 
@@ -15,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from agent_core import Agent, AgentError
-from workers.engine import decide as engine
 from workers.engine import endings
+from workers.engine.decide import decide
 from workers.engine.effects import Advanced, Message, OwnOutcome
 from workers.engine.events import FollowUp, InboxEvent
 from workers.engine.ids import OutboxMember
@@ -117,7 +126,7 @@ class Steps:
                 return endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
         stored = agent.history() if loaded.apart else None
         try:
-            advanced = engine.decide(record, agent, loaded.inbox, around, own)
+            advanced = decide(record, agent, loaded.inbox, around, own)
         except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"

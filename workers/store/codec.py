@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -40,11 +40,9 @@ from workers.store.layout import (
 )
 from workers.store.snapshots import join, split
 
-if TYPE_CHECKING:
-    from workers.store.scripts import StoredRun
-
 __all__ = [
     "Loaded",
+    "StoredRun",
     "as_int",
     "as_text",
     "corrupt",
@@ -65,6 +63,20 @@ NEVER_MS = 2**52
 
 HISTORY_APART = b"2"
 """The `sf` of a run whose snapshot is stored as a head and a history list."""
+
+
+class StoredRun(NamedTuple):
+    """A run as LOAD (and a granted CLAIM) hands it back, raw (`codec.loaded` reads it)."""
+
+    version: Any
+    """'' (or nothing) when there is no such run."""
+    record: Any
+    form: Any
+    snapshot: Any
+    """The head, or the whole snapshot of a run stored before form 2; None when the
+    caller keeps the agent of this version."""
+    history: list[Any]
+    inbox: list[Any]
 
 
 @dataclass(frozen=True)

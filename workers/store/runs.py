@@ -33,6 +33,7 @@ from workers.store import scripts
 from workers.store.cluster import node_client
 from workers.store.codec import (
     Loaded,
+    StoredRun,
     as_int,
     as_text,
     corrupt,
@@ -47,7 +48,7 @@ from workers.store.hot_agents import HotAgent, HotAgents
 from workers.store.layout import TRACE_MAX, RunFields
 from workers.store.live import LiveStreams
 from workers.store.people import People
-from workers.store.scripts import ClaimStatus, Recorded, Saved, StoredRun
+from workers.store.scripts import ClaimStatus, Recorded, Saved
 from workers.store.shards import Shards
 from workers.store.snapshots import split
 from workers.store.upkeep import Upkeep

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.resources import files
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from workers.engine.budget import Admission, Over
 from workers.engine.effects import Advanced, OwnOutcome
@@ -27,7 +27,7 @@ from workers.engine.events import BudgetExtended, FollowUp, InboxEvent
 from workers.engine.ids import OutboxMember, PendingKind, pending_member, root_of
 from workers.engine.records import Pending, RunRecord
 from workers.store import codec
-from workers.store.codec import as_text, record_json
+from workers.store.codec import StoredRun, as_text, record_json
 from workers.store.layout import Keys, RunFields
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "ReplyAnswer",
     "Saved",
     "ScriptCall",
-    "StoredRun",
     "Swept",
     "claim",
     "create",
@@ -81,20 +80,6 @@ def lua(name: str) -> str:
 
 
 # --- answers ----------------------------------------------------------------------------
-
-
-class StoredRun(NamedTuple):
-    """A run as LOAD (and a granted CLAIM) hands it back, raw (`codec.loaded` reads it)."""
-
-    version: Any
-    """'' (or nothing) when there is no such run."""
-    record: Any
-    form: Any
-    snapshot: Any
-    """The head, or the whole snapshot of a run stored before form 2; None when the
-    caller keeps the agent of this version."""
-    history: list[Any]
-    inbox: list[Any]
 
 
 class ClaimStatus(StrEnum):

@@ -27,8 +27,8 @@ from starlette.routing import Route
 from workers.errors import DecisionRefused, RunNotFound
 from workers.settings import now_ms
 from workers.store.live import stream_id
-from workers.web.app import Web
 from workers.web.auth import cross_site
+from workers.web.site import Web
 from workers.web.views import pending_row, run_row, run_tree, trace_row
 
 __all__ = ["routes"]
