@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_core import transitions
+from agent_core import events, transitions
 from agent_core.config import Config
 from agent_core.errors import DefinitionError, UsageError
 from agent_core.prompts import ask_request, summary_request
@@ -121,7 +121,7 @@ class Agent:
 
     # --- events -----------------------------------------------------------------------
 
-    def _apply(self, event: transitions.Event) -> Step:
+    def _apply(self, event: events.Event) -> Step:
         self._state = transitions.apply(self._state, event, self._setup)
         return self.resume()
 
@@ -134,7 +134,7 @@ class Agent:
         files = tuple(attachments)
         if not all(isinstance(a, Attachment) for a in files):
             raise UsageError("attachments must be Attachment values")
-        event = transitions.Started(_text(task, "the task"), _text(context, "the context"), files)
+        event = events.Started(_text(task, "the task"), _text(context, "the context"), files)
         self._state = transitions.apply(self._state, event, self._setup)
         return self.resume()
 
@@ -150,34 +150,34 @@ class Agent:
         summary is used as it is. Every part is one model call.
         """
         text = _text(text, "the reply")
-        event = transitions.ReplyCut(text) if truncated else transitions.Replied(text)
+        event = events.ReplyCut(text) if truncated else events.Replied(text)
         return self._apply(event)
 
     def fail(self, error: str) -> Step:
         """The model call failed; retried like an unusable reply, then `Stop.MODEL_FAILED`."""
-        return self._apply(transitions.Failed(_text(error, "the error")))
+        return self._apply(events.Failed(_text(error, "the error")))
 
     def approve_plan(self, yes: bool) -> Step:
         """A person approved (or declined) the plan."""
-        return self._apply(transitions.PlanDecided(bool(yes)))
+        return self._apply(events.PlanDecided(bool(yes)))
 
     def result(self, call_id: str, output: ToolOutput) -> Step:
         """A call of the current batch finished; results may come in any order."""
         if not isinstance(output, ToolOutput):
             raise UsageError(f"a result must be a ToolOutput, got {type(output).__name__}")
-        return self._apply(transitions.ResultGiven(_text(call_id, "the call id"), output))
+        return self._apply(events.ResultGiven(_text(call_id, "the call id"), output))
 
     def answer(self, text: str) -> Step:
         """A person answered the current `Question`."""
-        return self._apply(transitions.Answered(_text(text, "the answer")))
+        return self._apply(events.Answered(_text(text, "the answer")))
 
     def reject_final(self, problem: str) -> Step:
         """Send a final answer back to the model with `problem`."""
-        return self._apply(transitions.FinalRejected(_text(problem, "the problem")))
+        return self._apply(events.FinalRejected(_text(problem, "the problem")))
 
     def cancel(self, reason: str = "") -> Step:
         """Stop now with `Stop.CANCELLED`."""
-        return self._apply(transitions.Cancelled(_text(reason, "the reason")))
+        return self._apply(events.Cancelled(_text(reason, "the reason")))
 
     def tell(self, text: str) -> Step:
         """A person's message for the model, sent while the agent works.
@@ -193,7 +193,7 @@ class Agent:
         The step returned is the one waited on; an `Ask` already sent keeps
         its meaning (no trace event is added), so a host need not ask again.
         """
-        return self._apply(transitions.Told(_text(text, "the message")))
+        return self._apply(events.Told(_text(text, "the message")))
 
     def follow_up(self, text: str) -> Step:
         """Start a new turn on a finished agent (any stop), with `text` as the request.
@@ -211,7 +211,7 @@ class Agent:
         the step waited on is returned: the host decides whether to queue,
         refuse or cancel first.
         """
-        return self._apply(transitions.FollowedUp(_text(text, "the request")))
+        return self._apply(events.FollowedUp(_text(text, "the request")))
 
     # --- reading ----------------------------------------------------------------------
 

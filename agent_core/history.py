@@ -157,3 +157,19 @@ def fold_count(history: Sequence[Entry], limit: int) -> int:
         total -= sizes[fold]
         fold += 1
     return fold
+
+
+ARG_KEPT_CHARS = 1_000
+"""Characters of each argument a call keeps in history."""
+
+
+def kept(call: ToolCall) -> ToolCall:
+    """Return `call` as history keeps it: each long argument cut, so history stays bounded."""
+    shown = {k: render_args(v) for k, v in call.args.items()}
+    if all(len(text) <= ARG_KEPT_CHARS for text in shown.values()):
+        return call
+    args = {
+        k: cut(shown[k], ARG_KEPT_CHARS) if len(shown[k]) > ARG_KEPT_CHARS else v
+        for k, v in call.args.items()
+    }
+    return call.model_copy(update={"args": args})

@@ -34,6 +34,7 @@ raises on what remains becomes a `SkillError`.
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -52,6 +53,8 @@ if TYPE_CHECKING:  # for annotations only: this module never touches the disk
 __all__ = ["Skill", "SkillIssue", "SkillReport", "read_skill_md"]
 
 FENCE = "---"
+FILES_SHOWN = 100
+"""Files of a loaded skill its note lists (the model may read any of its files)."""
 NAME_MAX = 64
 DESCRIPTION_MAX = 1024
 """The format's limit; a longer description is kept, warned about and cut in the prompt."""
@@ -124,6 +127,31 @@ class Skill(BaseModel):
                 letters, digits and single inner hyphens.
         """
         return read_skill_md(text)[0]
+
+    def first_part(self, limit: int) -> str:
+        """The body, or its first `limit` characters ending at a line break when one is near."""
+        if len(self.body) <= limit:
+            return self.body
+        line_end = self.body.rfind("\n", 0, limit)
+        return self.body[: line_end + 1 if line_end >= limit // 2 else limit]
+
+    def note(self, shown: int, *, read_with: str) -> str:
+        """What follows the body's first `shown` characters when the skill is loaded: how
+        to read the rest with the tool `read_with`, and the skill's files."""
+        lines = []
+        if shown < len(self.body):
+            read_on = {"skill": self.name, "path": SKILL_MD, "offset": shown}
+            call = json.dumps({"tool": read_with, "args": read_on})
+            lines.append(
+                f"(The SKILL.md goes on for {len(self.body) - shown} more characters;"
+                f" read them with {call}.)"
+            )
+        if self.resources:
+            listed = ", ".join(self.resources[:FILES_SHOWN])
+            more = len(self.resources) - FILES_SHOWN
+            listed += f" and {more} more" if more > 0 else ""
+            lines.append(f"Files of this skill (read one with {read_with}): {listed}")
+        return "\n".join(lines)
 
     @classmethod
     def load(cls, path: str | PathLike[str]) -> Skill:

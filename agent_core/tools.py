@@ -7,6 +7,7 @@ the declared ones (see `agent_core.args`) before any host sees a call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
@@ -14,6 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_core.errors import DefinitionError
+from agent_core.text import clean, cut
 
 __all__ = [
     "Arg",
@@ -204,3 +206,26 @@ class ToolOutput(BaseModel):
     def unknown(cls, reason: str) -> ToolOutput:
         """Whether the call took effect is not known (e.g. its worker died mid-call)."""
         return cls(status="unknown", text=reason)
+
+
+SUMMARY_SHOWN_CHARS = 60
+"""Characters of each argument a call's default summary shows."""
+
+
+def summary_line(
+    tool: str, summarizer: Callable[[dict[str, Any]], str] | None, args: dict[str, Any]
+) -> str:
+    """The line a person reads for a call of `tool` (its approval, the trace): the tool's
+    own summary of `args`, or `tool(name=value, ...)` with each value cut."""
+    if summarizer is not None:
+        try:
+            line = summarizer(dict(args))
+        except Exception:  # noqa: BLE001 - display only: a failing summary falls back to the default
+            line = None
+        if isinstance(line, str) and line.strip():
+            return cut(clean(line), 500)
+    shown = ", ".join(
+        f"{name}={cut(json.dumps(value, ensure_ascii=False), SUMMARY_SHOWN_CHARS)}"
+        for name, value in args.items()
+    )
+    return f"{tool}({shown})"

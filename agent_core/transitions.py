@@ -43,14 +43,26 @@ message changes what the next request says, not which request is due.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from agent_core import history
 from agent_core.args import check_args
 from agent_core.errors import ToolArgsError
+from agent_core.events import (
+    Answered,
+    Cancelled,
+    Event,
+    Failed,
+    FinalRejected,
+    FollowedUp,
+    PlanDecided,
+    Replied,
+    ReplyCut,
+    ResultGiven,
+    Started,
+    Told,
+)
 from agent_core.loops import Attempt, observe
 from agent_core.reply import (
     NO_OBJECT,
@@ -87,38 +99,21 @@ from agent_core.state import (
     TraceEvent,
     TraceKind,
 )
-from agent_core.steps import Attachment, Outcome, Stop
+from agent_core.steps import Outcome, Stop
 from agent_core.text import clean, cut
 from agent_core.toolbox import DELEGATE, READ_SKILL_FILE, REMEMBER, Setup, body_shown, part_chars
-from agent_core.tools import Risk, ToolCall, ToolOutput
+from agent_core.tools import Risk, ToolCall, ToolOutput, summary_line
 
-__all__ = [
-    "Answered",
-    "Cancelled",
-    "Event",
-    "Failed",
-    "FinalRejected",
-    "FollowedUp",
-    "PlanDecided",
-    "Replied",
-    "ReplyCut",
-    "ResultGiven",
-    "Started",
-    "Told",
-    "apply",
-]
+__all__ = ["apply"]
 
 MAX_SKILLS = 6
 MAX_SKILL_READS = 24
 """`read_skill_file` calls a task may make; they do not count against `max_calls`."""
-FILES_SHOWN = 100
 NOTE_CHARS = 300
 MAX_NEW_NOTES = 20
 QUESTION_CHARS = 2_000
 TRACE_TEXT_CHARS = 4_000
-SUMMARY_SHOWN_CHARS = 60
 PROBLEM_CHARS = 1_000
-ARG_KEPT_CHARS = 1_000
 MESSAGE_CHARS = 2_000
 MAX_TOLD = 10
 """Messages kept for the model's next request; older ones beyond this are dropped."""
@@ -129,97 +124,6 @@ REPLY_CHARS = 60_000
 """A reply joined from its cut parts longer than this is unusable."""
 
 
-# --- events: what can happen to an agent ----------------------------------------
-
-
-@dataclass(frozen=True)
-class Started:
-    task: str
-    context: str
-    attachments: tuple[Attachment, ...]
-    kind: Literal["started"] = "started"
-
-
-@dataclass(frozen=True)
-class Replied:
-    text: str
-    kind: Literal["replied"] = "replied"
-
-
-@dataclass(frozen=True)
-class Failed:
-    error: str
-    kind: Literal["failed"] = "failed"
-
-
-@dataclass(frozen=True)
-class PlanDecided:
-    yes: bool
-    kind: Literal["plan_decided"] = "plan_decided"
-
-
-@dataclass(frozen=True)
-class ResultGiven:
-    call_id: str
-    output: ToolOutput
-    kind: Literal["result_given"] = "result_given"
-
-
-@dataclass(frozen=True)
-class Answered:
-    text: str
-    kind: Literal["answered"] = "answered"
-
-
-@dataclass(frozen=True)
-class FinalRejected:
-    problem: str
-    kind: Literal["final_rejected"] = "final_rejected"
-
-
-@dataclass(frozen=True)
-class Cancelled:
-    reason: str
-    kind: Literal["cancelled"] = "cancelled"
-
-
-@dataclass(frozen=True)
-class ReplyCut:
-    """The model's reply stopped at the length limit (`finish_reason="length"`)."""
-
-    text: str
-    kind: Literal["reply_cut"] = "reply_cut"
-
-
-@dataclass(frozen=True)
-class Told:
-    """A person's message for the model, sent while the agent works."""
-
-    text: str
-    kind: Literal["told"] = "told"
-
-
-@dataclass(frozen=True)
-class FollowedUp:
-    """A person's next request to a finished agent."""
-
-    text: str
-    kind: Literal["followed_up"] = "followed_up"
-
-
-Event = (
-    Started
-    | Replied
-    | ReplyCut
-    | Failed
-    | PlanDecided
-    | ResultGiven
-    | Answered
-    | FinalRejected
-    | FollowedUp
-    | Told
-    | Cancelled
-)
 Handler = Callable[[AgentState, Any, Setup], AgentState]
 _MODEL_ANSWERS = ("replied", "reply_cut", "failed")
 
@@ -337,13 +241,6 @@ def _remembered(state: AgentState, entry: Entry, setup: Setup) -> AgentState:
     if not setup.config.summarize:
         grown = history.trimmed(grown, setup.config.history_chars)
     return state.model_copy(update={"history": grown})
-
-
-def _default_summary(tool: str, args: dict[str, Any]) -> str:
-    shown = ", ".join(
-        f"{k}={cut(history.render_args(v), SUMMARY_SHOWN_CHARS)}" for k, v in args.items()
-    )
-    return f"{tool}({shown})"
 
 
 # --- handlers ----------------------------------------------------------------------
@@ -520,33 +417,8 @@ def _checked_call(state: AgentState, raw: RawCall, setup: Setup, number: int) ->
         args=args,
         risk=tool.risk_class,
         ask=ask,
-        summary=_summary_line(tool.summarizer, raw, args),
+        summary=summary_line(raw.tool, tool.summarizer, args),
     )
-
-
-def _summary_line(
-    summarizer: Callable[[dict[str, Any]], str] | None, raw: RawCall, args: dict[str, Any]
-) -> str:
-    if summarizer is not None:
-        try:
-            line = summarizer(dict(args))
-        except Exception:  # noqa: BLE001 - display only: a failing summary falls back to the default
-            line = None
-        if isinstance(line, str) and line.strip():
-            return cut(clean(line), 500)
-    return _default_summary(raw.tool, args)
-
-
-def _kept(call: ToolCall) -> ToolCall:
-    """Return `call` as history keeps it: each long argument cut, so history stays bounded."""
-    shown = {k: history.render_args(v) for k, v in call.args.items()}
-    if all(len(text) <= ARG_KEPT_CHARS for text in shown.values()):
-        return call
-    args = {
-        k: cut(shown[k], ARG_KEPT_CHARS) if len(shown[k]) > ARG_KEPT_CHARS else v
-        for k, v in call.args.items()
-    }
-    return call.model_copy(update={"args": args})
 
 
 def _on_own_tool(state: AgentState, raw: RawCall, setup: Setup) -> AgentState:
@@ -581,41 +453,11 @@ def _load_skill(state: AgentState, name: str, setup: Setup) -> AgentState:
         )
     if any(isinstance(e, SkillEntry) and e.name == name for e in state.history):
         return _retry(state, f"the skill {name} is already loaded above", setup)
-    body = _first_part(skill.body, body_shown(setup.config))
-    entry = SkillEntry(name=name, body=body, note=_skill_note(skill, len(body)))
+    body = skill.first_part(body_shown(setup.config))
+    entry = SkillEntry(name=name, body=body, note=skill.note(len(body), read_with=READ_SKILL_FILE))
     loaded = _usable(state, skills_loaded=(*state.skills_loaded, name))
     loaded = _remembered(loaded, entry, setup)
     return _next_ask(_traced(loaded, "skill", text=name), setup)
-
-
-def _first_part(body: str, limit: int) -> str:
-    """Return `body`, or its first `limit` characters ending at a line break when one is near."""
-    if len(body) <= limit:
-        return body
-    line_end = body.rfind("\n", 0, limit)
-    return body[: line_end + 1 if line_end >= limit // 2 else limit]
-
-
-def _skill_note(skill: Skill, shown: int) -> str:
-    """Return what follows a loaded skill's body: how to read the rest, and its files."""
-    lines = []
-    if shown < len(skill.body):
-        read_on = json.dumps(
-            {
-                "tool": READ_SKILL_FILE,
-                "args": {"skill": skill.name, "path": SKILL_MD, "offset": shown},
-            }
-        )
-        lines.append(
-            f"(The SKILL.md goes on for {len(skill.body) - shown} more characters;"
-            f" read them with {read_on}.)"
-        )
-    if skill.resources:
-        listed = ", ".join(skill.resources[:FILES_SHOWN])
-        more = len(skill.resources) - FILES_SHOWN
-        listed += f" and {more} more" if more > 0 else ""
-        lines.append(f"Files of this skill (read one with {READ_SKILL_FILE}): {listed}")
-    return "\n".join(lines)
 
 
 def _on_skill_read(state: AgentState, args: dict[str, Any], setup: Setup) -> AgentState:
@@ -715,7 +557,7 @@ def _on_result(state: AgentState, event: ResultGiven, setup: Setup) -> AgentStat
     if len(results) < len(phase.batch):
         return recorded.model_copy(update={"phase": phase.model_copy(update={"results": results})})
     entry = CallsEntry(
-        results=tuple(CallResult(call=_kept(c), output=results[c.id]) for c in phase.batch),
+        results=tuple(CallResult(call=history.kept(c), output=results[c.id]) for c in phase.batch),
         note=phase.note,
     )
     attempts = [Attempt(c.summary, c.tool, c.args, results[c.id]) for c in phase.batch]
