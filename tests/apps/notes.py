@@ -167,6 +167,12 @@ def build(settings: Settings | None = None, skills_dir: str | None = None) -> Re
     return relay
 
 
+if os.environ.get("RELAY_TEST_WALK"):
+    # Every call into a workers module from another is written down (tests/test_walk.py).
+    from tests.support.walk import record_to
+
+    record_to(os.environ["RELAY_TEST_WALK"])
+
 # RELAY_TEST_SKILLS: a folder of Agent Skills this app's workers offer (and read).
 relay = build(skills_dir=os.environ.get("RELAY_TEST_SKILLS") or None)
 app = relay.celery  # for `celery -A tests.apps.notes:app worker`

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import click
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
-from celery.signals import beat_init, worker_process_init, worker_shutting_down
+from celery.signals import beat_init, worker_init, worker_process_init, worker_shutting_down
 
 from workers.celery_app.sending import model_task_id, tool_task_id
 from workers.engine.effects import Message
@@ -42,10 +42,31 @@ class RuntimeLike(Protocol):
     def start_ticking(self) -> Callable[[], None]: ...
 
 
-def register_tasks(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
+class _Built:
+    """The runtime, built by `build` at its first use and kept (so a task never asks the
+    Relay for it again)."""
+
+    def __init__(self, build: Callable[[], RuntimeLike]) -> None:
+        self._build = build
+        self._runtime: RuntimeLike | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> RuntimeLike:
+        runtime = self._runtime
+        if runtime is None:
+            with self._lock:
+                if self._runtime is None:
+                    self._runtime = self._build()
+                runtime = self._runtime
+        return runtime
+
+
+def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     """Register `relay.advance`, `relay.call_model`, `relay.run_tool` and `relay.tick` on
-    `app`, each a short body on the runtime (`runtime()`, built at the first task, so a
-    process that only sends never builds one), and the tick in every worker of the app.
+    `app`, each a short body on the runtime, and the tick in every worker of the app.
+
+    `build()` makes the runtime, once, at its first use: a worker of `app` builds it
+    as it starts (so its first task pays nothing), a process that only sends never does.
 
     Each step task returns one readable line (what it did, what the run waits for
     now), or raises StepFailed with it once its work is saved: Flower shows it as
@@ -54,6 +75,7 @@ def register_tasks(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
     to every app of the process, and two Relays in one process would run each
     other's tasks on the wrong Redis.
     """
+    runtime = _Built(build)
 
     @app.task(name="relay.advance", shared=False, throws=(StepFailed,), bind=True)
     def advance(task: Task[Any, Any], run_id: str) -> str:
@@ -84,8 +106,19 @@ def register_tasks(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
         runtime().tick()
 
     _add_ticker(app, runtime)
+    _connect_signals(app, runtime)
+
+
+def _connect_signals(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
+    """What a worker (or a beat) of `app` does as it starts and stops."""
     worker_process_init.connect(_in_prefork_child, weak=False, dispatch_uid="relay-prefork")
     worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
+
+    def build_runtime(sender: Any, **_: Any) -> None:
+        if getattr(sender, "app", None) is app:  # a worker of this app (not of another)
+            runtime()
+
+    worker_init.connect(build_runtime, weak=False, dispatch_uid=f"relay-runtime-{id(app)}")
 
     def quiet_beat(sender: Any, **_: Any) -> None:
         # A beat sends only ticks: their `task-sent` events would fill Flower too.
