@@ -33,7 +33,7 @@ _PARTS: list[tuple[str, str, str]] = [
     ("workers/runtime/leases.py", "run_leased", "call: start helper thread, wait for it"),
     ("workers/store/runs.py", r"RunStore\.(\w+)", "store.{0}"),
     ("workers/kit/agents.py", "restore", "restore agent from snapshot"),
-    ("workers/engine/decide.py", r"^advance$", "engine.advance (apply events, next step)"),
+    ("workers/engine/decide.py", r"^decide$", "engine decide (apply events, next step)"),
     ("celery/events/", "", "Celery task events (PUBLISH)"),
     ("celery/app/base.py", "send_task", "send message (send_task)"),
     ("workers/runtime/steps.py", "", "runtime (other)"),

@@ -242,7 +242,7 @@ _PIECES = {
     ("workers/store/runs.py", "load"): "RunStore.load",
     ("workers/store/runs.py", "save"): "RunStore.save (Lua SAVE)",
     ("workers/kit/agents.py", "restore"): "AgentKit.restore (parse snapshot)",
-    ("workers/engine/decide.py", "advance"): "engine.advance (apply, next step, snapshot)",
+    ("workers/engine/decide.py", "decide"): "engine decide (apply, next step, snapshot)",
     ("agent_core/agent.py", "snapshot"): "Agent.snapshot (dump JSON)",
     ("agent_core/agent.py", "resume"): "Agent.resume",
     ("agent_core/prompts.py", "ask_request"): "prompts.ask_request (build the prompt)",

@@ -14,7 +14,7 @@ A Relay is made of explicit parts, each built on first use:
     relay.kit          the tools, specialists and skills its agents are made of (AgentKit)
     relay.store        its Redis (RunStore)
     relay.celery       its Celery app, with the tasks (`celery -A mymodule:app worker`)
-    relay.runtime      what the tasks do (Runtime)
+    relay.runtime      what the tasks do (Runtime): a worker builds it as it starts
     relay.runs_client  the client API to runs: status, decisions, traces, steering (RunsClient)
     relay.scheduling   ... and to schedules (Scheduling)
 

@@ -6,7 +6,7 @@ One `ModelClient` per worker process holds one httpx sync client, so the TCP
 prompt as image parts, other files as text parts.
 
 Given `on_text`, a call asks for a stream and hands over each piece of text as
-it arrives (`chat.StreamedReply`); a plain answer is handed over whole, a server
+it arrives (`wire.StreamedReply`); a plain answer is handed over whole, a server
 that refuses `stream` (400, 422) is asked plainly from then on, and a retry
 after text was handed over says `RESTART` first.
 

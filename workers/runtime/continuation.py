@@ -42,7 +42,7 @@ Step = Callable[[Message], Report]
 
 
 class Reach(Protocol):
-    """What this process may run in place of a message (see `celery_app.WorkerReach`)."""
+    """What this process may run in place of a message (`celery_app.sending.WorkerReach`)."""
 
     def owns(self, message: Message) -> bool:
         """Whether this worker consumes the queue `message` would be published to."""

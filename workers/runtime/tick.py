@@ -7,7 +7,7 @@ the outbox says nobody dealt with (a lost message, a dead worker's call).
 
 Every worker process runs a `Ticker` thread (unless started with `--no-tick`);
 `relay beat`, or anyone's own beat, may also send `relay.tick` messages. Each
-would-be tick first asks Redis for the tick lock (`RunStore.elect_ticker`): the
+would-be tick first asks Redis for the tick lock (`Upkeep.elect_ticker`): the
 first asker in an interval ticks, the others learn when the lock lapses and ask
 again then. The lock lapses on its own after one interval, so a worker that dies
 mid-tick is replaced at the next one, and a fleet of plain workers heals itself
