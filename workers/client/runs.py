@@ -28,7 +28,7 @@ from workers.engine.events import (
     Told,
     expiry_event,
 )
-from workers.engine.ids import PendingKind, pending_parts
+from workers.engine.ids import PendingKind, in_tree, pending_parts
 from workers.engine.records import (
     Pending,
     ReplyStrategy,
@@ -43,7 +43,7 @@ from workers.settings import Timing, now_ms
 from workers.store.codec import as_text
 from workers.store.live import stream_id
 from workers.store.runs import RunStore
-from workers.store.scripts import Decided
+from workers.store.scripts import Decided, ReplyAnswer
 
 __all__ = ["MESSAGE_CHARS", "RunsClient"]
 
@@ -333,7 +333,7 @@ class RunsClient:
             events = self.store.live.read(run_id, cursor, block_ms=500)
             for event in events:
                 cursor = event.id
-                if event.run_id == run_id or event.run_id.startswith(f"{run_id}."):
+                if in_tree(event.run_id, run_id):
                     yield event
                 done = event.kind == "done" if event.run_id == run_id else done
             if events and not (done and self._ended(run_id, cursor)):
@@ -414,15 +414,15 @@ class RunsClient:
             raise RelayError(f"strategy is one of {', '.join(STRATEGIES)}, got {strategy!r}")
         event = FollowUp(text=text[:MESSAGE_CHARS], strategy=strategy)
         answer = self.store.live.reply(run_id, event, now_ms() + self._timing.grace_ms)
-        if answer == "sent":
+        if answer is ReplyAnswer.SENT:
             self._send([Message("advance", run_id)])
             return
-        if answer == "busy":
+        if answer is ReplyAnswer.BUSY:
             raise DecisionRefused(
                 f"run {run_id} is still working: reply with strategy='enqueue' to go on when"
                 " it finishes, or 'interrupt' to stop this turn"
             )
-        if answer == "specialist":
+        if answer is ReplyAnswer.SPECIALIST:
             raise RelayError(f"run {run_id} is a specialist's: reply to the run that started it")
         self._record(run_id)  # RunNotFound or RunCorrupt
         raise RunCorrupt(f"run {run_id}: its record cannot be read")

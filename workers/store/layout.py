@@ -2,7 +2,8 @@
 
 This module is the map. Every key starts with `RELAY_PREFIX` (default `relay:`);
 the Lua scripts in `workers/store/lua/` spell the same field names, each script's
-header says which keys and arguments it takes.
+header says which keys and arguments it takes, and `workers.store.scripts` spells
+each script's KEYS and ARGV from the names here.
 
 Per run (a root task, or a specialist's child run `<parent>.<call>`):
 
@@ -43,10 +44,11 @@ slot on a cluster, see below):
     deadlines       zset    root ids by when their budget's `seconds` run out: the tick
                             stops each tree whose time is up (CREATE adds, EXTEND moves)
     outbox          zset    messages to send, scored by when to send them again
-                            (OutboxMember); SAVE adds, CLAIM/RENEW re-score, the
-                            tick re-sends what is due
-    pending         zset    what waits on a person, scored by its expiry (PendingMember)
-    pending:data    hash    PendingMember -> the Pending JSON
+                            (`engine.ids.OutboxMember`); SAVE adds, CLAIM/RENEW
+                            re-score, the tick re-sends what is due
+    pending         zset    what waits on a person, scored by its expiry (a pending
+                            member, `engine.ids.pending_member`)
+    pending:data    hash    pending member -> the Pending JSON
     activity        stream  a run id per trace that grew: what `wait`/`watch` block on
     prune-cursor    string  how far the tick's sweep of expired runs got
     tick-lock       string  the process ticking in this interval (lapses after it)

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from workers.engine.ids import in_tree
 from workers.errors import DecisionRefused, RunNotFound
 from workers.settings import now_ms
 from workers.store.live import stream_id
@@ -88,7 +89,7 @@ class _Api:
         except RunNotFound as error:
             return _error(str(error), 404)
         events = self.web.relay.store.live.read(run_id, after, block_ms=None)
-        mine = [e for e in events if e.run_id == run_id or e.run_id.startswith(f"{run_id}.")]
+        mine = [e for e in events if in_tree(e.run_id, run_id)]
         next_id = events[-1].id if events else after
         return JSONResponse({"next": next_id, "events": [e.model_dump() for e in mine]})
 
