@@ -68,6 +68,13 @@ class RunsClient:
             raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
         return found
 
+    def _outcome(self, run_id: str) -> tuple[RunRecord, bool]:
+        """The run's record, and whether a follow-up is on its way to it (one read)."""
+        found = self.store.outcome(run_id)
+        if found is None:
+            raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
+        return found
+
     def status(self, run_id: str) -> RunStatus:
         """Return where the run is: its state, what it waits for, usage, outcome, children."""
         record, total = self._record(run_id)
@@ -147,8 +154,8 @@ class RunsClient:
         deadline = time.monotonic() + timeout
         cursor = self.store.activity_cursor(run_id)
         while True:
-            record, _ = self._record(run_id)
-            if record.outcome is not None and not self.store.live.reopening(run_id):
+            record, reopening = self._outcome(run_id)
+            if record.outcome is not None and not reopening:
                 return record.outcome
             left = deadline - time.monotonic()
             if left <= 0:
@@ -354,7 +361,8 @@ class RunsClient:
         (a follow-up may have reopened it since the "done" read)."""
         if self.store.live.read(run_id, cursor, block_ms=None):
             return False
-        return self._record(run_id)[0].state == "finished" and not self.store.live.reopening(run_id)
+        record, reopening = self._outcome(run_id)
+        return record.state == "finished" and not reopening
 
     def send(self, run_id: str, text: str) -> None:
         """Give the run a person's message, shown to the model at its next call (kept while

@@ -18,7 +18,7 @@ from workers.engine.records import StreamEvent
 from workers.store import scripts
 from workers.store.codec import as_text
 from workers.store.connection import Connection
-from workers.store.layout import STREAM_IDLE_S, STREAM_MAX, RunFields
+from workers.store.layout import STREAM_IDLE_S, STREAM_MAX
 from workers.store.scripts import ReplyAnswer
 
 __all__ = ["LiveStreams", "stream_id"]
@@ -67,12 +67,6 @@ class LiveStreams:
                     )
                 )
         return found
-
-    def reopening(self, run_id: str) -> bool:
-        """Whether a follow-up is on its way to the run (its last outcome is not its last)."""
-        connection = self._connection
-        with connection.errors():
-            return bool(connection.redis.hexists(connection.keys.run(run_id), RunFields.FOLLOW_UP))
 
     def reply(self, run_id: str, event: FollowUp, due_ms: int) -> ReplyAnswer:
         """Put a follow-up in a root run's inbox unless its strategy refuses; return REPLY's

@@ -148,6 +148,26 @@ class RunStore:
             raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
         return record, usage_of(totals)
 
+    def outcome(self, run_id: str) -> tuple[RunRecord, bool] | None:
+        """Return the run's record and whether a follow-up is on its way to it (its
+        outcome is then not its last), read together in one command: a save that
+        reopens the run lands before or after both. None if there is no run.
+
+        Raises:
+            RunCorrupt: the stored record cannot be read.
+        """
+        with self.errors():
+            meta, follow_up = self.redis.hmget(
+                self.keys.run(run_id), [RunFields.RECORD, RunFields.FOLLOW_UP]
+            )
+        if meta is None:
+            return None
+        try:
+            record = RunRecord.model_validate_json(meta)
+        except ValidationError as error:
+            raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
+        return record, follow_up is not None
+
     def limits(self, root: str) -> TreeLimits | None:
         """Return the tree's budget as it stands (extensions included), and what its
         calls in flight reserved; None if the tree has no limits (or no root)."""
