@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Iterator, Mapping
@@ -62,9 +63,13 @@ def form_of(html: str, run_id: str, what: str) -> dict[str, str]:
 
 @contextmanager
 def browser_page(web: RelayWeb) -> Iterator[object]:
-    """A page of Debian's chromium, headless, signed in to `web` (skips if it is missing)."""
+    """A page of Debian's chromium, headless, signed in to `web` (skips if it is missing,
+    fails instead under RELAY_TEST_REQUIRE_BROWSER=1, as CI sets it)."""
     if not CHROMIUM.exists():
-        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+        missing = "Debian's chromium is not installed (.ci/run installs it)"
+        if os.environ.get("RELAY_TEST_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"{missing}, and RELAY_TEST_REQUIRE_BROWSER=1 needs it")
+        pytest.skip(missing)
     from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only the browser tests
 
     with sync_playwright() as playwright:
