@@ -381,6 +381,29 @@ def test_a_parked_run_is_cancelled(f: Fleet) -> None:
 # --- expiry (its own fleet: the time limit is a worker setting) ---------------------------
 
 
+def test_a_late_approval_is_refused_whatever_the_deciders_clock_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The decider's machine is an hour behind, and no tick ran to decline the call:
+    # DECIDE still sees, by Redis's clock, that the approval came after its expiry.
+    with fleet(tmp_path, extra_env={"RELAY_APPROVAL_TTL": "1"}) as g:
+        g.brain.script("SLOW-CLOCK:", {0: call("pay", amount=900), 1: final("not paid")})
+        g.worker("--concurrency", "1", "--no-tick")
+        run_id = g.relay.start("SLOW-CLOCK: pay the invoice")
+        pending = pending_for(g, run_id)
+        assert pending.expires_ms is not None
+        while now_ms() <= pending.expires_ms + 50:
+            time.sleep(0.05)
+        hour_behind = now_ms() - 3_600_000
+        monkeypatch.setattr("workers.client.runs.now_ms", lambda: hour_behind)
+        with pytest.raises(DecisionRefused, match="waited too long"):
+            g.relay.approve(run_id, pending.call_id or "")
+        outcome = g.relay.wait(run_id, 30)
+        assert outcome.stop is Stop.DONE, g.logs()
+        assert not [line for line in g.ledger() if line.startswith("pay")]
+        assert "no decision came in time" in prompts_for(g, "SLOW-CLOCK:")[-1]
+
+
 def test_an_approval_that_expires_is_declined_and_the_model_told(tmp_path: Path) -> None:
     with fleet(tmp_path, extra_env={"RELAY_APPROVAL_TTL": "1"}) as g:
         g.brain.script(

@@ -16,6 +16,7 @@ from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, Reser
 from workers.engine.events import BudgetExtended, CallDecision, ToolDone, expiry_event
 from workers.engine.ids import pending_member as member_of
 from workers.engine.records import CallTrack, Pending, RunRecord, Usage
+from workers.settings import now_ms
 from workers.store.runs import Claim, RunStore
 from workers.store.scripts import ClaimStatus, Decided, Recorded, Saved
 
@@ -251,9 +252,9 @@ def test_a_claim_given_back_does_not_count(store: RunStore) -> None:
     assert _claim(store, "call-1", "b").attempts == 1  # the next claim is a first attempt
 
 
-def _tree(store: RunStore, budget: Budget, asked_bytes: int = 400) -> None:
+def _tree(store: RunStore, budget: Budget, asked_bytes: int = 400, created_ms: int = 1_000) -> None:
     """A root with `budget` and a child that asks the model for a request of that size."""
-    store.create(_record("root", budget=budget), "snap", due_ms=5_000)
+    store.create(_record("root", budget=budget, created_ms=created_ms), "snap", due_ms=5_000)
     child = _record("root.call-1", parent="root", root="root", ancestors=("root",))
     store.create(child, "snap", due_ms=5_000)
     _save(store, child.model_copy(update={"asked": 1, "seq": 1, "asked_bytes": asked_bytes}))
@@ -324,14 +325,16 @@ def test_a_model_call_past_a_limit_is_claimed_but_not_admitted(
     assert limits.reserved == (0, 0, 0)  # nothing reserved for a call that will not be made
 
 
-def test_a_tree_whose_time_is_up_admits_no_model_call(store: RunStore) -> None:
-    _tree(store, Budget(seconds=2))  # created at 1,000 ms: its time is up at 3,000
-    assert _model_claim(store, "a", Admission(0, 0.0, 0.0), now=2_999).over is None
-    store.redis.delete(store.keys.lease("root.call-1", "m1"))
-    over = _model_claim(store, "b", Admission(0, 0.0, 0.0), now=3_000).over
-    assert over is not None
-    assert over.limit == "deadline"
-    assert store.upkeep.deadlines_due(3_000) == ["root"]
+@pytest.mark.parametrize(("started_s_ago", "over"), [(1, False), (3, True)])
+def test_a_tree_whose_time_is_up_admits_no_model_call(
+    store: RunStore, started_s_ago: int, over: bool
+) -> None:
+    # Its time is up 2 s after it started, by Redis's clock (the caller's is not asked).
+    started = now_ms() - started_s_ago * 1_000
+    _tree(store, Budget(seconds=2), created_ms=started)
+    claim = _model_claim(store, "a", Admission(0, 0.0, 0.0), now=0)
+    assert (claim.over is not None and claim.over.limit == "deadline") is over
+    assert store.upkeep.deadlines_due(started + 2_000) == ["root"]
 
 
 def test_extending_raises_the_limits_it_has_and_wakes_the_parked_runs(store: RunStore) -> None:
@@ -372,14 +375,13 @@ def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:
     return pending
 
 
-def _decide(store: RunStore, call: str, now_ms: int, yes: bool = True) -> Decided:
+def _decide(store: RunStore, call: str, yes: bool = True) -> Decided:
     return store.people.decide(
         "r1",
         "call",
         call,
         CallDecision(call=call, yes=yes),
         expired=expiry_event("call", call),
-        now_ms=now_ms,
         due_ms=9,
     )
 
@@ -387,10 +389,10 @@ def _decide(store: RunStore, call: str, now_ms: int, yes: bool = True) -> Decide
 def test_a_decision_is_used_once(store: RunStore) -> None:
     pending = _pending_call(store)
     assert store.people.pending() == [pending]
-    assert _decide(store, "call-1", now_ms=5) is Decided.APPLIED
+    assert _decide(store, "call-1") is Decided.APPLIED
     assert store.people.pending() == []
-    assert _decide(store, "call-1", now_ms=5, yes=False) is Decided.DECIDED
-    assert _decide(store, "call-2", now_ms=5) is Decided.NOT_PENDING
+    assert _decide(store, "call-1", yes=False) is Decided.DECIDED
+    assert _decide(store, "call-2") is Decided.NOT_PENDING
     assert (
         store.people.decide(
             "gone",
@@ -398,7 +400,6 @@ def test_a_decision_is_used_once(store: RunStore) -> None:
             "call-1",
             CallDecision(call="call-1", yes=True),
             expired=expiry_event("call", "call-1"),
-            now_ms=5,
             due_ms=9,
         )
         is Decided.GONE
@@ -409,21 +410,21 @@ def test_a_decision_is_used_once(store: RunStore) -> None:
 
 
 def test_a_decision_after_the_expiry_is_refused_and_declines(store: RunStore) -> None:
-    _pending_call(store, expires_ms=1_000)
-    assert _decide(store, "call-1", now_ms=1_000) is Decided.EXPIRED
+    _pending_call(store, expires_ms=now_ms() - 1)  # by Redis's clock, which is this one's
+    assert _decide(store, "call-1") is Decided.EXPIRED
     assert store.people.pending() == []
     loaded = store.load("r1")
     assert loaded is not None
     declined = CallDecision(call="call-1", yes=False, reason="no decision came in time")
     assert [e for _, e in loaded.inbox] == [declined]
     # Any later decision, yes or no, is told it came too late.
-    assert _decide(store, "call-1", now_ms=1_001) is Decided.EXPIRED
-    assert _decide(store, "call-1", now_ms=5, yes=False) is Decided.EXPIRED
+    assert _decide(store, "call-1") is Decided.EXPIRED
+    assert _decide(store, "call-1", yes=False) is Decided.EXPIRED
 
 
-def test_a_decision_just_before_the_expiry_is_applied(store: RunStore) -> None:
-    _pending_call(store, expires_ms=1_000)
-    assert _decide(store, "call-1", now_ms=999) is Decided.APPLIED
+def test_a_decision_before_the_expiry_is_applied(store: RunStore) -> None:
+    _pending_call(store, expires_ms=now_ms() + 60_000)
+    assert _decide(store, "call-1") is Decided.APPLIED
 
 
 def test_a_finished_run_expires_and_leaves_the_index(store: RunStore) -> None:

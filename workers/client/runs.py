@@ -235,7 +235,6 @@ class RunsClient:
             what,
             event,
             expired=expiry_event(kind, what),
-            now_ms=now,
             due_ms=now + self._timing.grace_ms,
         )
         if decided in (Decided.APPLIED, Decided.EXPIRED):

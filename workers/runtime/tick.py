@@ -139,7 +139,6 @@ class Healing:
             what,
             event,
             expired=event,
-            now_ms=now,
             due_ms=now + self._timing.grace_ms,
         )
         if decided in (Decided.APPLIED, Decided.EXPIRED):

@@ -42,15 +42,14 @@ class People:
         event: InboxEvent,
         *,
         expired: InboxEvent,
-        now_ms: int,
         due_ms: int,
     ) -> Decided:
         """Apply a decision for the pending entry (`kind`, `what`) of the run, unless it
-        came after the entry's expiry: then `expired` (the event for "no decision in
-        time") is applied instead."""
+        came after the entry's expiry by Redis's clock (never the caller's): then
+        `expired` (the event for "no decision in time") is applied instead."""
         decide = scripts.decide(
             self._connection.keys, run_id=run_id, kind=kind, what=what, event=event,
-            expired=expired, now_ms=now_ms, due_ms=due_ms,
+            expired=expired, due_ms=due_ms,
         )  # fmt: skip
         return self._connection.run(decide)
 

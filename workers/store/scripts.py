@@ -244,7 +244,7 @@ def claim(
     script_keys += [keys.run(root), keys.inbox(run_id), keys.history(run_id)]
     args: list[Any] = [call, "tool" if seq is None else "model", seq or 0, token, lease_ms]
     args += [member, now_ms + lease_ms, run_id, admission.max_tokens]
-    args += [admission.input_micro, admission.output_micro, now_ms, known_version]
+    args += [admission.input_micro, admission.output_micro, known_version]
 
     def read(answer: Any) -> ClaimAnswer:
         status, attempts, over, *run = answer
@@ -353,16 +353,16 @@ def decide(
     what: str,
     event: InboxEvent,
     expired: InboxEvent,
-    now_ms: int,
     due_ms: int,
 ) -> ScriptCall[Decided]:
     """DECIDE the pending entry (`kind`, `what`) of the run with `event`, or with
-    `expired` (the event for "no decision in time") when it came too late."""
+    `expired` (the event for "no decision in time") when it came too late: after its
+    expiry by Redis's clock."""
     index = keys.index(run_id)
     script_keys = [keys.run(run_id), keys.inbox(run_id), index.outbox, index.pending]
     script_keys.append(index.pending_data)
     args: list[Any] = [pending_member(run_id, kind, what), RunFields.decision(kind, what)]
-    args += [event.model_dump_json(), OutboxMember.advance(run_id), due_ms, now_ms]
+    args += [event.model_dump_json(), OutboxMember.advance(run_id), due_ms]
     args.append(expired.model_dump_json())
     return ScriptCall("decide", script_keys, args, lambda answer: Decided(_word(answer)))
 

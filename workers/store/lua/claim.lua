@@ -8,7 +8,7 @@
 -- fence that RECORD and SAVE check) and hands back what the call and the save
 -- after it need, so neither reads the run again: the agent's snapshot (the head
 -- and history list, or the whole snapshot of a run stored before `sf` 2) only if
--- the run is not at the version whose agent the caller keeps (ARGV[13]).
+-- the run is not at the version whose agent the caller keeps (ARGV[12]).
 --
 -- A model call is also admitted against its tree's budget (on the root's hash):
 -- its estimate (the request's size in bytes / 2, plus max_tokens; in micro-dollars
@@ -24,8 +24,8 @@
 -- ARGV[1] the call ("call-2", or "m<seq>")  ARGV[2] "tool" or "model"
 -- ARGV[3] seq (model calls)  ARGV[4] token  ARGV[5] lease (ms)  ARGV[6] outbox member
 -- ARGV[7] lease deadline (ms)  ARGV[8] run id  ARGV[9] max_tokens (0: none)
--- ARGV[10] input and ARGV[11] output price, micro-dollars per token  ARGV[12] now (ms)
--- ARGV[13] the version whose agent the caller keeps ('' for none)
+-- ARGV[10] input and ARGV[11] output price, micro-dollars per token
+-- ARGV[12] the version whose agent the caller keeps ('' for none)
 -- Returns: {status, attempts, over, version, record, form, head or whole snapshot,
 -- history entries, inbox}; status is
 -- claimed, gone (no run), done (outcome recorded), refused (the record does not
@@ -54,7 +54,8 @@ if ARGV[2] == 'model' then
   local held = 'q:' .. ARGV[8] .. '|' .. ARGV[1]
   local n = function(i) return tonumber(root[i] or '0') end
   local int = function(x) return string.format('%d', x) end
-  if root[4] and tonumber(ARGV[12]) >= n(4) then
+  local time = redis.call('TIME')  -- the deadline by Redis's clock, not the caller's
+  if root[4] and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) >= n(4) then
     over = 'deadline'
   elseif redis.call('HEXISTS', KEYS[4], held) == 0 then
     local prompt = math.ceil((tonumber(record.asked_bytes) or 0) / 2)
@@ -81,7 +82,7 @@ local attempts = redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], 1)
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
 local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
-if run[1] == ARGV[13] then return {'claimed', attempts, over, run[1], run[2], '', '', {}, inbox} end
+if run[1] == ARGV[12] then return {'claimed', attempts, over, run[1], run[2], '', '', {}, inbox} end
 if run[3] == '2' then
   return {'claimed', attempts, over, run[1], run[2], '2',
     redis.call('HGET', KEYS[1], 'head') or '', redis.call('LRANGE', KEYS[6], 0, -1), inbox}
