@@ -11,11 +11,12 @@ from agent_core import Config, Outcome, Stop, ToolOutput
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import RelayError, Settings
+from workers.client.runs import RunsClient
 from workers.engine.budget import Admission, Budget
 from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, Reservation, UsageAdd
 from workers.engine.events import BudgetExtended, CallDecision, ToolDone, expiry_event
 from workers.engine.ids import pending_member as member_of
-from workers.engine.records import CallTrack, Pending, RunRecord, Usage
+from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
 from workers.settings import now_ms
 from workers.store.runs import Claim, RunStore
 from workers.store.scripts import ClaimStatus, Decided, Recorded, Saved
@@ -545,3 +546,34 @@ def test_a_run_started_twice_under_one_id_is_one_run(tmp_path: Path) -> None:
         for bad in ("", "has.dot", "a|b", "x" * 65):
             with pytest.raises(RelayError):
                 relay.start("A task", run_id=bad)
+
+
+def test_wait_never_returns_the_turn_a_follow_up_is_reopening(store: RunStore) -> None:
+    # `reply` leaves the finished run with its follow-up marker (`fu`); the save that
+    # applies the follow-up reopens the run and clears the marker in one step. `wait`
+    # must read the outcome and the marker as one: here that save lands right after
+    # wait's first read, as a worker's can.
+    march = Outcome(stop=Stop.DONE, summary="March")
+    april = Outcome(stop=Stop.DONE, summary="April")
+    store.create(_record(), "snap", due_ms=5_000)
+    _save(store, _record(state="finished", outcome=march))
+    store.redis.hset(store.keys.run("r1"), "fu", 1)  # as REPLY leaves it
+    reads = store.redis.hmget
+    landed: list[str] = []
+
+    def read_then_reopen(*args: object, **kwargs: object) -> object:
+        found = reads(*args, **kwargs)
+        if not landed:  # the follow-up's save, then its turn's end, come in between
+            landed.append("reopened")
+            _save(store, _record(state="running"), follow_up_taken=True)
+            _save(store, _record(state="finished", outcome=april), trace=(_line(),))
+        return found
+
+    store.redis.hmget = read_then_reopen
+    client = RunsClient(store, lambda _messages: None, Settings.from_env({}).timing)
+    assert client.wait("r1", timeout=10).summary == "April"
+    assert landed == ["reopened"]
+
+
+def _line() -> TraceEntry:
+    return TraceEntry(at_ms=1, run="r1", kind="finished", text="April")
