@@ -221,3 +221,49 @@ def test_a_run_page_shows_the_answer_while_it_is_written(tmp_path: Path) -> None
         bad = web.client.get(f"/api/runs/{run_id}/live", params={"after": "x; DROP"})
         assert bad.status_code == 400
         assert web.client.get("/api/runs/nope/live").status_code == 404
+
+
+ODD = [
+    "²",
+    "٣",
+    "-1",
+    "1e3",
+    "99999999999999999999",
+    "18446744073709551616-0",
+    "0-²",
+    " 1",
+    "é",
+    "%00",
+]
+
+
+@pytest.mark.timeout(120)
+def test_bad_input_from_a_signed_in_user_is_a_4xx_with_a_line(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        run_id = _waiting_run(f, "ODD-1")
+        page = web.client.get("/approvals").text
+        form = {**form_of(page, run_id, "call-1"), "decision": "approve"}
+        nonce, expires, mac = form["token"].split(".")
+        for token in (f"{nonce}.{expires}.{mac[:-1]}é", f"{nonce}.²²².{mac}", "é.é.é"):
+            answer = web.client.post("/approvals/decide", data={**form, "token": token})
+            assert answer.status_code == 403, (token, answer.status_code)
+            assert "this form" in answer.text
+        for value in ODD:
+            for path, name in (
+                ("/api/runs", "limit"),
+                (f"/api/runs/{run_id}/trace", "after"),
+                (f"/api/runs/{run_id}/live", "after"),
+            ):
+                answer = web.client.get(path, params={name: value})
+                assert answer.status_code == 400, (path, value, answer.status_code)
+                assert answer.json()["error"]
+            for path in ("/runs", "/approvals", f"/runs/{run_id}"):
+                params = {"state": value, "said": value, "sig": value}
+                assert web.client.get(path, params=params).status_code == 200, (path, value)
+        biggest = f"{2**64 - 1}-{2**64 - 1}"
+        assert web.client.get(f"/api/runs/{run_id}/live", params={"after": biggest}).json() == {
+            "next": biggest,
+            "events": [],
+        }
+        assert f.relay.status(run_id).state == "waiting"  # nothing of it was decided

@@ -28,8 +28,11 @@ _KINDS = frozenset({"text", "step", "restarted", "done"})
 
 
 def stream_id(value: object) -> str | None:
-    """Return `value` if it is a stream id to read after (`"0"`, `"1700000000000-3"`)."""
-    return value if isinstance(value, str) and _STREAM_ID.fullmatch(value) else None
+    """Return `value` if it is a stream id to read after (`"0"`, `"1700000000000-3"`):
+    one or two whole numbers that Redis takes (each below 2**64)."""
+    if not isinstance(value, str) or not _STREAM_ID.fullmatch(value):
+        return None
+    return value if all(int(part) < 2**64 for part in value.split("-")) else None
 
 
 class LiveStreams:

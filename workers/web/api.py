@@ -28,13 +28,15 @@ from workers.engine.ids import in_tree
 from workers.errors import DecisionRefused, RunNotFound
 from workers.settings import now_ms
 from workers.store.live import stream_id
-from workers.web.auth import cross_site
+from workers.web.auth import cross_site, whole_number
 from workers.web.site import Web
 from workers.web.views import pending_row, run_row, run_tree, trace_row
 
 __all__ = ["routes"]
 
 MAX_BODY_BYTES = 8_192
+TRACE_POSITION_MAX = 2**53
+"""Trace positions count lines ever written: a larger one is no position."""
 
 
 def _error(message: str, status: int) -> JSONResponse:
@@ -47,11 +49,11 @@ class _Api:
 
     def runs(self, request: Request) -> Response:
         state = request.query_params.get("state", "")
-        limit = request.query_params.get("limit", "100")
-        if not limit.isdigit() or not 0 < int(limit) <= 1_000:
+        limit = whole_number(request.query_params.get("limit", "100"), 1_000)
+        if not limit:
             return _error("limit is a number from 1 to 1000", 400)
         now = now_ms()
-        rows = [run_row(status, now) for status in self.web.relay.runs(limit=int(limit))]
+        rows = [run_row(status, now) for status in self.web.relay.runs(limit=limit)]
         return JSONResponse([row for row in rows if not state or row["state"] == state])
 
     def run(self, request: Request) -> Response:
@@ -65,14 +67,14 @@ class _Api:
     def trace(self, request: Request) -> Response:
         relay = self.web.relay
         run_id = request.path_params["run_id"]
-        after = request.query_params.get("after", "0")
-        if not after.isdigit():
+        after = whole_number(request.query_params.get("after", "0"), TRACE_POSITION_MAX)
+        if after is None:
             return _error("after is a trace position (a whole number)", 400)
         try:
             status = relay.status(run_id)
         except RunNotFound as error:
             return _error(str(error), 404)
-        position, entries = relay.store.trace(run_id, int(after))
+        position, entries = relay.store.trace(run_id, after)
         rows = [trace_row(entry, self.web.settings.flower_url) for entry in entries]
         return JSONResponse(
             {"next": position, "entries": rows, "state": status.state,

@@ -110,6 +110,20 @@ class BasicAuth:
         return user.decode()
 
 
+def whole_number(text: str, most: int) -> int | None:
+    """`text` as a whole number from 0 to `most` (ASCII digits only: `"²".isdigit()` is
+    true in Python), or None."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(most)):
+        return None
+    number = int(text)
+    return number if number <= most else None
+
+
+def same_text(given: str, expected: str) -> bool:
+    """Whether `given` (from a request: any text) is `expected`, compared in constant time."""
+    return hmac.compare_digest(given.encode(errors="replace"), expected.encode())
+
+
 def cross_site(headers: Headers) -> bool:
     """Whether the browser says this request came from another site."""
     site = headers.get("sec-fetch-site")
@@ -146,10 +160,10 @@ class FormTokens:
         """Return why `token` may not decide `what` for `user` ('' if it may: it is now used)."""
         nonce, _, rest = token.partition(".")
         expires_text, _, mac = rest.partition(".")
-        if not (nonce and expires_text.isdigit() and mac):
+        expires = whole_number(expires_text, 2**53)
+        if not (nonce and expires is not None and mac and token.isascii()):
             return "this form is not one relay web made"
-        expires = int(expires_text)
-        if not hmac.compare_digest(mac, self._mac(user, what, nonce, expires)):
+        if not same_text(mac, self._mac(user, what, nonce, expires)):
             return "this form was not made for this decision (or for you)"
         if expires < now_s:
             return "this form is too old; open the page again"

@@ -8,7 +8,6 @@ POST /approvals/decide       one decision, from a form made for this person and 
 
 from __future__ import annotations
 
-import hmac
 import time
 from urllib.parse import parse_qs, urlencode
 
@@ -19,7 +18,7 @@ from starlette.routing import Route
 
 from workers.errors import DecisionRefused, RunNotFound
 from workers.settings import now_ms
-from workers.web.auth import cross_site
+from workers.web.auth import cross_site, same_text
 from workers.web.site import Web
 from workers.web.views import pending_row, run_row, run_tree, trace_row
 
@@ -69,7 +68,7 @@ class _Pages:
         rows = [pending_row(p, now) for p in web.relay.pending()]
         forms = [(row, _token(web, user, row)) for row in rows]
         said = request.query_params.get("said", "")
-        if not hmac.compare_digest(request.query_params.get("sig", ""), web.signed(said)):
+        if not same_text(request.query_params.get("sig", ""), web.signed(said)):
             said = ""  # only what this server said, not text from a link someone sent
         return web.page(request, "approvals.html", pending=forms, said=said)
 
