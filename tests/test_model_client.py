@@ -29,7 +29,13 @@ from tests.support.model_server import (
 from workers.engine.records import Usage
 from workers.errors import ModelCallError
 from workers.model.transport import ModelClient
-from workers.model.wire import ModelReply, backoff_seconds, parse_retry_after
+from workers.model.wire import (
+    ModelReply,
+    backoff_seconds,
+    exhausted_wait,
+    parse_duration,
+    parse_retry_after,
+)
 from workers.settings import ModelSettings, chat_completions_url
 
 KEY = "sk-test-0123456789-secret"
@@ -572,6 +578,37 @@ def test_backoff_grows_then_stops_at_the_cap() -> None:
 )
 def test_parse_retry_after(header: str | None, seconds: float | None) -> None:
     assert parse_retry_after(header, NOW) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1m30s", 90.0),
+        ("120ms", 0.12),
+        ("6s", 6.0),
+        ("0.5s", 0.5),
+        ("1h2m3.5s", 3723.5),
+        ("7", 7.0),
+        ("", None),
+        ("1m30", None),
+        ("ms", None),
+        ("-1s", None),
+        ("1d", None),
+        (None, None),
+    ],
+)
+def test_a_rate_limit_reset_is_read_as_openai_writes_it(
+    text: str | None, seconds: float | None
+) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_only_a_spent_limit_pauses_a_route_that_answered() -> None:
+    resets = {"x-ratelimit-reset-requests": "1s", "x-ratelimit-reset-tokens": "40s"}
+    assert exhausted_wait(resets) is None  # nothing is spent yet
+    assert exhausted_wait({**resets, "x-ratelimit-remaining-requests": "12"}) is None
+    assert exhausted_wait({**resets, "x-ratelimit-remaining-tokens": "0"}) == 40.0
+    assert exhausted_wait({**resets, "x-ratelimit-remaining-requests": "0"}) == 1.0
 
 
 # --- the server itself stops cleanly -------------------------------------------

@@ -274,6 +274,51 @@ def test_a_429_saying_when_on_the_last_route_requeues_the_call_for_then(
         assert len(server.calls) == 1  # the client did not wait it out, holding a worker
 
 
+@pytest.mark.parametrize(
+    ("headers", "wait_s"),
+    [
+        ({"llm_provider-retry-after": "53.21"}, 53.21),  # LiteLLM: never in retry-after
+        ({"Retry-After": "1", "llm_provider-retry-after": "60"}, 60),  # the longest says
+        ({"retry-after-ms": "45000"}, 45),
+        ({"x-ratelimit-reset-requests": "1m30s", "x-ratelimit-remaining-requests": "0"}, 90),
+        ({"x-ratelimit-reset-tokens": "20s", "x-ratelimit-remaining-tokens": "0"}, 20),
+    ],
+)
+def test_every_form_of_a_429s_wait_requeues_the_call_for_then(
+    limits: RouteLimits, headers: dict[str, str], wait_s: float
+) -> None:
+    with ModelServer(scripted(Reply(status=429, headers=headers))) as server:
+        route = ModelRoute("only", url=server.url, model="m")
+        router = _router(limits, route, sleep=False)
+        before = now_ms()
+        with pytest.raises(Requeue) as caught:
+            _ask(router)
+        assert abs(caught.value.at_ms - before - wait_s * 1000) <= 1_000
+        assert len(server.calls) == 1  # asked once, not five times within the gateway's minute
+        paused = limits.state(route, now_ms()).paused_until_ms
+        assert paused is not None
+        assert abs(paused - before - wait_s * 1000) <= 1_000
+
+
+def test_a_route_told_it_has_nothing_left_pauses_without_waiting_for_a_429(
+    limits: RouteLimits,
+) -> None:
+    spent = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s"}
+    with (
+        ModelServer(scripted(Reply(text="last one", headers=spent))) as first,
+        ModelServer(lambda _call: "b") as second,
+    ):
+        primary = ModelRoute("primary", url=first.url, model="m")
+        router = _router(limits, primary, ModelRoute("backup", url=second.url, model="m"))
+        before = now_ms()
+        assert _ask(router, holder="r|1") == "primary"
+        paused = limits.state(primary, now_ms()).paused_until_ms
+        assert paused is not None
+        assert abs(paused - before - 30_000) <= 1_000
+        assert _ask(router, holder="r|2") == "backup"  # the primary is not asked again
+        assert len(first.calls) == 1
+
+
 def test_a_429_without_a_retry_after_fails_the_call(limits: RouteLimits) -> None:
     with ModelServer(scripted(Reply(status=429))) as server:
         router = _router(limits, ModelRoute("only", url=server.url, model="m"))

@@ -173,8 +173,11 @@ class ModelRouter:
                     last = error
                 continue
             back, now = tokens - reply.usage.total_tokens, self._clock()
+            spent = int((reply.spent_for_s or 0) * 1000)  # the server has nothing left till then
             done = partial(self._limits.done, route, key=key, holder=holder, outcome="ok")
-            _quietly(partial(done, now_ms=now, tokens_back=back), "done")
+            _quietly(
+                partial(done, now_ms=now, tokens_back=back, paused_until_ms=now + spent), "done"
+            )
             return Routed(reply, route)
         if soonest is not None and last is None:
             raise Requeue(*soonest)

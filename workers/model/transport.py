@@ -48,6 +48,7 @@ from workers.model.wire import (
     backoff_seconds,
     chat_body,
     error_for_status,
+    exhausted_wait,
     parse_reply,
     streaming,
 )
@@ -120,6 +121,11 @@ def _drain(chunks: Iterator[bytes], call: _Call) -> None:
             if size > DRAIN_BYTES:
                 return  # it says nothing: the connection is dropped instead
             call.check()
+
+
+def _spent(reply: ModelReply, spent_for: float | None) -> ModelReply:
+    """`reply`, saying the route is spent for `spent_for` seconds (if it is)."""
+    return reply if spent_for is None else reply.model_copy(update={"spent_for_s": spent_for})
 
 
 def _too_big(response: httpx.Response, limit: int) -> ModelCallError:
@@ -273,8 +279,10 @@ class ModelClient:
                 post("POST", settings.url, content=content, timeout=timeout) as response,
             ):
                 kind = response.headers.get("content-type", "")
+                spent_for = exhausted_wait(response.headers)
                 if response.status_code == 200 and kind.startswith("text/event-stream"):
-                    return self._read_events(response, call, len(content))
+                    events = self._read_events(response, call, len(content))
+                    return _spent(events, spent_for)
                 data = _read_capped(response, settings.max_body_bytes, call.check)
             if response.status_code != 200:
                 raise error_for_status(response.status_code, response.headers, data, self._now())
@@ -283,7 +291,7 @@ class ModelClient:
             raise self._scrubbed(error) from None
         if reply.text:
             call.text(reply.text)  # a reply that came whole is handed over whole
-        return reply
+        return _spent(reply, spent_for)
 
     def _read_events(self, response: httpx.Response, call: _Call, sent: int) -> ModelReply:
         """Read a streamed reply, handing each piece of text over as it arrives."""

@@ -126,6 +126,9 @@ class ModelReply(BaseModel):
     usage: Usage = Usage()
     model: str | None = None
     finish_reason: str | None = None
+    spent_for_s: float | None = None
+    """The server said (`x-ratelimit-remaining-*: 0`) that it takes no more calls for this
+    long: the route pauses until then, for the whole fleet, without waiting for a 429."""
 
 
 def backoff_seconds(
@@ -163,6 +166,76 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive one came without a zone
         return None
     return max(0.0, when.timestamp() - now)
+
+
+_DURATION = re.compile(r"(?:([0-9]+(?:\.[0-9]+)?)(ms|h|m|s))", re.IGNORECASE)
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: str | None) -> float | None:
+    """Return the seconds of a duration as OpenAI's rate-limit headers write it
+    (`"1m30s"`, `"120ms"`, `"6s"`, `"0.5s"`, `"1h2m3.5s"`; a bare number is seconds),
+    or None if it is not one."""
+    if value is None:
+        return None
+    text = value.strip().lower()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        return float(text)
+    parts = _DURATION.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return sum(float(number) * _UNITS[unit] for number, unit in parts)
+
+
+def _seconds(value: str | None) -> float | None:
+    """A plain number of seconds (`"60"`, `"53.21"`), or None."""
+    if value is None or not re.fullmatch(r"[0-9]+(\.[0-9]+)?", value.strip()):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) else None
+
+
+def rate_limit_wait(headers: Mapping[str, str], now: float) -> float | None:
+    """Return how long a 429 (or a 503) asks to wait, read from every header providers
+    and gateways use, or None if none says: `retry-after` (seconds or an HTTP date),
+    `retry-after-ms`, LiteLLM's `llm_provider-retry-after` (the provider's own, which
+    the gateway does not put in `retry-after`), and OpenAI's `x-ratelimit-reset-requests`
+    and `-tokens` (the one whose `x-ratelimit-remaining-*` is 0, else the later). When
+    several say, the longest wait is taken: coming back early only earns another 429."""
+    said: list[float] = []
+    for found in (
+        parse_retry_after(headers.get("retry-after"), now),
+        _seconds(headers.get("llm_provider-retry-after")),
+        None if (ms := _seconds(headers.get("retry-after-ms"))) is None else ms / 1000,
+    ):
+        if found is not None:
+            said.append(found)
+    if said:
+        return max(said)
+    return _reset_wait(headers, exhausted_only=False)
+
+
+def exhausted_wait(headers: Mapping[str, str]) -> float | None:
+    """Return how long a route has nothing left, from a successful answer's headers:
+    the reset of the requests or tokens whose `x-ratelimit-remaining-*` is 0 (so the
+    fleet pauses the route until then, without waiting for a 429); None otherwise."""
+    return _reset_wait(headers, exhausted_only=True)
+
+
+def _reset_wait(headers: Mapping[str, str], *, exhausted_only: bool) -> float | None:
+    """The reset of what `x-ratelimit-remaining-*` says is spent (the later, if both are);
+    without one spent, the later reset (or None with `exhausted_only`)."""
+    spent: list[float] = []
+    others: list[float] = []
+    for kind in ("requests", "tokens"):
+        reset = parse_duration(headers.get(f"x-ratelimit-reset-{kind}"))
+        if reset is None:
+            continue
+        remaining = (headers.get(f"x-ratelimit-remaining-{kind}") or "").strip()
+        (spent if remaining == "0" else others).append(reset)
+    if spent:
+        return max(spent)
+    return None if exhausted_only or not others else max(others)
 
 
 def chat_body(
@@ -406,7 +479,7 @@ def error_for_status(
         f": {said}" if said and said != phrase else ""
     )
     retryable = status in (408, 429) or status >= 500
-    retry_after = parse_retry_after(headers.get("retry-after"), now) if retryable else None
+    retry_after = rate_limit_wait(headers, now) if retryable else None
     return ModelCallError(message, retryable=retryable, status=status, retry_after=retry_after)
 
 

@@ -10,7 +10,8 @@
 -- KEYS[1] route hash  KEYS[2] route's calls in flight  KEYS[3] key's calls in flight
 -- ARGV[1] now  ARGV[2] holder  ARGV[3] outcome: ok, failed, limited, or refused (a
 -- request the server called wrong: neither the circuit nor the pause hear of it)
--- ARGV[4] pause until (ms; limited)  ARGV[5] tokens to give back  ARGV[6] ms per token
+-- ARGV[4] pause until (ms; limited, or ok with nothing left)  ARGV[5] tokens to give back
+-- ARGV[6] ms per token
 -- ARGV[7] failures that open the circuit  ARGV[8] probe interval (ms)
 -- ARGV[9] the error, for `relay routes` ('' for none)
 -- Returns: the circuit's state (closed or open).
@@ -23,13 +24,14 @@ if back > 0 then
   redis.call('HSET', KEYS[1], 'ttat', math.max(ttat - back, now))
 end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9], 'error_at', now) end
+if (outcome == 'ok' or outcome == 'limited') and tonumber(ARGV[4]) > now then
+  -- A 429's wait, or a success that said nothing is left until a reset: the fleet pauses.
+  local paused = tonumber(redis.call('HGET', KEYS[1], 'paused') or '0')
+  redis.call('HSET', KEYS[1], 'paused', math.max(paused, tonumber(ARGV[4])))
+end
 if outcome == 'ok' then
   redis.call('HSET', KEYS[1], 'circuit', 'closed', 'failures', 0)
   return 'closed'
-end
-if outcome == 'limited' then
-  local paused = tonumber(redis.call('HGET', KEYS[1], 'paused') or '0')
-  redis.call('HSET', KEYS[1], 'paused', math.max(paused, tonumber(ARGV[4])))
 end
 if outcome == 'failed' or outcome == 'limited' then
   local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
