@@ -120,13 +120,17 @@ def limits(tmp_path: Path) -> Iterator[RouteLimits]:
         _CLIENTS.pop().close()
 
 
-def _router(limits: RouteLimits, *routes: ModelRoute, sleep: bool = True) -> ModelRouter:
+def _router(
+    limits: RouteLimits, *routes: ModelRoute, sleep: bool = True, retries: int = 0
+) -> ModelRouter:
     """A router on `routes`, as one worker has it (its clients closed after the test)."""
     made: dict[str, ModelClient] = {}
 
     def client(route: ModelRoute) -> ModelClient:
         if route.name not in made:
-            settings = ModelSettings(url=route.url, model=route.model, retries=0)
+            settings = ModelSettings(
+                url=route.url, model=route.model, retries=retries, backoff_base=0.01
+            )
             made[route.name] = ModelClient(settings)
             _CLIENTS.append(made[route.name])
         return made[route.name]
@@ -235,6 +239,45 @@ def test_a_broken_route_is_probed_once_per_interval_not_per_call(limits: RouteLi
         # Five failures open the circuit; within the probe interval, nothing more.
         assert len(broken.calls) == 5
         assert limits.state(router.routes[0], now_ms()).circuit == "open"
+
+
+def test_a_route_with_a_fallback_is_asked_once_per_call_and_spared_once_open(
+    limits: RouteLimits,
+) -> None:
+    # Its client may retry 4 times; with a backup to fall through to, it is asked once,
+    # and once its circuit opens, not at all (within the probe interval).
+    with (
+        ModelServer(lambda _call: Reply(status=500)) as broken,
+        ModelServer(lambda _call: "ok") as backup,
+    ):
+        router = _router(
+            limits,
+            ModelRoute("broken", url=broken.url, model="m"),
+            ModelRoute("backup", url=backup.url, model="m"),
+            retries=4,
+        )
+        for n in range(20):
+            assert _ask(router, holder=f"r|{n}") == "backup"
+        assert len(broken.calls) == 5  # 20 calls x 5 attempts without it
+
+
+def test_a_call_retrying_a_route_stops_when_its_circuit_opens(limits: RouteLimits) -> None:
+    # Other calls open the route's circuit while this one is between its retries: it
+    # asks the circuit before each retry, and stops.
+    routes: list[ModelRoute] = []
+
+    def fail_and_open(_call: object) -> Reply:
+        for n in range(5):
+            limits.done(routes[0], key="k", holder=f"other{n}", outcome="failed", now_ms=now_ms())
+        return Reply(status=500)
+
+    with ModelServer(fail_and_open) as server:
+        routes.append(ModelRoute("only", url=server.url, model="m"))
+        router = _router(limits, *routes, retries=4)
+        with pytest.raises(ModelCallError) as caught:
+            _ask(router)
+        assert len(server.calls) == 1
+        assert "not retried" in caught.value.message
 
 
 def test_a_call_whose_turn_is_far_off_is_requeued_not_slept_on(limits: RouteLimits) -> None:

@@ -2,8 +2,9 @@
 
 Real Redis, a real `relay worker`, and a real HTTP model server playing the
 faults. The model client gets one retry per call (RELAY_MODEL_RETRIES=1) and a
-2 s read timeout; the agent gets one retry of its own (max_retries=1), so a
-fault that never clears costs 2 x 2 HTTP attempts before the run stops.
+2 s read timeout. One retry budget per call: a fault that never clears costs
+the client's 2 HTTP attempts, then the run stops (the agent is not asked to try
+again: its own retries, max_retries=1 here, are for unusable replies).
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def test_a_model_that_hangs_is_timed_out_retried_then_stopped(f: Fleet) -> None:
     assert outcome.stop is Stop.MODEL_FAILED, f.logs()
     assert "ReadTimeout" in outcome.summary, outcome.summary
     assert "gave up after 2 attempts" in outcome.summary, outcome.summary
-    # Two HTTP attempts per model call, two model calls (the agent's own retry).
-    assert len(calls_for(f, "HANG:")) == 4
+    # Two HTTP attempts (the client's retry budget), then the run stops: not 2 x 2.
+    assert len(calls_for(f, "HANG:")) == 2
     assert [e.kind for e in f.relay.trace(run_id)].count("model_failed") == 1
 
 
@@ -77,8 +78,8 @@ def test_a_garbage_body_is_a_stated_model_failure(f: Fleet) -> None:
     assert outcome.stop is Stop.MODEL_FAILED, f.logs()
     assert "not JSON" in outcome.summary, outcome.summary
     assert "'not json'" in outcome.summary, outcome.summary
-    # An unusable body is not retried by the client; the agent asks once more.
-    assert len(calls_for(f, "GARBAGE-BODY:")) == 2
+    # An unusable body is the server's failure, not the model's reply: not asked again.
+    assert len(calls_for(f, "GARBAGE-BODY:")) == 1
 
 
 def test_a_model_that_never_replies_in_the_format_stops_with_bad_replies(f: Fleet) -> None:
@@ -90,6 +91,32 @@ def test_a_model_that_never_replies_in_the_format_stops_with_bad_replies(f: Flee
     prompts = [c.prompt for c in calls_for(f, "CHATTY:")]
     assert len(prompts) == 2
     assert "Your last reply could not be used" in prompts[1]
+
+
+def test_a_persistent_500_costs_one_retry_budget_then_a_stated_stop(f: Fleet) -> None:
+    f.brain.script("E500-ALWAYS:", {0: Reply(status=500, text="down for good")})
+    run_id = f.relay.start("E500-ALWAYS: say something", config=FAST)
+    outcome = f.relay.wait(run_id, 60)
+    assert outcome.stop is Stop.MODEL_FAILED, f.logs()
+    assert "gave up after 2 attempts" in outcome.summary, outcome.summary
+    assert len(calls_for(f, "E500-ALWAYS:")) == 2  # RELAY_MODEL_RETRIES + 1, and no more
+    kinds = [e.kind for e in f.relay.trace(run_id)]
+    assert kinds.count("model_failed") == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "said"), [(400, "unknown model: big-9"), (401, "no key"), (404, "no such model")]
+)
+def test_a_request_the_server_calls_wrong_is_asked_once(f: Fleet, status: int, said: str) -> None:
+    # Not "cannot stream" (that 400 names `stream`), not worth a retry by anyone.
+    marker = f"WRONG-{status}:"
+    f.brain.script(marker, {0: Reply(status=status, text=said)})
+    run_id = f.relay.start(f"{marker} say something", config=FAST)
+    outcome = f.relay.wait(run_id, 60)
+    assert outcome.stop is Stop.MODEL_FAILED, f.logs()
+    assert said in outcome.summary, outcome.summary
+    assert len(calls_for(f, marker)) == 1
+    assert all(c.body.get("stream") is True for c in calls_for(f, marker))
 
 
 def test_a_fault_in_one_run_leaves_another_alone(f: Fleet) -> None:

@@ -42,6 +42,7 @@ from agent_core import (
     ToolCall,
     ToolOutput,
 )
+from agent_core.text import clean, cut
 from agent_core.toolbox import DELEGATE
 from workers.engine import steering
 from workers.engine.effects import (
@@ -127,6 +128,10 @@ def _on_model_failed(run: Working, event: ModelFailed) -> None:
         return
     if event.budget:
         _force_stop(run, Stop.BUDGET_EXCEEDED, event.error)
+    elif event.final:
+        said = cut(clean(event.error), 500)
+        run.note("model_failed", said)
+        _force_stop(run, Stop.MODEL_FAILED, f"The model could not be reached: {said}")
     else:
         run.agent.fail(event.error)
 

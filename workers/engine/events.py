@@ -67,6 +67,10 @@ class ModelFailed(BaseModel):
     error: str
     budget: bool = False
     """The call was not made: the tree's time budget (`seconds`) is spent."""
+    final: bool = False
+    """The call's retries are spent (its client's, over its routes), or it can never
+    succeed (a request the server calls wrong): the run stops, the agent is not asked
+    to try again. One retry budget per call, whichever layer spends it."""
 
 
 class ToolDone(BaseModel):

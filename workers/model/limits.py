@@ -156,6 +156,16 @@ class RouteLimits:
         )
         return self._connection.run(done)
 
+    def usable(self, route: ModelRoute, now_ms: int) -> bool:
+        """Whether `route` may be asked now: its circuit is not open and no 429 (or a
+        spent limit) paused it. One read; a probe's turn is ROUTE_ADMIT's to give."""
+        connection = self._connection
+        with connection.errors():
+            circuit, paused = connection.redis.hmget(
+                connection.keys.route(route.name), ["circuit", "paused"]
+            )
+        return as_text(circuit or b"") != "open" and float(paused or 0) <= now_ms
+
     def state(self, route: ModelRoute, now_ms: int) -> RouteState:
         """What `relay routes` shows of a route now."""
         connection = self._connection

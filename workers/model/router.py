@@ -162,6 +162,8 @@ class ModelRouter:
                     on_text=text,
                     longest_wait=moment if more else None,  # the next route may take it now
                     longest_retry_after=moment,
+                    most_attempts=1 if more else None,  # a route with a fallback: asked once
+                    may_retry=partial(self._usable, route),  # its circuit, before every retry
                 )
             except ModelCallError as error:
                 paused = self._failed(route, key, holder, error)
@@ -184,6 +186,11 @@ class ModelRouter:
         if last is not None:
             raise last
         raise ModelCallError("no model route is configured: set RELAY_MODEL_URL", retryable=False)
+
+    def _usable(self, route: ModelRoute) -> bool:
+        """Whether `route` may be asked again now (its circuit closed, not paused): a call
+        that retries asks first, so a route the fleet gave up on is spared its retries."""
+        return _quietly(lambda: self._limits.usable(route, self._clock()), "usable") is not False
 
     def _turn(
         self, route: ModelRoute, *, key: str, holder: str, tokens: int, more: bool

@@ -180,6 +180,8 @@ class ModelClient:
         on_text: Callable[[str], None] | None = None,
         longest_wait: float | None = None,
         longest_retry_after: float | None = None,
+        most_attempts: int | None = None,
+        may_retry: Callable[[], bool] | None = None,
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
 
@@ -187,6 +189,9 @@ class ModelClient:
         waited for: the failure is raised, so the caller can try another route.
         Nor is one whose server asked (Retry-After) for longer than
         `longest_retry_after`: the caller can come back then without holding a worker.
+        `most_attempts` caps the attempts below the settings' (a route with a fallback
+        is asked once); `may_retry` is asked before every retry (a route whose circuit
+        opened meanwhile is asked no more): False raises the failure.
 
         The whole call (every attempt, its reads, the waits between them) ends by
         the settings' `deadline`: each attempt's timeouts are cut to what is left,
@@ -204,7 +209,10 @@ class ModelClient:
             attachment_chars=settings.attachment_chars,
             max_tokens=settings.max_tokens,
         )
-        call = _Call(settings.deadline, settings.retries + 1, should_stop, on_text)
+        attempts = settings.retries + 1
+        if most_attempts is not None:
+            attempts = max(1, min(attempts, most_attempts))
+        call = _Call(settings.deadline, attempts, should_stop, on_text)
         call.longest_wait = longest_wait
         call.longest_retry_after = longest_retry_after
         for attempt in range(call.attempts):
@@ -220,6 +228,10 @@ class ModelClient:
                     raise call.past_deadline(error) from None
                 if attempt + 1 == call.attempts:
                     raise _again(error, f"gave up after {_attempts(call.attempts)}") from None
+                if may_retry is not None and not may_retry():
+                    raise _again(
+                        error, f"not retried ({self._where} is not to be asked now)"
+                    ) from None
                 self._pause(error, call)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -256,7 +268,9 @@ class ModelClient:
         try:
             return self._request(body, call, streamed=True)
         except ModelCallError as error:
-            if error.status not in (400, 422):
+            # Only a refusal that names the parameter means "cannot stream": an unknown
+            # model or a missing key is a 400 or 401 too, and asking again won't help.
+            if error.status not in (400, 422) or "stream" not in error.message.lower():
                 raise
         reply = self._request(body, call, streamed=False)  # the server refused `stream`
         self._streams = False

@@ -302,7 +302,7 @@ class Calls:
             return None
         if call.attempt > MAX_CALL_ATTEMPTS:
             error = f"gave up after {MAX_CALL_ATTEMPTS} attempts: each worker stopped mid-call"
-            return ModelFailed(seq=seq, error=error)
+            return ModelFailed(seq=seq, error=error, final=True)
         if call.over is not None:
             return not_admitted(seq, call.over)
         cancel = threading.Event()
@@ -317,7 +317,7 @@ class Calls:
         except StoreUnavailable:
             raise  # no route could be asked, no call made: the lease lapses, the tick re-sends
         except ModelCallError as error:
-            return ModelFailed(seq=seq, error=str(error))
+            return ModelFailed(seq=seq, error=str(error), final=True)  # its retries are spent
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
         usage = self.pricing.priced(reply, route)
