@@ -129,8 +129,7 @@ def _on_model_failed(run: Working, event: ModelFailed) -> None:
     if event.budget:
         _force_stop(run, Stop.BUDGET_EXCEEDED, event.error)
     elif event.final:
-        said = cut(clean(event.error), 500)
-        run.note("model_failed", said)
+        said = cut(clean(event.error), 500)  # (no "trying again": nobody will)
         _force_stop(run, Stop.MODEL_FAILED, f"The model could not be reached: {said}")
     else:
         run.agent.fail(event.error)
