@@ -103,7 +103,7 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 def test_the_layer_contracts_hold() -> None:
     # The contracts (pyproject.toml) include that no module of a worker imports the
-    # command line (click, rich) but the worker's own --no-tick option.
+    # command line (click, rich) but the worker's own options (--no-tick, --remote-control).
     lint_imports = Path(sys.executable).parent / "lint-imports"
     out = subprocess.run(
         [str(lint_imports), "--no-cache"],

@@ -286,3 +286,25 @@ def test_plain_workers_pick_up_a_dead_workers_call_within_the_recovery_time(
         print(f"picked up again {time.monotonic() - killed:.1f} s after the kill")
         assert _holder(f, run_id, "call-1") is not running
         f.relay.cancel(run_id)
+
+
+def test_a_stranger_with_the_broker_cannot_stop_or_change_a_worker(tmp_path: Path) -> None:
+    # Remote control commands go to every worker through the broker: a Relay worker
+    # answers inspections (Flower's worker pages) and refuses everything else.
+    with fleet(tmp_path) as g:
+        plain = g.worker("--pool", "threads", name="plain")
+        obeys = g.worker("--pool", "threads", "--remote-control", name="obeys")
+        control = g.relay.celery.control
+        assert set(control.inspect(timeout=5).ping() or {}) == {"plain@test", "obeys@test"}
+        for command in ("pool_restart", "rate_limit", "shutdown"):
+            control.broadcast(command, destination=["plain@test"])
+        g.until(lambda: plain.output().count("refused the remote control command") >= 3, 30)
+        stats = control.inspect(destination=["plain@test"], timeout=5).stats() or {}
+        assert "plain@test" in stats  # still there, still inspectable
+        g.brain.script("STILL:", {0: final("still here")})
+        assert g.relay.wait(g.relay.start("STILL: say so"), 30).summary == "still here"
+        assert plain.process is not None
+        assert plain.process.poll() is None
+        control.broadcast("shutdown", destination=["obeys@test"])  # it was told it may
+        assert obeys.process is not None
+        g.until(lambda: obeys.process is not None and obeys.process.poll() is not None, 30)

@@ -23,6 +23,7 @@ from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
 from celery.signals import beat_init, worker_init, worker_process_init, worker_shutting_down
 
+from workers.celery_app.control import guard_remote_control
 from workers.celery_app.sending import model_task_id, tool_task_id
 from workers.engine.effects import Message
 from workers.errors import StepFailed
@@ -106,6 +107,7 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
         runtime().tick()
 
     _add_ticker(app, runtime)
+    guard_remote_control(app)
     _connect_signals(app, runtime)
 
 

@@ -36,6 +36,12 @@ __all__ = ["beat", "flower", "worker"]
     is_flag=True,
     help="Take no part in the tick (schedules, expired approvals, a dead worker's calls).",
 )
+@click.option(
+    "--remote-control",
+    is_flag=True,
+    help="Obey Celery's remote control commands (shutdown, pool_restart...): by default a"
+    " worker answers inspections only, which Flower's worker pages read.",
+)
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
 @click.option("--hostname", "-n", help="Worker name (default: relay-<app>@<host>).")
 @app_option
@@ -47,6 +53,7 @@ def worker(
     pool: str,
     queues: str | None,
     no_tick: bool,
+    remote_control: bool,
     loglevel: str,
     hostname: str | None,
 ) -> None:
@@ -87,6 +94,8 @@ def worker(
         argv.append(f"--concurrency={concurrency}")
     if no_tick:
         argv.append("--no-tick")
+    if remote_control:
+        argv.append("--remote-control")
     relay.celery.worker_main(argv)
 
 
