@@ -180,6 +180,11 @@ def test_a_plan_is_approved_from_the_approvals_page(tmp_path: Path) -> None:
         ({}, "refusing to start relay web without credentials"),
         ({"RELAY_WEB_USER": "alice"}, "set both RELAY_WEB_USER and RELAY_WEB_PASSWORD"),
         ({"RELAY_WEB_PASSWORD": "pw"}, "set both RELAY_WEB_USER and RELAY_WEB_PASSWORD"),
+        ({"RELAY_WEB_USER": "alice", "RELAY_WEB_PASSWORD": " "}, "RELAY_WEB_PASSWORD is blank"),
+        (
+            {"RELAY_WEB_USER": "alice", "RELAY_WEB_PASSWORD": "short"},
+            "RELAY_WEB_PASSWORD is shorter than 8 characters",
+        ),
     ],
 )
 def test_relay_web_refuses_to_start_without_credentials(given: dict[str, str], says: str) -> None:

@@ -8,7 +8,10 @@ import click
 
 from workers.cli.common import Context, Failure, app_option
 
-__all__ = ["web"]
+__all__ = ["MIN_PASSWORD_CHARS", "web"]
+
+MIN_PASSWORD_CHARS = 8
+"""relay web guards approvals of calls that move money: no shorter password starts it."""
 
 
 def _credentials() -> tuple[str, str]:
@@ -23,6 +26,10 @@ def _credentials() -> tuple[str, str]:
         raise Failure("set both RELAY_WEB_USER and RELAY_WEB_PASSWORD")
     if ":" in user:
         raise Failure("RELAY_WEB_USER may not hold ':'")
+    if not password.strip():
+        raise Failure("RELAY_WEB_PASSWORD is blank: set a password worth guessing")
+    if len(password) < MIN_PASSWORD_CHARS:
+        raise Failure(f"RELAY_WEB_PASSWORD is shorter than {MIN_PASSWORD_CHARS} characters")
     return user, password
 
 
