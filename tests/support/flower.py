@@ -15,7 +15,6 @@ from tests.support.worker_process import RelayProcess
 
 __all__ = ["FINAL_STATES", "Flower", "relay_tasks"]
 
-APP = "tests.apps.notes:relay"
 FINAL_STATES = {"SUCCESS", "FAILURE"}
 
 
@@ -26,8 +25,9 @@ class Flower:
         self.port = free_port()
         self.password = f"flower-{secrets.token_hex(8)}"
         flower_env = {**env, "RELAY_FLOWER_USER": "watcher", "RELAY_FLOWER_PASSWORD": self.password}
+        # No --app: as the README starts it, on the RELAY_* settings alone.
         self.process = RelayProcess(
-            ["--app", APP, "flower", "--port", str(self.port)],
+            ["flower", "--port", str(self.port)],
             flower_env,
             log_path,
             ready_text="Visit me at",

@@ -193,9 +193,10 @@ def flower(obj: Context, address: str, port: int, flower_args: tuple[str, ...]) 
     The credentials come from RELAY_FLOWER_USER and RELAY_FLOWER_PASSWORD (or
     Flower's own FLOWER_BASIC_AUTH=user:password); without them it refuses to
     start. It listens on 127.0.0.1 unless --address says otherwise. Other
-    Flower options may follow, e.g. `relay flower -- --url_prefix=flower`.
+    Flower options may follow, e.g. `relay flower -- --url_prefix=flower`. --app is
+    optional: Flower needs only the broker (RELAY_BROKER_URL, or RELAY_REDIS_URL) and
+    the task events the workers send.
     """
-    obj.spec("flower")
     _flower_credentials()
     _guard_flower_monitoring()
     relay = obj.relay
