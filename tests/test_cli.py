@@ -494,6 +494,16 @@ def test_embedded_run_stopped_midway_leaves_nothing_running(
     assert wait_until_gone(marker) == []
 
 
+def test_run_with_no_model_configured_is_refused_up_front(tmp_path: Path) -> None:
+    env, marker = marked(clean_env(RELAY_TEST_DIR=str(tmp_path)))  # no RELAY_MODEL_URL
+    done = relay("--app", APP, "run", "Read a note", env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip().startswith("relay: no model is configured: set RELAY_MODEL_URL")
+    assert "started" not in done.stdout  # no run was started
+    assert "Traceback" not in done.stderr
+    assert wait_until_gone(marker) == []
+
+
 def test_a_model_that_cannot_be_reached_is_said_so_once(tmp_path: Path) -> None:
     with refusing_url() as url:
         env, marker = marked(

@@ -215,6 +215,12 @@ class Relay:
         """Return this process's model backend (one HTTP client per process, made after fork)."""
         return self._models.get()
 
+    @property
+    def has_model(self) -> bool:
+        """Whether this Relay can call a model: it was given one, or has routes (`models`,
+        RELAY_MODELS or RELAY_MODEL_URL). Without, every model call fails at once."""
+        return self._models.given is not None or bool(self.routes)
+
     # --- the parts, built on first use -------------------------------------------------------
 
     @property

@@ -99,6 +99,12 @@ def _start_and_follow(obj: Context, job: _Job, stack: ExitStack) -> int:
             f"{job.app} does not read RELAY_REDIS_URL (it uses {redact_url(relay.redis_url)}):"
             " build its Relay from the environment, or set RELAY_REDIS_URL and start workers"
         )
+    if embedded is not None and not relay.has_model:
+        # The private worker has this environment: every model call would fail.
+        raise Failure(
+            "no model is configured: set RELAY_MODEL_URL (and RELAY_MODEL), or RELAY_MODELS,"
+            f" or give {job.app}'s Relay a model (`relay demo` needs none)"
+        )
     started = time.monotonic()
     run_id = relay.start(job.task, job.context, budget=job.budget)
     out.print(Text(f"Run {run_id} started.", style="dim"))
