@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 from workers.celery_app.app import build_celery, visibility_timeout
-from workers.celery_app.brokers import is_amqp
+from workers.celery_app.brokers import is_amqp, kombu_url
 from workers.settings import Settings
 
 REDIS = "redis://cache:6379/0"
@@ -90,3 +90,18 @@ def test_amqps_checks_the_certificate_and_that_it_names_the_host() -> None:
     assert tls == {"server_hostname": None, "cert_reqs": ssl.CERT_REQUIRED}  # None: the URL's host
     _, plain = _app(RABBIT)
     assert not plain.conf.broker_use_ssl
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        ("redis://127.0.0.1:6379/0?password=sekret", "redis://:sekret@127.0.0.1:6379/0"),
+        ("redis://h/0?password=a%40b&socket_timeout=3", "redis://:a%40b@h/0?socket_timeout=3"),
+        ("redis://u:old@h/0?password=new", "redis://u:new@h/0"),
+        ("rediss://h/0?username=bob&password=pw", "rediss://bob:pw@h/0"),
+        ("redis://:pw@h/0", "redis://:pw@h/0"),
+        ("amqp://guest:guest@h//", "amqp://guest:guest@h//"),
+    ],
+)
+def test_a_password_in_the_query_string_goes_where_kombu_looks(given: str, read: str) -> None:
+    assert kombu_url(given) == read

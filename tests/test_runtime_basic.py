@@ -5,9 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent_core import Stop
-from tests.support.brain import call, final
+from tests.apps.notes import build
+from tests.support.brain import Brain, call, final
 from tests.support.fleet import fleet
+from tests.support.model_server import ModelServer
+from tests.support.redis_server import RedisServer
 from tests.support.worker_process import RelayProcess
+from workers import Settings
 
 
 def test_a_run_goes_end_to_end(tmp_path: Path) -> None:
@@ -49,3 +53,31 @@ def test_a_plain_celery_worker_runs_relay_too(tmp_path: Path) -> None:
         outcome = f.relay.wait(f.relay.start("CELERY-A: read a note"), timeout=30)
         assert outcome.stop is Stop.DONE, process.output()[-3000:]
         assert outcome.summary == "read it"
+
+
+def test_a_redis_password_given_in_the_query_string_works_for_the_broker_too(
+    tmp_path: Path,
+) -> None:
+    # redis-py takes ?password=; kombu, handed the same URL as the broker, saw the
+    # password twice and the worker died with a traceback as it started.
+    brain = Brain()
+    with (
+        RedisServer(tmp_path, password="s3cret-pw") as server,
+        ModelServer(brain) as model,
+    ):
+        env = {
+            "RELAY_REDIS_URL": f"redis://127.0.0.1:{server.port}/0?password=s3cret-pw",
+            "RELAY_MODEL_URL": model.url,
+            "RELAY_TEST_DIR": str(tmp_path),
+        }
+        worker = RelayProcess(
+            ["--app", "tests.apps.notes:relay", "worker", "--pool", "threads"],
+            env,
+            tmp_path / "worker.log",
+        )
+        with worker:
+            brain.script("QUERY-PW:", {0: final("through")})
+            relay = build(Settings.from_env(env))
+            outcome = relay.wait(relay.start("QUERY-PW: say so"), timeout=30)
+            assert outcome.summary == "through", worker.output()[-3000:]
+        assert "Traceback" not in worker.output()

@@ -18,7 +18,7 @@ from typing import Any
 
 from celery import Celery
 
-from workers.celery_app.brokers import broker_conf
+from workers.celery_app.brokers import broker_conf, kombu_url
 from workers.celery_app.events import RelayEvents
 from workers.settings import Settings
 
@@ -96,7 +96,7 @@ def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
     """Return the configured Celery app (`tasks.register_tasks` gives it its tasks)."""
     queues = Queues.under(settings.prefix)
     # RelayEvents: task events that reach Flower from a threads pool too (celery_app.events).
-    app = Celery(name, broker=broker_url, set_as_current=False, events=RelayEvents)
+    app = Celery(name, broker=kombu_url(broker_url), set_as_current=False, events=RelayEvents)
     timeout_s = visibility_timeout(settings)
     # Declared, so a plain `celery -A mymodule:app worker` consumes all four.
     declared = broker_conf(

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import ssl
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from amqp.exceptions import AccessRefused, AMQPError, NotAllowed, PreconditionFailed
 from celery import Celery
@@ -36,7 +36,14 @@ from kombu.exceptions import OperationalError
 
 from workers.errors import SettingsError
 
-__all__ = ["AMQP_SCHEMES", "MIN_QUORUM_VERSION", "broker_conf", "check_broker", "is_amqp"]
+__all__ = [
+    "AMQP_SCHEMES",
+    "MIN_QUORUM_VERSION",
+    "broker_conf",
+    "check_broker",
+    "is_amqp",
+    "kombu_url",
+]
 
 AMQP_SCHEMES = ("amqp", "amqps")
 MIN_QUORUM_VERSION = (3, 8)
@@ -46,6 +53,27 @@ MIN_QUORUM_VERSION = (3, 8)
 def is_amqp(url: str) -> bool:
     """Whether `url` names a RabbitMQ broker (rather than Redis)."""
     return urlsplit(url).scheme.lower() in AMQP_SCHEMES
+
+
+def kombu_url(url: str) -> str:
+    """`url` as kombu reads it: a `username` or `password` in the query string (which
+    redis-py takes) moved into the URL's user part, where kombu looks. kombu would
+    otherwise see the password twice and fail with a traceback at the worker's start."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = {name: value for name, value in query if name in ("username", "password")}
+    if not given or parts.scheme.lower() not in ("redis", "rediss"):
+        return url
+    if "@" in parts.netloc:
+        user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+    else:
+        user, password = "", ""
+    user = quote(given.get("username", unquote(user)), safe="")
+    password = quote(given.get("password", unquote(password)), safe="")
+    where = parts.netloc.rpartition("@")[2]
+    rest = urlencode([(name, value) for name, value in query if name not in given])
+    netloc = f"{user}:{password}@{where}" if password else f"{user}@{where}"
+    return urlunsplit((parts.scheme, netloc, parts.path, rest, parts.fragment))
 
 
 def broker_conf(
