@@ -440,6 +440,14 @@ def test_unreachable_redis_is_named_without_its_password(scheme: str) -> None:
     assert "s3cret-pw" not in done.stdout + done.stderr
 
 
+def test_with_no_redis_url_the_redis_it_reads_is_named() -> None:
+    # 127.0.0.1:6379 may be anyone's Redis (here: the machine's own): it is named.
+    done = relay("runs", env=clean_env())
+    assert "relay: RELAY_REDIS_URL is not set: using the Redis at redis://127.0.0.1:6379/0" in (
+        done.stderr
+    )
+
+
 def test_a_bad_setting_is_one_line() -> None:
     done = relay("pending", env=clean_env(RELAY_TOOL_TIMEOUT="soon"))
     assert done.returncode == 1

@@ -14,7 +14,7 @@ from workers.cli.appload import load_relay
 from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
 from workers.relay import Relay
-from workers.settings import SettingsError
+from workers.settings import SettingsError, redact_url
 
 __all__ = [
     "Context",
@@ -65,9 +65,18 @@ class Context:
 
     @property
     def relay(self) -> Relay:
-        """The app's Relay or, with no app given, a bare one on the RELAY_* settings."""
+        """The app's Relay or, with no app given, a bare one on the RELAY_* settings.
+
+        With no RELAY_REDIS_URL it works on the Redis at 127.0.0.1:6379, which may be
+        anyone's: it says so, on stderr, naming it."""
         if self._relay is None:
             self._relay = load_app(self.app) if self.app else Relay()
+            if self._relay.settings.redis_url is None:
+                click.echo(
+                    f"relay: RELAY_REDIS_URL is not set: using the Redis at"
+                    f" {redact_url(self._relay.redis_url)}",
+                    err=True,
+                )
         return self._relay
 
 
