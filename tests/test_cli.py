@@ -48,6 +48,7 @@ VERBS = [
     "answer",
     "cancel",
     "flower",
+    "ping",
     "skills",
     "extend",
 ]

@@ -19,6 +19,7 @@ import copy
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -133,6 +134,35 @@ def test_no_password_is_on_a_command_line(services: dict[str, Any]) -> None:
         shown = [*service["command"], *service.get("healthcheck", {}).get("test", [])]
         for secret in SECRETS.values():
             assert not [part for part in shown if secret in str(part)], name
+
+
+def _seconds(duration: str) -> float:
+    """A compose duration (`6m`, `2m30s`, `90s`) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    found = re.findall(r"([0-9]+)([hms])", duration)
+    assert "".join(n + u for n, u in found) == duration, duration
+    return sum(int(n) * units[u] for n, u in found)
+
+
+def test_a_stopping_worker_is_given_the_time_its_calls_may_take(
+    services: dict[str, Any],
+) -> None:
+    # Docker's default is 10 s, then SIGKILL: every tool under way would end "unknown".
+    settings = Settings.from_env({})
+    tools = _seconds(services["worker-tools"]["stop_grace_period"])
+    model = _seconds(services["worker-model"]["stop_grace_period"])
+    assert tools >= settings.tool_timeout + 60
+    assert model >= settings.model_timeout + 20
+
+
+def test_the_model_key_reaches_only_the_workers(services: dict[str, Any]) -> None:
+    keyed = {"RELAY_MODEL_KEY": "sk-compose-key-0123456789"}
+    with_key = dict(resolved(yaml.safe_load(COMPOSE.read_text()), {**SECRETS, **keyed}))
+    given = {
+        name: service.get("environment", {}).get("RELAY_MODEL_KEY", "")
+        for name, service in with_key["services"].items()
+    }
+    assert {name for name, key in given.items() if key} == {"worker-model", "worker-tools"}
 
 
 def test_the_workers_split_model_calls_and_tools(services: dict[str, Any]) -> None:
@@ -298,9 +328,33 @@ def test_every_command_runs_the_demo_end_to_end(
         assert (tmp_path / "notes" / "summary.md").is_file()  # written by the tools worker
         runs = httpx.get(f"{web}/api/runs", auth=web_auth, timeout=10).json()
         assert [run["state"] for run in runs] == ["finished"]
+        ports = {"flower": (5555, port), "web": (5556, web_port)}
+        for name in ("worker-model", "worker-tools", "flower", "web"):
+            assert _healthcheck(services, name, compose_redis, ports.get(name)) == 0, name
+        started[0].stop()  # worker-model: its check now fails
+        assert _healthcheck(services, "worker-model", compose_redis, None) == 1
     finally:
         for process in reversed(started):
             process.stop()
+
+
+def _healthcheck(
+    services: dict[str, Any], name: str, url: str, ports: tuple[int, int] | None
+) -> int:
+    """Run the service's healthcheck here as Docker runs it in the container; its exit code.
+
+    `ports`: (the container's port, the one the service listens on here)."""
+    test = services[name]["healthcheck"]["test"]
+    assert test[0] == "CMD"
+    argv = [str(part) for part in test[1:]]
+    if ports is not None:
+        argv = [part.replace(f":{ports[0]}/", f":{ports[1]}/") for part in argv]
+    env = clean_env(**{**services[name]["environment"], "RELAY_REDIS_URL": url})
+    if argv[0] == "relay":
+        return relay(*argv[1:], env=env).returncode
+    assert argv[0] == "python"
+    done = subprocess.run([sys.executable, *argv[1:]], env=env, timeout=30, check=False)
+    return done.returncode
 
 
 # --- the rabbitmq profile ------------------------------------------------------------------

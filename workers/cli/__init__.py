@@ -32,7 +32,7 @@ from workers.cli.common import Context, Failure
 from workers.cli.routes import routes
 from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
 from workers.cli.schedule import schedule
-from workers.cli.serve import beat, flower, worker
+from workers.cli.serve import beat, flower, ping, worker
 from workers.cli.skills import skills
 from workers.cli.steer import pause, reply, resume, send
 from workers.cli.terminal import one_line
@@ -94,6 +94,7 @@ VERBS = (
     worker,
     beat,
     flower,
+    ping,
     web,
     run,
     demo,

@@ -12,7 +12,7 @@ from workers.cli.common import Context, Failure, app_option
 from workers.relay import Relay
 from workers.settings import SettingsError
 
-__all__ = ["beat", "flower", "worker"]
+__all__ = ["beat", "flower", "ping", "worker"]
 
 
 @click.command()
@@ -202,3 +202,30 @@ def flower(obj: Context, address: str, port: int, flower_args: tuple[str, ...]) 
     relay = obj.relay
     argv = ["flower", f"--address={address}", f"--port={port}", *flower_args]
     relay.celery.start(argv)
+
+
+@click.command()
+@click.option(
+    "--hostname",
+    "-n",
+    help="The worker to ask: its --hostname (%h is this host's name, as for the worker)."
+    " Default: every worker.",
+)
+@click.option("--timeout", type=click.FloatRange(0.1, 300), default=5.0, show_default=True)
+@app_option
+@click.pass_obj
+def ping(obj: Context, hostname: str | None, timeout: float) -> None:
+    """Ask a worker (or every worker) whether it answers: exit 0 if it does, 1 if not.
+
+    For healthchecks (docker-compose.yml's workers use it). It sends Celery's
+    inspect ping through the broker, which a Relay worker always answers.
+    """
+    from celery.utils.nodenames import host_format  # noqa: PLC0415 - only this verb
+
+    destination = [host_format(hostname)] if hostname else None
+    inspect = obj.relay.celery.control.inspect(timeout=timeout, destination=destination)
+    answered = sorted(inspect.ping() or {})
+    if not answered:
+        named = f" {destination[0]}" if destination else ""
+        raise Failure(f"no worker{named} answered within {timeout:g} s")
+    click.echo(f"{', '.join(answered)} answered")
