@@ -20,7 +20,7 @@ from agent_core import Stop
 from tests.support.brain import batch, call, final
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
-from tests.support.waiting import pending_for, wait_state
+from tests.support.waiting import calls_for, pending_for, wait_state
 from workers import Budget, Price
 
 MAX_TOKENS = 160
@@ -94,6 +94,21 @@ def test_specialists_racing_a_tight_budget_never_pass_it(
             assert spent.model_calls == len(billed)
             assert spent.cost_micro == _cost_micro(billed)
             _stop_tree(f, root)
+
+
+def test_a_calls_reply_is_capped_to_what_its_tree_has_left(tmp_path: Path) -> None:
+    # max_tokens is 4,096; the tree has 3,000 tokens: the first call may not ask for a
+    # reply that takes it past them, and nothing the server bills passes them.
+    with fleet(tmp_path) as f:
+        f.brain.script("CAP:", {0: call("read_note", name="a"), 1: final("read")})
+        f.worker("--pool", "threads")
+        root = f.relay.start("CAP: read a note", budget=Budget(tokens=3_000))
+        f.until(lambda: len(calls_for(f, "CAP:")) >= 1, 30, what="the first call")
+        first = calls_for(f, "CAP:")[0].body["max_tokens"]
+        assert 256 <= first < 3_000, first
+        billed = f.model.billed("CAP:")
+        assert sum(p + c for p, c in billed) <= 3_000, billed
+        f.relay.cancel(root)
 
 
 def test_a_parked_tree_holds_no_worker_and_goes_on_once_extended(tmp_path: Path) -> None:

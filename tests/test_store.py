@@ -294,6 +294,47 @@ def test_a_model_call_is_admitted_within_its_trees_budget_and_reserves_its_estim
     assert store.limits("root").reserved == (0, 0, 0)  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    ("tokens", "cap"),
+    [
+        (10_000, 0),  # room for the whole max_tokens: the reply is not capped further
+        (3_000, 2_800),  # 200 prompt tokens, and what is left of the tree for the reply
+        (200 + 256, 256),  # just the smallest reply worth asking for
+    ],
+)
+def test_a_model_calls_reply_is_capped_to_what_its_tree_has_left(
+    store: RunStore, tokens: int, cap: int
+) -> None:
+    _tree(store, Budget(tokens=tokens))
+    claim = _model_claim(store, "a", Admission(4_096, 0.0, 0.0))
+    assert claim.over is None
+    expected = cap or 4_096
+    assert claim.reply_cap == expected
+    assert store.limits("root").reserved[0] == 200 + expected  # type: ignore[union-attr]
+    # Its next attempt (the first worker died) gets the same cap, reserved once.
+    store.redis.delete(store.keys.lease("root.call-1", "m1"))
+    again = _model_claim(store, "b", Admission(4_096, 0.0, 0.0))
+    assert (again.attempts, again.reply_cap) == (2, expected)
+    assert store.limits("root").reserved[0] == 200 + expected  # type: ignore[union-attr]
+
+
+def test_a_tree_without_room_for_a_useful_reply_is_not_admitted(store: RunStore) -> None:
+    _tree(store, Budget(tokens=200 + 255))
+    over = _model_claim(store, "a", Admission(4_096, 0.0, 0.0)).over
+    assert over is not None
+    assert (over.limit, over.cap, over.estimate) == ("tokens", 455, 456)
+
+
+def test_a_dollar_budget_caps_the_reply_too(store: RunStore) -> None:
+    # $0.01 = 10,000 micro-dollars; the prompt's 200 tokens at 2 cost 400; at 8 a reply
+    # token, 1,200 tokens are what is left.
+    _tree(store, Budget(usd=0.01))
+    claim = _model_claim(store, "a", Admission(4_096, 2.0, 8.0))
+    assert claim.over is None
+    assert claim.reply_cap == 1_200
+    assert store.limits("root").reserved[1] <= 10_000  # type: ignore[union-attr]
+
+
 def test_a_free_model_calls_reservation_settles_to_zero(store: RunStore) -> None:
     _tree(store, Budget(tokens=1_000))
     assert _model_claim(store, "a", Admission(100, 0.0, 0.0)).over is None

@@ -94,9 +94,11 @@ class ModelRouter:
         tokens: int,
         should_stop: Callable[[], bool] | None = None,
         on_text: Callable[[str], None] | None = None,
+        max_tokens: int | None = None,
     ) -> Routed:
         """Return the first route's reply to `request`; its text goes to `on_text` as it
-        comes (`RESTART` first when a route that wrote part of a reply failed).
+        comes (`RESTART` first when a route that wrote part of a reply failed); the
+        reply is capped at `max_tokens` where that is less than a route's own cap.
 
         Raises:
             Requeue: no route can take it within a moment.
@@ -106,8 +108,9 @@ class ModelRouter:
         text = _Restarting(on_text) if on_text is not None else None
         try:
             return self._first_reply(
-                request, key, holder, tokens, should_stop, waited=waited, text=text
-            )
+                request, key, holder, tokens, should_stop, waited=waited, text=text,
+                max_tokens=max_tokens,
+            )  # fmt: skip
         except Requeue:
             waited.clear()  # it comes back: it keeps its places in the queues
             raise
@@ -140,6 +143,7 @@ class ModelRouter:
         *,
         waited: list[ModelRoute],
         text: _Restarting | None,
+        max_tokens: int | None = None,
     ) -> Routed:
         """The first route's reply; `waited` gathers the routes that queued the call."""
         last: ModelCallError | None = None
@@ -164,6 +168,7 @@ class ModelRouter:
                     longest_retry_after=moment,
                     most_attempts=1 if more else None,  # a route with a fallback: asked once
                     may_retry=partial(self._usable, route),  # its circuit, before every retry
+                    max_tokens=max_tokens,
                 )
             except ModelCallError as error:
                 paused = self._failed(route, key, holder, error)

@@ -182,6 +182,7 @@ class ModelClient:
         longest_retry_after: float | None = None,
         most_attempts: int | None = None,
         may_retry: Callable[[], bool] | None = None,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
 
@@ -191,7 +192,8 @@ class ModelClient:
         `longest_retry_after`: the caller can come back then without holding a worker.
         `most_attempts` caps the attempts below the settings' (a route with a fallback
         is asked once); `may_retry` is asked before every retry (a route whose circuit
-        opened meanwhile is asked no more): False raises the failure.
+        opened meanwhile is asked no more): False raises the failure. `max_tokens` caps
+        the reply below the settings' cap (what a run's budget has left).
 
         The whole call (every attempt, its reads, the waits between them) ends by
         the settings' `deadline`: each attempt's timeouts are cut to what is left,
@@ -203,11 +205,11 @@ class ModelClient:
         the retries are spent, or why it ended early (stopped, or past its deadline).
         """
         settings = self._settings
+        cap = settings.max_tokens
+        if max_tokens is not None and max_tokens > 0:
+            cap = min(cap, max_tokens) if cap else max_tokens
         body = chat_body(
-            settings.model,
-            request,
-            attachment_chars=settings.attachment_chars,
-            max_tokens=settings.max_tokens,
+            settings.model, request, attachment_chars=settings.attachment_chars, max_tokens=cap
         )
         attempts = settings.retries + 1
         if most_attempts is not None:

@@ -74,12 +74,21 @@ class CallMessage:
 class Claimed:
     """A call this task holds the lease of, with the run as its claim read it."""
 
-    def __init__(self, asked: CallMessage, attempt: int, over: Over | None, loaded: Loaded) -> None:
+    def __init__(
+        self,
+        asked: CallMessage,
+        attempt: int,
+        over: Over | None,
+        loaded: Loaded,
+        reply_cap: int = 0,
+    ) -> None:
         assert loaded.record is not None
         self.asked = asked
         self.attempt = attempt
         self.over = over
         """Set when the tree's budget did not admit this (model) call."""
+        self.reply_cap = reply_cap
+        """The reply's cap in tokens, when the tree has less left than max_tokens (0: none)."""
         self.loaded = loaded
         self.record: RunRecord = loaded.record
         self._agent: Agent | None = None
@@ -200,7 +209,7 @@ class Calls:
         if claim.loaded.record is None:
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
-        call = Claimed(asked, claim.attempts, claim.over, claim.loaded)
+        call = Claimed(asked, claim.attempts, claim.over, claim.loaded, claim.reply_cap)
         if not call.open(self.kit.restore):
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
@@ -333,13 +342,15 @@ class Calls:
         if self.router is None:
             return complete(self.model(), request, should_stop=cancel.is_set, on_text=live), None
         prompt = -(-call.record.asked_bytes // 2)  # what admission reserved for: bytes / 2
+        cap = call.reply_cap or None  # what the tree has left, if less than max_tokens
         routed = self.router.complete(
             request,
             key=call.record.key or self.settings_key,
             holder=_route_holder(call),
-            tokens=prompt + self.pricing.max_tokens,
+            tokens=prompt + (cap or self.pricing.max_tokens),
             should_stop=cancel.is_set,
             on_text=live,
+            max_tokens=cap,
         )
         return routed.reply, routed.route
 

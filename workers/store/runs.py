@@ -69,6 +69,8 @@ class Claim:
     attempts: int
     over: Over | None = None
     loaded: Loaded | None = None
+    reply_cap: int = 0
+    """A model call's `max_tokens`, capped to what its tree has left (0: no cap)."""
 
 
 class RunStore:
@@ -222,7 +224,7 @@ class RunStore:
         )  # fmt: skip
         answer = self.connection.run(claim)
         found = None if answer.run is None else self._loaded(run_id, known, answer.run)
-        return Claim(answer.status, answer.attempts, answer.over, found)
+        return Claim(answer.status, answer.attempts, answer.over, found, answer.reply_cap)
 
     def renew(
         self,

@@ -105,6 +105,8 @@ class ClaimAnswer:
     status: ClaimStatus
     attempts: int
     over: Over | None
+    reply_cap: int
+    """A model call's `max_tokens`: the tree's room, if less than asked (0: no cap)."""
     run: StoredRun | None
 
 
@@ -247,10 +249,10 @@ def claim(
     args += [admission.input_micro, admission.output_micro, known_version]
 
     def read(answer: Any) -> ClaimAnswer:
-        status, attempts, over, *run = answer
+        status, attempts, over, cap, *run = answer
         claimed = ClaimStatus(as_text(status))
         stored = StoredRun(*run) if claimed is ClaimStatus.CLAIMED else None
-        return ClaimAnswer(claimed, int(attempts), _over(as_text(over)), stored)
+        return ClaimAnswer(claimed, int(attempts), _over(as_text(over)), int(cap), stored)
 
     return ScriptCall("claim", script_keys, args, read)
 

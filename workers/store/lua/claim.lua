@@ -11,12 +11,15 @@
 -- the run is not at the version whose agent the caller keeps (ARGV[12]).
 --
 -- A model call is also admitted against its tree's budget (on the root's hash):
--- its estimate (the request's size in bytes / 2, plus max_tokens; in micro-dollars
--- at the highest price it may be charged) must fit in each limit less what is
--- spent and what calls in flight reserved. Admitted, the estimate is reserved
--- (`q:<run>|<call>`, once however often the call is claimed) until the save that
--- applies its outcome settles it. Not admitted, the claim still counts and takes
--- the lease (the worker records "budget reached", and the run parks), and
+-- its prompt (the request's size in bytes / 2) and a reply of at least FLOOR tokens
+-- (or max_tokens, if smaller; in micro-dollars at the highest price it may be
+-- charged) must fit in each limit less what is spent and what calls in flight
+-- reserved. Admitted, the reply's cap is max_tokens, or less: what the tree has left
+-- (so a call cannot take the tree past its limits by its reply), and the estimate
+-- (prompt plus that cap) is reserved (`q:<run>|<call>` = "tokens:micro-dollars:cap",
+-- once however often the call is claimed: a second claim gets the same cap) until the
+-- save that applies its outcome settles it. Not admitted, the claim still counts and
+-- takes the lease (the worker records "budget reached", and the run parks), and
 -- `over` says which limit: "limit|spent|reserved|cap|estimate", or "deadline".
 --
 -- KEYS[1] run hash  KEYS[2] the call's lease  KEYS[3] outbox  KEYS[4] root's hash
@@ -26,11 +29,12 @@
 -- ARGV[7] lease deadline (ms)  ARGV[8] run id  ARGV[9] max_tokens (0: none)
 -- ARGV[10] input and ARGV[11] output price, micro-dollars per token
 -- ARGV[12] the version whose agent the caller keeps ('' for none)
--- Returns: {status, attempts, over, version, record, form, head or whole snapshot,
--- history entries, inbox}; status is
+-- Returns: {status, attempts, over, reply cap (0: none), version, record, form,
+-- head or whole snapshot, history entries, inbox}; status is
 -- claimed, gone (no run), done (outcome recorded), refused (the record does not
 -- call for it) or busy (another worker holds the lease).
-local function answer(status) return {status, 0, '', '', '', '', '', {}, {}} end
+local FLOOR = 256  -- the smallest reply worth asking for (a cut reply is asked again)
+local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}} end
 local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf')
 if not run[1] then return answer('gone') end
 if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then return answer('done') end
@@ -47,7 +51,7 @@ elseif record.asked ~= tonumber(ARGV[3]) or (record.seq or 0) ~= tonumber(ARGV[3
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return answer('busy') end
 
-local over = ''
+local over, cap = '', 0
 if ARGV[2] == 'model' then
   local root = redis.call('HMGET', KEYS[4], 'lt', 'lu', 'lc', 'ld', 'tt', 'cu', 'mc',
     'rt', 'ru', 'rc')
@@ -55,14 +59,22 @@ if ARGV[2] == 'model' then
   local n = function(i) return tonumber(root[i] or '0') end
   local int = function(x) return string.format('%d', x) end
   local time = redis.call('TIME')  -- the deadline by Redis's clock, not the caller's
+  local kept = redis.call('HGET', KEYS[4], held)
   if root[4] and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) >= n(4) then
     over = 'deadline'
-  elseif redis.call('HEXISTS', KEYS[4], held) == 0 then
+  elseif kept then
+    cap = tonumber(string.match(kept, '^%d+:%d+:(%d+)$') or '0')  -- as its first claim got
+  else
     local prompt = math.ceil((tonumber(record.asked_bytes) or 0) / 2)
-    local reply = tonumber(ARGV[9])
-    local tokens = prompt + reply
-    local cost = math.ceil(prompt * tonumber(ARGV[10]) + reply * tonumber(ARGV[11]))
-    local checks = {{'tokens', 1, 5, 8, tokens}, {'usd', 2, 6, 9, cost},
+    local most, in_price, out_price = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+    local floor = most > 0 and math.min(most, FLOOR) or FLOOR
+    local room = most > 0 and most or math.huge
+    if root[1] then room = math.min(room, n(1) - n(5) - n(8) - prompt) end
+    if root[2] and out_price > 0 then
+      room = math.min(room, math.floor((n(2) - n(6) - n(9) - prompt * in_price) / out_price))
+    end
+    local least = math.ceil(prompt * in_price + floor * out_price)
+    local checks = {{'tokens', 1, 5, 8, prompt + floor}, {'usd', 2, 6, 9, least},
       {'model_calls', 3, 7, 10, 1}}
     for _, c in ipairs(checks) do
       if over == '' and root[c[2]] and n(c[3]) + n(c[4]) + c[5] > n(c[2]) then
@@ -70,10 +82,13 @@ if ARGV[2] == 'model' then
       end
     end
     if over == '' then
+      cap = room == math.huge and 0 or math.max(room, 0)
+      local tokens = prompt + cap
+      local cost = math.ceil(prompt * in_price + cap * out_price)
       redis.call('HINCRBY', KEYS[4], 'rt', tokens)
       redis.call('HINCRBY', KEYS[4], 'ru', cost)
       redis.call('HINCRBY', KEYS[4], 'rc', 1)
-      redis.call('HSET', KEYS[4], held, int(tokens) .. ':' .. int(cost))
+      redis.call('HSET', KEYS[4], held, int(tokens) .. ':' .. int(cost) .. ':' .. int(cap))
     end
   end
 end
@@ -82,10 +97,12 @@ local attempts = redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], 1)
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
 local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
-if run[1] == ARGV[12] then return {'claimed', attempts, over, run[1], run[2], '', '', {}, inbox} end
+if run[1] == ARGV[12] then
+  return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox}
+end
 if run[3] == '2' then
-  return {'claimed', attempts, over, run[1], run[2], '2',
+  return {'claimed', attempts, over, cap, run[1], run[2], '2',
     redis.call('HGET', KEYS[1], 'head') or '', redis.call('LRANGE', KEYS[6], 0, -1), inbox}
 end
-return {'claimed', attempts, over, run[1], run[2], '', redis.call('HGET', KEYS[1], 'snap') or '',
-  {}, inbox}
+return {'claimed', attempts, over, cap, run[1], run[2], '',
+  redis.call('HGET', KEYS[1], 'snap') or '', {}, inbox}

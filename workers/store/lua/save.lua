@@ -88,7 +88,7 @@ for _, q in ipairs(fx.settle or none) do
   -- A model call's reservation on its tree's budget goes once its outcome is in.
   local held = redis.call('HGET', q[1], q[2])
   if held then
-    local tokens, cost = string.match(held, '^(%d+):(%d+)$')
+    local tokens, cost = string.match(held, '^(%d+):(%d+)')  -- (then ':<cap>')
     -- (0 - n, not -n: Redis refuses the text "-0" as a number.)
     redis.call('HINCRBY', q[1], 'rt', 0 - tonumber(tokens))
     redis.call('HINCRBY', q[1], 'ru', 0 - tonumber(cost))
