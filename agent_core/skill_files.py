@@ -13,10 +13,11 @@ module, and tests/test_core_purity.py proves it; the hosts do: the blocking
 driver `agent_core.run` and the workers carry out `read_skill_file` with
 `read_part`.
 
-What a skill's files are. `load` lists the regular files under the skill's
-folder: hidden names (`.env`, `.git`) and `__pycache__` are skipped, links
-to folders are not followed, and links that lead outside the folder,
-FIFOs, sockets and devices are left out with a warning. At most
+What a skill's files are. `read_folder` lists the regular files under the
+skill's folder: hidden names (`.env`, `.git`) and `__pycache__` are skipped,
+links to folders are not followed, and links that lead outside the folder, hard
+links (another name for the file may be anywhere), FIFOs, sockets and devices
+are left out with a warning. At most
 `RESOURCES_MAX` files, `LIST_DEPTH_MAX` folders deep.
 
 How a file is read. `read_part` reads only a listed path (or the body, under
@@ -70,6 +71,12 @@ WALK_FOLDERS_MAX = 10_000
 BINARY_PROBE = 8_192
 _NAMES = SKILL_MD_NAMES
 _SKIPPED = "__pycache__"
+_NOT_SKILLS = frozenset(
+    {".git", ".github", ".gitlab", ".hg", ".svn", ".idea", ".vscode", ".venv", "venv"}
+    | {"node_modules", "__pycache__", ".tox", ".cache"}
+)
+"""Folders the search for skills does not enter: a repository's and its tools' own.
+Other hidden folders are searched (a repository may keep skills under `.curated/`)."""
 
 
 class _Refused(Exception):
@@ -180,14 +187,20 @@ def read_folder(folder: Path) -> FolderRead:
 def _skill_folders(root: Path, warnings: list[tuple[str, str]]) -> Iterator[Path]:
     """Yield each folder under `root` holding a SKILL.md, in path order, without entering one.
 
-    Hidden folders are skipped; links to folders are followed once each.
+    Hidden folders are searched too, but for a repository's own (`_NOT_SKILLS`); links
+    to folders are followed once each, if they lead to a folder inside `root` (one
+    leading out is left out, with a warning: it would expose files beside no skill).
     """
     stack = [(root, 0)]
     seen: set[str] = set()
+    inside = os.path.realpath(root)
     while stack:
         folder, depth = stack.pop()
         real = os.path.realpath(folder)
         if real in seen:
+            continue
+        if not _inside(inside, real):
+            warnings.append((str(folder), "a link to a folder outside the skills folder: left out"))
             continue
         seen.add(real)
         if len(seen) > WALK_FOLDERS_MAX:
@@ -199,7 +212,7 @@ def _skill_folders(root: Path, warnings: list[tuple[str, str]]) -> Iterator[Path
         try:
             with os.scandir(folder) as entries:
                 children = sorted(
-                    e.name for e in entries if not e.name.startswith(".") and e.is_dir()
+                    e.name for e in entries if e.name not in _NOT_SKILLS and e.is_dir()
                 )
         except OSError as error:
             warnings.append((str(folder), f"cannot be listed: {_os_reason(error)}"))
@@ -282,7 +295,10 @@ def _kind(entry: os.DirEntry[str], root: str) -> str:
         elif entry.is_dir(follow_symlinks=False):
             kind = "folder"
         elif entry.is_file(follow_symlinks=False):
-            kind = "file"
+            hard_linked = entry.stat(follow_symlinks=False).st_nlink > 1
+            kind = (
+                "a hard link (its other name may be outside the folder)" if hard_linked else "file"
+            )
     except OSError as error:
         kind = f"cannot be examined: {_os_reason(error)}"
     return kind
@@ -373,11 +389,7 @@ def _read_confined(root: Path, path: str, cap: int) -> bytes:
     except OSError as error:
         raise _Refused(f"cannot be opened: {_os_reason(error)}") from None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _Refused("is not a regular file")
-        if info.st_size > cap:
-            raise _Refused(f"is {info.st_size} bytes long; at most {cap} are read")
+        _check_opened(os.fstat(fd), cap)
         chunks: list[bytes] = []
         size = 0
         while size <= cap:
@@ -393,6 +405,16 @@ def _read_confined(root: Path, path: str, cap: int) -> bytes:
         raise _Refused(f"cannot be read: {_os_reason(error)}") from None
     finally:
         os.close(fd)
+
+
+def _check_opened(info: os.stat_result, cap: int) -> None:
+    """Refuse an opened file that is not a plain regular file of at most `cap` bytes."""
+    if not stat.S_ISREG(info.st_mode):
+        raise _Refused("is not a regular file")
+    if info.st_nlink > 1:  # another name for it may be anywhere on this file system
+        raise _Refused("is a hard link; it is not read")
+    if info.st_size > cap:
+        raise _Refused(f"is {info.st_size} bytes long; at most {cap} are read")
 
 
 def _inside(root: str, target: str) -> bool:

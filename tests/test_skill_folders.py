@@ -420,3 +420,45 @@ def test_no_path_reads_what_lies_outside_the_folder(tmp_path: Path, path: str) -
         skill = Skill(name="s", description="d", body="", folder=str(folder))
     output = read_part(skill, path)  # never raises
     assert "SECRET" not in output.text
+
+
+def test_skills_in_hidden_folders_load_but_a_repositorys_own_folders_are_not_searched(
+    tmp_path: Path,
+) -> None:
+    # OpenAI's public skills repository keeps them under .curated/, .system/, ...
+    for place in (".curated/pdf", ".system/notes", ".experimental/maps", "plain/csv"):
+        group, name = place.split("/")
+        write_skill(tmp_path / group, name, f"name: {name}\ndescription: d")
+    write_skill(tmp_path / ".git", "hooks", "name: hooks\ndescription: not a skill")
+    write_skill(tmp_path / "node_modules", "pkg", "name: pkg\ndescription: not a skill")
+    report = Skill.load_all(tmp_path)
+    assert sorted(s.name for s in report.skills) == ["csv", "maps", "notes", "pdf"]
+    assert report.failed == ()
+
+
+def test_a_skill_folder_linked_from_outside_the_skills_folder_is_left_out(tmp_path: Path) -> None:
+    outside = write_skill(tmp_path / "elsewhere", "secrets", "name: secrets\ndescription: d")
+    skills = tmp_path / "skills"
+    write_skill(skills, "inside", "name: inside\ndescription: d")
+    (skills / "linked").symlink_to(outside, target_is_directory=True)
+    report = Skill.load_all(skills)
+    assert [s.name for s in report.skills] == ["inside"]
+    assert [(Path(w.path).name, w.text) for w in report.warnings] == [
+        ("linked", "a link to a folder outside the skills folder: left out")
+    ]
+
+
+def test_a_hard_link_in_a_skill_folder_is_neither_listed_nor_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the outside file")
+    folder = write_skill(tmp_path / "skills", "notes", "name: notes\ndescription: d", "", {})
+    os.link(secret, folder / "looks-harmless.md")
+    (folder / "fine.md").write_text("fine")
+    skill = Skill.load(folder)
+    assert skill.resources == ("fine.md",)
+    # Even named by a skill that lists it (a snapshot written by hand, say):
+    forged = skill.model_copy(update={"resources": ("fine.md", "looks-harmless.md")})
+    output = read_part(forged, "looks-harmless.md")
+    assert output.status == "error"
+    assert "hard link" in output.text
+    assert "the outside file" not in output.text
