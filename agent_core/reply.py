@@ -28,6 +28,7 @@ __all__ = [
     "RawCall",
     "Reply",
     "Unusable",
+    "ends_inside_object",
     "parse_reply",
 ]
 
@@ -215,6 +216,52 @@ def first_object(text: str) -> dict[str, Any] | Unusable:
             resume = candidate + 1  # pragma: no cover - a value starting with { is a dict
         candidate = text.find("{", resume)
     return Unusable(NO_OBJECT)
+
+
+def ends_inside_object(text: str) -> bool:
+    """Return whether `text` is no usable reply and ends inside a JSON object it opened.
+
+    That is a reply cut off on its way (a stream a gateway ended early), not a
+    reply the model got wrong: the host can take it as a dropped connection and
+    ask again instead of showing the model its own half object. Linear in the
+    text: each candidate is scanned from where the last one closed.
+    """
+    if not isinstance(parse_reply(text), Unusable):
+        return False
+    text = strip_thinking(clean(text))
+    last = len(text.rstrip()) - 1
+    candidate = text.find("{")
+    while candidate != -1:
+        if candidate == last:
+            return True  # the text ends at the brace
+        if not _can_open_object(text, candidate):
+            candidate = text.find("{", candidate + 1)
+            continue
+        closed = _closing(text, candidate)
+        if closed is None:
+            return True
+        candidate = text.find("{", closed)
+    return False
+
+
+def _closing(text: str, start: int) -> int | None:
+    """Return the index just past the brackets opened at `start`, or None if the text
+    ends before they (or a string inside them) close."""
+    depth = 0
+    index = start
+    while index < len(text):
+        char = text[index]
+        if char == '"':
+            index = _string_end(text, index)  # a string running to the end leaves it open
+            continue
+        if char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth <= 0:
+                return index + 1
+        index += 1
+    return None
 
 
 def _depth_over(found: dict[str, Any], limit: int) -> bool:

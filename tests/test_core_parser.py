@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_core import Agent, Ask, Config, Done, Kind, Risk, Run, Step, Tool, ToolOutput
+from agent_core.reply import ends_inside_object
 from tests.support.scripted import prompt_of
 
 TOOLS = [
@@ -283,3 +284,44 @@ def test_any_text_from_outside_leaves_a_snapshot_that_encodes(texts: list[str]) 
     restored = Agent.restore(config, TOOLS, saved)
     assert restored.resume() == step
     assert restored.snapshot() == saved
+
+
+@pytest.mark.parametrize(
+    ("text", "cut"),
+    [
+        ('{"tool": "sea', True),
+        ('Calling it now: {"final": "x"', True),
+        ('{"final": "a \\" quote and a } brace', True),  # inside a string: still open
+        ('{"tools": [{"tool": "a", "args": {}}', True),
+        ('{"final": "done"}', False),
+        ("plain prose", False),
+        ("{not an object at all", False),  # no `{"` opens an object here
+        ('{"final": "a", "data": {"k": "{}', True),  # braces inside the cut string
+        ('{"a": 1} {"b"', True),  # the whole object is no reply; the next is cut
+        ('{"final": "done"} {"b"', False),  # a usable reply came first: the rest is chatter
+        ('<think>{"plan"</think>no object here', False),  # thinking is not the reply
+    ],
+)
+def test_a_reply_that_ends_inside_its_object_is_told_from_one_the_model_got_wrong(
+    text: str, cut: bool
+) -> None:
+    assert ends_inside_object(text) is cut
+
+
+@given(st.text(max_size=300))
+@FUZZ
+def test_any_prefix_of_a_whole_reply_ends_inside_its_object(tail: str) -> None:
+    whole = json.dumps({"final": tail, "data": {"k": [1, "}"]}})
+    assert not ends_inside_object(whole)
+    for end in range(1, len(whole) - 1):
+        assert ends_inside_object(whole[:end]), whole[:end]
+
+
+def test_finding_a_cut_object_is_linear() -> None:
+    hostile = '{"a": ' * 20_000 + "[" * 20_000 + '"open'
+    started = time.perf_counter()
+    assert ends_inside_object(hostile)
+    assert ends_inside_object('{"x": "' + "} " * 30_000)
+    assert ends_inside_object('{"' * 30_000)
+    assert not ends_inside_object("{ " * 30_000 + "text")
+    assert time.perf_counter() - started < SLOW_BOUND

@@ -255,6 +255,41 @@ def test_a_stream_that_ends_without_its_reply_is_retried(
     assert pieces.seen == ["half a rep", RESTART, "half a rep", RESTART, "half a rep"]
 
 
+def test_a_stream_a_gateway_ends_inside_the_json_object_is_retried_as_a_dropped_stream(
+    server: Callable[..., ModelServer],
+) -> None:
+    # A gateway ending the stream early still claims finish_reason "stop" and sends [DONE];
+    # the half object is the transport's failure, not a reply for the model to be told off for.
+    cut = Reply(sse=(*_sse(_delta('{"final": "Héllo wö', "stop")), b"data: [DONE]\n\n"))
+    model = server(cut, Reply(ANSWER))
+    pieces = Pieces()
+    with client(model.url) as http:
+        assert http.complete(REQUEST, on_text=pieces).text == ANSWER
+    assert len(model.calls) == 2
+    assert pieces.last_start() == ANSWER
+
+    model = server(cut, cut, cut)
+    with client(model.url) as http, pytest.raises(ModelCallError) as caught:
+        http.complete(REQUEST, on_text=Pieces())
+    assert "stream ended inside a JSON object (19 characters" in caught.value.message
+    assert "finish_reason 'stop'" in caught.value.message
+    assert caught.value.retryable  # the core sees a failed call, not an unusable reply
+    assert len(model.calls) == 3
+
+
+def test_a_reply_cut_at_the_length_limit_or_without_an_object_is_not_a_dropped_stream(
+    server: Callable[..., ModelServer],
+) -> None:
+    length = Reply(sse=(*_sse(_delta('{"final": "a long', "length")), b"data: [DONE]\n\n"))
+    prose = Reply(sse=(*_sse(_delta("I think {braces} are fine", "stop")), b"data: [DONE]\n\n"))
+    model = server(length, prose)
+    with client(model.url) as http:
+        cut_reply = http.complete(REQUEST, on_text=Pieces())
+        assert (cut_reply.text, cut_reply.finish_reason) == ('{"final": "a long', "length")
+        assert http.complete(REQUEST, on_text=Pieces()).text == "I think {braces} are fine"
+    assert len(model.calls) == 2
+
+
 def test_an_error_mid_stream_is_retried(server: Callable[..., ModelServer]) -> None:
     broken = Reply(sse=tuple(_sse(_delta("so far"), {"error": {"message": "overloaded"}})))
     model = server(broken, Reply(ANSWER))

@@ -6,6 +6,7 @@ server-sent events with gaps between them.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent_core import FinalStream, Stop
-from tests.support.brain import call, final
+from tests.support.brain import PLAN_ASK, call, final
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from tests.support.waiting import shared_fleet
@@ -158,3 +159,27 @@ def test_a_worker_killed_mid_reply_restarts_it_and_the_reader_is_told(tmp_path: 
         assert again == final(ANSWER)  # the second attempt's reply, whole, after the mark
         assert shown(events, run_id) == ANSWER == f.relay.wait(run_id, 5).summary
         assert len(f.model.calls) == 2
+
+
+def test_a_stream_cut_inside_its_object_is_asked_again_not_held_against_the_model(
+    f: Fleet,
+) -> None:
+    # A gateway that ends the stream early still says "stop" and [DONE]; the half object is a
+    # dropped stream: asked again at once, the model never told its reply was unusable.
+    half = final(ANSWER)[:25]
+    cut = Reply(sse=(_event(half, "stop"), b"data: [DONE]\n\n"))
+    f.brain.script("STREAM-CUT:", {0: [cut, Reply(final(ANSWER), piece_chars=8)]})
+    run_id = f.relay.start("STREAM-CUT: sum March")
+    outcome = f.relay.wait(run_id, 60)
+    assert (outcome.stop, outcome.summary) == (Stop.DONE, ANSWER)
+    asked = [c.prompt for c in f.model.calls if "STREAM-CUT:" in c.prompt]
+    turn0 = [p for p in asked if PLAN_ASK not in p]
+    assert len(turn0) == 2
+    assert turn0[0] == turn0[1]  # no "your JSON ..." shown back to the model
+    events = list(f.relay.stream(run_id, timeout=5))
+    assert [e.kind for e in events].count("restarted") >= 1
+
+
+def _event(text: str, finish: str | None = None) -> bytes:
+    delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+    return b"data: " + json.dumps(delta).encode() + b"\n\n"

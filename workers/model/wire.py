@@ -17,6 +17,9 @@ skipped. What each stream ends as:
 - `[DONE]`: the reply (read to the end of the body, if the server closes it);
 - no `[DONE]`, but a `finish_reason` came: the reply (the server said it ended);
 - neither: `ModelCallError`, retryable (like a dropped connection);
+- a reply that ends inside a JSON object it opened, with no whole object before
+  it, and was not stopped at the length limit: `ModelCallError`, retryable (a
+  gateway that cut the stream short, whatever `finish_reason` it claims);
 - an `error` object in an event: `ModelCallError`, retryable (the request was
   accepted; what fails later is the server's);
 - an event that is not JSON, or a `choices` that is not a list: unusable,
@@ -39,6 +42,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError
 
+from agent_core.reply import ends_inside_object
 from agent_core.steps import Attachment, ModelRequest
 from agent_core.text import cut
 from workers.engine.records import Usage
@@ -413,6 +417,14 @@ class StreamedReply:
                 status=200,
             )
         text = "".join(self._text)
+        if self._finish != "length" and ends_inside_object(text):
+            said = f"finish_reason {self._finish!r}" if self._finish else "[DONE]"
+            raise ModelCallError(
+                f"the model server's stream ended inside a JSON object ({len(text)} characters,"
+                f" then {said}): taken as a dropped stream",
+                retryable=True,
+                status=200,
+            )
         usage = self._usage
         if usage is None:
             prompt, completion = -(-prompt_bytes // 4), -(-len(text.encode()) // 4)
