@@ -91,7 +91,8 @@ def _admission(b: Bench, calls: int) -> dict[str, Any]:
         answer = limits.admit(route, key="bench", holder=f"c{k}", tokens=100,
                               key_concurrency=100, lease_ms=60_000, now_ms=now)  # fmt: skip
         between = time.perf_counter()
-        limits.done(route, key="bench", holder=f"c{k}", outcome="ok", now_ms=now, tokens_back=50)
+        limits.done(route, key="bench", holder=f"c{k}", outcome="ok", now_ms=now,
+                    charged=answer.charged, used=50)  # fmt: skip
         admit_ms.append((between - started) * 1000)
         done_ms.append((time.perf_counter() - between) * 1000)
         if not answer.admitted:

@@ -138,3 +138,65 @@ def test_calls_in_flight_are_capped_per_route_and_per_key_and_come_back_with_the
     assert _admit(limits, "k3", 0, route=free, key="two", key_concurrency=1)[0] == "admitted"
     # A worker that died holding k1's slot: the slot comes back when its lease lapses.
     assert _admit(limits, "k2", 5_001, route=free, key="one", key_concurrency=1)[0] == "admitted"
+
+
+TPM = ModelRoute("t", url="http://127.0.0.1:9/v1", model="m", tpm=60_000)
+PER_TOKEN = SPACING_MARGIN  # 60,000 tokens a minute: one a millisecond, and the margin
+
+
+def _admit_tokens(limits: RouteLimits, holder: str, now: int, tokens: int) -> tuple[str, int, int]:
+    answer = limits.admit(
+        TPM, key="k", holder=holder, tokens=tokens, key_concurrency=None, lease_ms=60_000,
+        now_ms=now,
+    )  # fmt: skip
+    return answer.verdict, answer.at_ms, answer.charged
+
+
+def test_tokens_per_minute_space_calls_by_what_they_use_not_what_they_may(
+    limits: RouteLimits,
+) -> None:
+    # The first call is charged all it may use (nothing is known yet): the next waits for it.
+    assert _admit_tokens(limits, "a", 0, 5_000) == ("admitted", 0, 5_000)
+    assert _admit_tokens(limits, "b", 0, 5_000)[0] == "wait"
+    # It used 500: the other 4,500 come back, and "b" may go after 500 tokens' share.
+    limits.done(TPM, key="k", holder="a", outcome="ok", now_ms=100, charged=5_000, used=500)
+    share = int(500 * PER_TOKEN)
+    assert _admit_tokens(limits, "b", share - 1, 5_000)[0] == "wait"
+    assert _admit_tokens(limits, "b", share + 1, 5_000) == ("admitted", 0, 500)
+    # A waiting call is told to come back by what calls use, not by the 5,000 they may.
+    verdict, at, _ = _admit_tokens(limits, "c", share + 1, 5_000)
+    assert verdict == "wait"
+    assert 2 * share <= at <= 2 * share + 2
+
+
+def test_a_call_that_used_more_than_it_was_charged_pushes_the_route_on(
+    limits: RouteLimits,
+) -> None:
+    _admit_tokens(limits, "a", 0, 1_000)
+    limits.done(TPM, key="k", holder="a", outcome="ok", now_ms=10, charged=1_000, used=200)
+    assert _admit_tokens(limits, "b", 1_000, 1_000) == ("admitted", 0, 200)
+    # "b" used 3,000 where 200 were charged: the route owes 2,800 tokens' share of a minute.
+    limits.done(TPM, key="k", holder="b", outcome="ok", now_ms=1_010, charged=200, used=3_000)
+    owed = 1_000 + int(3_000 * PER_TOKEN)
+    assert _admit_tokens(limits, "c", owed - 50, 1_000)[0] == "wait"
+    assert _admit_tokens(limits, "c", owed + 1, 1_000)[0] == "admitted"
+
+
+def test_a_failed_call_gives_back_all_it_was_charged(limits: RouteLimits) -> None:
+    assert _admit_tokens(limits, "a", 0, 8_000)[0] == "admitted"
+    assert _admit_tokens(limits, "b", 0, 8_000)[0] == "wait"
+    limits.done(TPM, key="k", holder="a", outcome="limited", now_ms=5, charged=8_000)
+    assert _admit_tokens(limits, "b", 6, 8_000)[0] == "admitted"
+
+
+def test_until_a_call_has_ended_a_waiting_call_asks_again_soon(limits: RouteLimits) -> None:
+    # Nothing is known of what calls use: a wait told by what they may use (5 s a call)
+    # would leave the queue idle long after the first call ended having used little.
+    assert _admit_tokens(limits, "a", 0, 5_000)[0] == "admitted"
+    waits = [_admit_tokens(limits, f"w{n}", 0, 5_000) for n in range(5)]
+    assert all(verdict == "wait" and at <= 2_000 for verdict, at, _ in waits), waits
+    limits.done(TPM, key="k", holder="a", outcome="ok", now_ms=300, charged=5_000, used=400)
+    # Once one has ended, waits are told by what calls use: the fifth waits its turn.
+    verdict, at, _ = _admit_tokens(limits, "w4", 2_000, 5_000)
+    assert verdict == "wait"
+    assert 2_000 + 3 * int(400 * PER_TOKEN) < at <= 2_000 + 5 * int(400 * PER_TOKEN) + 5

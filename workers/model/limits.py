@@ -136,10 +136,14 @@ class RouteLimits:
         outcome: Outcome,
         now_ms: int,
         paused_until_ms: int = 0,
-        tokens_back: int = 0,
+        charged: int = 0,
+        used: int | None = None,
         error: str = "",
     ) -> str:
-        """Tell the route what came of an admitted call; return its circuit's state."""
+        """Tell the route what came of an admitted call; return its circuit's state.
+
+        `charged`: the tokens its admission charged (`Admitted.charged`); `used`: the
+        tokens the call used, None if it failed (all it was charged comes back)."""
         done = scripts.route_done(
             self._connection.keys,
             route=route.name,
@@ -148,7 +152,8 @@ class RouteLimits:
             outcome=outcome,
             now_ms=now_ms,
             paused_until_ms=paused_until_ms,
-            tokens_back=tokens_back,
+            charged=charged,
+            used=used,
             ms_per_token=_spacing(route.tpm),
             failures_to_open=FAILURES_TO_OPEN,
             probe_ms=PROBE_INTERVAL_MS,

@@ -155,6 +155,7 @@ class ModelRouter:
                 soonest = verdict if soonest is None else min(soonest, verdict)
                 waited.append(route)
                 continue
+            charged = verdict
             self._held[holder] = (route, key)
             moment = MOMENT_MS / 1000
             try:
@@ -171,7 +172,7 @@ class ModelRouter:
                     max_tokens=max_tokens,
                 )
             except ModelCallError as error:
-                paused = self._failed(route, key, holder, error)
+                paused = self._failed(route, key, holder, error, charged)
                 if error.status in WRONG_REQUEST:
                     raise
                 if paused is not None:  # a 429 saying when: capacity, not a failure
@@ -179,12 +180,11 @@ class ModelRouter:
                 else:
                     last = error
                 continue
-            back, now = tokens - reply.usage.total_tokens, self._clock()
+            now, used = self._clock(), reply.usage.total_tokens
             spent = int((reply.spent_for_s or 0) * 1000)  # the server has nothing left till then
             done = partial(self._limits.done, route, key=key, holder=holder, outcome="ok")
-            _quietly(
-                partial(done, now_ms=now, tokens_back=back, paused_until_ms=now + spent), "done"
-            )
+            settled = partial(done, charged=charged, used=used)  # the route learns its real rate
+            _quietly(partial(settled, now_ms=now, paused_until_ms=now + spent), "done")
             return Routed(reply, route)
         if soonest is not None and last is None:
             raise Requeue(*soonest)
@@ -199,9 +199,9 @@ class ModelRouter:
 
     def _turn(
         self, route: ModelRoute, *, key: str, holder: str, tokens: int, more: bool
-    ) -> tuple[int, str] | None:
-        """Wait for the route's turn if it comes within a moment; None when admitted, else
-        (when to come back, why not now)."""
+    ) -> tuple[int, str] | int:
+        """Wait for the route's turn if it comes within a moment; the tokens its admission
+        charged when admitted, else (when to come back, why not now)."""
         while True:
             now = self._clock()
             admitted = self._limits.admit(
@@ -209,7 +209,7 @@ class ModelRouter:
                 key_concurrency=self._key_concurrency, lease_ms=self._lease_ms, now_ms=now,
             )  # fmt: skip
             if admitted.admitted:
-                return None
+                return admitted.charged
             why = f"route {route.name}: {admitted.verdict}"
             if admitted.verdict in ("paused", "open") and more:
                 return (admitted.at_ms, why)  # the next route may take it now
@@ -219,9 +219,10 @@ class ModelRouter:
             self._sleep(max(wait, 0) / 1000)
 
     def _failed(
-        self, route: ModelRoute, key: str, holder: str, error: ModelCallError
+        self, route: ModelRoute, key: str, holder: str, error: ModelCallError, charged: int
     ) -> tuple[int, str] | None:
-        """Tell the route how the call failed; return (until when, why) if a 429 paused it."""
+        """Tell the route how the call failed (the tokens it was `charged` come back);
+        return (until when, why) if a 429 paused it."""
         now = self._clock()
         if error.status == 429:
             pause = int((error.retry_after or 1.0) * 1000)
@@ -231,6 +232,7 @@ class ModelRouter:
         else:
             pause, outcome = 0, "failed"
         done = partial(self._limits.done, route, key=key, holder=holder, outcome=outcome)
+        done = partial(done, charged=charged)
         told = partial(done, now_ms=now, paused_until_ms=now + pause, error=error.message)
         circuit = _quietly(told, "done") or "unknown"
         log.warning(

@@ -176,6 +176,8 @@ class Admitted:
     verdict: Literal["admitted", "paused", "open", "wait", "left"]
     at_ms: int
     """admitted: 1 if the call is the circuit's probe; else when to ask again."""
+    charged: int = 0
+    """admitted: the tokens charged to the route's tokens per minute, for `route_done`."""
 
     @property
     def admitted(self) -> bool:
@@ -491,8 +493,8 @@ def route_admit(
     args.append("leave" if leave else "")
 
     def read(answer: Any) -> Admitted:
-        verdict, at = answer
-        return Admitted(as_text(verdict), int(float(at)))  # type: ignore[arg-type]
+        verdict, at, charged = answer
+        return Admitted(as_text(verdict), int(float(at)), int(charged))  # type: ignore[arg-type]
 
     return ScriptCall("route_admit", _route_keys(keys, route, key), args, read)
 
@@ -506,13 +508,16 @@ def route_done(
     outcome: Literal["ok", "failed", "limited", "refused"],
     now_ms: int,
     paused_until_ms: int,
-    tokens_back: int,
+    charged: int,
+    used: int | None,
     ms_per_token: float,
     failures_to_open: int,
     probe_ms: int,
     error: str,
 ) -> ScriptCall[str]:
-    """ROUTE_DONE: what came of an admitted call; answers the circuit's state."""
-    args: list[Any] = [now_ms, holder, outcome, paused_until_ms, max(tokens_back, 0)]
+    """ROUTE_DONE: what came of an admitted call (which ROUTE_ADMIT `charged` tokens, and
+    `used` that many, None when unknown); answers the circuit's state."""
+    args: list[Any] = [now_ms, holder, outcome, paused_until_ms, max(charged, 0)]
     args += [ms_per_token, failures_to_open, probe_ms, error[:300]]
+    args.append("" if used is None else max(used, 0))
     return ScriptCall("route_done", _route_keys(keys, route, key)[:3], args, as_text)

@@ -7,6 +7,13 @@
 -- spaced evenly (GCRA: each admission moves the route's theoretical arrival time on
 -- by one request's, or its tokens', share of a minute).
 --
+-- Tokens are charged as the route's calls have used them: the running mean of what
+-- its calls used (the hash's `used`, learned by ROUTE_DONE), at most what this call
+-- may use; the first call is charged all it may use. ROUTE_DONE settles the
+-- difference when the call ends, so the route runs at its real token rate and a
+-- waiting call is told to come back by what calls use, not by what they may use
+-- (until a first call ended, by LEARNING_MS at the latest).
+--
 -- Calls that must wait queue fairly between keys (start-time fair queuing): a key's
 -- next waiting call gets the tag after its previous one, or after the tag last
 -- admitted, whichever is later; calls go in tag order (ties by arrival). So a key
@@ -28,10 +35,11 @@
 -- ARGV[9] lease (ms)  ARGV[10] probe interval (ms)  ARGV[11] stale (ms)
 -- ARGV[12] absent (ms)  ARGV[13] 'leave': only take the call out of the queue (it
 -- went to another route, or failed)
--- Returns: {verdict, ms}: admitted (ms 1 if it is the circuit's probe), paused (until),
--- open (next probe), wait (until its turn, or a free slot), or left.
+-- Returns: {verdict, ms, charged}: admitted (ms 1 if it is the circuit's probe),
+-- paused (until), open (next probe), wait (until its turn, or a free slot), or left;
+-- charged: the tokens the admission charged (for ROUTE_DONE to settle).
 local now, holder, key = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local SCALE, LOOK_AHEAD = 1000000, 32
+local SCALE, LOOK_AHEAD, LEARNING_MS = 1000000, 32, 2000
 
 local function forget(gone)
   local owner = redis.call('HGET', KEYS[5], gone)
@@ -48,17 +56,18 @@ end
 
 if ARGV[13] == 'leave' then
   if redis.call('ZSCORE', KEYS[4], holder) then forget(holder) end
-  return {'left', 0}
+  return {'left', 0, 0}
 end
 
 local per_request, tokens, per_token = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local state = redis.call('HMGET', KEYS[1], 'tat', 'ttat', 'paused', 'circuit', 'probe')
+local state = redis.call('HMGET', KEYS[1], 'tat', 'ttat', 'paused', 'circuit', 'probe', 'used')
+local charge = math.max(math.min(tokens, math.ceil(tonumber(state[6] or tokens))), 1)
 local paused = tonumber(state[3] or '0')
-if paused > now then return {'paused', paused} end
+if paused > now then return {'paused', paused, 0} end
 local probe = 0
 if state[4] == 'open' then
   local next_probe = tonumber(state[5] or '0')
-  if now < next_probe then return {'open', next_probe} end
+  if now < next_probe then return {'open', next_probe, 0} end
   probe = 1
 end
 
@@ -69,7 +78,7 @@ for _, cap in ipairs(caps) do
   redis.call('ZREMRANGEBYSCORE', cap[1], '-inf', now)
   if cap[2] > 0 and not redis.call('ZSCORE', cap[1], holder)
       and redis.call('ZCARD', cap[1]) >= cap[2] then
-    return {'wait', now + 250}
+    return {'wait', now + 250, 0}
   end
 end
 
@@ -81,7 +90,7 @@ end
 local tat = math.max(tonumber(state[1] or '0'), now)
 local ttat = math.max(tonumber(state[2] or '0'), now)
 local due = math.max(per_request > 0 and tat or now, per_token > 0 and ttat or now)
-local step = math.max(per_request, per_token > 0 and tokens * per_token or 0, 1)
+local step = math.max(per_request, per_token > 0 and charge * per_token or 0, 1)
 local waiting = redis.call('ZCARD', KEYS[4])
 local place = redis.call('ZRANK', KEYS[4], holder)
 if not place and (waiting > 0 or due > now) then
@@ -109,7 +118,7 @@ end
 
 if due <= now and ahead == 0 then
   if per_request > 0 then redis.call('HSET', KEYS[1], 'tat', tat + per_request) end
-  if per_token > 0 then redis.call('HSET', KEYS[1], 'ttat', ttat + tokens * per_token) end
+  if per_token > 0 then redis.call('HSET', KEYS[1], 'ttat', ttat + charge * per_token) end
   if probe == 1 then
     redis.call('HSET', KEYS[1], 'probe', now + tonumber(ARGV[10]))
   end
@@ -121,9 +130,14 @@ if due <= now and ahead == 0 then
       redis.call('HSET', KEYS[1], 'round', round)
     end
   end
-  return {'admitted', probe}
+  return {'admitted', probe, charge}
 end
 
 local back = math.max(due, now) + ahead * step
+if per_token > 0 and not state[6] then
+  -- No call here has ended yet, so `step` rests on what calls may use: ask again soon,
+  -- when the first call's use will have taught the route what calls really take.
+  back = math.min(back, now + LEARNING_MS)
+end
 redis.call('ZADD', KEYS[7], back, holder)
-return {'wait', back}
+return {'wait', back, 0}

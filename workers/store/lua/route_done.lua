@@ -4,24 +4,32 @@
 -- A success closes the circuit. A failure that says the server is in trouble (5xx, a
 -- timeout, a refused connection) counts; at `threshold` in a row the circuit opens and
 -- only one probe per interval gets through. A 429 pauses the route for the whole
--- fleet until its Retry-After. A call that used fewer tokens than it was admitted for
--- gives the difference back to the tokens-per-minute spacing.
+-- fleet until its Retry-After. The tokens the admission charged are settled against
+-- what the call used: fewer give the difference back to the tokens-per-minute
+-- spacing, more push it on; a call that failed gives back all it was charged. What a
+-- call used feeds the route's running mean (`used`), which ROUTE_ADMIT charges next.
 --
 -- KEYS[1] route hash  KEYS[2] route's calls in flight  KEYS[3] key's calls in flight
 -- ARGV[1] now  ARGV[2] holder  ARGV[3] outcome: ok, failed, limited, or refused (a
 -- request the server called wrong: neither the circuit nor the pause hear of it)
--- ARGV[4] pause until (ms; limited, or ok with nothing left)  ARGV[5] tokens to give back
--- ARGV[6] ms per token
+-- ARGV[4] pause until (ms; limited, or ok with nothing left)  ARGV[5] tokens charged
+-- ARGV[6] ms per token  ARGV[10] tokens used ('' when unknown: the call failed)
 -- ARGV[7] failures that open the circuit  ARGV[8] probe interval (ms)
 -- ARGV[9] the error, for `relay routes` ('' for none)
 -- Returns: the circuit's state (closed or open).
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
 local now, outcome = tonumber(ARGV[1]), ARGV[3]
-local back = tonumber(ARGV[5]) * tonumber(ARGV[6])
-if back > 0 then
+local charged, per_token, used = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[10])
+local over = ((used or 0) - charged) * per_token
+if over ~= 0 then
   local ttat = tonumber(redis.call('HGET', KEYS[1], 'ttat') or '0')
-  redis.call('HSET', KEYS[1], 'ttat', math.max(ttat - back, now))
+  if over > 0 then ttat = math.max(ttat, now) + over else ttat = math.max(ttat + over, now) end
+  redis.call('HSET', KEYS[1], 'ttat', ttat)
+end
+if used then
+  local mean = tonumber(redis.call('HGET', KEYS[1], 'used') or used)
+  redis.call('HSET', KEYS[1], 'used', mean + (used - mean) / 4)
 end
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9], 'error_at', now) end
 if (outcome == 'ok' or outcome == 'limited') and tonumber(ARGV[4]) > now then
