@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from workers import scripts
+from workers.store import scripts
 
 __all__ = ["Monitor", "Tally", "tally"]
 

@@ -114,3 +114,13 @@ def test_the_layer_contracts_hold() -> None:
     )
     assert out.returncode == 0, out.stdout[-4000:]
     assert "0 broken" in out.stdout
+
+
+def test_every_benchmark_module_still_imports() -> None:
+    # The benchmarks are not run in CI; a module moved under them must not break them quietly.
+    names = sorted(f"bench.{path.stem}" for path in (ROOT / "bench").glob("*.py"))
+    code = "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)"
+    command = [sys.executable, "-c", code, *names]
+    done = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(names) > 20

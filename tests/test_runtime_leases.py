@@ -23,7 +23,7 @@ from tests.support.redis_server import RedisServer
 from tests.support.waiting import prompts_for
 from tests.support.worker_process import RelayProcess
 
-SHORT_LEASE = {"RELAY_RECOVERY_SECONDS": "2", "RELAY_TICK_SECONDS": "1"}
+SHORT_LEASE = {"RELAY_RECOVERY_SECONDS": "2", "RELAY_TICK_SECONDS": "0.5"}
 """A one-second lease (recovery minus one tick), renewed every third of a second."""
 
 

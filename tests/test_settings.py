@@ -10,7 +10,15 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from pydantic import SecretStr, ValidationError
 
-from workers.settings import ModelSettings, Settings, SettingsError, redact_url
+from workers.settings import (
+    ModelSettings,
+    Settings,
+    SettingsError,
+    Timing,
+    longest_tick_s,
+    recovery_margin_ms,
+    redact_url,
+)
 
 DAY = 24 * 60 * 60
 
@@ -452,3 +460,54 @@ def test_a_bad_slice_names_the_variable(given: str) -> None:
     with pytest.raises(SettingsError) as raised:
         Settings.from_env({"RELAY_INLINE_MS": given})
     assert str(raised.value).startswith("RELAY_INLINE_MS:")
+
+
+@pytest.mark.parametrize(
+    ("env", "tick_s", "lease_ms"),
+    [
+        ({}, 5.0, 9_000),  # 9 s lease + 5 s tick + 1 s to be taken = the 15 s promised
+        ({"RELAY_RECOVERY_SECONDS": "4"}, 1.6, 2_000),  # the tick shortened to fit
+        ({"RELAY_RECOVERY_SECONDS": "60"}, 5.0, 54_000),
+        ({"RELAY_RECOVERY_SECONDS": "15", "RELAY_TICK_SECONDS": "1"}, 1.0, 13_000),
+        ({"RELAY_RECOVERY_SECONDS": "2", "RELAY_TICK_SECONDS": "0.5"}, 0.5, 1_300),
+    ],
+)
+def test_lease_tick_and_margin_add_up_to_the_recovery_time(
+    env: dict[str, str], tick_s: float, lease_ms: int
+) -> None:
+    settings = Settings.from_env(env)
+    timing = Timing.of(settings)
+    assert settings.tick_interval == tick_s
+    assert timing.lease_ms == lease_ms
+    recovery_ms = settings.recovery_seconds * 1000
+    worst = (
+        timing.lease_ms
+        + settings.tick_interval * 1000
+        + recovery_margin_ms(settings.recovery_seconds)
+    )
+    assert worst == recovery_ms
+    assert timing.lease_ms >= recovery_ms / 2
+
+
+@given(st.floats(min_value=0.5, max_value=10 * DAY), st.floats(min_value=0.01, max_value=3600))
+def test_no_recovery_time_and_tick_are_accepted_that_break_the_promise(
+    recovery: float, tick: float
+) -> None:
+    env = {"RELAY_RECOVERY_SECONDS": repr(recovery), "RELAY_TICK_SECONDS": repr(tick)}
+    if tick > longest_tick_s(recovery):
+        with pytest.raises(SettingsError, match="RELAY_TICK_SECONDS: at most"):
+            Settings.from_env(env)
+        return
+    settings = Settings.from_env(env)
+    timing = Timing.of(settings)
+    worst = timing.lease_ms + settings.tick_interval * 1000 + recovery_margin_ms(recovery)
+    assert worst <= recovery * 1000 + 1  # whole milliseconds
+    for_defaults = Timing.of(Settings.from_env({"RELAY_RECOVERY_SECONDS": repr(recovery)}))
+    assert for_defaults.lease_ms >= recovery * 1000 // 2
+
+
+def test_a_tick_too_long_for_the_recovery_time_is_refused() -> None:
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env({"RELAY_RECOVERY_SECONDS": "4", "RELAY_TICK_SECONDS": "5"})
+    message = str(caught.value)
+    assert "RELAY_TICK_SECONDS: at most 1.6 s with RELAY_RECOVERY_SECONDS=4" in message

@@ -315,7 +315,7 @@ class Relay:
         record, snapshot = new_run(
             self.kit, task, context, config or self.config, remembered=self.memory,
             attachments=attachments, budget=budget, tools=tools, notes=notes, recipe=recipe,
-            schedule=schedule, run_id=run_id, key=key, memory=memory,
+            schedule=schedule, run_id=run_id, key=key, memory=memory, app=self.name,
         )  # fmt: skip
         parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms

@@ -26,12 +26,14 @@
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
     RELAY_RECOVERY_SECONDS       how soon a dead worker's call is picked up again (15):
-                                 its lease lapses, and the next tick sends it again
+                                 its lease lapses, the next tick sends it again, and a
+                                 live worker takes it (lease + tick + 1 s at most)
     RELAY_APPROVAL_TTL           seconds an approval waits before it is declined;
                                  0 = never (7 days)
     RELAY_RETENTION              seconds a finished run is kept (7 days)
     RELAY_TICK_SECONDS           how often the fleet ticks: one tick per interval, run
-                                 by whichever worker gets there first (5)
+                                 by whichever worker gets there first (5, or less: at
+                                 most half of RELAY_RECOVERY_SECONDS less a second)
     RELAY_DURABLE_CLAIMS         1: a claim of a call that is not idempotent waits until
                                  Redis has it on disk or on a replica (0)
     RELAY_EVENTS                 Celery task events for Flower: 1 or 0 (1)
@@ -397,6 +399,27 @@ class Settings(BaseModel):
             return {**data, "broker_url": url}
         return data
 
+    @model_validator(mode="after")
+    def _tick_fits_the_recovery_time(self) -> Settings:
+        if "tick_seconds" in self.model_fields_set:
+            longest = longest_tick_s(self.recovery_seconds)
+            if self.tick_seconds > longest:
+                raise ValueError(
+                    f"RELAY_TICK_SECONDS: at most {longest:g} s with RELAY_RECOVERY_SECONDS"
+                    f"={self.recovery_seconds:g} (a dead worker's call is sent again by a tick"
+                    f" once its lease lapsed), got {self.tick_seconds:g}"
+                )
+        return self
+
+    @property
+    def tick_interval(self) -> float:
+        """Seconds between the fleet's ticks: RELAY_TICK_SECONDS, or if it is unset, 5 s
+        or less, as the recovery time needs (`longest_tick_s`); never under 0.1 s."""
+        tick = self.tick_seconds
+        if "tick_seconds" not in self.model_fields_set:
+            tick = min(tick, longest_tick_s(self.recovery_seconds))
+        return max(tick, SHORTEST_TICK_S)
+
     @property
     def cluster(self) -> bool:
         """Run state is on Redis Cluster."""
@@ -457,6 +480,24 @@ class Settings(BaseModel):
 _VARIABLES = {field: "RELAY_" + field.upper() for field in Settings.model_fields}
 
 
+SHORTEST_TICK_S = 0.1
+"""Ticks come no closer together than this, whatever RELAY_TICK_SECONDS says."""
+RECOVERY_MARGIN_MS = 1_000
+"""What the recovery time keeps for a re-sent call to reach a live worker and be claimed."""
+
+
+def recovery_margin_ms(recovery_s: float) -> int:
+    """The part of the recovery time kept for a re-sent call to be taken: a second, or a
+    tenth of it if less."""
+    return min(RECOVERY_MARGIN_MS, int(recovery_s * 1000) // 10)
+
+
+def longest_tick_s(recovery_s: float) -> float:
+    """The longest tick interval that keeps a dead worker's call within `recovery_s`: the
+    lease (never under half the recovery time), a tick interval and the margin fit in it."""
+    return (int(recovery_s * 1000) // 2 - recovery_margin_ms(recovery_s)) / 1000
+
+
 @dataclass(frozen=True)
 class Timing:
     """The runtime's time spans, derived from the settings (`Settings.timing`)."""
@@ -471,10 +512,12 @@ class Timing:
     @classmethod
     def of(cls, settings: Settings) -> Timing:
         # A dead worker's call is sent again by the first tick after its lease
-        # lapses, so lease + one tick interval is the recovery time; a lease is
-        # never shorter than half of it, whatever the tick interval.
+        # lapses, and taken by a live worker a moment later: at worst lease + one tick
+        # interval + that moment (`recovery_margin_ms`), which is the recovery time. The
+        # tick interval is at most `longest_tick_s`, so a lease is never under half of it.
         recovery_ms = int(settings.recovery_seconds * 1000)
-        lapse_ms = max(recovery_ms - int(settings.tick_seconds * 1000), recovery_ms // 2)
+        margin_ms = recovery_margin_ms(settings.recovery_seconds)
+        lapse_ms = recovery_ms - int(settings.tick_interval * 1000) - margin_ms
         ttl = settings.approval_ttl
         return cls(
             lease_ms=max(lapse_ms, 200),

@@ -151,9 +151,11 @@ TOOLS = [
 ]
 
 
-def build(settings: Settings | None = None, skills_dir: str | None = None) -> Relay:
+def build(
+    settings: Settings | None = None, skills_dir: str | None = None, name: str = "notes"
+) -> Relay:
     relay = Relay(
-        "notes",
+        name,
         config=Config(require_plan=False, max_batch=4, max_calls=20),
         specialists=SPECIALISTS,
         skills_dir=skills_dir,
@@ -176,6 +178,8 @@ if os.environ.get("RELAY_TEST_WALK"):
 # RELAY_TEST_SKILLS: a folder of Agent Skills this app's workers offer (and read).
 relay = build(skills_dir=os.environ.get("RELAY_TEST_SKILLS") or None)
 app = relay.celery  # for `celery -A tests.apps.notes:app worker`
+# Another app with the same tools under the same prefix: its workers must not run "notes" runs.
+billing = build(name="billing")
 
 if os.environ.get("RELAY_TEST_DUPLICATES"):
     # Every task message this process sends goes to the broker twice, so each is

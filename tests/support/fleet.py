@@ -77,14 +77,15 @@ class Fleet:
     """The Redis Cluster holding the run state, if not the private Redis."""
 
     def worker(
-        self, *extra: str, name: str = "", env: dict[str, str] | None = None
+        self, *extra: str, name: str = "", env: dict[str, str] | None = None, app: str = APP
     ) -> RelayProcess:
-        """Start one more `relay worker` (all queues, unless `extra` says otherwise)."""
+        """Start one more `relay worker` (all queues, unless `extra` says otherwise) of
+        `app` (module:attribute)."""
         index = len(self.processes)
         hostname = name or f"w{index}"
         args = [
             "--app",
-            APP,
+            app,
             "worker",
             "--loglevel",
             "INFO",

@@ -118,9 +118,9 @@ def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
         beat_schedule={
             "relay-tick": {
                 "task": "relay.tick",
-                "schedule": settings.tick_seconds,
+                "schedule": settings.tick_interval,
                 # Ticks queued while every worker was down are dropped, not run in a burst.
-                "options": {"expires": max(2 * settings.tick_seconds, 10.0)},
+                "options": {"expires": max(2 * settings.tick_interval, 10.0)},
             }
         },
     )

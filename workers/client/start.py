@@ -144,10 +144,12 @@ def new_run(
     key: str | None,
     memory: str | None,
     remembered: Callable[[str], list[str]],
+    app: str,
 ) -> tuple[RunRecord, str]:
     """Check what a start was given; return the new root run's record (its id made up
     unless given) and its started agent's snapshot. With `memory`, the agent is shown
-    the notes `remembered(memory)` returns, then `notes`.
+    the notes `remembered(memory)` returns, then `notes`. The run is `app`'s: only
+    workers of the Relay app of that name run it.
 
     Raises:
         RelayError: something given is refused (one line saying what).
@@ -172,5 +174,6 @@ def new_run(
         budget=limits,
         key=checked_key(key),
         memory=memory,
+        app=app,
     )
     return record, agent.snapshot()

@@ -353,6 +353,7 @@ def _start_child(run: Working, call: ToolCall) -> None:
         config=parent.config,
         tools=parent.tools,
         key=parent.key,
+        app=parent.app,
     )
     run.create.append(ChildRun(record, child.snapshot(), run.due()))
     run.messages.append(Message("advance", new_id))

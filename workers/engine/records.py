@@ -122,6 +122,9 @@ class RunRecord(BaseModel):
     """This run's own usage, by the model route that served each call."""
     key: str | None = None
     """Groups runs for fair shares of the model routes (a tenant, say); children inherit it."""
+    app: str | None = None
+    """The name of the Relay app that started the run: only its workers run it (None: a run
+    from before apps were named in records, which any worker runs)."""
     budget: Budget | None = None
     """What the whole tree may spend, as given at the start (set on the root; children
     draw on it); `relay.extend` raises the limits kept in the root's hash."""

@@ -66,7 +66,7 @@ class Runtime:
         timing = settings.timing
         # Steps send through it: one next step may be kept and run by the same task.
         self.continuation = Continuation(send, settings.inline_ms, reach)
-        self.steps = Steps(store, kit, timing, self.continuation.send, clock)
+        self.steps = Steps(store, kit, timing, self.continuation.send, clock, app=key)
         routed = routes if models.given is None else ()
         pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens, routed)
         router = None
@@ -82,7 +82,7 @@ class Runtime:
         self.calls = Calls(
             self.steps, settings, model=models.get, pricing=pricing, router=router, key=key
         )
-        self.ticker = Ticker(store.upkeep, tick, settings.tick_seconds, clock)
+        self.ticker = Ticker(store.upkeep, tick, settings.tick_interval, clock)
         self.healing = Healing(store, send, timing)
         self.metrics = FleetMetrics(store.connection, store.shards, store.people)
         self.telemetry = Telemetry(settings.model_url)

@@ -206,13 +206,10 @@ class Calls:
         if claim.status is not ClaimStatus.CLAIMED:
             return self._unclaimed(asked, claim.status)
         assert claim.loaded is not None
-        if claim.loaded.record is None:
-            self.store.forget_message(asked.member)
-            return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
         call = Claimed(asked, claim.attempts, claim.over, claim.loaded, claim.reply_cap)
-        if not call.open(self.kit.restore):
-            self.store.forget_message(asked.member)
-            return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
+        not_here = self._not_run_here(call)
+        if not_here is not None:
+            return not_here
         started = time.time_ns()
         try:
             event = produce(call)
@@ -226,6 +223,22 @@ class Calls:
         after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
         done = did(asked.what, facts.name if asked.seq is None else None, event)
         return Report(done.line, done.failed, facts).then(after)
+
+    def _not_run_here(self, call: Claimed) -> Report | None:
+        """Why a claimed call is not run: its run cannot be read or has ended (the message
+        is done with), or another app started it (the claim is given back)."""
+        asked, record = call.asked, call.loaded.record
+        if record is None:
+            self.store.forget_message(asked.member)
+            return Report(f"{asked.what}: the run's record cannot be read; nothing was run")
+        foreign = self.steps.foreign(record)
+        if foreign is not None:
+            self._unclaim(call, due_ms=self.steps.clock() + self.timing.grace_ms)
+            return foreign
+        if not call.open(self.kit.restore):
+            self.store.forget_message(asked.member)
+            return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
+        return None
 
     def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> Report:
         if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:

@@ -29,6 +29,7 @@ from workers.engine.decide import decide
 from workers.engine.effects import Advanced, Message, OwnOutcome
 from workers.engine.events import FollowUp, InboxEvent
 from workers.engine.ids import OutboxMember
+from workers.engine.records import RunRecord
 from workers.engine.working import Surroundings
 from workers.kit.agents import AgentKit
 from workers.runtime.reports import Report, after_step
@@ -56,12 +57,31 @@ class Steps:
         timing: Timing,
         send: Callable[[list[Message]], None],
         clock: Callable[[], int],
+        *,
+        app: str | None = None,
     ) -> None:
         self.store = store
         self.kit = kit
         self.timing = timing
         self.send = send
         self.clock = clock
+        self.app = app
+        """The name of this worker's Relay app: it runs no other app's runs."""
+
+    def foreign(self, record: RunRecord | None) -> Report | None:
+        """Why this worker must not touch the run of `record`, if another app started it.
+
+        Two apps under one RELAY_PREFIX share queues: a worker of one would run the
+        other's runs with the wrong tools. It runs nothing and leaves the message to the
+        outbox, so the right app's workers get it when the tick sends it again."""
+        if record is None or record.app in (None, self.app) or self.app is None:
+            return None
+        line = (
+            f"run {record.id} is the app {record.app!r}'s, not this worker's ({self.app!r}):"
+            " two apps share RELAY_PREFIX, give each its own; nothing was run"
+        )
+        log.error("%s", line)
+        return Report(line, failed=True)
 
     def around(self) -> Surroundings:
         t = self.timing
@@ -84,6 +104,9 @@ class Steps:
             if loaded is None:
                 self.store.forget_message(OutboxMember.advance(run_id))
                 return Report(f"no run {run_id} (it expired, or never existed)")
+            refused = self.foreign(loaded.record)
+            if refused is not None:
+                return refused
             advanced = self.decide(run_id, loaded)
             if self.save(advanced, loaded.version) is not Saved.STALE:
                 return after_step(loaded.record, advanced)

@@ -55,7 +55,7 @@ class Ticker:
     ) -> None:
         self._upkeep = upkeep
         self._tick = tick
-        self._interval_ms = max(int(interval_s * 1000), 100)
+        self._interval_ms = int(interval_s * 1000)
         self._clock = clock
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{random.getrandbits(32):08x}"
 
@@ -70,7 +70,8 @@ class Ticker:
                 log.warning("the tick could not reach Redis: %s", error)
             except Exception:  # a bug in one tick must not end the ticking thread
                 log.exception("the tick failed; the next one comes in %d ms", self._interval_ms)
-            wait_ms = self._interval_ms
+            # The next interval starts when this tick did: its own time does not add up.
+            wait_ms = max(self._interval_ms - (self._clock() - now), 0)
         return wait_ms / 1000 + random.uniform(0, JITTER_S)
 
     def run(self, stop: threading.Event) -> None:
