@@ -205,12 +205,7 @@ class ModelClient:
         the retries are spent, or why it ended early (stopped, or past its deadline).
         """
         settings = self._settings
-        cap = settings.max_tokens
-        if max_tokens is not None and max_tokens > 0:
-            cap = min(cap, max_tokens) if cap else max_tokens
-        body = chat_body(
-            settings.model, request, attachment_chars=settings.attachment_chars, max_tokens=cap
-        )
+        body = self._body(request, max_tokens)
         attempts = settings.retries + 1
         if most_attempts is not None:
             attempts = max(1, min(attempts, most_attempts))
@@ -236,6 +231,16 @@ class ModelClient:
                     ) from None
                 self._pause(error, call)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _body(self, request: ModelRequest, max_tokens: int | None) -> dict[str, Any]:
+        """The request's body, its reply capped at the smaller of the settings' cap and
+        `max_tokens`."""
+        settings = self._settings
+        cap = settings.max_tokens
+        if max_tokens is not None and max_tokens > 0:
+            cap = min(cap, max_tokens) if cap else max_tokens
+        chars = settings.attachment_chars
+        return chat_body(settings.model, request, attachment_chars=chars, max_tokens=cap)
 
     def _pause(self, error: ModelCallError, call: _Call) -> None:
         """Wait before the next attempt; raise ModelCallError if told to stop or out of time."""
