@@ -18,6 +18,7 @@ from tests.support.model_server import Reply
 from tests.support.redis_server import free_port
 from tests.support.web import RelayWeb, browser_page, form_of
 from tests.test_flower import _listening_address
+from workers.web.auth import FormTokens
 
 FLOWER = "http://127.0.0.1:5555"
 
@@ -100,6 +101,9 @@ def test_a_forged_or_replayed_form_is_refused(tmp_path: Path) -> None:
             assert answer.status_code == 403, (fields, answer.text)
         cross = web.client.post("/approvals/decide", data=form, headers={"Origin": "http://evil"})
         assert cross.status_code == 403
+        for site in ("cross-site", "same-site"):  # a browser's word alone, without an Origin
+            said = web.client.post("/approvals/decide", data=form, headers={"Sec-Fetch-Site": site})
+            assert said.status_code == 403, site
         as_bob = httpx.Client(base_url=web.url, auth=("bob", web.password), timeout=10)
         with as_bob:
             assert as_bob.post("/approvals/decide", data=form).status_code == 401
@@ -112,6 +116,43 @@ def test_a_forged_or_replayed_form_is_refused(tmp_path: Path) -> None:
         assert f.relay.wait(first, timeout=30).summary == "deleted it"
         assert f.relay.status(second).state == "waiting"
         assert f.ledger() == ["delete_note old.txt"]
+
+
+def test_a_form_past_its_expiry_is_refused_and_one_within_it_taken_once() -> None:
+    used: set[str] = set()
+
+    def claim(nonce: str, ttl_s: int) -> bool:
+        assert ttl_s >= 1
+        fresh = nonce not in used
+        used.add(nonce)
+        return fresh
+
+    tokens = FormTokens(b"k" * 32, claim, ttl_s=600)
+    what = ("call", "run1", "call-1")
+    late = tokens.issue("alice", what, now_s=1_000)
+    assert tokens.refusal(late, "alice", what, now_s=1_601) == (
+        "this form is too old; open the page again"
+    )
+    on_time = tokens.issue("alice", what, now_s=1_000)
+    assert tokens.refusal(on_time, "alice", what, now_s=1_600) == ""
+    assert tokens.refusal(on_time, "alice", what, now_s=1_600) == "this form was used already"
+
+
+def test_every_answer_carries_the_security_headers(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        anonymous = httpx.Client(base_url=web.url, timeout=10)
+        with anonymous:
+            answers = [anonymous.get("/"), web.client.get("/"), web.client.get("/api/runs")]
+        answers.append(web.client.get("/runs/nope"))
+        for answer in answers:
+            headers = answer.headers
+            assert headers["x-frame-options"] == "DENY", answer.url
+            assert "frame-ancestors 'none'" in headers["content-security-policy"]
+            assert "form-action 'self'" in headers["content-security-policy"]
+            assert headers["x-content-type-options"] == "nosniff"
+            assert headers["referrer-policy"] == "same-origin"
+            assert headers["cache-control"] == "no-store"
+        assert [a.status_code for a in answers] == [401, 303, 200, 404]
 
 
 @pytest.mark.timeout(120)
