@@ -70,7 +70,7 @@ def run(b: Bench) -> dict[str, Any]:
     seconds = [_one_round(b, k) for k in range(rounds)]
     return {
         "rounds": rounds,
-        "seconds": [round(s, 2) for s in seconds],
+        "each_s": [round(s, 2) for s in seconds],
         "median_s": median(seconds),
         "max_s": max(seconds),
         "goal_s": GOAL_S,

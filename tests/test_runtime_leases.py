@@ -74,6 +74,35 @@ def test_a_call_that_holds_the_gil_past_its_lease_is_taken_over_and_fenced(
         assert f"tool call call-1 of run {run_id} (attempt 1) lost its lease" in f.full_logs()
 
 
+def test_the_attempt_that_took_a_call_over_keeps_it_against_the_late_first(
+    tmp_path: Path,
+) -> None:
+    # Each call's first attempt holds the GIL past its lease; the second (the tool may run
+    # again) takes the call over and is still running when the first wakes up. "fence":
+    # the first returns at once, and SAVE's attempt fence keeps its outcome out. "renew":
+    # the first goes on, its next RENEW says "lost" and it is told to stop. Either way
+    # the second's outcome is kept and the tool runs twice, never a third time.
+    with fleet(tmp_path, extra_env=SHORT_LEASE) as f:
+        steps = {
+            0: call("crunch_then_wait", label="fence", seconds=5),
+            1: call("crunch_then_wait", label="renew", seconds=5, linger=3),
+            2: final("done"),
+        }
+        f.brain.script("TAKEN:", steps)
+        for name in ("a", "b"):
+            f.worker("--concurrency", "2", "--pool", "threads", name=name)
+        run_id = f.relay.start("TAKEN: crunch twice")
+        outcome = f.relay.wait(run_id, 120)
+        assert outcome.stop is Stop.DONE, f.logs()
+        f.until(lambda: f.ledger().count("crunch_then_wait end renew") == 2, 30, what="ends")
+        results = [(e.status, e.text) for e in f.relay.trace(run_id) if e.kind == "result"]
+        assert results == [("ok", "crunched fence (run 2)"), ("ok", "crunched renew (run 2)")]
+        ledger = f.ledger()
+        assert ledger.count("crunch_then_wait start fence") == 2, ledger
+        assert ledger.count("crunch_then_wait start renew") == 2, ledger
+        assert "crunch_then_wait told to stop renew" in ledger  # its RENEW said "lost"
+
+
 def test_a_tool_that_asks_for_a_longer_lease_keeps_it(tmp_path: Path) -> None:
     with fleet(tmp_path, extra_env=SHORT_LEASE) as f:
         f.brain.script(

@@ -124,6 +124,29 @@ def crunch_long_lease(label: str, seconds: float) -> str:
     return f"crunched {label}"
 
 
+def crunch_then_wait(context: ToolContext, label: str, seconds: float, linger: float = 0.0) -> str:
+    """Crunch holding the GIL the first time (then go on `linger` seconds more, unless told
+    to stop); wait quietly the next times. Safe to run again."""
+    earlier = [line for line in _ledger_lines() if line == f"crunch_then_wait start {label}"]
+    ledger(f"crunch_then_wait start {label}")
+    if earlier:
+        time.sleep(seconds)
+    else:
+        _hold_the_gil(seconds)
+        deadline = time.monotonic() + linger
+        while time.monotonic() < deadline and not context.cancelled():
+            time.sleep(0.05)
+        if context.cancelled():
+            ledger(f"crunch_then_wait told to stop {label}")
+    ledger(f"crunch_then_wait end {label}")
+    return f"crunched {label} (run {len(earlier) + 1})"
+
+
+def _ledger_lines() -> list[str]:
+    path = folder() / "ledger.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def until_cancelled(context: ToolContext, seconds: float) -> str:
     """Work until told to stop."""
     ledger(f"until_cancelled start {context.idempotency_key}")
@@ -148,6 +171,7 @@ TOOLS = [
     (number, Risk.READ),
     (boom, Risk.READ),
     (until_cancelled, Risk.READ),
+    (crunch_then_wait, Risk.READ),
 ]
 
 
