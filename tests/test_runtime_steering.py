@@ -7,6 +7,7 @@ however often the step's messages are delivered.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -326,3 +327,19 @@ def test_a_reply_cut_by_the_length_limit_is_continued_not_retried(tmp_path: Path
         assert "--- your reply so far ---\n" + whole[:40] + "\n--- cut off here ---" in second
         assert "cut off" not in first
         assert "continued" in _kinds(f, run_id)
+
+
+def test_wait_right_after_reply_returns_the_new_turns_outcome_every_time(f: Fleet) -> None:
+    # `wait` straight after `reply`, turn after turn: a worker's save reopening the run can
+    # land at any moment around the read, and the previous turn's outcome must never come.
+    turns = 120
+    # Turn k's prompt holds k earlier turns: the script answers each with its number.
+    f.brain.script("RACE-TURNS:", {k: final(f"turn {k}") for k in range(turns + 1)})
+    run_id = f.relay.start("RACE-TURNS: count")
+    assert f.relay.wait(run_id, 60).summary == "turn 0"
+    jitter = random.Random(30)
+    for k in range(1, turns + 1):
+        f.relay.reply(run_id, f"Now turn {k}")
+        time.sleep(jitter.uniform(0, 0.003))  # somewhere around the save that reopens it
+        outcome = f.relay.wait(run_id, 60)
+        assert outcome.summary == f"turn {k}", (k, outcome)
