@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent_core import Stop
 from tests.support.brain import final
 from tests.support.fleet import Fleet, fleet
+from tests.support.gateway import Gateway
 from tests.support.model_server import ModelServer, Reply
 from workers.model.limits import FAILURES_TO_OPEN, PROBE_INTERVAL_MS
 
@@ -184,3 +187,26 @@ def test_a_token_limit_paces_a_route_by_what_its_calls_use(tmp_path: Path) -> No
         # The limit held: every call before the last was paid for by the time the last went.
         rate = sum(billed[:-1]) / (served[-1] - served[0])
         assert rate <= 1_000 * 1.25, (rate, billed)
+
+
+@pytest.mark.timeout(300)
+def test_a_gateways_own_429s_are_waited_out_not_retried_into(tmp_path: Path) -> None:
+    """LiteLLM's proxy allows 3 calls a minute (it lets 2 through, then counts the 3rd);
+    Relay's route knows no limit. Past them, the gateway answers 429 with
+    `llm_provider-retry-after: 60`: the route pauses for the fleet for that minute, and
+    every run ends done. Before, each call retried within the minute until it failed:
+    here, no call meets the gateway's 429 more than once in its minute."""
+    with fleet(tmp_path) as f, Gateway(tmp_path, f.model.url, rpm=3) as gw:
+        route = {"name": "gateway", "url": gw.url, "model": "m", "key_env": "GATEWAY_KEY"}
+        env = {**_routes(f, route), "GATEWAY_KEY": gw.key}
+        f.worker(*WORKER, env=env)
+        tags = [f"GW{n}" for n in range(4)]
+        _answer(f, tags)
+        run_ids = [f.relay.start(f"{tag}: answer") for tag in tags]
+        _finish(f, run_ids, timeout=240)
+        served, refused = gw.answered(200), gw.answered(429)
+        assert served == len(tags), gw.output()[-3000:]
+        assert 1 <= refused <= len(tags), (refused, gw.output()[-3000:])
+        for run_id in run_ids:
+            assert set(f.relay.status(run_id).usage_by_route) == {"gateway"}
+        assert "model_failed" not in f.logs()
