@@ -13,9 +13,9 @@
 -- ARGV[1] now  ARGV[2] holder  ARGV[3] outcome: ok, failed, limited, or refused (a
 -- request the server called wrong: neither the circuit nor the pause hear of it)
 -- ARGV[4] pause until (ms; limited, or ok with nothing left)  ARGV[5] tokens charged
--- ARGV[6] ms per token  ARGV[10] tokens used ('' when unknown: the call failed)
--- ARGV[7] failures that open the circuit  ARGV[8] probe interval (ms)
+-- ARGV[6] ms per token  ARGV[7] failures that open the circuit  ARGV[8] probe interval (ms)
 -- ARGV[9] the error, for `relay routes` ('' for none)
+-- ARGV[10] tokens used ('' when unknown: the call failed)
 -- Returns: the circuit's state (closed or open).
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('ZREM', KEYS[3], ARGV[2])
