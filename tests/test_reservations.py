@@ -53,7 +53,7 @@ class _Tree:
         record, snapshot = new_run(
             relay.kit, "Say hello.", "", CONFIG, attachments=None, budget=Budget(tokens=50_000),
             tools=None, notes=None, recipe=None, schedule=None, run_id=None, key=None,
-            memory=None, remembered=lambda _name: [],
+            memory=None, remembered=lambda _name: [], app=relay.name,
         )  # fmt: skip
         self.run: RunRecord = record
         assert self.store.create(record, snapshot, due_ms=now_ms() + 60_000)
