@@ -82,7 +82,7 @@ _LABELS = {
     Stop.DONE: "done",
     Stop.CALL_LIMIT: "call limit reached",
     Stop.BAD_REPLIES: "too many unusable replies",
-    Stop.MODEL_FAILED: "the model could not be reached",
+    Stop.MODEL_FAILED: "the model call failed",
     Stop.PLAN_DECLINED: "plan declined",
     Stop.CANCELLED: "cancelled",
     Stop.BUDGET_EXCEEDED: "budget exceeded",

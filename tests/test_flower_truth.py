@@ -106,7 +106,7 @@ def test_a_failed_step_shows_as_failure_and_is_acked_not_redelivered(
             assert dead, tasks
             assert all(t["state"] == "FAILURE" for t in dead)
             assert any(
-                "run failed (the model could not be reached)" in t["exception"] for t in dead
+                "run failed (the model call failed)" in t["exception"] for t in dead
             )
             failed = flower.client.get("/api/tasks", params={"state": "FAILURE"}).json()
             assert {t["uuid"] for t in dead} <= set(failed)

@@ -54,7 +54,7 @@ def _drive(page: Any, run_id: str) -> None:
     assert page.locator(f"tr[data-run='{run_id}']").count() == 0
     page.goto("/runs?state=waiting")
     page.click(f"a[href='/runs/{run_id}']")
-    assert page.locator("#run-state").inner_text() == "waiting, waiting for call"
+    assert page.locator("#run-state").inner_text() == "⏸ waiting, waiting for call"
     assert "delete_note" in page.locator("li.pending").inner_text()
 
     page.goto("/approvals")
@@ -74,8 +74,11 @@ def _drive(page: Any, run_id: str) -> None:
 
     page.goto(f"/runs/{run_id}")  # the page follows the run until it finishes
     page.wait_for_selector("dd.outcome", timeout=30_000)
-    assert page.locator("#run-state").inner_text() == "finished"
+    assert page.locator("#run-state").inner_text() == "✓ done"
     assert "deleted it" in page.locator("dd.outcome").inner_text()
+    assert page.locator("dd.outcome").get_attribute("class").split()[:3] == [
+        "outcome", "ending", "done"
+    ]  # fmt: skip
     link = page.locator("#trace a[title='its Celery task in Flower']").first
     assert link.get_attribute("href").startswith(f"{FLOWER}/task/{run_id}:")
 
@@ -298,15 +301,21 @@ def test_bad_input_from_a_signed_in_user_is_a_4xx_with_a_line(tmp_path: Path) ->
         for value in ODD:
             for path, name in (
                 ("/api/runs", "limit"),
+                ("/api/runs", "state"),
+                ("/api/runs", "before"),
                 (f"/api/runs/{run_id}/trace", "after"),
                 (f"/api/runs/{run_id}/live", "after"),
             ):
                 answer = web.client.get(path, params={name: value})
                 assert answer.status_code == 400, (path, value, answer.status_code)
                 assert answer.json()["error"]
-            for path in ("/runs", "/approvals", f"/runs/{run_id}"):
+            for path in ("/approvals", f"/runs/{run_id}"):
                 params = {"state": value, "said": value, "sig": value}
                 assert web.client.get(path, params=params).status_code == 200, (path, value)
+            for name in ("state", "before"):  # a list of no state, or from no cursor
+                answer = web.client.get("/runs", params={name: value})
+                assert answer.status_code == 400, (name, value)
+                assert "state" in answer.text or "cursor" in answer.text
         biggest = f"{2**64 - 1}-{2**64 - 1}"
         assert web.client.get(f"/api/runs/{run_id}/live", params={"after": biggest}).json() == {
             "next": biggest,

@@ -389,9 +389,22 @@ class Relay:
         """Follow the trace of a run and its descendants as it happens, until it finishes."""
         return self.runs_client.watch(run_id, timeout=timeout)
 
-    def runs(self, limit: int = 100) -> list[RunStatus]:
-        """The newest runs first (those not yet expired)."""
-        return self.runs_client.runs(limit)
+    def runs(self, limit: int = 100, state: str = "", before: str = "") -> list[RunStatus]:
+        """The newest runs first (those not yet expired): only those in `state` if given
+        (`running`, `waiting`, `finished`, or how a finished run ended: `done`, `failed`,
+        `cancelled`, `declined`), filtered before they are cut to `limit`; created before
+        `before` if given (`workers.client.runs.page_cursor` of the last run of the page
+        before).
+
+        Raises:
+            ValueError: `state` is no state, or `before` no cursor.
+        """
+        return self.runs_client.runs(limit, state, before)
+
+    def count_runs(self, state: str = "") -> int:
+        """How many runs are in `state` (every run if ""), counting expired runs until the
+        tick prunes them."""
+        return self.runs_client.count_runs(state)
 
     def memory(self, name: str) -> list[str]:
         """The notes kept under a memory's name, oldest first (its next run sees them)."""

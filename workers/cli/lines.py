@@ -80,7 +80,10 @@ def describe(entry: TraceEntry, root: str) -> Text | None:
         label = _stop_label(entry.stop)
         body = printable(entry.text.strip()[:FINAL_CHARS])
         head = f"{indent}■ {label.capitalize()}:"
-        if not done and body.casefold().startswith(label.casefold()):
+        names_it = body.casefold().startswith(label.casefold()) or (
+            entry.stop == Stop.MODEL_FAILED.value and body.startswith("The model")
+        )
+        if not done and names_it:
             head = f"{indent}■"  # the summary names the stop already: say it once
         if "\n" in body:
             return Text(head, style=style) + Text("\n" + body)

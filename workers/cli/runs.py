@@ -39,8 +39,9 @@ from workers.cli.live import (
     usage_line,
 )
 from workers.cli.terminal import json_text, one_line, printable
+from workers.client.runs import page_cursor
 from workers.engine.budget import Budget
-from workers.engine.records import Pending, RunStatus
+from workers.engine.records import RUN_FILTERS, Pending, RunStatus, run_list
 from workers.errors import DecisionRefused
 from workers.relay import Relay
 from workers.settings import Settings, redact_url
@@ -218,28 +219,60 @@ def _age(ms: int | None) -> str:
     return f"{span(time.time() - ms / 1000)} ago"
 
 
-def _state(status: RunStatus) -> str:
+_LIST_STYLES = {
+    "running": "blue",
+    "waiting": "yellow",
+    "done": "green",
+    "failed": "bold red",
+    "cancelled": "dim",
+    "declined": "magenta",
+}
+
+
+def _state(status: RunStatus) -> Text:
+    """`failed: the model server failed`, `waiting, for call`, ... in the list's colour,
+    with a warning when a call's outcome is unknown."""
+    which = run_list(status.state, status.outcome)
     if status.outcome is not None:
-        return f"finished: {status.outcome.stop.label()}"
-    if status.waiting_for:
-        return f"{status.state}, for {status.waiting_for}"
-    return status.state
+        words = which if which == "done" else f"{which}: {status.outcome.stop.label()}"
+    elif status.waiting_for:
+        words = f"{status.state}, for {status.waiting_for}"
+    else:
+        words = status.state
+    text = Text(words, style=_LIST_STYLES[which])
+    if status.unknown_calls:
+        text.append(f" ⚠ {status.unknown_calls} unknown", style="bold magenta")
+    return text
 
 
 @click.command()
 @click.option("--limit", "-n", type=click.IntRange(1, 10_000), default=20, show_default=True)
+@click.option(
+    "--state",
+    type=click.Choice(RUN_FILTERS),
+    default=None,
+    help="Only runs in this state, or that ended so (finished: any ending).",
+)
+@click.option("--before", default="", metavar="CURSOR", help="Runs older than this page cursor.")
 @json_option
 @app_option
 @click.pass_obj
-def runs(obj: Context, limit: int, as_json: bool) -> None:
-    """List the newest runs (specialists' runs included): state, tokens, cost, task."""
-    found = obj.relay.runs(limit)
+def runs(obj: Context, limit: int, state: str | None, before: str, as_json: bool) -> None:
+    """List the newest runs (specialists' runs included): state, tokens, cost, task.
+
+    The filter is applied before the limit: `--state waiting -n 20` shows the 20 newest
+    waiting runs however many newer runs finished since. The last line gives the cursor
+    of the next page (`--before`)."""
+    try:
+        found = obj.relay.runs(limit, state or "", before)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--before") from None
     if as_json:
         print_json([status.model_dump(mode="json") for status in found])
         return
     out = console()
     if not found:
-        out.print("No runs.")
+        out.print(f"No {state} runs." if state else "No runs.")
         return
     spent = any(status.total_usage.model_calls for status in found)  # else no cost column
     table = Table(box=None, header_style="bold")
@@ -249,9 +282,12 @@ def runs(obj: Context, limit: int, as_json: bool) -> None:
     for status in found:
         usage = status.total_usage
         cost = [cost_cell(usage)] if spent else []
-        cells = [status.id, _state(status), f"{usage.total_tokens:,}", *cost]
-        table.add_row(*row(*cells, _age(status.created_ms), one_line(status.task, 60)))
+        cells = [f"{usage.total_tokens:,}", *cost, _age(status.created_ms)]
+        table.add_row(*row(status.id), _state(status), *row(*cells, one_line(status.task, 60)))
     out.print(table)
+    total = obj.relay.count_runs(state or "")
+    more = f"; older: --before {page_cursor(found[-1])}" if len(found) == limit else ""
+    out.print(f"{len(found):,} of {total:,} {state + ' ' if state else ''}runs{more}")
 
 
 @click.command()
@@ -276,7 +312,7 @@ def show(obj: Context, run_id: str, as_json: bool) -> None:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    rows = [
+    rows: list[tuple[str, str | Text]] = [
         ("run", status.id),
         ("task", one_line(status.task, 300)),
         ("state", _state(status)),
@@ -292,7 +328,7 @@ def show(obj: Context, run_id: str, as_json: bool) -> None:
     ]
     for name, value in rows:
         if value:
-            grid.add_row(*row(name, value))
+            grid.add_row(*row(name), value if isinstance(value, Text) else row(value)[0])
     for pending in status.pending:
         grid.add_row(*row("waits on", _pending_line(pending)))
     out.print(grid)

@@ -37,6 +37,8 @@ from workers.engine.records import (
     StreamEvent,
     TraceEntry,
     Usage,
+    ending_of,
+    lists_of,
 )
 from workers.errors import DecisionRefused, RelayError, RunCorrupt, RunNotFound, WaitTimeout
 from workers.settings import Timing, now_ms
@@ -45,7 +47,7 @@ from workers.store.live import stream_id
 from workers.store.runs import RunStore
 from workers.store.scripts import Decided, ReplyAnswer
 
-__all__ = ["MESSAGE_CHARS", "RunsClient"]
+__all__ = ["MESSAGE_CHARS", "RunsClient", "page_cursor", "parse_cursor"]
 
 MESSAGE_CHARS = 20_000
 """A person's message or follow-up is cut to this (the agent shows less of it)."""
@@ -97,6 +99,8 @@ class RunsClient:
             updated_ms=record.updated_ms,
             finished_ms=record.finished_ms,
             outcome=record.outcome,
+            ending=None if record.outcome is None else ending_of(record.outcome.stop),
+            unknown_calls=record.unknown_calls,
             pending=tuple(self.store.people.pending_of(record.pending)),
             paused=record.paused,
             queued=record.queued,
@@ -440,15 +444,44 @@ class RunsClient:
             found = self.store.redis.lrange(self.store.keys.memory(name), 0, -1)
         return [as_text(note) for note in found]
 
-    def runs(self, limit: int = 100) -> list[RunStatus]:
-        """Return the newest runs first (those not yet expired)."""
+    def runs(self, limit: int = 100, state: str = "", before: str = "") -> list[RunStatus]:
+        """Return the newest runs first (those not yet expired): those in `state` if given
+        (one of RUN_FILTERS), created before the cursor `before` if given (`page_cursor` of
+        the last run of the page before).
+
+        Raises:
+            ValueError: `state` is no state, or `before` no cursor.
+        """
+        lists = lists_of(state)
         found = []
-        for run_id in self.store.runs(limit):
+        for run_id in self.store.runs(limit, lists, parse_cursor(before) if before else None):
             try:
                 found.append(self.status(run_id))
             except RunNotFound:
                 continue
         return found
+
+    def count_runs(self, state: str = "") -> int:
+        """How many runs are in `state` (all runs if ""), expired ones the tick has not
+        pruned yet included."""
+        return self.store.count_runs(lists_of(state))
+
+
+def page_cursor(status: RunStatus) -> str:
+    """Where a page of runs that ends with `status` ends: `before=` of the next page."""
+    return f"{status.created_ms}:{status.id}"
+
+
+def parse_cursor(text: str) -> tuple[int, str]:
+    """The (created ms, run id) of a page cursor.
+
+    Raises:
+        ValueError: it is not one.
+    """
+    created, _, run_id = text.partition(":")
+    if not (created.isascii() and created.isdigit() and len(created) <= 16 and run_id):
+        raise ValueError(f"a page cursor is <created ms>:<run id>, not {text[:80]!r}")
+    return int(created), run_id
 
 
 def _check_yes(yes: object) -> None:

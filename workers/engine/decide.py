@@ -130,9 +130,20 @@ def _on_model_failed(run: Working, event: ModelFailed) -> None:
         _force_stop(run, Stop.BUDGET_EXCEEDED, event.error)
     elif event.final:
         said = cut(clean(event.error), 500)  # (no "trying again": nobody will)
-        _force_stop(run, Stop.MODEL_FAILED, f"The model could not be reached: {said}")
+        _force_stop(run, Stop.MODEL_FAILED, f"{_model_failure(event.status)}: {said}")
     else:
         run.agent.fail(event.error)
+
+
+def _model_failure(status: int | None) -> str:
+    """What went wrong with a model call, in words, by the HTTP status it last got."""
+    if status is None:
+        return "The model could not be reached"
+    if status >= 500:
+        return "The model server failed"
+    if status == 429:
+        return "The model server kept refusing for its rate limit"
+    return "The model server refused the call"
 
 
 def _on_budget_reached(run: Working, event: BudgetReached) -> None:

@@ -16,7 +16,7 @@ from typing import Literal
 from agent_core import Agent
 from workers.engine.events import InboxEvent
 from workers.engine.ids import OutboxMember
-from workers.engine.records import Pending, RunRecord, TraceEntry, Usage
+from workers.engine.records import Pending, RunList, RunRecord, TraceEntry, Usage
 
 __all__ = [
     "KEEP",
@@ -190,6 +190,8 @@ class Effects:
     """The run finished: its summary, for a "done" event in its tree's live stream."""
     reopened: bool = False
     """A follow-up reopened the finished run: its keys lose their TTLs."""
+    relisted: tuple[RunList, RunList] | None = None
+    """The run moves from one list to another (running to waiting, running to failed...)."""
 
 
 @dataclass(frozen=True)

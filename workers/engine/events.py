@@ -71,6 +71,8 @@ class ModelFailed(BaseModel):
     """The call's retries are spent (its client's, over its routes), or it can never
     succeed (a request the server calls wrong): the run stops, the agent is not asked
     to try again. One retry budget per call, whichever layer spends it."""
+    status: int | None = None
+    """The HTTP status the model server answered last, if it answered."""
 
 
 class ToolDone(BaseModel):

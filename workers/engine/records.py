@@ -17,9 +17,13 @@ from workers.engine.budget import Budget
 from workers.engine.ids import PendingKind
 
 __all__ = [
+    "RUN_FILTERS",
+    "RUN_LISTS",
     "CallTrack",
+    "Ending",
     "Pending",
     "ReplyStrategy",
+    "RunList",
     "RunRecord",
     "RunState",
     "RunStatus",
@@ -28,6 +32,9 @@ __all__ = [
     "TraceEntry",
     "Usage",
     "WaitingFor",
+    "ending_of",
+    "lists_of",
+    "run_list",
 ]
 
 
@@ -69,6 +76,54 @@ class Usage(BaseModel):
 
 
 RunState = Literal["running", "waiting", "finished"]
+Ending = Literal["done", "failed", "cancelled", "declined"]
+"""How a finished run ended, in four classes an operator filters by: `done`; `cancelled`
+(a person stopped it); `declined` (a person declined its plan); `failed`, every other
+stop (the model failed, unusable replies, no progress, a call limit, the budget, ...)."""
+RunList = Literal["running", "waiting", "done", "failed", "cancelled", "declined"]
+"""The list a run is on: its state while it is not finished, then how it ended. Each is
+an index in Redis, so a list filtered by it is read before it is cut to a page."""
+RUN_LISTS: tuple[RunList, ...] = ("running", "waiting", "done", "failed", "cancelled", "declined")
+
+RUN_FILTERS = ("running", "waiting", "finished", *RUN_LISTS[2:])
+"""What a list of runs can be filtered by: a list, or `finished` (the four endings)."""
+
+
+def lists_of(state: str) -> tuple[RunList, ...]:
+    """The lists a filter by `state` reads (one of RUN_FILTERS; "" for every run: none).
+
+    Raises:
+        ValueError: `state` is not one of them.
+    """
+    if not state:
+        return ()
+    if state == "finished":
+        return RUN_LISTS[2:]
+    for which in RUN_LISTS:
+        if which == state:
+            return (which,)
+    raise ValueError(f"a run's state is one of {', '.join(RUN_FILTERS)}, not {state!r}")
+
+
+_ENDINGS: dict[Stop, Ending] = {
+    Stop.DONE: "done",
+    Stop.CANCELLED: "cancelled",
+    Stop.PLAN_DECLINED: "declined",
+}
+
+
+def ending_of(stop: Stop) -> Ending:
+    """The class of a run that stopped with `stop`."""
+    return _ENDINGS.get(stop, "failed")
+
+
+def run_list(state: RunState, outcome: Outcome | None) -> RunList:
+    """The list a run in `state` that ended with `outcome` (if it did) is on."""
+    if state != "finished":
+        return state
+    return ending_of(outcome.stop) if outcome is not None else "failed"
+
+
 WaitingFor = Literal["model", "tools", "children", "plan", "call", "question", "budget", "pause"]
 ReplyStrategy = Literal["enqueue", "reject", "interrupt"]
 """What `relay.reply` does when the run is still working: queue the new turn after the
@@ -137,6 +192,9 @@ class RunRecord(BaseModel):
     tools: tuple[str, ...] | None = None
     """The tools this run may use (a recipe's); None: all."""
     verifier_rejections: NonNegativeInt = 0
+    unknown_calls: NonNegativeInt = 0
+    """Tool calls whose outcome is unknown (a worker died in a call that could not be
+    run again): the run went on without knowing what they did."""
     forced_stop: Stop | None = None
     """A stop the host imposed (budget spent, run failed) in place of the agent's CANCELLED."""
     outcome: Outcome | None = None
@@ -209,6 +267,10 @@ class RunStatus(BaseModel):
     updated_ms: int
     finished_ms: int | None
     outcome: Outcome | None
+    ending: Ending | None = None
+    """How it ended, in the four classes of `Ending` (None: it has not)."""
+    unknown_calls: int = 0
+    """Tool calls of this run whose outcome is unknown (see `RunRecord.unknown_calls`)."""
     pending: tuple[Pending, ...] = ()
     budget: Budget | None = None
     """The whole tree's budget as it stands (extensions included); None: no limits."""

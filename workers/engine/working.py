@@ -30,11 +30,13 @@ from workers.engine.events import InboxEvent
 from workers.engine.records import (
     CallTrack,
     Pending,
+    RunList,
     RunRecord,
     RunState,
     TraceEntry,
     Usage,
     WaitingFor,
+    run_list,
 )
 
 __all__ = ["Surroundings", "Verifier", "Working"]
@@ -72,6 +74,7 @@ class Working:
         self.usage = record.usage
         self.usage_by_route = dict(record.usage_by_route)
         self.verifier_rejections = record.verifier_rejections
+        self.unknown_calls = record.unknown_calls
         self.forced_stop = record.forced_stop
         self.outcome = record.outcome
         self.finished_ms = record.finished_ms
@@ -124,6 +127,8 @@ class Working:
         route, self.replied_by = self.replied_by, ""
         if events:
             self.seq += 1
+            unknown = [e for e in events if e.output and e.output.status == "unknown"]
+            self.unknown_calls += len(unknown)
             self.trace.extend(_entry(self.id, self.around.now_ms, e, route) for e in events)
 
     def send(self, message: Message) -> None:
@@ -176,6 +181,7 @@ class Working:
                 "usage": self.usage,
                 "usage_by_route": self.usage_by_route,
                 "verifier_rejections": self.verifier_rejections,
+                "unknown_calls": self.unknown_calls,
                 "forced_stop": self.forced_stop,
                 "outcome": self.outcome,
                 "finished_ms": self.finished_ms,
@@ -203,8 +209,14 @@ class Working:
             notes=self.notes,
             done_summary=self.done_summary,
             reopened=self.reopened,
+            relisted=_relisted(self.record, record),
         )
         return Advanced(record, snapshot, effects, tuple(self.messages))
+
+
+def _relisted(was: RunRecord, now: RunRecord) -> tuple[RunList, RunList] | None:
+    before, after = run_list(was.state, was.outcome), run_list(now.state, now.outcome)
+    return None if before == after else (before, after)
 
 
 def _entry(run_id: str, now_ms: int, event: TraceEvent, route: str) -> TraceEntry:

@@ -339,7 +339,8 @@ class Calls:
         except StoreUnavailable:
             raise  # no route could be asked, no call made: the lease lapses, the tick re-sends
         except ModelCallError as error:
-            return ModelFailed(seq=seq, error=str(error), final=True)  # its retries are spent
+            # Its retries are spent.
+            return ModelFailed(seq=seq, error=str(error), final=True, status=error.status)
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
         usage = self.pricing.priced(reply, route)

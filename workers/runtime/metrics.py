@@ -26,6 +26,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_core import Stop
+from workers.engine.records import ending_of
 from workers.errors import StoreUnavailable
 from workers.runtime.reports import CallFacts, Report
 from workers.store.codec import as_text
@@ -69,8 +71,8 @@ class Totals:
 class FleetState:
     """What the runs look like now."""
 
-    runs: Counter[tuple[str, str]] = field(default_factory=Counter)
-    """Runs by (state, waiting for)."""
+    runs: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    """Runs by (state, waiting for, how a finished one ended: `engine.records.Ending`)."""
     waiting_on_person: Counter[str] = field(default_factory=Counter)
     """Pending plans, calls and questions, by kind."""
     oldest_wait_s: float = 0.0
@@ -121,25 +123,26 @@ class FleetMetrics:
     def state(self, now_ms: int) -> FleetState:
         """Return the runs by state (the newest MAX_RUNS_SCANNED) and what waits on a person.
 
-        A per-state index kept by SAVE would make this one read; until then a scrape
-        reads each run's record, in pipelined chunks (relay web caches it briefly).
+        A scrape reads each run's record, in pipelined chunks (relay web caches it
+        briefly): what a run waits for is in its record only.
         """
         connection, keys = self._connection, self._connection.keys
         found = FleetState()
         metas: list[Any] = []
         with connection.errors():
-            ids = self._shards.newest_runs(MAX_RUNS_SCANNED)
+            ids = [run_id for run_id, _ in self._shards.newest_runs(MAX_RUNS_SCANNED)]
             for start in range(0, len(ids), CHUNK):
                 pipe = connection.redis.pipeline(transaction=False)
                 for run_id in ids[start : start + CHUNK]:
-                    pipe.hget(keys.run(as_text(run_id)), RunFields.RECORD)
+                    pipe.hget(keys.run(run_id), RunFields.RECORD)
                 metas.extend(pipe.execute())
         for meta in metas:
             record = _loads(meta)
             if record is not None:
                 found.scanned += 1
                 state = str(record.get("state", "running"))
-                found.runs[(state, str(record.get("waiting_for") or ""))] += 1
+                waiting_for = str(record.get("waiting_for") or "")
+                found.runs[(state, waiting_for, _ending(record))] += 1
         for pending in self._people.pending():
             found.waiting_on_person[pending.kind] += 1
             found.oldest_wait_s = max(found.oldest_wait_s, (now_ms - pending.created_ms) / 1000)
@@ -188,6 +191,17 @@ def _read_into(totals: Totals, parts: list[str], value: str) -> None:
                 totals.tools[(tool, outcome)] += int(value)
     except ValueError:
         log.warning("skipped a metrics field that is not a number: %s", "|".join(parts))
+
+
+def _ending(record: dict[str, Any]) -> str:
+    """How the finished run whose record is `record` ended ("" if it has not)."""
+    outcome = record.get("outcome")
+    if record.get("state") != "finished" or not isinstance(outcome, dict):
+        return ""
+    try:
+        return ending_of(Stop(str(outcome.get("stop"))))
+    except ValueError:
+        return "failed"  # a stop this version does not know is no success
 
 
 def _loads(meta: Any) -> dict[str, Any] | None:

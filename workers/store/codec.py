@@ -225,7 +225,18 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "parks": record.state == "waiting",
         "done_summary": None,
         "reopened": fx.reopened,
+        "relist": _relist(keys, advanced),
+        "running_list": keys.index(record.id).listed("running") if fx.create else "",
     }
+
+
+def _relist(keys: Keys, advanced: Advanced) -> list[Any]:
+    """[the list index the run leaves, the one it joins, its score, its id], or none."""
+    record, moved = advanced.record, advanced.effects.relisted
+    if moved is None:
+        return []
+    index = keys.index(record.id)
+    return [index.listed(moved[0]), index.listed(moved[1]), record.created_ms, record.id]
 
 
 def _fields_to_forget(stale_calls: Sequence[str], *, follow_up: bool) -> list[str]:

@@ -41,6 +41,11 @@ Fleet-wide (the index shards, `IndexKeys`: one set on a single Redis, one per ha
 slot on a cluster, see below):
 
     runs            zset    run ids by creation time (`relay runs`); pruned by the tick
+    runs:<list>     zset    the same, one per list a run is on (`engine.records.RunList`:
+                            running, waiting, done, failed, cancelled, declined): CREATE
+                            adds to running, SAVE moves a run when its list changes, the
+                            tick prunes them with `runs` (and lists runs from before
+                            these indexes once: `lists-cursor`, then `lists-built`)
     deadlines       zset    root ids by when their budget's `seconds` run out: the tick
                             stops each tree whose time is up (CREATE adds, EXTEND moves)
     outbox          zset    messages to send, scored by when to send them again
@@ -89,7 +94,8 @@ upgrade keep working. On a cluster every Lua script touches one slot:
                     `<root>.<call>` is in its root's slot (usage roll-up, settling
                     reservations, children, deliveries: all one slot)
     index shards    runs{<t>}, outbox{<t>}, pending{<t>}, pending:data{<t>},
-                    deadlines{<t>}, activity{<t>}, prune-cursor{<t>}: one shard per hash
+                    deadlines{<t>}, activity{<t>}, prune-cursor{<t>}, runs:<list>{<t>},
+                    lists-cursor{<t>}, lists-built{<t>}: one shard per hash
                     slot, `<t>` a short text hashing to that slot (sharding.slot_tag),
                     and a tree's entries in the shard of its own slot: SAVE, CREATE,
                     CLAIM, DECIDE... update the run and its entries in one script, and
@@ -120,6 +126,7 @@ from functools import cache
 
 from scheduler import ScheduleKeys
 from workers.engine.ids import root_of, tree_parts
+from workers.engine.records import RUN_LISTS, RunList
 from workers.store.cluster import key_slot, slot_tag
 
 __all__ = [
@@ -237,14 +244,22 @@ class IndexKeys:
     cluster, the shard of one hash slot, whose keys end in that slot's tag."""
 
     runs: str
+    lists: tuple[str, ...]
+    """`runs:<list>` for each of RUN_LISTS, in its order (see `listed`)."""
     outbox: str
     pending: str
     pending_data: str
     deadlines: str
     activity: str
     prune_cursor: str
+    lists_cursor: str
+    lists_built: str
     slot: int = -1
     """The hash slot of the shard (-1: the only shard, on a single Redis)."""
+
+    def listed(self, which: RunList) -> str:
+        """The index of the runs on the list `which` (running, waiting, failed, ...)."""
+        return self.lists[RUN_LISTS.index(which)]
 
 
 @dataclass(frozen=True)
@@ -290,12 +305,15 @@ class Keys:
     def _index(self, tag: str, slot: int = -1) -> IndexKeys:
         return IndexKeys(
             runs=self._(f"runs{tag}"),
+            lists=tuple(self._(f"runs:{which}{tag}") for which in RUN_LISTS),
             outbox=self._(f"outbox{tag}"),
             pending=self._(f"pending{tag}"),
             pending_data=self._(f"pending:data{tag}"),
             deadlines=self._(f"deadlines{tag}"),
             activity=self._(f"activity{tag}"),
             prune_cursor=self._(f"prune-cursor{tag}"),
+            lists_cursor=self._(f"lists-cursor{tag}"),
+            lists_built=self._(f"lists-built{tag}"),
             slot=slot,
         )
 

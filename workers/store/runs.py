@@ -18,6 +18,7 @@ beyond opaque snapshot text (and the hot agents this process made itself).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from workers.engine.budget import NO_ADMISSION, Admission, Over, TreeLimits
 from workers.engine.effects import Advanced, OwnOutcome
 from workers.engine.events import InboxEvent
 from workers.engine.ids import OutboxMember
-from workers.engine.records import RunRecord, TraceEntry, Usage
+from workers.engine.records import RunList, RunRecord, TraceEntry, Usage
 from workers.errors import RunCorrupt
 from workers.store import scripts
 from workers.store.cluster import node_client
@@ -49,7 +50,7 @@ from workers.store.layout import TRACE_MAX, RunFields
 from workers.store.live import LiveStreams
 from workers.store.people import People
 from workers.store.scripts import ClaimStatus, Recorded, Saved
-from workers.store.shards import Shards
+from workers.store.shards import RunCursor, Shards
 from workers.store.snapshots import split
 from workers.store.upkeep import Upkeep
 
@@ -371,6 +372,13 @@ class RunStore:
         lines = [trace_line(entry)]
         self.connection.run(scripts.trace(self.keys, run_id=run_id, lines=lines, keep=TRACE_MAX))
 
-    def runs(self, limit: int = 100) -> list[str]:
-        """Return the newest run ids first."""
-        return self.shards.newest_runs(limit)
+    def runs(
+        self, limit: int = 100, lists: Sequence[RunList] = (), before: RunCursor | None = None
+    ) -> list[str]:
+        """Return the newest run ids first: of `lists` if given, and created before
+        `before` (a page's cursor) if given."""
+        return [run_id for run_id, _ in self.shards.newest_runs(limit, lists, before)]
+
+    def count_runs(self, lists: Sequence[RunList] = ()) -> int:
+        """How many runs `lists` (all runs if none) hold, expired ones not yet pruned too."""
+        return self.shards.count_runs(lists)

@@ -15,20 +15,22 @@ and no 1/0/-1 leaks past this module. `Connection.run` runs the call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.resources import files
 from typing import Any, Generic, Literal, TypeVar
 
+from agent_core import Stop
 from workers.engine.budget import Admission, Over
 from workers.engine.effects import Advanced, OwnOutcome
 from workers.engine.events import BudgetExtended, FollowUp, InboxEvent
 from workers.engine.ids import OutboxMember, PendingKind, pending_member, root_of
-from workers.engine.records import Pending, RunRecord
+from workers.engine.records import RUN_LISTS, Pending, RunRecord, ending_of, run_list
 from workers.store import codec
 from workers.store.codec import StoredRun, as_text, record_json
-from workers.store.layout import Keys, RunFields
+from workers.store.layout import IndexKeys, Keys, RunFields
 
 __all__ = [
     "Admitted",
@@ -49,6 +51,7 @@ __all__ = [
     "lua",
     "read_trace",
     "record",
+    "relist",
     "renew",
     "reply",
     "route_admit",
@@ -206,7 +209,7 @@ def create(
     `due_ms`, its budget as its tree's limits); True if made, False if it existed."""
     index = keys.index(record.id)
     script_keys = [keys.run(record.id), index.runs, index.outbox, index.deadlines]
-    script_keys.append(keys.history(record.id))
+    script_keys += [keys.history(record.id), index.listed(run_list(record.state, record.outcome))]
     args: list[Any] = [record.id, record_json(record), head, record.created_ms]
     args += [OutboxMember.advance(record.id), due_ms, *_limits(record), *history]
     return ScriptCall("create", script_keys, args, lambda answer: _word(answer) == "created")
@@ -435,6 +438,20 @@ def tick_lock(keys: Keys, *, holder: str, interval_ms: int, now_ms: int) -> Scri
     """TICK_LOCK: 0 if `holder` ticks now, else the ms until the lock lapses."""
     script_keys = [keys.tick_lock, keys.tick_stats]
     return ScriptCall("tick_lock", script_keys, [holder, interval_ms, now_ms], int)
+
+
+def relist(keys: Keys, *, shard: IndexKeys, runs: Sequence[tuple[str, int]]) -> ScriptCall[int]:
+    """RELIST the runs `runs` ((id, created ms), all of `shard`): each on the list its
+    record says, off the others; how many were listed (a run gone is not)."""
+    how = {
+        "lists": list(RUN_LISTS),
+        "endings": {stop.value: ending_of(stop) for stop in Stop},
+    }
+    script_keys = [*shard.lists, *(keys.run(run_id) for run_id, _ in runs)]
+    args: list[Any] = [json.dumps(how)]
+    for run_id, created in runs:
+        args += [run_id, created]
+    return ScriptCall("relist", script_keys, args, int)
 
 
 def sweep(

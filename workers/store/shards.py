@@ -19,18 +19,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from workers.engine.effects import KeptNotes
+from workers.engine.records import RunList
 from workers.store import scripts
 from workers.store.codec import as_text, notes_key
 from workers.store.connection import Connection
 from workers.store.layout import NOTES_MAX, IndexKeys
 
 Mode = Literal["due", "newest"]
+RunCursor = tuple[int, str]
+"""Where a page of runs ended: the last run's (created ms, id)."""
+SAME_MS_SLACK = 64
+"""Runs read past a page's cursor for those created in its very millisecond: a page
+whose cursor shares its millisecond with more runs than this may miss some."""
 
-__all__ = ["Shards", "SlotSet"]
+__all__ = ["SAME_MS_SLACK", "RunCursor", "Shards", "SlotSet"]
 
 
 class SlotSet:
@@ -128,12 +134,38 @@ class Shards:
             groups.setdefault(keys.index(run_id), []).append(member)
         yield from groups.items()
 
-    def newest_runs(self, limit: int) -> list[str]:
-        """The newest `limit` run ids of every shard, newest first."""
-        keys = [(shard.slot, shard.runs) for shard in self.all()]
-        found = self.read(keys, "newest", (0, float("inf"), limit))
-        found.sort(key=lambda entry: -entry[1])
-        return [run_id for run_id, _ in found[:limit]]
+    def newest_runs(
+        self, limit: int, lists: Sequence[RunList] = (), before: RunCursor | None = None
+    ) -> list[tuple[str, int]]:
+        """The newest `limit` runs of every shard, newest first, as (run id, created ms):
+        of the lists `lists` (all runs if none), created before `before` if given (runs
+        are ordered by creation time, then by id, both newest first)."""
+        keys = [
+            (shard.slot, key)
+            for shard in self.all()
+            for key in ([shard.listed(which) for which in lists] if lists else [shard.runs])
+        ]
+        high = float("inf") if before is None else before[0]
+        # Runs created in the cursor's very millisecond may come before it: read past them.
+        slack = 0 if before is None else SAME_MS_SLACK
+        found = [
+            (int(score), run_id)
+            for run_id, score in self.read(keys, "newest", (0, high, limit + slack))
+            if before is None or (int(score), run_id) < before
+        ]
+        found.sort(reverse=True)
+        return [(run_id, created) for created, run_id in found[:limit]]
+
+    def count_runs(self, lists: Sequence[RunList] = ()) -> int:
+        """How many runs the lists `lists` (all runs if none) hold, in every shard (those
+        expired but not yet pruned by the tick included)."""
+        redis = self._connection.redis
+        with self._connection.errors():
+            pipe = redis.pipeline(transaction=False)
+            for shard in self.all():
+                for key in [shard.listed(which) for which in lists] if lists else [shard.runs]:
+                    pipe.zcard(key)
+            return sum(int(n) for n in pipe.execute())
 
     def in_range(self, index: str, low: float, high: float, limit: int) -> list[tuple[str, float]]:
         """Up to `limit` (member, score) of the shards' `index` ("outbox", "pending",
@@ -163,7 +195,7 @@ class Shards:
         connection, found = self._connection, list[tuple[str, float]]()
         low, high, limit = bounds
         with connection.errors():
-            if len(keys) > 1:
+            if connection.keys.cluster and len(keys) > 1:
                 missed = self._sweep(keys, mode, (_bound(low), _bound(high), limit), found)
             else:
                 missed = [key for _, key in keys]

@@ -89,11 +89,48 @@ class Upkeep:
                 continue
             gone = [run_id for run_id, _ in old if not next(alive)]
             if gone:
-                pipe.zrem(shard.runs, *gone)
+                for index in (shard.runs, *shard.lists):
+                    pipe.zrem(index, *gone)
             pipe.set(shard.prune_cursor, repr(old[-1][1]))
             dropped += len(gone)
         pipe.execute()
         return dropped
+
+    def list_old_runs(self, limit: int = 500) -> int:
+        """Put runs from before the list indexes (`runs:<list>`) on their lists: the next
+        `limit` of each shard (on a cluster: of the next PRUNE_SHARDS shards) not looked
+        at yet, oldest first, until a shard is through (`lists-built`). Returns how many
+        were listed. Once every shard is through it costs one read per shard."""
+        connection = self._connection
+        shards = self._shards.window(PRUNE_SHARDS)
+        redis, listed = connection.redis, 0
+        with connection.errors():
+            pipe = redis.pipeline(transaction=False)
+            for shard in shards:
+                pipe.mget(shard.lists_built, shard.lists_cursor)
+            marks = pipe.execute()
+            for shard, (built, cursor) in zip(shards, marks, strict=True):
+                if built is not None:
+                    continue
+                start = "-inf" if cursor is None else as_text(cursor)
+                batch = redis.zrangebyscore(
+                    shard.runs, start, "+inf", start=0, num=limit, withscores=True
+                )
+                runs = [(as_text(run_id), int(score)) for run_id, score in batch]
+                through = len(runs) < limit
+                if not through and runs[0][1] != runs[-1][1]:
+                    # The batch may cut a millisecond in two: its runs go with the next.
+                    last = runs[-1][1]
+                    runs = [(run_id, score) for run_id, score in runs if score != last]
+                if runs:
+                    listed += connection.run(
+                        scripts.relist(connection.keys, shard=shard, runs=runs)
+                    )
+                if through:  # runs made since are listed by their own CREATE
+                    redis.set(shard.lists_built, 1)
+                else:  # (a batch all of one millisecond: more of it than `limit` are missed)
+                    redis.set(shard.lists_cursor, f"({runs[-1][1]}")
+        return listed
 
     def deadlines_due(self, now_ms: int, limit: int = 500) -> list[str]:
         """Return the roots whose budget's `seconds` ran out by `now_ms`."""

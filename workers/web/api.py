@@ -1,6 +1,9 @@
 """The JSON API of relay web, for scripts (basic auth, like the pages).
 
-    GET  /api/runs?state=&limit=               the newest runs
+    GET  /api/runs?state=&limit=&before=       the newest runs in a state (running, waiting,
+                                               finished, done, failed, cancelled, declined),
+                                               a page: `X-Total-Count` says how many are in
+                                               it, `Link: <...>; rel="next"` the next page
     GET  /api/runs/<id>                        one run, its specialists under it
     GET  /api/runs/<id>/trace?after=N          trace lines from position N on, and `next`
     GET  /api/runs/<id>/live?after=ID          its replies as they are written (`relay.stream`'s
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -30,7 +34,7 @@ from workers.settings import now_ms
 from workers.store.live import stream_id
 from workers.web.auth import cross_site, whole_number
 from workers.web.site import Web
-from workers.web.views import pending_row, run_row, run_tree, trace_row
+from workers.web.views import pending_row, run_tree, runs_page, trace_row
 
 __all__ = ["routes"]
 
@@ -48,13 +52,20 @@ class _Api:
         self.web = web
 
     def runs(self, request: Request) -> Response:
-        state = request.query_params.get("state", "")
-        limit = whole_number(request.query_params.get("limit", "100"), 1_000)
+        query = request.query_params
+        limit = whole_number(query.get("limit", "100"), 1_000)
         if not limit:
             return _error("limit is a number from 1 to 1000", 400)
-        now = now_ms()
-        rows = [run_row(status, now) for status in self.web.relay.runs(limit=limit)]
-        return JSONResponse([row for row in rows if not state or row["state"] == state])
+        state, before = query.get("state", ""), query.get("before", "")
+        try:
+            page = runs_page(self.web.relay, state, limit, before, now_ms())
+        except ValueError as error:
+            return _error(str(error), 400)
+        headers = {"X-Total-Count": str(page.total)}
+        if page.next:
+            more = urlencode({"state": state, "limit": limit, "before": page.next})
+            headers["Link"] = f'</api/runs?{more}>; rel="next"'
+        return JSONResponse(page.rows, headers=headers)
 
     def run(self, request: Request) -> Response:
         relay = self.web.relay

@@ -33,6 +33,7 @@ from workers.web import api, pages
 from workers.web.auth import BasicAuth, FormTokens, WebSettings
 from workers.web.exporter import registry_for
 from workers.web.site import Web
+from workers.web.views import MARKS
 
 __all__ = ["build_app"]
 
@@ -55,6 +56,7 @@ def build_app(relay: Relay, settings: WebSettings) -> Starlette:
         loader=FileSystemLoader(HERE / "templates"),
         autoescape=select_autoescape(default=True),
     )
+    environment.globals["marks"] = MARKS
     web = Web(
         relay=relay,
         settings=settings,

@@ -1,6 +1,7 @@
 """`/metrics` of relay web: the fleet in Prometheus's text format, read from Redis at each scrape.
 
-    relay_runs{state,waiting_for}                    runs now (the newest 10,000; cached 5 s)
+    relay_runs{state,waiting_for,outcome}            runs now (the newest 10,000; cached 5 s);
+                                                     outcome: done, failed, cancelled, declined
     relay_runs_read                                  how many runs the numbers above count
     relay_waiting_on_person{kind}                    plans, calls, questions, budgets pending
     relay_oldest_wait_seconds                        how long the oldest of them has waited
@@ -83,9 +84,11 @@ class RelayCollector(Collector):
 
     def _state(self) -> Iterator[Metric]:
         state = self._fleet_state()
-        runs = GaugeMetricFamily("relay_runs", "Runs by state", labels=["state", "waiting_for"])
-        for (run_state, waiting_for), count in sorted(state.runs.items()):
-            runs.add_metric([run_state, waiting_for], count)
+        runs = GaugeMetricFamily(
+            "relay_runs", "Runs by state", labels=["state", "waiting_for", "outcome"]
+        )
+        for labels, count in sorted(state.runs.items()):
+            runs.add_metric(list(labels), count)
         yield runs
         yield GaugeMetricFamily(
             "relay_runs_read",

@@ -1,6 +1,7 @@
 """The HTML pages of relay web: the runs, one run, and what waits on a person.
 
-GET  /runs?state=waiting     the runs (state, waiting for, age, key, tokens, cost)
+GET  /runs?state=failed&before=CURSOR   the runs, a page at a time (state or how it ended,
+                             waiting for, age, key, tokens, cost)
 GET  /runs/<id>              one run: task, plan, outcome, usage, specialists, live trace
 GET  /approvals              plans and calls waiting, with Approve and Deny
 POST /approvals/decide       one decision, from a form made for this person and call
@@ -16,15 +17,16 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from workers.engine.records import RUN_FILTERS
 from workers.errors import DecisionRefused, RunNotFound
 from workers.settings import now_ms
 from workers.web.auth import cross_site, same_text
 from workers.web.site import Web
-from workers.web.views import pending_row, run_row, run_tree, trace_row
+from workers.web.views import money, pending_row, run_tree, runs_page, trace_row
 
 __all__ = ["routes"]
 
-STATES = ("running", "waiting", "finished")
+PAGE_RUNS = 100
 MAX_FORM_BYTES = 8_192
 
 
@@ -38,11 +40,21 @@ class _Pages:
     def runs(self, request: Request) -> Response:
         web = self.web
         state = request.query_params.get("state", "")
-        now = now_ms()
-        rows = [run_row(status, now) for status in web.relay.runs(limit=500)]
-        if state in STATES:
-            rows = [row for row in rows if row["state"] == state]
-        return web.page(request, "runs.html", runs=rows, state=state, states=STATES)
+        before = request.query_params.get("before", "")
+        try:
+            page = runs_page(web.relay, state, PAGE_RUNS, before, now_ms())
+        except ValueError as error:
+            return web.page(request, "missing.html", 400, heading="Bad request", message=str(error))
+        priced = [row["cost_micro"] for row in page.rows if row["cost_micro"] is not None]
+        return web.page(
+            request,
+            "runs.html",
+            page=page,
+            runs=page.rows,
+            state=state,
+            states=RUN_FILTERS,
+            page_cost=money(sum(priced)) if priced else "",
+        )
 
     def run(self, request: Request) -> Response:
         web = self.web

@@ -6,14 +6,26 @@ are read with `getattr`, so they appear as soon as the RunStatus has them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from agent_core.toolbox import DELEGATE
-from workers.engine.records import Pending, RunStatus, TraceEntry
+from workers.client.runs import page_cursor
+from workers.engine.records import Pending, RunStatus, TraceEntry, run_list
 from workers.errors import RunNotFound
 from workers.relay import Relay
 
-__all__ = ["pending_row", "run_row", "run_tree", "trace_row"]
+__all__ = [
+    "MARKS",
+    "RunsPage",
+    "duration",
+    "money",
+    "pending_row",
+    "run_row",
+    "run_tree",
+    "runs_page",
+    "trace_row",
+]
 
 MAX_TREE_RUNS = 200
 
@@ -29,6 +41,47 @@ def age(now_ms: int, since_ms: int | None) -> str:
     return f"{seconds} s"
 
 
+MARKS = {
+    "running": "▶",
+    "waiting": "⏸",
+    "done": "✓",
+    "failed": "✗",
+    "cancelled": "⊘",
+    "declined": "↩",
+}
+"""The mark beside each list's name: no two lists share one (nor a colour, in relay.css)."""
+
+
+def duration(ms: int | None) -> str:
+    """`850 ms`, `12.3 s`, `4 min 5 s`, `2 h 3 min`, `3 d 4 h` ("" for none)."""
+    if ms is None:
+        return ""
+    ms = max(0, ms)
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    seconds = ms // 1000
+    for unit, size, rest_unit, rest_size in (
+        ("d", 86_400, "h", 3_600),
+        ("h", 3_600, "min", 60),
+        ("min", 60, "s", 1),
+    ):
+        if seconds >= size:
+            return f"{seconds // size} {unit} {seconds % size // rest_size} {rest_unit}"
+    return f"{seconds} s"  # (unreachable: under a minute is above)
+
+
+def money(micro: int | None) -> str:
+    """Dollars to the micro-dollar, as exact as they were counted (`$0.000315`, `$12.50`);
+    "no price" for None."""
+    if micro is None:
+        return "no price"
+    text = f"{micro / 1_000_000:.6f}".rstrip("0")
+    whole, _, cents = text.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}"
+
+
 def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
     """One run, as the runs list and the API show it."""
     usage = status.total_usage
@@ -41,6 +94,10 @@ def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
     return {
         "id": status.id,
         "state": status.state,
+        "list": run_list(status.state, status.outcome),
+        "ending": status.ending,
+        "unknown_calls": status.unknown_calls,
+        "cursor": page_cursor(status),
         "waiting_for": status.waiting_for or "",
         "task": status.task,
         "parent": status.parent,
@@ -52,6 +109,11 @@ def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
         "completion_tokens": usage.completion_tokens,
         "own_tokens": status.usage.total_tokens,
         "cost_usd": cost,
+        "cost_micro": None if cost is None else status.total_usage.cost_micro,
+        "cost_text": money(None if cost is None else status.total_usage.cost_micro),
+        "took": duration(
+            None if status.finished_ms is None else status.finished_ms - status.created_ms
+        ),
         "created_ms": status.created_ms,
         "updated_ms": status.updated_ms,
         "finished_ms": status.finished_ms,
@@ -60,6 +122,30 @@ def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
         "outcome": ended,
         "pending": [pending_row(p, now_ms) for p in status.pending],
     }
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    """One page of a list of runs: its rows, how many the list holds, the next page's cursor."""
+
+    rows: list[dict[str, Any]]
+    total: int
+    next: str
+    """`before=` of the next page ("" if this is the last)."""
+
+
+def runs_page(relay: Relay, state: str, limit: int, before: str, now_ms: int) -> RunsPage:
+    """The runs in `state` ("" for all) created before the cursor `before` ("" from the
+    newest), at most `limit`: filtered by the index of `state`, then cut.
+
+    Raises:
+        ValueError: `state` is no state, or `before` no cursor.
+    """
+    found = relay.runs(limit=limit, state=state, before=before)
+    rows = [run_row(status, now_ms) for status in found]
+    total = relay.count_runs(state)
+    more = len(found) == limit and bool(found)
+    return RunsPage(rows, total, rows[-1]["cursor"] if more else "")
 
 
 def _cost(usage: object) -> float | None:

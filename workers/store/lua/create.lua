@@ -8,7 +8,7 @@
 -- entries (if it has any yet) in the run's history list.
 --
 -- KEYS[1] run hash  KEYS[2] runs index  KEYS[3] outbox  KEYS[4] deadlines index
--- KEYS[5] history list
+-- KEYS[5] history list  KEYS[6] the runs index of its list (runs:running)
 -- ARGV[1] run id  ARGV[2] record JSON  ARGV[3] snapshot head  ARGV[4] created (ms)
 -- ARGV[5] its advance member  ARGV[6] when to send it again (ms)
 -- ARGV[7..10] the tokens, micro-dollar, model-call and deadline limits, or ''
@@ -27,5 +27,6 @@ for i, field in ipairs(limits) do
 end
 if ARGV[10] ~= '' then redis.call('ZADD', KEYS[4], ARGV[10], ARGV[1]) end
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[6], ARGV[5])
 return 'created'

@@ -15,7 +15,9 @@
 -- a "done" event in its tree's live stream if there is one (which then expires after
 -- fx.live_ttl: STREAM_KEEP_S for a root, STREAM_IDLE_S for a specialist); a run that
 -- parks for a person shortens its tree's stream's TTL to fx.live_ttl (STREAM_PARKED_S).
--- A run a follow-up reopens loses its TTLs again.
+-- A run a follow-up reopens loses its TTLs again. A run whose list changes (running,
+-- waiting, done, failed, ...: engine.records.RunList) moves between those indexes
+-- (fx.relist); specialists made here join the running list (fx.running_list).
 --
 -- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
 -- KEYS[5] pending index  KEYS[6] pending data  KEYS[7] runs index  KEYS[8] history list
@@ -103,8 +105,13 @@ for _, c in ipairs(fx.create or none) do
     redis.call('DEL', c[8])
     push(c[8], c, 9)
     redis.call('ZADD', KEYS[7], c[5], c[2])
+    redis.call('ZADD', fx.running_list, c[5], c[2])
     redis.call('ZADD', KEYS[4], c[7], c[6])
   end
+end
+if fx.relist then
+  redis.call('ZREM', fx.relist[1], fx.relist[4])
+  redis.call('ZADD', fx.relist[2], fx.relist[3], fx.relist[4])
 end
 for _, d in ipairs(fx.deliveries or none) do
   if redis.call('HEXISTS', d[1], 'v') == 1 then

@@ -1,9 +1,10 @@
-// relay web: show times in the reader's clock, and follow a run's trace while it works.
+// relay web: show times (with their date) in the reader's clock, and follow a run's
+// trace while it works.
 "use strict";
 
 function showTimes(root) {
-  for (const cell of root.querySelectorAll("td.at[data-ms]")) {
-    cell.textContent = new Date(Number(cell.dataset.ms)).toLocaleTimeString();
+  for (const cell of root.querySelectorAll(".at[data-ms]")) {
+    cell.textContent = new Date(Number(cell.dataset.ms)).toLocaleString();
   }
 }
 
