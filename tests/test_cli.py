@@ -227,9 +227,12 @@ def test_pending_approve_deny_runs_and_show(running: Fleet) -> None:
     code, out, _ = invoke(running, "runs", "--state", "failed")
     assert (code, out.strip()) == (0, "No failed runs.")
     code, out, _ = invoke(running, "runs", "--state", "done", "-n", "1")
-    assert code == 0 and run_id in out and "1 of 1 done runs" in out
+    assert code == 0
+    assert run_id in out
+    assert "1 of 1 done runs" in out
     code, _, err = invoke(running, "runs", "--before", "nope")
-    assert code == 2 and "page cursor" in err
+    assert code == 2
+    assert "page cursor" in err
 
     code, out, _ = invoke(running, "show", run_id, "--json")
     assert code == 0

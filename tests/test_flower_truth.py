@@ -105,9 +105,7 @@ def test_a_failed_step_shows_as_failure_and_is_acked_not_redelivered(
             dead = [t for t in tasks if t["name"] == "relay.call_model" and dead_run in t["args"]]
             assert dead, tasks
             assert all(t["state"] == "FAILURE" for t in dead)
-            assert any(
-                "run failed (the model call failed)" in t["exception"] for t in dead
-            )
+            assert any("run failed (the model call failed)" in t["exception"] for t in dead)
             failed = flower.client.get("/api/tasks", params={"state": "FAILURE"}).json()
             assert {t["uuid"] for t in dead} <= set(failed)
 

@@ -13,7 +13,7 @@ from agent_core import Config, Outcome, Stop
 from tests.support.redis_server import RedisServer
 from workers import Settings
 from workers.client.runs import RunsClient, page_cursor, parse_cursor
-from workers.engine.effects import Advanced, Effects
+from workers.engine.effects import Advanced
 from workers.engine.records import RUN_LISTS, RunList, RunRecord, ending_of, lists_of, run_list
 from workers.engine.working import Surroundings, Working
 from workers.store.runs import RunStore
@@ -84,7 +84,8 @@ def test_a_run_moves_between_lists_as_it_goes(store: RunStore) -> None:
     assert store.create(record, "snap", due_ms=5_000)
     assert _listed(store, "running") == {"r1"}
     record = _move(store, record, state="waiting", waiting_for="call")
-    assert _listed(store, "running") == set() and _listed(store, "waiting") == {"r1"}
+    assert _listed(store, "running") == set()
+    assert _listed(store, "waiting") == {"r1"}
     record = _move(store, record, state="running", waiting_for=None)
     record = _move(store, record, **_ended(Stop.NO_PROGRESS))
     assert {which: _listed(store, which) for which in RUN_LISTS} == {
@@ -111,10 +112,13 @@ def test_waiting_runs_are_found_however_many_newer_runs_finished(store: RunStore
     assert sorted(s.id for s in waiting) == parked
     assert [s.id for s in waiting] == sorted(parked, reverse=True)  # newest first
     assert client.count_runs("waiting") == 20
-    assert client.count_runs("failed") == 200 and client.count_runs("done") == 400
-    assert client.count_runs("finished") == 600 and client.count_runs() == 620
+    assert client.count_runs("failed") == 200
+    assert client.count_runs("done") == 400
+    assert client.count_runs("finished") == 600
+    assert client.count_runs() == 620
     failed = client.runs(limit=1_000, state="failed")
-    assert len(failed) == 200 and all(s.ending == "failed" for s in failed)
+    assert len(failed) == 200
+    assert all(s.ending == "failed" for s in failed)
     assert [s.id for s in client.runs(limit=1, state="waiting")] == ["w19"]
     assert client.runs(limit=5, state="running") == []
 
@@ -144,7 +148,9 @@ def test_a_bad_state_or_cursor_is_refused(store: RunStore) -> None:
 
 
 def test_runs_from_before_the_lists_are_listed_once_by_the_tick(store: RunStore) -> None:
-    stops = {"a": Stop.DONE, "b": Stop.BUDGET_EXCEEDED, "c": Stop.PLAN_DECLINED, "d": Stop.CANCELLED}
+    stops = {
+        "a": Stop.DONE, "b": Stop.BUDGET_EXCEEDED, "c": Stop.PLAN_DECLINED, "d": Stop.CANCELLED
+    }  # fmt: skip
     for n, (name, stop) in enumerate(stops.items()):
         record = _record(name, 1_000 + n)
         store.create(record, "snap", due_ms=5_000)
