@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from tests.support.brain import call, final
-from tests.support.fleet import fleet, on_broker
+from tests.support.fleet import Fleet, fleet, on_broker
 from tests.support.flower import FINAL_STATES, Flower, relay_tasks
 from tests.support.model_server import Reply
 from tests.support.rabbitmq import VHOSTS_MADE, require_rabbitmq
@@ -78,6 +78,23 @@ def _every_task_final(tmp_path: Path, pool: str) -> None:
             assert all("\\n" not in r for results in by_name.values() for r in results)
             names = {task["name"] for task in flower.tasks().values()}
             assert "relay.tick" not in names
+            _linked_tasks_resolve(f, flower, ids, {t["uuid"] for t in tasks})
+
+
+def _linked_tasks_resolve(f: Fleet, flower: Flower, runs: list[str], known: set[str]) -> None:
+    """Every call of `runs` names the Celery task that carried it (each model call's usage
+    line, each tool's result line), and each is a task Flower knows, of these runs."""
+    for run_id in runs:
+        trace = f.relay.trace(run_id)
+        made = [e for e in trace if e.kind in ("usage", "result")]
+        assert len(made) == 3, trace  # m1, call-1, m3
+        tasks = {e.data.get("task") for e in made}
+        assert None not in tasks, made
+        assert tasks <= known, (tasks, known)
+        for task_id in tasks:
+            page = flower.client.get(f"/task/{task_id}")
+            assert page.status_code == 200, task_id
+            assert "Unknown task" not in page.text, task_id
 
 
 @pytest.mark.timeout(180)
@@ -173,6 +190,7 @@ def test_a_task_names_the_steps_it_continued(tmp_path: Path, pool: str) -> None:
             tasks = relay_tasks(flower, ids, expected=4)
             assert {t["name"] for t in tasks} == {"relay.advance"}, tasks
             assert {t["state"] for t in tasks} == {"SUCCESS"}, tasks
+            _linked_tasks_resolve(f, flower, ids, {t["uuid"] for t in tasks})
             for task in tasks:
                 result = str(task["result"])
                 assert "| continued model call m1: model call m1 replied" in result, result

@@ -18,6 +18,7 @@ from tests.support.model_server import Reply
 from tests.support.waiting import calls_for
 from workers import StoreUnavailable
 from workers.engine.effects import Message
+from workers.engine.records import TraceEntry
 
 
 def test_twenty_runs_at_once_all_finish(tmp_path: Path) -> None:
@@ -69,8 +70,14 @@ def test_a_worker_killed_during_a_non_idempotent_tool(tmp_path: Path) -> None:
         assert f.ledger().count("once start charge") == 1, f.ledger()
         assert "once end charge" not in f.ledger()
         assert any("outcome unknown" in c.prompt for c in f.model.calls), f.logs()
-        results = [e for e in f.relay.trace(run_id) if e.kind == "result"]
+        trace = f.relay.trace(run_id)
+        results = [e for e in trace if e.kind == "result"]
         assert [r.status for r in results] == ["unknown"]
+        _assert_recovery_told(f, trace, "call-1")
+        status = f.relay.status(run_id)  # done, and flagged: one call's outcome is unknown
+        assert (status.ending, status.unknown_calls) == ("done", 1)
+        [listed] = f.relay.runs(limit=5, state="done")
+        assert (listed.id, listed.unknown_calls) == (run_id, 1)
 
 
 def test_a_worker_killed_during_an_idempotent_tool(tmp_path: Path) -> None:
@@ -85,8 +92,28 @@ def test_a_worker_killed_during_an_idempotent_tool(tmp_path: Path) -> None:
         assert outcome.stop is Stop.DONE, f.logs()
         # Safe to repeat, so it ran again, once, to the end.
         assert f.ledger() == ["sleep start 3", "sleep start 3", "sleep end 3"], f.ledger()
-        results = [e for e in f.relay.trace(run_id) if e.kind == "result"]
+        trace = f.relay.trace(run_id)
+        results = [e for e in trace if e.kind == "result"]
         assert [r.status for r in results] == ["ok"]
+        _assert_recovery_told(f, trace, "call-1")
+
+
+def _assert_recovery_told(f: Fleet, trace: list[TraceEntry], call: str) -> None:
+    """The trace says once that `call` was sent again as attempt 2 after attempt 1 was
+    lost, before the line that says who made it (attempt 2, the second worker, a task);
+    and one worker's log says so, naming the run and the call."""
+    [resent] = [e for e in trace if e.kind == "resent"]
+    assert resent.call_id == call
+    assert (resent.data["attempt"], resent.data["lost"]) == (2, 1)
+    made = [e for e in trace if e.call_id == call and e.data.get("attempt") == 2]
+    assert made, trace
+    assert trace.index(resent) < trace.index(made[-1])
+    assert made[-1].data["worker"] == "second@test"
+    assert made[-1].data["task"]
+    said = [line for line in f.logs().splitlines() if "lost its lease with no outcome" in line]
+    assert len(said) == 1, said
+    assert f"{call} of run {trace[0].run} " in said[0]
+    assert "attempt 2" in said[0]
 
 
 def test_a_worker_killed_during_a_model_call(tmp_path: Path) -> None:
@@ -101,6 +128,7 @@ def test_a_worker_killed_during_a_model_call(tmp_path: Path) -> None:
         outcome = f.relay.wait(run_id, timeout=90)
         assert outcome.stop is Stop.DONE, f.logs()
         assert outcome.summary == "answered"
+        _assert_recovery_told(f, f.relay.trace(run_id), "m3")
 
 
 def test_every_message_delivered_twice(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import click
@@ -27,6 +28,7 @@ from workers.celery_app.control import guard_remote_control
 from workers.celery_app.sending import model_task_id, tool_task_id
 from workers.engine.effects import Message
 from workers.errors import StepFailed
+from workers.runtime.carrier import carried_by
 from workers.runtime.leases import held
 from workers.runtime.reports import Report
 
@@ -82,7 +84,9 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     def advance(task: Task[Any, Any], run_id: str) -> str:
         if not _valid("relay.advance", run_id=run_id):
             return REFUSED
-        return _told(runtime().task(Message("advance", run_id), _hard_limit(task)))
+        with _carrying(task):
+            report = runtime().task(Message("advance", run_id), _hard_limit(task))
+        return _told(report)
 
     @app.task(name="relay.call_model", shared=False, throws=(StepFailed,), bind=True)
     def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str:
@@ -90,7 +94,9 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             return REFUSED
         own_id = task.request.id == model_task_id(run_id, seq)
         message = Message("call_model", run_id, seq=seq)
-        return _told(runtime().task(message, _hard_limit(task)), own_id)
+        with _carrying(task):
+            report = runtime().task(message, _hard_limit(task))
+        return _told(report, own_id)
 
     @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True)
     def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str:
@@ -98,7 +104,9 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             return REFUSED
         own_id = task.request.id == tool_task_id(run_id, call_id)
         message = Message("run_tool", run_id, call=call_id)
-        return _told(runtime().task(message, _hard_limit(task)), own_id)
+        with _carrying(task):
+            report = runtime().task(message, _hard_limit(task))
+        return _told(report, own_id)
 
     # The tick sends no task events: every few seconds, it would push the real
     # tasks out of Flower's memory.
@@ -140,6 +148,12 @@ and solo pools enforce none)."""
 
 def _in_prefork_child(**_: Any) -> None:
     _POOL_KILLS_AT_LIMIT.set()
+
+
+def _carrying(task: Task[Any, Any]) -> AbstractContextManager[None]:
+    """The running task as the carrier of the work it does (see workers.runtime.carrier)."""
+    request = task.request
+    return carried_by(str(request.id or ""), str(request.hostname or ""))
 
 
 def _hard_limit(task: Task[Any, Any]) -> float | None:

@@ -116,7 +116,7 @@ def _waiting_for_model(run: Working, seq: int) -> bool:
 
 def _on_model_replied(run: Working, event: ModelReplied) -> None:
     forget_model_call(run, event.seq)
-    run.add_usage(event.usage, event.route, model_call(event.seq))
+    run.add_usage(event.usage, event.route, model_call(event.seq), event.ran)
     run.replied_by = event.route
     if _waiting_for_model(run, event.seq):
         run.agent.reply(event.text, truncated=event.truncated)
@@ -161,6 +161,8 @@ def _on_budget_extended(run: Working, event: BudgetExtended) -> None:
 
 
 def _on_tool_done(run: Working, event: ToolDone) -> None:
+    if event.ran is not None:
+        run.ran[event.call] = event.ran
     run.call_stale(event.call)
     run.calls.pop(event.call, None)
     run.agent.result(event.call, event.output)

@@ -39,6 +39,7 @@ __all__ = [
     "ModelReplied",
     "PauseRun",
     "PlanDecision",
+    "Ran",
     "ResumeRun",
     "Told",
     "ToolDone",
@@ -46,6 +47,16 @@ __all__ = [
     "inbox_event",
     "not_admitted",
 ]
+
+
+class Ran(BaseModel):
+    """Who made a call: which attempt, on which worker (its Celery hostname), carried by
+    which Celery task (the call's own, or the step task it was continued in)."""
+
+    model_config = FROZEN
+    attempt: int
+    worker: str = ""
+    task: str = ""
 
 
 class ModelReplied(BaseModel):
@@ -58,6 +69,7 @@ class ModelReplied(BaseModel):
     """The model route that served the call ("" when the app gave its own model)."""
     truncated: bool = False
     """The reply was cut by its length limit: the agent asks for the rest."""
+    ran: Ran | None = None
 
 
 class ModelFailed(BaseModel):
@@ -73,6 +85,7 @@ class ModelFailed(BaseModel):
     to try again. One retry budget per call, whichever layer spends it."""
     status: int | None = None
     """The HTTP status the model server answered last, if it answered."""
+    ran: Ran | None = None
 
 
 class ToolDone(BaseModel):
@@ -80,6 +93,7 @@ class ToolDone(BaseModel):
     kind: Literal["tool_done"] = "tool_done"
     call: str
     output: ToolOutput
+    ran: Ran | None = None
 
 
 class ChildDone(BaseModel):

@@ -26,7 +26,7 @@ from workers.engine.effects import (
     Send,
     UsageAdd,
 )
-from workers.engine.events import InboxEvent
+from workers.engine.events import InboxEvent, Ran
 from workers.engine.records import (
     CallTrack,
     Pending,
@@ -39,7 +39,7 @@ from workers.engine.records import (
     run_list,
 )
 
-__all__ = ["Surroundings", "Verifier", "Working"]
+__all__ = ["Surroundings", "Verifier", "Working", "ran_data"]
 
 Verifier = Callable[[Outcome], str | None]
 """A check of each final answer: a problem to send it back with, or None."""
@@ -102,6 +102,8 @@ class Working:
         self.messages: list[Message] = []
         self.replied_by = ""
         """The route of the model reply just applied: its trace lines name it."""
+        self.ran: dict[str, Ran] = {}
+        """Who made the calls whose outcomes this step applies: their result lines say so."""
 
     @property
     def id(self) -> str:
@@ -129,15 +131,18 @@ class Working:
             self.seq += 1
             unknown = [e for e in events if e.output and e.output.status == "unknown"]
             self.unknown_calls += len(unknown)
-            self.trace.extend(_entry(self.id, self.around.now_ms, e, route) for e in events)
+            now = self.around.now_ms
+            self.trace.extend(_entry(self.id, now, e, route, self.ran) for e in events)
 
     def send(self, message: Message) -> None:
         self.messages.append(message)
         self.sends.append(Send(message.member, self.due()))
 
-    def add_usage(self, usage: Usage, route: str = "", call: str | None = None) -> None:
+    def add_usage(
+        self, usage: Usage, route: str = "", call: str | None = None, ran: Ran | None = None
+    ) -> None:
         """Add the tokens of one model call (`call`: its name, `m<seq>`; `route`: the route
-        that served it) to the run and above."""
+        that served it; `ran`: who made it) to the run and above."""
         self.usage = self.usage + usage
         if route:
             self.usage_by_route[route] = self.usage_by_route.get(route, Usage()) + usage
@@ -147,7 +152,7 @@ class Working:
             data["route"] = route
         if usage.cost_micro or usage.unpriced_calls:
             data["cost_micro"] = usage.cost_micro
-        self.note("usage", call_id=call, data=data)
+        self.note("usage", call_id=call, data={**data, **ran_data(ran)})
 
     def deliver(self, run: str, event: InboxEvent, *, cancel_flag: bool = False) -> None:
         """Put `event` in another run's inbox with this save, and wake that run after it."""
@@ -219,7 +224,22 @@ def _relisted(was: RunRecord, now: RunRecord) -> tuple[RunList, RunList] | None:
     return None if before == after else (before, after)
 
 
-def _entry(run_id: str, now_ms: int, event: TraceEvent, route: str) -> TraceEntry:
+def ran_data(ran: Ran | None) -> dict[str, object]:
+    """A trace line's data on who made its call: `attempt`, `worker`, `task` (where known)."""
+    if ran is None:
+        return {}
+    data: dict[str, object] = {"attempt": ran.attempt}
+    if ran.worker:
+        data["worker"] = ran.worker
+    if ran.task:
+        data["task"] = ran.task
+    return data
+
+
+def _entry(
+    run_id: str, now_ms: int, event: TraceEvent, route: str, ran: dict[str, Ran]
+) -> TraceEntry:
+    made = ran.get(event.call.id) if event.call and event.kind == "result" else None
     return TraceEntry(
         at_ms=now_ms,
         run=run_id,
@@ -232,5 +252,6 @@ def _entry(run_id: str, now_ms: int, event: TraceEvent, route: str) -> TraceEntr
         data={
             **({"args": event.call.args} if event.call and event.kind == "call" else {}),
             **({"route": route} if route else {}),
+            **ran_data(made),
         },
     )

@@ -28,7 +28,14 @@ from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, Too
 from agent_core.text import cut
 from workers.engine.budget import NO_ADMISSION, Over
 from workers.engine.effects import Message, OwnOutcome
-from workers.engine.events import InboxEvent, ModelFailed, ModelReplied, ToolDone, not_admitted
+from workers.engine.events import (
+    InboxEvent,
+    ModelFailed,
+    ModelReplied,
+    Ran,
+    ToolDone,
+    not_admitted,
+)
 from workers.engine.ids import OutboxMember, model_call
 from workers.engine.records import RunRecord, TraceEntry
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
@@ -37,6 +44,7 @@ from workers.model.endpoints import ModelRoute
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.wire import Model, ModelReply, complete
+from workers.runtime.carrier import carrier
 from workers.runtime.leases import Lease, run_leased, save_holding
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
 from workers.runtime.steps import Steps
@@ -210,6 +218,8 @@ class Calls:
         not_here = self._not_run_here(call)
         if not_here is not None:
             return not_here
+        if call.attempt > 1:
+            self._say_taken_over(call)
         started = time.time_ns()
         try:
             event = produce(call)
@@ -218,6 +228,7 @@ class Calls:
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
+        event = _with_ran(event, call.attempt)
         facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
         recovery_s = self.settings.recovery_seconds
         after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
@@ -239,6 +250,24 @@ class Calls:
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run has ended (or cannot be read); nothing was run")
         return None
+
+    def _say_taken_over(self, call: Claimed) -> None:
+        """This attempt follows one that was lost: the run's trace and this log say so
+        (unless the tick said it as it sent the call again)."""
+        asked = call.asked
+        try:
+            said = self.store.note_resent(
+                asked.run_id, asked.what, self.steps.clock(), taken=call.attempt,
+                worker=carrier().worker,
+            )  # fmt: skip
+        except StoreUnavailable:
+            return  # the call matters more than saying so
+        if said is not None:
+            log.warning(
+                "took over %s of run %s as attempt %d: attempt %d lost its lease with no"
+                " outcome (its worker died or stalled)",
+                asked.what, asked.run_id, call.attempt, call.attempt - 1,
+            )  # fmt: skip
 
     def _unclaimed(self, asked: CallMessage, status: ClaimStatus) -> Report:
         if status is ClaimStatus.REFUSED or status is ClaimStatus.GONE:
@@ -462,6 +491,15 @@ class Calls:
             self.store.add_trace(run_id, entry)
         except StoreUnavailable as error:
             log.warning("could not record progress: %s", error)
+
+
+def _with_ran(event: InboxEvent, attempt: int) -> InboxEvent:
+    """`event` with who made its call: the attempt, the worker, the task that carried it."""
+    if not isinstance(event, ModelReplied | ModelFailed | ToolDone):
+        return event
+    here = carrier()
+    ran = Ran(attempt=attempt, worker=here.worker, task=here.task)
+    return event.model_copy(update={"ran": ran})
 
 
 def _log_fenced(call: Claimed) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from workers.engine.effects import Message
 from workers.engine.events import CancelRun, expiry_event
+from workers.engine.ids import model_call
 from workers.engine.records import Pending
 from workers.errors import StoreUnavailable
 from workers.settings import Timing
@@ -120,8 +121,27 @@ class Healing:
         members = store.upkeep.due_messages(now)
         store.upkeep.postpone(members, now + timing.grace_ms)
         messages = [m for m in (Message.of(member) for member in members) if m is not None]
+        for message in messages:
+            self._note_resent(message, now)
         self._send(messages)
         return len(messages)
+
+    def _note_resent(self, message: Message, now: int) -> None:
+        """Say in the run's trace, and in this worker's log, that a call is sent again
+        because the attempt that had it was lost (not for a message merely not taken yet)."""
+        if message.kind == "advance":
+            return
+        call = message.call if message.kind == "run_tool" else model_call(message.seq)
+        try:
+            attempt = self._store.note_resent(message.run, call, now)
+        except StoreUnavailable:
+            return  # the re-send matters more than saying so
+        if attempt is not None:
+            log.warning(
+                "sending %s of run %s again, as attempt %d: attempt %d lost its lease with"
+                " no outcome (its worker died or stalled)",
+                call, message.run, attempt, attempt - 1,
+            )  # fmt: skip
 
     def _time_is_up(self, root: str, now: int) -> None:
         """Stop a tree whose budget's `seconds` ran out, waiting or not (a finished one

@@ -241,7 +241,11 @@ def _relist(keys: Keys, advanced: Advanced) -> list[Any]:
 
 def _fields_to_forget(stale_calls: Sequence[str], *, follow_up: bool) -> list[str]:
     """The run hash's fields a step drops: each stale call's markers, the follow-up flag."""
-    fields = [f for call in stale_calls for f in (RunFields.result(call), RunFields.attempts(call))]
+    fields = [
+        field
+        for call in stale_calls
+        for field in (RunFields.result(call), RunFields.attempts(call), RunFields.noted(call))
+    ]
     return [*fields, RunFields.FOLLOW_UP] if follow_up else fields
 
 

@@ -228,6 +228,11 @@ class RunFields:
         return f"a:{call}"
 
     @staticmethod
+    def noted(call: str) -> str:
+        """`n:<call>`: the attempt whose loss the trace said last (`resent`)."""
+        return f"n:{call}"
+
+    @staticmethod
     def reservation(run_id: str, call: str) -> str:
         """`q:<run>|<call>` on the root: "tokens:micro-dollars" a model call reserved."""
         return f"q:{run_id}|{call}"

@@ -372,6 +372,41 @@ class RunStore:
         lines = [trace_line(entry)]
         self.connection.run(scripts.trace(self.keys, run_id=run_id, lines=lines, keep=TRACE_MAX))
 
+    def note_resent(
+        self, run_id: str, call: str, now_ms: int, *, taken: int = 0, worker: str = ""
+    ) -> int | None:
+        """Say in the run's trace (once per attempt) that `call` is sent again because the
+        attempt that had it was lost: claimed, no outcome, its lease lapsed. From the tick
+        (`taken` 0) before it sends the call again; from a worker that claimed attempt
+        `taken` (> 1) of it, in case the tick did not say so first. Returns the number of
+        the attempt the call is sent for if this said it, else None."""
+        if taken:
+            lost = taken - 1
+        else:
+            with self.errors():
+                seen = self.redis.hget(self.keys.run(run_id), RunFields.attempts(call))
+            if seen is None:
+                return None  # never claimed: a message lost or queued, no attempt lost
+            lost = int(seen)
+        if lost < 1:
+            return None
+        data: dict[str, object] = {"attempt": lost + 1, "lost": lost, "why": "lease lapsed"}
+        if worker:
+            data["worker"] = worker
+        entry = TraceEntry(
+            at_ms=now_ms,
+            run=run_id,
+            kind="resent",
+            text=f"attempt {lost} lost its lease with no outcome: its worker died or stalled",
+            call_id=call,
+            data=data,
+        )
+        noted = scripts.resent(
+            self.keys, run_id=run_id, call=call, lost=lost, line=trace_line(entry),
+            taken=bool(taken),
+        )  # fmt: skip
+        return lost + 1 if self.connection.run(noted) else None
+
     def runs(
         self, limit: int = 100, lists: Sequence[RunList] = (), before: RunCursor | None = None
     ) -> list[str]:

@@ -30,7 +30,7 @@ from workers.engine.ids import OutboxMember, PendingKind, pending_member, root_o
 from workers.engine.records import RUN_LISTS, Pending, RunRecord, ending_of, run_list
 from workers.store import codec
 from workers.store.codec import StoredRun, as_text, record_json
-from workers.store.layout import IndexKeys, Keys, RunFields
+from workers.store.layout import TRACE_MAX, IndexKeys, Keys, RunFields
 
 __all__ = [
     "Admitted",
@@ -54,6 +54,7 @@ __all__ = [
     "relist",
     "renew",
     "reply",
+    "resent",
     "route_admit",
     "route_done",
     "save",
@@ -452,6 +453,19 @@ def relist(keys: Keys, *, shard: IndexKeys, runs: Sequence[tuple[str, int]]) -> 
     for run_id, created in runs:
         args += [run_id, created]
     return ScriptCall("relist", script_keys, args, int)
+
+
+def resent(
+    keys: Keys, *, run_id: str, call: str, lost: int, line: str, taken: bool
+) -> ScriptCall[bool]:
+    """RESENT: add `line` (a `resent` trace line) to the run's trace if attempt `lost` of
+    `call` was lost and it was not said yet: from the tick (`taken` False), the attempt is
+    still the last, with no outcome and no lease; from the worker that claimed the next
+    (`taken`), that one is the last."""
+    script_keys = [keys.run(run_id), keys.trace(run_id), keys.index(run_id).activity]
+    script_keys.append(keys.lease(run_id, call))
+    args: list[Any] = [run_id, call, lost, TRACE_MAX, line, 1 if taken else 0]
+    return ScriptCall("resent", script_keys, args, lambda answer: int(answer) == 1)
 
 
 def sweep(

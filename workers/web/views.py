@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
-from agent_core.toolbox import DELEGATE
 from workers.client.runs import page_cursor
 from workers.engine.records import Pending, RunStatus, TraceEntry, run_list
 from workers.errors import RunNotFound
@@ -176,11 +176,13 @@ def pending_row(pending: Pending, now_ms: int) -> dict[str, Any]:
 
 
 def trace_row(entry: TraceEntry, flower_url: str) -> dict[str, Any]:
-    """One trace line. `flower` links the Celery task that made its call, where there is one
-    (a model call `m<seq>`, a tool call); `run_link` the specialist's run a delegation started."""
+    """One trace line. `flower` links the Celery task that carried its call (recorded by
+    the worker that made it: the call's own task, or the step task it ran inside), and
+    only where one was recorded; `run_link` the specialist's run a delegation started;
+    `made` says which attempt, on which worker."""
     child = entry.data.get("child") if entry.kind == "child" else None
-    made_by_task = entry.call_id is not None and entry.tool != DELEGATE and child is None
-    task_id = f"{entry.run}:{entry.call_id}" if made_by_task else None
+    task = entry.data.get("task")
+    task_id = task if isinstance(task, str) and task else None
     text = entry.text
     if entry.kind == "usage" and not text:
         text = f"{entry.data.get('tokens', 0):,} tokens"
@@ -195,9 +197,25 @@ def trace_row(entry: TraceEntry, flower_url: str) -> dict[str, Any]:
         "stop": entry.stop,
         "data": entry.data,
         "task_id": task_id,
-        "flower": f"{flower_url}/task/{task_id}" if flower_url and task_id else None,
+        "flower": _flower_task(flower_url, task_id),
         "run_link": f"/runs/{child}" if isinstance(child, str) else None,
+        "made": _made(entry.data),
     }
+
+
+def _flower_task(flower_url: str, task_id: str | None) -> str | None:
+    """Flower's page of the task `task_id`, if there is a Flower and a task."""
+    if not flower_url or not task_id:
+        return None
+    return f"{flower_url}/task/{quote(task_id, safe=':@')}"
+
+
+def _made(data: dict[str, Any]) -> str:
+    """`attempt 2 on celery@w2`, or what of it is known ("" for none)."""
+    attempt, worker = data.get("attempt"), data.get("worker")
+    parts = [f"attempt {attempt}" if isinstance(attempt, int) else ""]
+    parts.append(f"on {worker}" if isinstance(worker, str) and worker else "")
+    return " ".join(part for part in parts if part)
 
 
 def run_tree(relay: Relay, status: RunStatus, now_ms: int) -> dict[str, Any]:

@@ -30,6 +30,12 @@ function traceRow(body, t) {
     call.append(name);
     if (t.tool) { const code = document.createElement("code"); code.textContent = " " + t.tool; call.append(code); }
   }
+  if (t.made) {
+    const made = document.createElement("span");
+    made.className = "made hint";
+    made.textContent = " " + t.made;
+    call.append(made);
+  }
   cell(row, t.text).className = "text";
 }
 
