@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent_core import events, transitions
+from agent_core.args import check_args
 from agent_core.config import Config
 from agent_core.errors import DefinitionError, UsageError
 from agent_core.prompts import ask_request, summary_request
@@ -266,6 +267,22 @@ class Agent:
         if kept is not None:  # the trace is not part of the step: it stays valid
             self._step = (self._state, kept[1])
         return taken
+
+    def check_args(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Return `args` for a call of `tool`, checked exactly as a model's call is (the
+        declared kinds, then the tool's own `validate`): for a person who edits a call's
+        arguments before approving it.
+
+        Raises:
+            ToolArgsError: the arguments are refused (the message says why).
+            UsageError: this agent has no tool `tool`, or `args` is no dict.
+        """
+        found = self._tools.get(tool)
+        if found is None:
+            raise UsageError(f"this agent has no tool {tool!r}")
+        if not isinstance(args, dict):
+            raise UsageError(f"a call's arguments are a dict, got {type(args).__name__}")
+        return check_args(found, args)
 
     def skill(self, name: str) -> Skill | None:
         """Return the skill this agent offers under `name` (for a host reading its files)."""

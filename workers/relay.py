@@ -32,7 +32,20 @@ from typing import Any, TypeVar, overload
 from celery import Celery
 
 import scheduler
-from agent_core import Attachment, Config, Outcome, Recipe, Risk, Skill, Specialist, Tool, Trigger
+from agent_core import (
+    Attachment,
+    Config,
+    Outcome,
+    Recipe,
+    Risk,
+    Skill,
+    Specialist,
+    Tool,
+    ToolArgsError,
+    Trigger,
+    UsageError,
+)
+from agent_core.args import check_args
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.celery_app.app import Queues, build_celery
@@ -45,7 +58,7 @@ from workers.engine.budget import Budget, Price
 from workers.engine.effects import Message
 from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
 from workers.engine.working import Verifier
-from workers.errors import RelayError
+from workers.errors import DecisionRefused, RelayError
 from workers.kit.agents import AgentKit
 from workers.kit.skills import gather_skills
 from workers.model.endpoints import ModelRoute, routes_from
@@ -357,9 +370,49 @@ class Relay:
         """What waits on a person: plans, calls and questions, oldest first."""
         return self.runs_client.pending()
 
-    def approve(self, run_id: str, call_id: str, yes: bool = True, reason: str = "") -> None:
-        """Decide a call that waits for approval (DecisionRefused unless it is pending)."""
-        self.runs_client.approve(run_id, call_id, yes, reason)
+    def approve(
+        self,
+        run_id: str,
+        call_id: str,
+        yes: bool = True,
+        reason: str = "",
+        *,
+        args: dict[str, Any] | None = None,
+        by: str = "",
+    ) -> None:
+        """Decide a call that waits for approval (DecisionRefused unless it is pending).
+
+        `args`: approve the call with these arguments instead of the model's. They are
+        checked against the call's tool exactly as the model's were (its declared kinds,
+        then its `validate`); refused, the call stays pending and DecisionRefused says
+        why. `by` names who decided, for the run's trace.
+        """
+        if args is not None and yes:
+            args = self.checked_edit(run_id, call_id, args)
+        self.runs_client.approve(run_id, call_id, yes, reason, by=by, args=args)
+
+    def checked_edit(self, run_id: str, call_id: str, args: object) -> dict[str, Any]:
+        """`args` as a pending call's edited arguments, checked against its tool.
+
+        Raises:
+            DecisionRefused: the call is not pending, this app does not know its tool, or
+                the arguments are refused (the message says why).
+        """
+        pending = [p for p in self.status(run_id).pending if p.call_id == call_id]
+        if not pending or pending[0].kind != "call" or pending[0].tool is None:
+            raise DecisionRefused(f"call {call_id} of run {run_id} is not waiting for approval")
+        spec = self.kit.spec(pending[0].tool)
+        if spec is None:
+            raise DecisionRefused(
+                f"this app has no tool {pending[0].tool!r} to check edited arguments against:"
+                " decide from the app that runs it (--app)"
+            )
+        if not isinstance(args, dict):
+            raise DecisionRefused(f"edited arguments are a JSON object, got {type(args).__name__}")
+        try:
+            return check_args(spec.tool, args)
+        except (ToolArgsError, UsageError) as error:
+            raise DecisionRefused(f"the edited arguments are refused: {error}") from None
 
     def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
         """Decline a call that waits for approval (the model is told)."""

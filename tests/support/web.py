@@ -22,9 +22,12 @@ USER = "alice"
 
 
 class RelayWeb:
-    """`relay web` on a free port, signed in as `alice`; `client` is an httpx client."""
+    """`relay web` on a free port, signed in as `alice`; `client` is an httpx client. With
+    `app`, it runs that app (it knows its tools, to check edited arguments)."""
 
-    def __init__(self, env: Mapping[str, str], log_path: Path, *, flower_url: str = "") -> None:
+    def __init__(
+        self, env: Mapping[str, str], log_path: Path, *, flower_url: str = "", app: str = ""
+    ) -> None:
         self.port = free_port()
         self.user = USER
         self.password = f"web-{secrets.token_hex(8)}"
@@ -35,7 +38,7 @@ class RelayWeb:
             "RELAY_FLOWER_URL": flower_url,
         }
         self.process = RelayProcess(
-            ["web", "--port", str(self.port)],
+            [*(["--app", app] if app else []), "web", "--port", str(self.port)],
             web_env,
             log_path,
             ready_text="Uvicorn running on",

@@ -15,7 +15,6 @@ __all__ = [
     "usage_line",
 ]
 
-import json
 import queue
 import sys
 import threading
@@ -23,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal
 
+import click
 from rich.console import Console
 from rich.markup import escape
 from rich.prompt import Confirm, Prompt
@@ -33,7 +33,7 @@ from agent_core import Stop
 from workers.cli.answer import Answer, pump_stream
 from workers.cli.embedded import Embedded
 from workers.cli.lines import describe
-from workers.cli.terminal import one_line, printable
+from workers.cli.terminal import one_line, printable, whole_args
 from workers.engine.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.errors import DecisionRefused
 from workers.relay import Relay
@@ -42,6 +42,8 @@ EXIT_STOPPED = 1
 """`run` and `demo`: the run ended without doing its task (declined, cancelled, failed)."""
 EXIT_INTERRUPTED = 130
 QUIET_SECONDS = 15.0
+PAGED_ARGS_CHARS = 2_000
+"""A call's arguments longer than this are paged before its question, on a terminal."""
 """After this long without a trace line, `run` and `watch` ask whether a worker is up."""
 ASKS = frozenset({"plan", "waiting", "question"})
 """Trace kinds written in the same save that parks a run on a person."""
@@ -251,10 +253,17 @@ class Follower:
         if pending.kind == "plan":
             yes = Confirm.ask("Approve this plan?", default=True, console=self.out)
         else:
-            args = one_line(json.dumps(pending.args, ensure_ascii=False), 600)
+            shown = whole_args(pending.args)
             risk = pending.risk.value if pending.risk is not None else "?"
             tool = one_line(pending.tool or "this call", 80)
-            self.out.print(Text(f"  {tool} (risk: {risk}) with {args}", style="yellow"))
+            head = f"  {tool} (risk: {risk}) with these arguments, {len(shown):,} characters:"
+            self.out.print(Text(head, style="yellow"))
+            if len(shown) > PAGED_ARGS_CHARS and self.out.is_terminal:
+                # Too long for the screen: paged, so every character passes before the
+                # question (a tail hidden past the scrollback approves nothing unseen).
+                click.echo_via_pager(shown)
+            else:
+                self.out.print(Text(shown))
             yes = Confirm.ask(f"Allow {escape(tool)}?", console=self.out)
         self._decide(pending, bool(yes))
 

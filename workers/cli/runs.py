@@ -3,6 +3,7 @@ and the people in the loop: `pending`, `approve`, `deny`, `answer`, `cancel`."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -10,9 +11,10 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 import click
+from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -38,7 +40,7 @@ from workers.cli.live import (
     describe,
     usage_line,
 )
-from workers.cli.terminal import json_text, one_line, printable
+from workers.cli.terminal import json_text, one_line, printable, whole_args
 from workers.client.runs import page_cursor
 from workers.engine.budget import Budget
 from workers.engine.records import RUN_FILTERS, Pending, RunStatus, run_list
@@ -60,6 +62,8 @@ __all__ = [
 ]
 
 DEMO_APP = "workers.cli.demo:relay"
+MAX_ARGS_FILE_CHARS = 1_000_000
+"""Edited arguments read from --args-file at most (more is not JSON we take)."""
 DEMO_TASK = "Look through my notes and write a short summary of the meeting notes to summary.md."
 
 # --- run and demo ---------------------------------------------------------------------------------
@@ -332,6 +336,9 @@ def show(obj: Context, run_id: str, as_json: bool) -> None:
     for pending in status.pending:
         grid.add_row(*row("waits on", _pending_line(pending)))
     out.print(grid)
+    for pending in status.pending:
+        if pending.kind == "call":
+            _print_call_whole(out, pending)
     out.print(Text("trace:", style="bold"))
     for entry in trace:
         line = describe(entry, run_id)
@@ -363,6 +370,16 @@ def watch(obj: Context, run_id: str, as_json: bool) -> None:
 
 
 # --- people in the loop ---------------------------------------------------------------------------
+
+
+def _print_call_whole(out: Console, pending: Pending) -> None:
+    """A pending call's arguments, every character of them: what an approval approves."""
+    shown = whole_args(pending.args)
+    risk = pending.risk.value if pending.risk is not None else "?"
+    what = f"{pending.run_id} {pending.call_id}: {pending.tool} (risk {risk})"
+    head = f"{what}, {len(shown):,} characters:"
+    out.print(Text(one_line(head), style="bold"))
+    out.print(Text(shown))
 
 
 def _pending_line(pending: Pending) -> str:
@@ -398,6 +415,9 @@ def pending(obj: Context, run_id: str | None, as_json: bool) -> None:
             *row(p.run_id, p.kind, p.call_id or "", risk, _age(p.created_ms), _pending_line(p))
         )
     out.print(table)
+    for p in found:
+        if p.kind == "call":
+            _print_call_whole(out, p)
     hint = "Decide with: relay approve RUN [CALL] · relay deny RUN [CALL]"
     if any(p.kind == "budget" for p in found):
         hint += " · a budget: relay extend RUN --usd X (or --tokens, --calls, --seconds)"
@@ -426,12 +446,31 @@ def _decide(relay: Relay, run_id: str, call_id: str | None, yes: bool, reason: s
 @click.command()
 @click.argument("run_id")
 @click.argument("call_id", required=False)
+@click.option(
+    "--args-file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Approve the call with these arguments instead (a JSON object; - reads stdin),"
+    " checked against the tool as the model's were.",
+)
 @app_option
 @click.pass_obj
-def approve(obj: Context, run_id: str, call_id: str | None) -> None:
+def approve(obj: Context, run_id: str, call_id: str | None, args_file: TextIO | None) -> None:
     """Approve a call (RUN CALL) or, with no CALL, the plan a run waits on."""
-    what = _decide(obj.relay, run_id, call_id, True, "")
-    click.echo(f"Approved {one_line(what)}.")
+    if args_file is None:
+        what = _decide(obj.relay, run_id, call_id, True, "")
+        click.echo(f"Approved {one_line(what)}.")
+        return
+    if call_id is None or call_id == "plan":
+        raise click.UsageError("--args-file edits a call: name it (relay approve RUN CALL)")
+    try:
+        args = json.loads(args_file.read(MAX_ARGS_FILE_CHARS + 1))
+    except ValueError as error:
+        raise click.BadParameter(f"not JSON: {error}", param_hint="--args-file") from None
+    if not isinstance(args, dict):
+        raise click.BadParameter("a JSON object, {...}", param_hint="--args-file")
+    obj.relay.approve(run_id, call_id, True, args=args, by=os.environ.get("USER", ""))
+    click.echo(f"Approved {one_line(call_id)} of run {one_line(run_id)} with edited arguments.")
 
 
 @click.command()

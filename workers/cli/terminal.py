@@ -18,6 +18,7 @@ approving its call, move the cursor, retitle the window or reorder a line.
 
 from __future__ import annotations
 
+import json
 import re
 
 __all__ = ["REPLACEMENT", "json_text", "one_line", "printable"]
@@ -50,3 +51,9 @@ def json_text(text: str) -> str:
     same character: the JSON decodes to exactly the same value.
     """
     return _UNSAFE_IN_JSON.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
+
+
+def whole_args(args: object) -> str:
+    """A call's arguments whole, for a person deciding it: indented JSON, every character
+    kept (none a terminal would act on)."""
+    return printable(json.dumps(args or {}, ensure_ascii=False, indent=2))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from agent_core import Outcome
 from workers.engine.budget import Budget
@@ -180,11 +181,20 @@ class RunsClient:
         return self.store.people.pending()
 
     def approve(
-        self, run_id: str, call_id: str, yes: bool = True, reason: str = "", *, by: str = ""
+        self,
+        run_id: str,
+        call_id: str,
+        yes: bool = True,
+        reason: str = "",
+        *,
+        by: str = "",
+        args: dict[str, Any] | None = None,
     ) -> None:
         """Decide a call that waits for approval. Refused unless that call is pending.
 
-        `by` names who decided; the run's trace says so.
+        `by` names who decided; the run's trace says so. `args`: approve the call with
+        these arguments instead of the model's (checked by `Relay.approve`, which knows
+        the tools; the worker checks them again).
 
         Raises:
             DecisionRefused: the call is not waiting for a decision, was decided
@@ -194,7 +204,11 @@ class RunsClient:
         _check_yes(yes)
         if not isinstance(call_id, str):
             raise DecisionRefused(f"a call id is text, got {call_id!r}")
-        event = CallDecision(call=call_id, yes=yes, reason=str(reason)[:2_000], by=str(by)[:200])
+        if args is not None and (not yes or not isinstance(args, dict)):
+            raise DecisionRefused("edited arguments are a dict, and go with an approval")
+        event = CallDecision(
+            call=call_id, yes=yes, reason=str(reason)[:2_000], by=str(by)[:200], args=args
+        )
         self._decide(run_id, "call", call_id, event, f"call {call_id}")
 
     def deny(self, run_id: str, call_id: str, reason: str = "") -> None:

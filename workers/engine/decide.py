@@ -25,6 +25,7 @@ waiting for.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -39,8 +40,10 @@ from agent_core import (
     Run,
     Stop,
     Summarize,
+    ToolArgsError,
     ToolCall,
     ToolOutput,
+    UsageError,
 )
 from agent_core.text import clean, cut
 from agent_core.toolbox import DELEGATE
@@ -164,8 +167,14 @@ def _on_tool_done(run: Working, event: ToolDone) -> None:
     if event.ran is not None:
         run.ran[event.call] = event.ran
     run.call_stale(event.call)
-    run.calls.pop(event.call, None)
-    run.agent.result(event.call, event.output)
+    track = run.calls.pop(event.call, None)
+    output = event.output
+    if track is not None and track.args is not None:
+        # The model asked for other arguments: it must know what really ran.
+        edited = json.dumps(track.args, ensure_ascii=False)
+        told = f"(A person edited this call's arguments before approving it; it ran with {edited}.)"
+        output = output.model_copy(update={"text": f"{told}\n{output.text}"})
+    run.agent.result(event.call, output)
 
 
 def _on_child_done(run: Working, event: ChildDone) -> None:
@@ -195,9 +204,15 @@ def _on_call_decision(run: Working, event: CallDecision) -> None:
     if track is None or track.status != "approval":
         return
     who = {"by": event.by} if event.by else {}
+    edited: dict[str, Any] | None = None
+    if event.yes and event.args is not None:
+        edited = _edited_args(run, event, track.tool)
+        if edited is None:
+            return  # refused: declined with the reason
     if event.yes:
         status = "held" if run.paused else "running"  # a paused run sends it when resumed
-        run.calls[event.call] = track.model_copy(update={"status": status, "expires_ms": None})
+        changes = {"status": status, "expires_ms": None, "args": edited}
+        run.calls[event.call] = track.model_copy(update=changes)
         if not run.paused:
             run.send(Message("run_tool", run.id, call=event.call, tool=track.tool))
         by = f"by {event.by}" if event.by else ""
@@ -206,6 +221,33 @@ def _on_call_decision(run: Working, event: CallDecision) -> None:
     run.calls.pop(event.call)
     run.note("declined", event.reason, call_id=event.call, tool=track.tool, data=who)
     run.agent.result(event.call, ToolOutput.declined(event.reason))
+
+
+def _edited_args(run: Working, event: CallDecision, tool: str) -> dict[str, Any] | None:
+    """The arguments a person edited the call to, checked again here as the model's were
+    (the client checked them too; a decision that reaches Redis another way may not have
+    been): the trace shows both versions and who edited. None: refused, and the call is
+    declined with the reason (the model is told)."""
+    assert event.args is not None
+    try:
+        checked = run.agent.check_args(tool, event.args)
+    except (ToolArgsError, UsageError) as error:
+        reason = f"the edited arguments were refused: {error}"
+        run.calls.pop(event.call)
+        run.note("declined", reason, call_id=event.call, tool=tool)
+        run.agent.result(event.call, ToolOutput.declined(reason))
+        return None
+    was = next((c.args for c in _batch(run) if c.id == event.call), None)
+    data = {"was": was, "now": checked, **({"by": event.by} if event.by else {})}
+    text = f"arguments edited by {event.by}" if event.by else "arguments edited"
+    run.note("edited", text, call_id=event.call, tool=tool, data=data)
+    return checked
+
+
+def _batch(run: Working) -> list[ToolCall]:
+    """The calls of the run's current batch (none if it is not running one)."""
+    step = run.agent.resume()
+    return [step.call, *run.agent.queued()] if isinstance(step, Run) else []
 
 
 _HANDLERS: dict[str, Callable[[Working, Any], None]] = {

@@ -13,7 +13,7 @@ a decision that came after the expiry.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
@@ -112,6 +112,9 @@ class CallDecision(BaseModel):
     reason: str = ""
     by: str = ""
     """Who decided (as the client that decided names them), for the trace."""
+    args: dict[str, Any] | None = None
+    """The call's arguments as a person edited them before approving (checked by the
+    client against the tool, and again by the worker); None: as the model gave them."""
 
 
 class PlanDecision(BaseModel):

@@ -140,6 +140,8 @@ class CallTrack(BaseModel):
     child: str | None = None
     created_ms: int
     expires_ms: int | None = None
+    args: dict[str, Any] | None = None
+    """The arguments a person approved it with, edited (None: the model's, unchanged)."""
 
 
 class RunRecord(BaseModel):

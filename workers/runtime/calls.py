@@ -137,7 +137,11 @@ class Claimed:
         """Return this call if the run's current batch still holds it, else None (stale)."""
         step = self.agent.resume()
         batch = [step.call, *self.agent.queued()] if isinstance(step, Run) else []
-        return next((c for c in batch if c.id == self.asked.what), None)
+        call = next((c for c in batch if c.id == self.asked.what), None)
+        track = self.record.calls.get(self.asked.what)
+        if call is not None and track is not None and track.args is not None:
+            return call.model_copy(update={"args": track.args})  # as a person edited it
+        return call
 
     def others_out(self) -> bool:
         """Whether other calls of the batch are still out (their saves would race ours)."""

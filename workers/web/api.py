@@ -9,7 +9,8 @@
     GET  /api/runs/<id>/live?after=ID          its replies as they are written (`relay.stream`'s
                                                events after stream id ID), and `next`
     GET  /api/pending                          what waits on a person
-    POST /api/runs/<id>/calls/<call>/decision  {"approve": true|false, "reason": "..."}
+    POST /api/runs/<id>/calls/<call>/decision  {"approve": true|false, "reason": "...",
+                                               "args": {...} to approve with edited arguments}
     POST /api/runs/<id>/plan/decision          {"approve": true|false, "step": N}
 
 A decision must be sent as `application/json` (a page on another site cannot
@@ -38,7 +39,8 @@ from workers.web.views import pending_row, run_tree, runs_page, trace_row
 
 __all__ = ["routes"]
 
-MAX_BODY_BYTES = 8_192
+MAX_BODY_BYTES = 262_144
+"""A decision's body, edited arguments included."""
 TRACE_POSITION_MAX = 2**53
 """Trace positions count lines ever written: a larger one is no position."""
 
@@ -121,10 +123,13 @@ class _Api:
         call_id = request.path_params.get("call_id")
         kind, what = ("call", call_id) if call_id else ("plan", str(body.get("step", "")))
         reason = str(body.get("reason", ""))[:2_000]
+        args = body.get("args")
+        if args is not None and (not call_id or not approve or not isinstance(args, dict)):
+            return _error('"args" is an object, and goes with approving a call', 400)
         user = self.web.user(request)
         try:
             said = await run_in_threadpool(
-                self.web.decide, user, kind, run_id, what, yes=approve, reason=reason
+                self.web.decide, user, kind, run_id, what, yes=approve, reason=reason, args=args
             )
         except RunNotFound as error:
             return _error(str(error), 404)

@@ -9,7 +9,9 @@ POST /approvals/decide       one decision, from a form made for this person and 
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -22,12 +24,22 @@ from workers.errors import DecisionRefused, RunNotFound
 from workers.settings import now_ms
 from workers.web.auth import cross_site, same_text
 from workers.web.site import Web
-from workers.web.views import money, pending_row, run_tree, runs_page, trace_row
+from workers.web.views import (
+    LONG_ARGS_CHARS,
+    args_digest,
+    args_text,
+    money,
+    pending_row,
+    run_tree,
+    runs_page,
+    trace_row,
+)
 
 __all__ = ["routes"]
 
 PAGE_RUNS = 100
-MAX_FORM_BYTES = 8_192
+MAX_FORM_BYTES = 262_144
+"""A decision's form, edited arguments included."""
 
 
 class _Pages:
@@ -69,7 +81,7 @@ class _Pages:
         trace = [trace_row(entry, web.settings.flower_url) for entry in entries]
         user = web.user(request)
         pending = [(row, _token(web, user, row)) for row in tree["pending"]]
-        plan = plans[-1] if plans else ""
+        plan = [step.strip() for step in plans[-1].splitlines() if step.strip()] if plans else []
         return web.page(
             request, "run.html", run=tree, trace=trace, after=position, plan=plan, pending=pending
         )
@@ -79,10 +91,11 @@ class _Pages:
         user, now = web.user(request), now_ms()
         rows = [pending_row(p, now) for p in web.relay.pending()]
         forms = [(row, _token(web, user, row)) for row in rows]
+        tasks = _tasks(web, {str(row["run_id"]) for row in rows})
         said = request.query_params.get("said", "")
         if not same_text(request.query_params.get("sig", ""), web.signed(said)):
             said = ""  # only what this server said, not text from a link someone sent
-        return web.page(request, "approvals.html", pending=forms, said=said)
+        return web.page(request, "approvals.html", pending=forms, said=said, tasks=tasks)
 
     async def decide(self, request: Request) -> Response:
         web = self.web
@@ -93,15 +106,24 @@ class _Pages:
             return _refused(web, request, "the form is too large")
         form = {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items() if v}
         kind, run_id, what = form.get("kind", ""), form.get("run", ""), form.get("what", "")
+        decision = form.get("decision", "")
+        yes = decision in ("approve", "approve_edited")
+        edited = _edited(form.get("args", "")) if decision == "approve_edited" else None
+        if isinstance(edited, str):  # (before the form is used: send it again, mended)
+            return _refused(web, request, edited, status=400)
         user = web.user(request)
         why = await run_in_threadpool(
             web.tokens.refusal, form.get("token", ""), user, (kind, run_id, what), int(time.time())
         )
         if why:
             return _refused(web, request, why)
-        yes = form.get("decision") == "approve"
+        reason = form.get("reason", "").strip()[:2_000]
         try:
-            said = await run_in_threadpool(web.decide, user, kind, run_id, what, yes=yes)
+            if yes and kind == "call" and edited is None:
+                await run_in_threadpool(_whole_call_seen, web, run_id, what, form.get("seen", ""))
+            said = await run_in_threadpool(
+                web.decide, user, kind, run_id, what, yes=yes, reason=reason, args=edited
+            )
         except (DecisionRefused, RunNotFound) as error:
             return _refused(web, request, str(error), status=409)
         query = urlencode({"said": said, "sig": web.signed(said)})
@@ -124,6 +146,43 @@ def _token(web: Web, user: str, row: dict[str, object]) -> str:
     """An approval form's token, for a call or a plan; none for what relay web does not
     decide (a question: `relay answer`; a budget: `relay extend`)."""
     return web.form_token(user, row) if row["kind"] in ("call", "plan") else ""
+
+
+def _tasks(web: Web, runs: set[str]) -> dict[str, str]:
+    """The task of each of `runs` (those still there)."""
+    found = {}
+    for run_id in sorted(runs)[:500]:
+        try:
+            found[run_id] = web.relay.status(run_id).task
+        except RunNotFound:
+            continue
+    return found
+
+
+def _edited(text: str) -> dict[str, Any] | str:
+    """The edited arguments a form sent (a JSON object), or why they are no arguments."""
+    try:
+        args = json.loads(text)
+    except ValueError as error:
+        return f"the edited arguments are not JSON: {error}"
+    if not isinstance(args, dict):
+        return "the edited arguments must be a JSON object, {...}"
+    return args
+
+
+def _whole_call_seen(web: Web, run_id: str, call_id: str, seen: str) -> None:
+    """Refuse an approval of a call too long to show whole unless the page it came from
+    had its whole arguments opened (the page sends their digest back only then)."""
+    pending = [p for p in web.relay.status(run_id).pending if p.call_id == call_id]
+    if not pending:
+        return  # deciding it says what is wrong
+    if len(args_text(pending[0].args)) > LONG_ARGS_CHARS and not same_text(
+        seen, args_digest(pending[0].args)
+    ):
+        raise DecisionRefused(
+            f"open the whole call ({len(args_text(pending[0].args)):,} characters) before"
+            " approving it"
+        )
 
 
 def _refused(web: Web, request: Request, why: str, status: int = 403) -> Response:

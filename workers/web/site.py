@@ -40,19 +40,32 @@ class Web:
         return self.templates.TemplateResponse(request, name, context, status_code=status)
 
     def decide(
-        self, user: str, kind: str, run_id: str, what: str, *, yes: bool, reason: str = ""
+        self,
+        user: str,
+        kind: str,
+        run_id: str,
+        what: str,
+        *,
+        yes: bool,
+        reason: str = "",
+        args: dict[str, Any] | None = None,
     ) -> str:
-        """Decide a pending call or plan in `user`'s name; return what was done, in words.
+        """Decide a pending call or plan in `user`'s name (a call approved with `args` if
+        given: edited arguments); return what was done, in words.
 
         Raises:
-            DecisionRefused: it is not pending (any more), or was decided already.
+            DecisionRefused: it is not pending (any more), was decided already, or the
+                edited arguments are refused (the call stays pending).
             RunNotFound: there is no such run.
         """
         verb, client = ("approved" if yes else "denied"), self.relay.runs_client
         if kind == "call":
             why = reason or f"denied by {user} in relay web"
-            client.approve(run_id, what, yes=yes, reason="" if yes else why, by=user)
-            return f"{verb} {what} of run {run_id}"
+            self.relay.approve(
+                run_id, what, yes, "" if yes else why, args=args if yes else None, by=user
+            )
+            edited = " with edited arguments" if yes and args is not None else ""
+            return f"{verb} {what} of run {run_id}{edited}"
         if kind == "plan":
             pending = [p for p in self.relay.status(run_id).pending if p.kind == "plan"]
             if not pending or str(pending[0].seq) != what:

@@ -6,6 +6,8 @@ are read with `getattr`, so they appear as soon as the RunStatus has them.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -16,8 +18,11 @@ from workers.errors import RunNotFound
 from workers.relay import Relay
 
 __all__ = [
+    "LONG_ARGS_CHARS",
     "MARKS",
     "RunsPage",
+    "args_digest",
+    "args_text",
     "duration",
     "money",
     "pending_row",
@@ -156,10 +161,33 @@ def _cost(usage: object) -> float | None:
     return micro / 1_000_000
 
 
+LONG_ARGS_CHARS = 2_000
+"""A call's arguments longer than this (as shown, in JSON) are folded on the page: its
+Approve stays off until the person opens them whole (`args_digest` proves it)."""
+
+
+def args_text(args: dict[str, Any] | None) -> str:
+    """A call's arguments as a person reads them: JSON, indented, every character kept."""
+    return json.dumps(args or {}, ensure_ascii=False, indent=2)
+
+
+def args_digest(args: dict[str, Any] | None) -> str:
+    """What the page sends back once the whole arguments were opened (see LONG_ARGS_CHARS)."""
+    return hashlib.sha256(args_text(args).encode()).hexdigest()[:32]
+
+
 def pending_row(pending: Pending, now_ms: int) -> dict[str, Any]:
     """Something that waits on a person; `what` names it exactly (the call, or the step)."""
     what = pending.call_id if pending.kind == "call" and pending.call_id else str(pending.seq)
+    shown = args_text(pending.args) if pending.kind == "call" else ""
     return {
+        "args_text": shown,
+        "args_chars": len(shown),
+        "args_long": len(shown) > LONG_ARGS_CHARS,
+        "args_digest": args_digest(pending.args) if pending.kind == "call" else "",
+        "plan_steps": [s.strip() for s in pending.summary.splitlines() if s.strip()]
+        if pending.kind == "plan"
+        else [],
         "kind": pending.kind,
         "run_id": pending.run_id,
         "root_id": pending.root_id,

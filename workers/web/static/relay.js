@@ -115,8 +115,41 @@ async function followLive(facts) {
   }
 }
 
+// A call too long to show whole is folded: its Approve stays off until the person opens
+// it, and the form then carries the digest of what was opened (the server checks it).
+function foldedCalls(root) {
+  for (const whole of root.querySelectorAll("details.whole-args")) {
+    whole.addEventListener("toggle", () => {
+      if (!whole.open) return;
+      const place = whole.closest("tr, li");
+      const form = place && place.querySelector("form.decide");
+      if (!form) return;
+      form.querySelector("input[name=seen]").value = whole.dataset.digest;
+      const approve = form.querySelector("button.approve");
+      approve.disabled = false;
+      approve.removeAttribute("title");
+    });
+  }
+}
+
+// The approvals page shows itself anew now and then, unless the person is busy on it
+// (typing a reason, editing arguments, reading a call opened whole).
+function refreshWhenIdle(table) {
+  const seconds = Number(table.dataset.refresh);
+  let touched = false;
+  document.addEventListener("input", () => { touched = true; });
+  setInterval(() => {
+    const busy = touched || document.querySelector("details[open]") ||
+      (document.activeElement && document.activeElement.closest("form"));
+    if (!busy) location.reload();
+  }, seconds * 1000);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   showTimes(document);
+  foldedCalls(document);
+  const refreshing = document.querySelector("[data-refresh]");
+  if (refreshing) refreshWhenIdle(refreshing);
   const facts = document.getElementById("run");
   if (facts && facts.dataset.state !== "finished") {
     follow(facts);
