@@ -103,6 +103,15 @@ def test_run_shows_the_run_live_and_exits_zero(running: Fleet) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_a_quiet_run_whose_tool_is_running_does_not_blame_the_workers(running: Fleet) -> None:
+    # A tool that takes longer than the quiet hint's 15 s: the worker holds its call.
+    running.brain.script("QUIET-1", {0: call("sleep", seconds=18), 1: final("slept")})
+    done = relay("--app", APP, "run", "QUIET-1: sleep long", env=env_of(running))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "a worker is running call-1" in done.stdout
+    assert "Is a worker running?" not in done.stdout
+
+
 def test_run_without_a_terminal_says_how_to_approve_and_keeps_waiting(running: Fleet) -> None:
     running.brain.script("HINT-1", {0: call("delete_note", name="old.txt"), 1: final("deleted")})
     job = Background("run", "--app", APP, "HINT-1: delete a note", env=env_of(running))

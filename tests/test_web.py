@@ -276,6 +276,18 @@ def test_a_run_page_shows_the_answer_while_it_is_written(tmp_path: Path) -> None
         assert bad.status_code == 400
         assert web.client.get("/api/runs/nope/live").status_code == 404
 
+        # A run parked for a person writes nothing now: its last reply (streamed, in the
+        # live stream still) is not shown as "being written".
+        f.brain.script("LIVE-2:", {0: Reply(call("delete_note", name="x"), piece_chars=4)})
+        parked = f.relay.start("LIVE-2: delete x")
+        f.until(lambda: f.relay.status(parked).state == "waiting", what="the run to park")
+        streamed = web.client.get(f"/api/runs/{parked}/live", params={"after": "0"}).json()
+        assert any(e["kind"] == "text" for e in streamed["events"])  # there is text to show
+        with browser_page(web) as page:
+            page.goto(f"/runs/{parked}")
+            page.wait_for_timeout(2_500)  # three polls of the live stream
+            assert page.locator("#live-box").is_hidden()
+
 
 ODD = [
     "²",

@@ -42,9 +42,10 @@ EXIT_STOPPED = 1
 """`run` and `demo`: the run ended without doing its task (declined, cancelled, failed)."""
 EXIT_INTERRUPTED = 130
 QUIET_SECONDS = 15.0
+"""After this long without a trace line, `run` and `watch` ask whether a worker is up
+(unless a worker holds one of the run's calls: then it is working, and they say so)."""
 PAGED_ARGS_CHARS = 2_000
 """A call's arguments longer than this are paged before its question, on a terminal."""
-"""After this long without a trace line, `run` and `watch` ask whether a worker is up."""
 ASKS = frozenset({"plan", "waiting", "question"})
 """Trace kinds written in the same save that parks a run on a person."""
 
@@ -161,7 +162,14 @@ class Follower:
             return
         self._hinted_quiet = True
         status = self.relay.status(self.run_id)
-        if status.state == "running":
+        held = self.relay.runs_client.held_calls(self.run_id) if status.state == "running" else []
+        if held:
+            self._say(
+                f"Nothing new for {QUIET_SECONDS:.0f} s: a worker is running"
+                f" {one_line(', '.join(held), 200)}.",
+                "dim",
+            )
+        elif status.state == "running":
             app = f"--app {self.app} " if self.app else ""
             self._say(
                 f"Nothing has happened for {QUIET_SECONDS:.0f} s (the run waits for"

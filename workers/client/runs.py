@@ -29,7 +29,7 @@ from workers.engine.events import (
     Told,
     expiry_event,
 )
-from workers.engine.ids import PendingKind, in_tree, pending_parts
+from workers.engine.ids import PendingKind, in_tree, model_call, pending_parts
 from workers.engine.records import (
     Pending,
     ReplyStrategy,
@@ -70,6 +70,23 @@ class RunsClient:
         if found is None:
             raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
         return found
+
+    def held_calls(self, run_id: str) -> list[str]:
+        """The run's calls a worker holds now (its lease is live): its model call, its
+        tools. A run quiet for a while with one of these is working, not stuck."""
+        record, _ = self._record(run_id)
+        calls = [c for c, track in record.calls.items() if track.status == "running"]
+        if record.asked is not None:
+            calls.append(model_call(record.asked))
+        if not calls:
+            return []
+        keys = [self.store.keys.lease(run_id, call) for call in calls]
+        with self.store.errors():
+            pipe = self.store.redis.pipeline(transaction=False)
+            for key in keys:
+                pipe.exists(key)
+            live = pipe.execute()
+        return [call for call, up in zip(calls, live, strict=True) if up]
 
     def _outcome(self, run_id: str) -> tuple[RunRecord, bool]:
         """The run's record, and whether a follow-up is on its way to it (one read)."""

@@ -172,7 +172,7 @@ def new_run(
         config=config,
         tools=tuple(tools) if tools is not None else None,
         budget=limits,
-        key=checked_key(key),
+        key=checked_key(key) or app or None,  # as the README says: the app's name by default
         memory=memory,
         app=app,
     )

@@ -39,6 +39,9 @@ function traceRow(body, t) {
   cell(row, t.text).className = "text";
 }
 
+// Whether the run is asking its model now: only then is a reply "being written".
+let modelWriting = false;
+
 async function follow(facts) {
   const body = document.querySelector("#trace tbody");
   let after = Number(facts.dataset.after);
@@ -54,6 +57,7 @@ async function follow(facts) {
     for (const t of answer.entries || []) traceRow(body, t);
     showTimes(body);
     after = answer.next ?? after;
+    modelWriting = answer.state === "running" && answer.waiting_for === "model";
     const state = document.getElementById("run-state");
     state.textContent = answer.state + (answer.waiting_for ? ", waiting for " + answer.waiting_for : "");
     if (answer.state !== started) { location.reload(); return; }
@@ -106,10 +110,12 @@ async function followLive(facts) {
       else if (e.kind === "done" && e.run_id === facts.dataset.run) return;
     }
     after = answer.next ?? after;
-    if (raw) {
+    if (raw && modelWriting) {
       const answerText = finalSoFar(raw);
       shown.textContent = answerText === null ? raw : answerText;
       box.hidden = false;
+    } else {
+      box.hidden = true;  // a reply written before (the run parked, or runs its tools)
     }
     await new Promise((done) => setTimeout(done, 700));
   }
@@ -152,6 +158,7 @@ document.addEventListener("DOMContentLoaded", () => {
   if (refreshing) refreshWhenIdle(refreshing);
   const facts = document.getElementById("run");
   if (facts && facts.dataset.state !== "finished") {
+    modelWriting = facts.dataset.state === "running" && facts.dataset.waiting === "model";
     follow(facts);
     followLive(facts);
   }
