@@ -58,6 +58,8 @@ def test_metrics_show_the_fleet(tmp_path: Path) -> None:
         samples = _scrape(web)
         assert _sum(samples, "relay_runs", state="waiting", waiting_for="call") == 1
         assert _sum(samples, "relay_runs", state="finished") == 4
+        # How the finished ones ended: the tool that raised did not fail its run.
+        assert _sum(samples, "relay_runs", state="finished", outcome="done") == 4
         assert _sum(samples, "relay_waiting_on_person", kind="call") == 1
         assert _sum(samples, "relay_waiting_on_person", kind="plan") == 0
         assert 1 <= _sum(samples, "relay_oldest_wait_seconds") < 60
@@ -94,6 +96,10 @@ def test_metrics_show_the_fleet(tmp_path: Path) -> None:
         assert _sum(after, "relay_runs_read") == 5
         assert _sum(after, "relay_oldest_wait_seconds") == 0
         assert _sum(after, "relay_model_calls_total", outcome="failed") >= 1
+        # ... counted on the route that failed, and the run that stopped for it as failed.
+        assert _sum(after, "relay_model_calls_total", route="default", outcome="failed") >= 1
+        assert _sum(after, "relay_model_calls_total", route="-", outcome="failed") == 0
+        assert _sum(after, "relay_runs", state="finished", outcome="failed") == 1
         assert _sum(after, "relay_steps_total", task="call_model", outcome="failed") >= 1
 
 

@@ -96,6 +96,7 @@ class ModelCallError(RelayError):
         retryable: bool,
         status: int | None = None,
         retry_after: float | None = None,
+        route: str = "",
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -103,6 +104,8 @@ class ModelCallError(RelayError):
         self.status = status
         self.retry_after = retry_after
         """Seconds the server asked us to wait (Retry-After), if it said."""
+        self.route = route
+        """The model route that failed last ("" where no route was asked)."""
 
 
 class CallTimedOut(RelayError):

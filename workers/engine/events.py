@@ -85,6 +85,8 @@ class ModelFailed(BaseModel):
     to try again. One retry budget per call, whichever layer spends it."""
     status: int | None = None
     """The HTTP status the model server answered last, if it answered."""
+    route: str = ""
+    """The model route that failed last ("" where none was asked)."""
     ran: Ran | None = None
 
 

@@ -172,6 +172,7 @@ class ModelRouter:
                     max_tokens=max_tokens,
                 )
             except ModelCallError as error:
+                error.route = route.name  # the metrics count the failure on it
                 paused = self._failed(route, key, holder, error, charged)
                 if error.status in WRONG_REQUEST:
                     raise

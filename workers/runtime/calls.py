@@ -373,7 +373,9 @@ class Calls:
             raise  # no route could be asked, no call made: the lease lapses, the tick re-sends
         except ModelCallError as error:
             # Its retries are spent.
-            return ModelFailed(seq=seq, error=str(error), final=True, status=error.status)
+            return ModelFailed(
+                seq=seq, error=str(error), final=True, status=error.status, route=error.route
+            )
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
         usage = self.pricing.priced(reply, route)

@@ -182,7 +182,7 @@ def call_facts(
         error=done.line if done.failed else "",
         usage=event.usage if isinstance(event, ModelReplied) else None,
         attempt=attempt,
-        route=event.route if isinstance(event, ModelReplied) else "",
+        route=event.route if isinstance(event, ModelReplied | ModelFailed) else "",
     )
 
 
