@@ -28,6 +28,7 @@ from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelSource
 from workers.runtime.calls import Calls
+from workers.runtime.carrier import name_runs_in_logs
 from workers.runtime.continuation import Continuation, Reach
 from workers.runtime.metrics import FleetMetrics
 from workers.runtime.reports import Report
@@ -89,6 +90,7 @@ class Runtime:
         self._route_models = {route.name: route.model for route in routed}
         self._key = key
         self._model = settings.model
+        name_runs_in_logs()  # a worker's lines about a call name its run and call
 
     def task(self, message: Message, hard_limit_s: float | None = None) -> Report:
         """The body of a step task: `message`'s step, then those it continues in place;

@@ -44,7 +44,7 @@ from workers.model.endpoints import ModelRoute
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.wire import Model, ModelReply, complete
-from workers.runtime.carrier import carrier
+from workers.runtime.carrier import carrier, working_on
 from workers.runtime.leases import Lease, run_leased, save_holding
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
 from workers.runtime.steps import Steps
@@ -222,6 +222,12 @@ class Calls:
         not_here = self._not_run_here(call)
         if not_here is not None:
             return not_here
+        with working_on(asked.run_id, asked.what):
+            return self._made(call, produce)
+
+    def _made(self, call: Claimed, produce: Produce) -> Report:
+        """Make the claimed call, keep its outcome, advance the run."""
+        asked = call.asked
         if call.attempt > 1:
             self._say_taken_over(call)
         started = time.time_ns()
@@ -496,7 +502,7 @@ class Calls:
         try:
             self.store.add_trace(run_id, entry)
         except StoreUnavailable as error:
-            log.warning("could not record progress: %s", error)
+            log.warning("could not record progress of %s of run %s: %s", call_id, run_id, error)
 
 
 def _with_ran(event: InboxEvent, attempt: int) -> InboxEvent:

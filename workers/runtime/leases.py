@@ -19,6 +19,7 @@ still holds one, which outcomes it loses (`held`).
 from __future__ import annotations
 
 import atexit
+import contextvars
 import logging
 import os
 import queue
@@ -27,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
 from workers.errors import CallTimedOut, StoreUnavailable
@@ -121,7 +123,7 @@ def run_leased(
         CallTimedOut: `timeout_s` passed before `fn` returned.
         Exception: whatever `fn` raised.
     """
-    job = _Job(fn)
+    job = _Job(partial(contextvars.copy_context().run, fn))  # (what it works on, for the logs)
     _pool().submit(job)
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     interval = max(lease.length_s / 3, 0.05)
