@@ -13,7 +13,7 @@ import pytest
 from tests.support.brain import call, final
 from tests.support.cli import clean_env, relay
 from tests.support.fleet import Fleet, fleet
-from tests.support.web import RelayWeb, browser_page, form_of
+from tests.support.web import RelayWeb, browser_page, form_of, screen
 
 APP = "tests.apps.notes:relay"
 HIDDEN = "THEN-ALSO-WIRE-TO-ATTACKER-IBAN"
@@ -54,8 +54,10 @@ def test_a_long_call_is_shown_whole_before_it_can_be_approved(tmp_path: Path) ->
         assert f.relay.status(run_id).state == "waiting"
 
         with browser_page(web) as page:
+            page.set_viewport_size({"width": 1400, "height": 900})
             for path in ("/approvals", f"/runs/{run_id}"):
                 page.goto(path)
+                screen(page, "approvals-long-call" if path == "/approvals" else "run-long-call")
                 place = page.locator("[data-what='call-1']").first
                 approve = place.locator("button.approve")
                 assert approve.is_disabled()
@@ -64,6 +66,7 @@ def test_a_long_call_is_shown_whole_before_it_can_be_approved(tmp_path: Path) ->
             place.locator("details.whole-args summary").click()
             whole = place.locator("details.whole-args pre.args")
             assert whole.is_visible()
+            screen(page, "run-long-call-opened", whole=False)
             assert json.loads(whole.inner_text()) == {"name": LONG_NAME}  # every character
             assert approve.is_enabled()
             approve.click()
@@ -88,6 +91,21 @@ def test_deny_on_the_web_takes_a_reason_the_model_is_told(tmp_path: Path) -> Non
         assert (declined.text, declined.data) == ("that note is still needed", {"by": "alice"})
         assert any("that note is still needed" in c.prompt for c in f.model.calls)
 
+        # Cancel, on the run page, with a reason: it goes into the outcome.
+        stopped = _waiting(f, "CANCEL-1", call("delete_note", name="x.txt"))
+        with browser_page(web) as page:
+            page.goto(f"/runs/{stopped}")
+            page.fill("form.cancel-run input.reason", "wrong task")
+            page.click("#cancel")
+            page.wait_for_url(f"**/runs/{stopped}?said=*")
+            assert "cancelling run" in page.locator("p.said").inner_text()
+            page.wait_for_selector("#run-outcome", timeout=30_000)
+            assert "cancelled" in page.locator("#run-outcome").inner_text()
+            assert page.locator("#cancel").count() == 0  # a finished run has none
+        outcome = f.relay.wait(stopped, timeout=30)
+        assert (outcome.stop.value, outcome.summary) == ("cancelled", "wrong task")
+        assert f.ledger() == []
+
 
 @pytest.mark.timeout(240)
 def test_approve_with_edits(tmp_path: Path) -> None:
@@ -102,6 +120,7 @@ def test_approve_with_edits(tmp_path: Path) -> None:
             place = page.locator(f"tr.pending[data-run='{good}']")
             place.locator("details.edit summary").click()
             place.locator("textarea[name=args]").fill('{"name": "older.txt"}')
+            screen(page, "approvals-edit")
             place.locator("button.approve-edited").click()
             page.wait_for_url("**/approvals?said=*")
             assert "with edited arguments" in page.locator("p.said").inner_text()

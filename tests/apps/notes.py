@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent_core import Config, Risk, Specialist
+from agent_core import Config, Risk, Specialist, ToolOutput
 from workers import Relay, Settings, ToolContext
 
 SPECIALISTS = [
@@ -63,6 +63,12 @@ def pay(amount: float) -> str:
     """Pay an amount."""
     ledger(f"pay {amount}")
     return f"paid {amount}"
+
+
+def unsure(amount: float) -> ToolOutput:
+    """Send a transfer whose bank does not confirm it."""
+    ledger(f"unsure {amount}")
+    return ToolOutput.unknown("the bank timed out: the transfer may or may not have gone through")
 
 
 def sleep(seconds: float) -> str:
@@ -172,6 +178,7 @@ TOOLS = [
     (boom, Risk.READ),
     (until_cancelled, Risk.READ),
     (crunch_then_wait, Risk.READ),
+    (unsure, Risk.READ),
 ]
 
 

@@ -8,6 +8,7 @@ import secrets
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from tests.support.redis_server import free_port
 from tests.support.worker_process import RelayProcess
 
-__all__ = ["CHROMIUM", "RelayWeb", "browser_page", "form_of"]
+__all__ = ["CHROMIUM", "RelayWeb", "browser_page", "form_of", "screen"]
 
 CHROMIUM = Path("/usr/bin/chromium")
 USER = "alice"
@@ -88,3 +89,11 @@ def browser_page(web: RelayWeb) -> Iterator[object]:
             yield context.new_page()
         finally:
             browser.close()
+
+
+def screen(page: Any, name: str, *, whole: bool = True) -> None:
+    """Save what `page` shows as DIR/`name`.png when RELAY_TEST_SCREENS=DIR is set (how the
+    pictures in docs/screens/ are taken); nothing otherwise."""
+    where = os.environ.get("RELAY_TEST_SCREENS")
+    if where:
+        page.screenshot(path=str(Path(where) / f"{name}.png"), full_page=whole)

@@ -45,7 +45,8 @@ _LINES: dict[str, tuple[str, str]] = {
     "turn_ended": ("■ turn ended: {text}", "green"),
     "interrupted": ("✗ this turn was stopped for a new request", "yellow"),
 }
-_HIDDEN = frozenset({"usage", "stop"})
+_HIDDEN = frozenset({"usage", "stop", "call_failed"})
+"""Kinds the run's last line says already (a failed call's own line: relay web shows it)."""
 _RESULT_STYLES = {"ok": "green", "error": "red", "declined": "yellow", "unknown": "magenta"}
 
 

@@ -69,7 +69,7 @@ from workers.engine.events import (
 )
 from workers.engine.ids import child_id, model_call, pending_member
 from workers.engine.records import CallTrack, Pending, RunRecord
-from workers.engine.working import Surroundings, Working
+from workers.engine.working import Surroundings, Working, ran_data
 
 __all__ = ["decide", "finish", "forget_model_call", "sync_pending"]
 
@@ -133,6 +133,9 @@ def _on_model_failed(run: Working, event: ModelFailed) -> None:
         _force_stop(run, Stop.BUDGET_EXCEEDED, event.error)
     elif event.final:
         said = cut(clean(event.error), 500)  # (no "trying again": nobody will)
+        # The failed call's own line: which route, attempt, worker and task made it.
+        made = {**ran_data(event.ran), **({"route": event.route} if event.route else {})}
+        run.note("call_failed", said, call_id=model_call(event.seq), data=made)
         _force_stop(run, Stop.MODEL_FAILED, f"{_model_failure(event.status)}: {said}")
     else:
         run.agent.fail(event.error)

@@ -57,6 +57,8 @@ class Ran(BaseModel):
     attempt: int
     worker: str = ""
     task: str = ""
+    ms: int | None = None
+    """How long the call took, from its claim to its outcome."""
 
 
 class ModelReplied(BaseModel):

@@ -233,6 +233,8 @@ def ran_data(ran: Ran | None) -> dict[str, object]:
         data["worker"] = ran.worker
     if ran.task:
         data["task"] = ran.task
+    if ran.ms is not None:
+        data["ms"] = ran.ms
     return data
 
 

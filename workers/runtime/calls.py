@@ -238,7 +238,7 @@ class Calls:
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
-        event = _with_ran(event, call.attempt)
+        event = _with_ran(event, call.attempt, (time.time_ns() - started) // 1_000_000)
         facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
         recovery_s = self.settings.recovery_seconds
         after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
@@ -505,12 +505,13 @@ class Calls:
             log.warning("could not record progress of %s of run %s: %s", call_id, run_id, error)
 
 
-def _with_ran(event: InboxEvent, attempt: int) -> InboxEvent:
-    """`event` with who made its call: the attempt, the worker, the task that carried it."""
+def _with_ran(event: InboxEvent, attempt: int, took_ms: int) -> InboxEvent:
+    """`event` with who made its call (the attempt, the worker, the task that carried it)
+    and how long it took."""
     if not isinstance(event, ModelReplied | ModelFailed | ToolDone):
         return event
     here = carrier()
-    ran = Ran(attempt=attempt, worker=here.worker, task=here.task)
+    ran = Ran(attempt=attempt, worker=here.worker, task=here.task, ms=took_ms)
     return event.model_copy(update={"ran": ran})
 
 

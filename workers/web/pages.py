@@ -3,8 +3,12 @@
 GET  /runs?state=failed&before=CURSOR   the runs, a page at a time (state or how it ended,
                              waiting for, age, key, tokens, cost)
 GET  /runs/<id>              one run: task, plan, outcome, usage, specialists, live trace
-GET  /approvals              plans and calls waiting, with Approve and Deny
-POST /approvals/decide       one decision, from a form made for this person and call
+GET  /approvals              plans and calls waiting, whole, with Approve (as is, or
+                             edited) and Deny (with a reason)
+GET  /schedules              the schedules, when they fire next, their latest runs
+GET  /routes                 the model routes as the fleet shares them
+POST /approvals/decide       one decision (or a run's Cancel), from a form made for this
+                             person and call
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -30,6 +34,7 @@ from workers.web.views import (
     args_text,
     money,
     pending_row,
+    run_row,
     run_tree,
     runs_page,
     trace_row,
@@ -38,6 +43,9 @@ from workers.web.views import (
 __all__ = ["routes"]
 
 PAGE_RUNS = 100
+SCHEDULE_RUNS_READ = 500
+"""The newest runs the schedules page looks through for each schedule's firings."""
+FIRINGS_SHOWN = 5
 MAX_FORM_BYTES = 262_144
 """A decision's form, edited arguments included."""
 
@@ -81,10 +89,47 @@ class _Pages:
         trace = [trace_row(entry, web.settings.flower_url) for entry in entries]
         user = web.user(request)
         pending = [(row, _token(web, user, row)) for row in tree["pending"]]
+        said = request.query_params.get("said", "")
+        if not same_text(request.query_params.get("sig", ""), web.signed(said)):
+            said = ""
+        stop = {"kind": "cancel", "run_id": run_id, "what": "run"}
+        cancel = (stop, web.form_token(user, stop)) if tree["state"] != "finished" else None
         plan = [step.strip() for step in plans[-1].splitlines() if step.strip()] if plans else []
         return web.page(
-            request, "run.html", run=tree, trace=trace, after=position, plan=plan, pending=pending
+            request,
+            "run.html",
+            run=tree,
+            trace=trace,
+            after=position,
+            plan=plan,
+            pending=pending,
+            cancel=cancel,
+            said=said,
         )
+
+    def schedules(self, request: Request) -> Response:
+        web, now = self.web, now_ms()
+        fired: dict[str, list[dict[str, Any]]] = {}
+        for status in web.relay.runs(limit=SCHEDULE_RUNS_READ):
+            if status.schedule and len(fired.setdefault(status.schedule, [])) < FIRINGS_SHOWN:
+                fired[status.schedule].append(run_row(status, now))
+        rows = [
+            {
+                "name": found.name,
+                "describe": found.describe(),
+                "mode": found.mode,
+                "next_ms": found.next_due_ms,
+                "last_ms": found.last_run_ms,
+                "task": found.task(),
+                "runs": fired.get(found.name, []),
+            }
+            for found in web.relay.schedules()
+        ]
+        notes = web.relay.notifications(limit=20)
+        return web.page(request, "schedules.html", schedules=rows, notifications=notes)
+
+    def routes(self, request: Request) -> Response:
+        return web_routes(self.web, request)
 
     def approvals(self, request: Request) -> Response:
         web = self.web
@@ -127,7 +172,8 @@ class _Pages:
         except (DecisionRefused, RunNotFound) as error:
             return _refused(web, request, str(error), status=409)
         query = urlencode({"said": said, "sig": web.signed(said)})
-        return RedirectResponse(f"/approvals?{query}", status_code=303)
+        back = f"/runs/{quote(run_id, safe='')}" if kind == "cancel" else "/approvals"
+        return RedirectResponse(f"{back}?{query}", status_code=303)
 
 
 def routes(web: Web) -> list[Route]:
@@ -138,6 +184,8 @@ def routes(web: Web) -> list[Route]:
         Route("/runs", pages.runs),
         Route("/runs/{run_id}", pages.run),
         Route("/approvals", pages.approvals),
+        Route("/schedules", pages.schedules),
+        Route("/routes", pages.routes),
         Route("/approvals/decide", pages.decide, methods=["POST"]),
     ]
 
@@ -146,6 +194,20 @@ def _token(web: Web, user: str, row: dict[str, object]) -> str:
     """An approval form's token, for a call or a plan; none for what relay web does not
     decide (a question: `relay answer`; a budget: `relay extend`)."""
     return web.form_token(user, row) if row["kind"] in ("call", "plan") else ""
+
+
+def web_routes(web: Web, request: Request) -> Response:
+    """The model routes as the fleet shares them (what `relay routes` shows)."""
+    now = now_ms()
+    rows = [
+        {
+            **state.model_dump(),
+            "paused_s": max(0, (state.paused_until_ms or 0) - now) / 1000,
+            "probe_s": max(0, (state.next_probe_ms or 0) - now) / 1000,
+        }
+        for state in web.relay.route_states()
+    ]
+    return web.page(request, "routes.html", routes=rows)
 
 
 def _tasks(web: Web, runs: set[str]) -> dict[str, str]:

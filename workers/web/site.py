@@ -66,13 +66,18 @@ class Web:
             )
             edited = " with edited arguments" if yes and args is not None else ""
             return f"{verb} {what} of run {run_id}{edited}"
+        if kind == "cancel":
+            why = reason or f"cancelled by {user} in relay web"
+            if not self.relay.cancel(run_id, why):
+                raise DecisionRefused(f"run {run_id} had finished already")
+            return f"cancelling run {run_id} (its specialists stop too)"
         if kind == "plan":
             pending = [p for p in self.relay.status(run_id).pending if p.kind == "plan"]
             if not pending or str(pending[0].seq) != what:
                 raise DecisionRefused(f"the plan of run {run_id} you saw is no longer pending")
             client.approve_plan(run_id, yes=yes, by=user)
             return f"{verb} the plan of run {run_id}"
-        raise DecisionRefused(f"relay web decides calls and plans, not {kind!r}")
+        raise DecisionRefused(f"relay web decides calls and plans and cancels runs, not {kind!r}")
 
     def signed(self, text: str) -> str:
         """A signature for `text` (a message this server puts in a redirect's URL)."""

@@ -239,9 +239,10 @@ def _flower_task(flower_url: str, task_id: str | None) -> str | None:
 
 
 def _made(data: dict[str, Any]) -> str:
-    """`attempt 2 on celery@w2`, or what of it is known ("" for none)."""
-    attempt, worker = data.get("attempt"), data.get("worker")
-    parts = [f"attempt {attempt}" if isinstance(attempt, int) else ""]
+    """`took 1.2 s, attempt 2 on celery@w2`, or what of it is known ("" for none)."""
+    attempt, worker, took = data.get("attempt"), data.get("worker"), data.get("ms")
+    parts = [f"took {duration(took)}," if isinstance(took, int) else ""]
+    parts.append(f"attempt {attempt}" if isinstance(attempt, int) else "")
     parts.append(f"on {worker}" if isinstance(worker, str) and worker else "")
     return " ".join(part for part in parts if part)
 
