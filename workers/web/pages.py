@@ -65,7 +65,17 @@ class _Pages:
             page = runs_page(web.relay, state, PAGE_RUNS, before, now_ms())
         except ValueError as error:
             return web.page(request, "missing.html", 400, heading="Bad request", message=str(error))
-        priced = [row["cost_micro"] for row in page.rows if row["cost_micro"] is not None]
+        # A run's tokens and cost include its specialists': a tree counts once, on its
+        # top run on this page.
+        tops = [row for row in page.rows if row["depth"] == 0]
+        priced = [row["cost_micro"] for row in tops if row["cost_micro"] is not None]
+        by_key: dict[str, list[int]] = {}
+        for row in tops:
+            spent = by_key.setdefault(str(row["key"] or ""), [0, 0, 0])
+            spent[0] += 1
+            spent[1] += row["tokens"]
+            spent[2] += row["cost_micro"] or 0
+        keys = [(key, n, tokens, money(cost)) for key, (n, tokens, cost) in sorted(by_key.items())]
         return web.page(
             request,
             "runs.html",
@@ -73,7 +83,9 @@ class _Pages:
             runs=page.rows,
             state=state,
             states=RUN_FILTERS,
+            page_tokens=sum(row["tokens"] for row in tops),
             page_cost=money(sum(priced)) if priced else "",
+            by_key=keys,
         )
 
     def run(self, request: Request) -> Response:

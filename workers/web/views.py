@@ -25,6 +25,7 @@ __all__ = [
     "args_text",
     "duration",
     "money",
+    "nested",
     "pending_row",
     "run_row",
     "run_tree",
@@ -150,7 +151,30 @@ def runs_page(relay: Relay, state: str, limit: int, before: str, now_ms: int) ->
     rows = [run_row(status, now_ms) for status in found]
     total = relay.count_runs(state)
     more = len(found) == limit and bool(found)
-    return RunsPage(rows, total, rows[-1]["cursor"] if more else "")
+    return RunsPage(nested(rows), total, rows[-1]["cursor"] if more else "")
+
+
+def nested(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` (newest first) with each specialist's run right under its parent's where both
+    are on the page, its `depth` set (0 for a run whose parent is not here)."""
+    here = {row["id"] for row in rows}
+    under: dict[str, list[dict[str, Any]]] = {}
+    tops = []
+    for row in rows:
+        if row["parent"] in here:
+            under.setdefault(row["parent"], []).append(row)
+        else:
+            tops.append(row)
+    ordered: list[dict[str, Any]] = []
+
+    def place(row: dict[str, Any], depth: int) -> None:
+        ordered.append({**row, "depth": depth})
+        for child in reversed(under.get(row["id"], [])):  # the first started first
+            place(child, depth + 1)
+
+    for row in tops:
+        place(row, 0)
+    return ordered
 
 
 def _cost(usage: object) -> float | None:
