@@ -101,9 +101,7 @@ class _Pages:
         trace = [trace_row(entry, web.settings.flower_url) for entry in entries]
         user = web.user(request)
         pending = [(row, _token(web, user, row)) for row in tree["pending"]]
-        said = request.query_params.get("said", "")
-        if not same_text(request.query_params.get("sig", ""), web.signed(said)):
-            said = ""
+        said = _said(web, request)
         stop = {"kind": "cancel", "run_id": run_id, "what": "run"}
         cancel = (stop, web.form_token(user, stop)) if tree["state"] != "finished" else None
         plan = [step.strip() for step in plans[-1].splitlines() if step.strip()] if plans else []
@@ -149,9 +147,7 @@ class _Pages:
         rows = [pending_row(p, now) for p in web.relay.pending()]
         forms = [(row, _token(web, user, row)) for row in rows]
         tasks = _tasks(web, {str(row["run_id"]) for row in rows})
-        said = request.query_params.get("said", "")
-        if not same_text(request.query_params.get("sig", ""), web.signed(said)):
-            said = ""  # only what this server said, not text from a link someone sent
+        said = _said(web, request)
         return web.page(request, "approvals.html", pending=forms, said=said, tasks=tasks)
 
     async def decide(self, request: Request) -> Response:
@@ -220,6 +216,13 @@ def web_routes(web: Web, request: Request) -> Response:
         for state in web.relay.route_states()
     ]
     return web.page(request, "routes.html", routes=rows)
+
+
+def _said(web: Web, request: Request) -> str:
+    """What this server said after a decision (`said`, signed by it): none from a link
+    someone else made."""
+    said = request.query_params.get("said", "")
+    return said if same_text(request.query_params.get("sig", ""), web.signed(said)) else ""
 
 
 def _tasks(web: Web, runs: set[str]) -> dict[str, str]:
