@@ -64,7 +64,13 @@ def _save(store: RunStore, record: RunRecord, **effects: object) -> str:
 
 
 def _claim(
-    store: RunStore, call: str, token: str, run_id: str = "r1", seq: int | None = None
+    store: RunStore,
+    call: str,
+    token: str,
+    run_id: str = "r1",
+    seq: int | None = None,
+    *,
+    task: str = "",
 ) -> Claim:
     return store.claim(
         run_id,
@@ -73,6 +79,7 @@ def _claim(
         token=token,
         lease_ms=5_000,
         now_ms=0,
+        task=task,
     )
 
 
@@ -113,8 +120,8 @@ def test_a_save_from_a_stale_version_is_refused(store: RunStore) -> None:
 def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000)
     _save(store, _running("call-1"))
-    first = _claim(store, "call-1", "a")
-    assert (first.status, first.attempts) == (ClaimStatus.CLAIMED, 1)
+    first = _claim(store, "call-1", "a", task="task-1")
+    assert (first.status, first.attempts, first.task_before) == (ClaimStatus.CLAIMED, 1, "")
     assert first.loaded is not None
     assert first.loaded.snapshot == "snap"
     assert first.loaded.version == "2"
@@ -122,8 +129,16 @@ def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
     assert busy.status is ClaimStatus.BUSY  # a duplicate delivery while the call runs does nothing
     # Once the lease lapses (a dead worker), the next claim is a second attempt.
     store.redis.delete(store.keys.lease("r1", "call-1"))
-    second = _claim(store, "call-1", "c")
+    # The tick says in the trace that attempt 1 was lost, naming its task (once).
+    assert store.note_resent("r1", "call-1", now_ms=9) == 2
+    assert store.note_resent("r1", "call-1", now_ms=9) is None
+    [resent] = [e for e in store.trace("r1")[1] if e.kind == "resent"]
+    assert (resent.call_id, resent.data["task"], resent.data["attempt"]) == ("call-1", "task-1", 2)
+    second = _claim(store, "call-1", "c", task="task-2")
     assert (second.status, second.attempts) == (ClaimStatus.CLAIMED, 2)
+    assert second.task_before == "task-1"  # the lost attempt's task, for the worker to name
+    # The worker that took it over finds it said already: nothing twice.
+    assert store.note_resent("r1", "call-1", now_ms=9, taken=2, lost_task="task-1") is None
     assert _record_outcome(store, "call-1", "c", attempt=2) is Recorded.ADVANCE
     reloaded = store.load("r1")
     assert reloaded is not None
@@ -137,6 +152,22 @@ def test_a_claim_is_taken_once_and_counts_attempts(store: RunStore) -> None:
     assert reloaded is not None
     assert len(reloaded.inbox) == 1
     assert _claim(store, "call-1", "e", run_id="nope").status is ClaimStatus.GONE
+
+
+def test_the_worker_that_takes_a_lost_call_over_says_so_if_the_tick_did_not(
+    store: RunStore,
+) -> None:
+    store.create(_record(), "snap", due_ms=5_000)
+    _save(store, _running("call-1"))
+    _claim(store, "call-1", "a", task="task-1")
+    store.redis.delete(store.keys.lease("r1", "call-1"))  # lapsed; no tick looked meanwhile
+    second = _claim(store, "call-1", "b", task="task-2")
+    taken = {"taken": second.attempts, "lost_task": second.task_before}
+    assert store.note_resent("r1", "call-1", now_ms=9, **taken) == 2  # type: ignore[arg-type]
+    assert store.note_resent("r1", "call-1", now_ms=9, **taken) is None  # type: ignore[arg-type]
+    assert store.note_resent("r1", "call-1", now_ms=9) is None  # the tick: held, said already
+    [resent] = [e for e in store.trace("r1")[1] if e.kind == "resent"]
+    assert (resent.data["lost"], resent.data["task"]) == (1, "task-1")
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,8 @@ class Claimed:
         self.loaded = loaded
         self.record: RunRecord = loaded.record
         self._agent: Agent | None = None
+        self.task_before = ""
+        """The Celery task of the claim before (the lost attempt's, on a retake)."""
 
     @property
     def label(self) -> str:
@@ -214,11 +216,13 @@ class Calls:
             lease_ms=self.timing.lease_ms,
             now_ms=self.steps.clock(),
             admission=self.pricing.admission() if asked.seq is not None else NO_ADMISSION,
+            task=carrier().task,
         )
         if claim.status is not ClaimStatus.CLAIMED:
             return self._unclaimed(asked, claim.status)
         assert claim.loaded is not None
         call = Claimed(asked, claim.attempts, claim.over, claim.loaded, claim.reply_cap)
+        call.task_before = claim.task_before
         not_here = self._not_run_here(call)
         if not_here is not None:
             return not_here
@@ -268,7 +272,7 @@ class Calls:
         try:
             said = self.store.note_resent(
                 asked.run_id, asked.what, self.steps.clock(), taken=call.attempt,
-                worker=carrier().worker,
+                lost_task=call.task_before,
             )  # fmt: skip
         except StoreUnavailable:
             return  # the call matters more than saying so

@@ -244,7 +244,12 @@ def _fields_to_forget(stale_calls: Sequence[str], *, follow_up: bool) -> list[st
     fields = [
         field
         for call in stale_calls
-        for field in (RunFields.result(call), RunFields.attempts(call), RunFields.noted(call))
+        for field in (
+            RunFields.result(call),
+            RunFields.attempts(call),
+            RunFields.noted(call),
+            RunFields.carrier(call),
+        )
     ]
     return [*fields, RunFields.FOLLOW_UP] if follow_up else fields
 

@@ -228,6 +228,11 @@ class RunFields:
         return f"a:{call}"
 
     @staticmethod
+    def carrier(call: str) -> str:
+        """`k:<call>`: the Celery task that carried the call's last claim."""
+        return f"k:{call}"
+
+    @staticmethod
     def noted(call: str) -> str:
         """`n:<call>`: the attempt whose loss the trace said last (`resent`)."""
         return f"n:{call}"

@@ -71,6 +71,8 @@ class Claim:
     over: Over | None = None
     loaded: Loaded | None = None
     reply_cap: int = 0
+    task_before: str = ""
+    """The Celery task of the claim before (the lost attempt's, when this is a retake)."""
     """A model call's `max_tokens`, capped to what its tree has left (0: no cap)."""
 
 
@@ -212,8 +214,10 @@ class RunStore:
         lease_ms: int,
         now_ms: int,
         admission: Admission = NO_ADMISSION,
+        task: str = "",
     ) -> Claim:
-        """Claim call `what` of the run (a tool call, or with `seq` the model call `m<seq>`).
+        """Claim call `what` of the run (a tool call, or with `seq` the model call `m<seq>`),
+        carried by the Celery task `task` (kept: the next attempt's `resent` line names it).
 
         Only a call the run's record says is due can be claimed, and a model call only
         within its tree's budget (see lua/claim.lua; `Claim.over` says which limit).
@@ -221,11 +225,14 @@ class RunStore:
         known = self.hot.version(run_id)
         claim = scripts.claim(
             self.keys, run_id=run_id, call=what, seq=seq, token=token, lease_ms=lease_ms,
-            now_ms=now_ms, admission=admission, known_version=known,
+            now_ms=now_ms, admission=admission, known_version=known, task=task,
         )  # fmt: skip
         answer = self.connection.run(claim)
         found = None if answer.run is None else self._loaded(run_id, known, answer.run)
-        return Claim(answer.status, answer.attempts, answer.over, found, answer.reply_cap)
+        return Claim(
+            answer.status, answer.attempts, answer.over, found, answer.reply_cap,
+            answer.task_before,
+        )  # fmt: skip
 
     def renew(
         self,
@@ -373,26 +380,34 @@ class RunStore:
         self.connection.run(scripts.trace(self.keys, run_id=run_id, lines=lines, keep=TRACE_MAX))
 
     def note_resent(
-        self, run_id: str, call: str, now_ms: int, *, taken: int = 0, worker: str = ""
+        self,
+        run_id: str,
+        call: str,
+        now_ms: int,
+        *,
+        taken: int = 0,
+        lost_task: str = "",
     ) -> int | None:
         """Say in the run's trace (once per attempt) that `call` is sent again because the
         attempt that had it was lost: claimed, no outcome, its lease lapsed. From the tick
         (`taken` 0) before it sends the call again; from a worker that claimed attempt
-        `taken` (> 1) of it, in case the tick did not say so first. Returns the number of
-        the attempt the call is sent for if this said it, else None."""
+        `taken` (> 1) of it, in case the tick did not say so first. The line links the lost
+        attempt's Celery task (`lost_task`, or as CLAIM kept it). Returns the number of the
+        attempt the call is sent for if this said it, else None."""
         if taken:
             lost = taken - 1
         else:
+            fields = [RunFields.attempts(call), RunFields.carrier(call)]
             with self.errors():
-                seen = self.redis.hget(self.keys.run(run_id), RunFields.attempts(call))
+                seen, carried = self.redis.hmget(self.keys.run(run_id), fields)
             if seen is None:
                 return None  # never claimed: a message lost or queued, no attempt lost
-            lost = int(seen)
+            lost, lost_task = int(seen), as_text(carried or b"")
         if lost < 1:
             return None
         data: dict[str, object] = {"attempt": lost + 1, "lost": lost, "why": "lease lapsed"}
-        if worker:
-            data["worker"] = worker
+        if lost_task:
+            data["task"] = lost_task  # (Flower keeps it STARTED: its worker never said more)
         entry = TraceEntry(
             at_ms=now_ms,
             run=run_id,

@@ -112,6 +112,8 @@ class ClaimAnswer:
     reply_cap: int
     """A model call's `max_tokens`: the tree's room, if less than asked (0: no cap)."""
     run: StoredRun | None
+    task_before: str = ""
+    """The Celery task that carried the claim before this one ("" if none, or unknown)."""
 
 
 class Saved(StrEnum):
@@ -243,22 +245,25 @@ def claim(
     now_ms: int,
     admission: Admission,
     known_version: str,
+    task: str = "",
 ) -> ScriptCall[ClaimAnswer]:
     """CLAIM call `call` of the run (a tool call; with `seq`, the model call `m<seq>`,
-    admitted against its tree's budget); the run comes back when claimed."""
+    admitted against its tree's budget), carried by the Celery task `task`; the run comes
+    back when claimed, with the task of the claim before."""
     root = root_of(run_id)
     member = OutboxMember.tool(run_id, call) if seq is None else OutboxMember.model(run_id, seq)
     script_keys = [keys.run(run_id), keys.lease(run_id, call), keys.index(run_id).outbox]
     script_keys += [keys.run(root), keys.inbox(run_id), keys.history(run_id)]
     args: list[Any] = [call, "tool" if seq is None else "model", seq or 0, token, lease_ms]
     args += [member, now_ms + lease_ms, run_id, admission.max_tokens]
-    args += [admission.input_micro, admission.output_micro, known_version]
+    args += [admission.input_micro, admission.output_micro, known_version, task]
 
     def read(answer: Any) -> ClaimAnswer:
-        status, attempts, over, cap, *run = answer
+        status, attempts, over, cap, *run, before = answer
         claimed = ClaimStatus(as_text(status))
         stored = StoredRun(*run) if claimed is ClaimStatus.CLAIMED else None
-        return ClaimAnswer(claimed, int(attempts), _over(as_text(over)), int(cap), stored)
+        over_limit, task_before = _over(as_text(over)), as_text(before)
+        return ClaimAnswer(claimed, int(attempts), over_limit, int(cap), stored, task_before)
 
     return ScriptCall("claim", script_keys, args, read)
 

@@ -29,12 +29,14 @@
 -- ARGV[7] lease deadline (ms)  ARGV[8] run id  ARGV[9] max_tokens (0: none)
 -- ARGV[10] input and ARGV[11] output price, micro-dollars per token
 -- ARGV[12] the version whose agent the caller keeps ('' for none)
+-- ARGV[13] the Celery task that carries the claim ('' if none): kept as `k:<call>`, and
+-- the one it replaces handed back (the task of the attempt before, lost if it is there)
 -- Returns: {status, attempts, over, reply cap (0: none), version, record, form,
--- head or whole snapshot, history entries, inbox}; status is
+-- head or whole snapshot, history entries, inbox, the task before}; status is
 -- claimed, gone (no run), done (outcome recorded), refused (the record does not
 -- call for it) or busy (another worker holds the lease).
 local FLOOR = 256  -- the smallest reply worth asking for (a cut reply is asked again)
-local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}} end
+local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}, ''} end
 local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf')
 if not run[1] then return answer('gone') end
 if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then return answer('done') end
@@ -94,15 +96,22 @@ if ARGV[2] == 'model' then
 end
 
 local attempts = redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], 1)
+local before = redis.call('HGET', KEYS[1], 'k:' .. ARGV[1]) or ''
+if ARGV[13] ~= '' then
+  redis.call('HSET', KEYS[1], 'k:' .. ARGV[1], ARGV[13])
+elseif before ~= '' then
+  redis.call('HDEL', KEYS[1], 'k:' .. ARGV[1])
+end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
 local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
 if run[1] == ARGV[12] then
-  return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox}
+  return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox, before}
 end
 if run[3] == '2' then
   return {'claimed', attempts, over, cap, run[1], run[2], '2',
-    redis.call('HGET', KEYS[1], 'head') or '', redis.call('LRANGE', KEYS[6], 0, -1), inbox}
+    redis.call('HGET', KEYS[1], 'head') or '', redis.call('LRANGE', KEYS[6], 0, -1), inbox,
+    before}
 end
 return {'claimed', attempts, over, cap, run[1], run[2], '',
-  redis.call('HGET', KEYS[1], 'snap') or '', {}, inbox}
+  redis.call('HGET', KEYS[1], 'snap') or '', {}, inbox, before}
