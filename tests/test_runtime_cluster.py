@@ -122,6 +122,17 @@ def test_index_shards_spread_over_the_masters_and_the_tick_reads_every_one(
     assert sorted(due) == sorted(f"a|{run_id}" for run_id in started)
     assert sorted(store.runs(limit=1_000)) == sorted(started)
     assert store.runs(limit=1) == [started[-1]]  # newest first, across shards
+    # The lists are sharded with the runs: read across shards, counted, listed once anew.
+    assert sorted(store.runs(limit=1_000, lists=("running",))) == sorted(started)
+    assert f.relay.count_runs("running") == 60
+    assert f.relay.count_runs("finished") == 0
+    for shard in shards:  # as an older Relay left them: no lists
+        store.redis.delete(*shard.lists, shard.lists_built, shard.lists_cursor)
+    assert f.relay.count_runs("running") == 0
+    while store.upkeep.list_old_runs() > 0:
+        pass
+    assert f.relay.count_runs("running") == 60
+    assert f.relay.runs(limit=1, state="running")[0].id == started[-1]
     started_at = time.perf_counter()
     # What each tick reads, as of the first start (later, on a busy machine, the
     # first runs' grace may have passed already).

@@ -110,9 +110,9 @@ def _assert_recovery_told(f: Fleet, trace: list[TraceEntry], call: str) -> None:
     assert trace.index(resent) < trace.index(made[-1])
     assert made[-1].data["worker"] == "second@test"
     assert made[-1].data["task"]
-    # ... and links the lost attempt's task (Flower keeps it STARTED), not the new one's.
+    # ... and links the lost attempt's task (Flower keeps it STARTED: a call sent as its
+    # own task keeps its id at every sending; one continued in an advance has another).
     assert resent.data["task"]
-    assert resent.data["task"] != made[-1].data["task"]
     said = [line for line in f.logs().splitlines() if "lost its lease with no outcome" in line]
     assert len(said) == 1, said
     assert f"{call} of run {trace[0].run} " in said[0]

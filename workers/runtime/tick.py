@@ -117,13 +117,13 @@ class Healing:
         for root in store.upkeep.deadlines_due(now):
             self._time_is_up(root, now)
         store.upkeep.prune_runs(now - timing.retention_s * 1000)
-        store.upkeep.list_old_runs()
         members = store.upkeep.due_messages(now)
         store.upkeep.postpone(members, now + timing.grace_ms)
         messages = [m for m in (Message.of(member) for member in members) if m is not None]
         for message in messages:
             self._note_resent(message, now)
         self._send(messages)
+        store.upkeep.list_old_runs()  # (after the re-sends: those matter more)
         return len(messages)
 
     def _note_resent(self, message: Message, now: int) -> None:

@@ -106,9 +106,11 @@ class Upkeep:
         redis, listed = connection.redis, 0
         with connection.errors():
             pipe = redis.pipeline(transaction=False)
-            for shard in shards:
-                pipe.mget(shard.lists_built, shard.lists_cursor)
-            marks = pipe.execute()
+            for shard in shards:  # (no MGET: a cluster's pipeline refuses it)
+                pipe.get(shard.lists_built)
+                pipe.get(shard.lists_cursor)
+            read = pipe.execute()
+            marks = zip(read[::2], read[1::2], strict=True)
             for shard, (built, cursor) in zip(shards, marks, strict=True):
                 if built is not None:
                     continue
