@@ -1,5 +1,6 @@
 """workers: the distributed runtime — the Relay object, its Celery app, tasks and client API."""
 
+from workers.client.replays import Diff, ReplayReport
 from workers.engine.budget import Budget, Price
 from workers.engine.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.errors import (
@@ -29,6 +30,7 @@ __all__ = [
     "Budget",
     "CallTimedOut",
     "DecisionRefused",
+    "Diff",
     "EmbeddedError",
     "ModelCallError",
     "ModelReply",
@@ -37,6 +39,7 @@ __all__ = [
     "Price",
     "Relay",
     "RelayError",
+    "ReplayReport",
     "RouteState",
     "RunCorrupt",
     "RunNotFound",

@@ -51,6 +51,7 @@ from scheduler.schedules import Mode
 from workers.celery_app.app import Queues, build_celery
 from workers.celery_app.sending import WorkerReach, sender
 from workers.celery_app.tasks import register_tasks
+from workers.client.replays import Diff, ReplayReport, Replays
 from workers.client.runs import RunsClient
 from workers.client.schedules import Scheduling
 from workers.client.start import checked_concurrency, checked_prices, new_run
@@ -338,6 +339,63 @@ class Relay:
         if created:
             parts.send([Message("advance", record.id)])
         return record.id
+
+    # --- going back into runs: replay, fork, diff -------------------------------------------
+
+    def _replays(self) -> Replays:
+        parts = self._built()
+        return Replays(
+            parts.store,
+            self.kit,
+            app=self.name,
+            routes=[route.name for route in self.routes],
+            grace_ms=self.settings.timing.grace_ms,
+            start=lambda run_id: parts.send([Message("advance", run_id)]),
+        )
+
+    def replay(self, run_id: str) -> ReplayReport:
+        """Play the run's journal back offline, in this process, with this app's code and
+        tools (no model, no tool, no worker, nothing written): `identical` if every step
+        is the one the run took, else the first divergence and why; `problem` if the run
+        cannot be replayed (no journal, trimmed, corrupt)."""
+        return self._replays().replay(run_id)
+
+    def replay_waiting(self) -> list[ReplayReport]:
+        """Replay every run that is running or parked: the check to run with new code
+        before the old workers stop (see the README's "Upgrading a fleet")."""
+        return self._replays().waiting()
+
+    def fork(
+        self,
+        run_id: str,
+        at: int,
+        *,
+        route: str | Sequence[str] | None = None,
+        config: Config | Mapping[str, Any] | None = None,
+        stub_tools: bool = False,
+        task: str | None = None,
+    ) -> str:
+        """Start a new run from `run_id`'s state after its first `at` journal steps (reached
+        by replay: no model call and no tool call for them), going on live; return its id.
+
+        `route`: the model route(s) its calls take; `config`: a Config, or the fields to
+        change; `stub_tools`: a tool call identical (tool and arguments, to the byte) to
+        one the original or its specialists made gets that call's recorded outcome and
+        runs nothing (nor asks a person); any other call follows the policy. `task`
+        begins a new turn, after the original's end (fork at its last step). The fork's
+        approvals and budget start afresh; its status says `forked_from`.
+
+        Raises:
+            RelayError: the run cannot be replayed to `at`, `at` is out of range or at
+                the run's end without `task`, or a route or config is refused.
+        """
+        return self._replays().fork(
+            run_id, at, route=route, config=config, stub_tools=stub_tools, task=task
+        )
+
+    def diff(self, a: str, b: str) -> Diff:
+        """Two runs step by step, their first difference, outcomes and usage."""
+        return self._replays().diff(a, b)
 
     def tick(self, now: int | None = None) -> list[str]:
         """Tick once, now (schedules, then healing); return the runs it started.

@@ -29,6 +29,7 @@ import click
 from agent_core.errors import AgentError
 from workers.cli.budget import extend
 from workers.cli.common import Context, Failure
+from workers.cli.replays import diff, fork, replay
 from workers.cli.routes import routes
 from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
 from workers.cli.schedule import schedule
@@ -112,6 +113,9 @@ VERBS = (
     pause,
     resume,
     reply,
+    replay,
+    fork,
+    diff,
 )
 for verb in (*VERBS, schedule, skills):
     cli.add_command(verb)

@@ -122,6 +122,7 @@ class RunsClient:
             pending=tuple(self.store.people.pending_of(record.pending)),
             paused=record.paused,
             queued=record.queued,
+            forked_from=record.forked_from,
         )
 
     def _budget(self, record: RunRecord) -> Budget | None:

@@ -68,6 +68,7 @@ from workers.engine.events import (
     ToolDone,
 )
 from workers.engine.ids import child_id, model_call, pending_member
+from workers.engine.journal import call_digest, entry_text
 from workers.engine.records import CallTrack, Pending, RunRecord
 from workers.engine.working import Surroundings, Working, ran_data
 
@@ -100,6 +101,8 @@ def decide(
         _HANDLERS[own.kind](run, own)
         run.take_trace()
     _settle(run)
+    consumed = [event for _, event in inbox] + ([own] if own is not None else [])
+    run.journal = entry_text(consumed, run.agent)
     return run.decided(run.agent.snapshot())
 
 
@@ -362,7 +365,7 @@ def _dispatch(run: Working, batch: list[ToolCall]) -> list[Pending]:
         track = run.calls.get(call.id)
         if track is not None and (track.status != "held" or run.paused):
             continue
-        if call.ask and track is None:
+        if call.ask and track is None and not _stubbed(run, call):
             ttl = run.around.approval_ttl_ms
             expires = None if ttl is None else now + ttl
             run.calls[call.id] = CallTrack(
@@ -391,6 +394,13 @@ def _dispatch(run: Working, batch: list[ToolCall]) -> list[Pending]:
     ]
 
 
+def _stubbed(run: Working, call: ToolCall) -> bool:
+    """Whether a fork hands this call the original's recorded outcome (nothing runs, so
+    nobody is asked: the outcome stands for the decision the original had)."""
+    stubbed = run.record.stubbed
+    return bool(stubbed) and call_digest(call.tool, call.args) in stubbed
+
+
 def _start_child(run: Working, call: ToolCall) -> None:
     now = run.around.now_ms
     new_id = child_id(run.id, call.id)
@@ -412,6 +422,8 @@ def _start_child(run: Working, call: ToolCall) -> None:
         tools=parent.tools,
         key=parent.key,
         app=parent.app,
+        routes=parent.routes,
+        stubbed=parent.stubbed,
     )
     run.create.append(ChildRun(record, child.snapshot(), run.due()))
     run.messages.append(Message("advance", new_id))

@@ -192,6 +192,9 @@ class Effects:
     """A follow-up reopened the finished run: its keys lose their TTLs."""
     relisted: tuple[RunList, RunList] | None = None
     """The run moves from one list to another (running to waiting, running to failed...)."""
+    journal: str | None = None
+    """The step's journal entry (`workers.engine.journal`): the events it applied and the
+    step the agent then waited on; None: the step did not advance the agent."""
 
 
 @dataclass(frozen=True)

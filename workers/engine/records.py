@@ -21,6 +21,7 @@ __all__ = [
     "RUN_LISTS",
     "CallTrack",
     "Ending",
+    "ForkedFrom",
     "Pending",
     "ReplyStrategy",
     "RunList",
@@ -144,6 +145,14 @@ class CallTrack(BaseModel):
     """The arguments a person approved it with, edited (None: the model's, unchanged)."""
 
 
+class ForkedFrom(BaseModel):
+    """Where a fork began: the run it was forked from, after how many of its journal steps."""
+
+    model_config = FROZEN
+    run: str
+    step: NonNegativeInt
+
+
 class RunRecord(BaseModel):
     """Everything about a run but its agent snapshot (kept beside it)."""
 
@@ -210,6 +219,13 @@ class RunRecord(BaseModel):
     kept_note: str | None = None
     """The last note kept (under `memory` or the schedule): a later turn keeps only the
     notes after it."""
+    forked_from: ForkedFrom | None = None
+    """The run and step this run was forked from (`Relay.fork`); None: started afresh."""
+    routes: tuple[str, ...] | None = None
+    """The model routes its calls may take, in order (a fork's `route=`); None: all."""
+    stubbed: tuple[str, ...] = ()
+    """Digests of the tool calls (tool and arguments, `engine.journal.call_digest`) whose
+    recorded outcome a fork with `stub_tools` hands back instead of running them."""
 
 
 class TraceEntry(BaseModel):
@@ -284,6 +300,8 @@ class RunStatus(BaseModel):
     once what was under way is done)."""
     queued: tuple[str, ...] = ()
     """Follow-ups waiting for the current turn to end, in order."""
+    forked_from: ForkedFrom | None = None
+    """The run and step this run was forked from (`Relay.fork`)."""
 
 
 StreamKind = Literal["text", "step", "restarted", "done"]

@@ -104,6 +104,8 @@ class Working:
         """The route of the model reply just applied: its trace lines name it."""
         self.ran: dict[str, Ran] = {}
         """Who made the calls whose outcomes this step applies: their result lines say so."""
+        self.journal: str | None = None
+        """This step's journal entry, once it is decided."""
 
     @property
     def id(self) -> str:
@@ -215,6 +217,7 @@ class Working:
             done_summary=self.done_summary,
             reopened=self.reopened,
             relisted=_relisted(self.record, record),
+            journal=self.journal,
         )
         return Advanced(record, snapshot, effects, tuple(self.messages))
 

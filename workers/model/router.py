@@ -95,10 +95,12 @@ class ModelRouter:
         should_stop: Callable[[], bool] | None = None,
         on_text: Callable[[str], None] | None = None,
         max_tokens: int | None = None,
+        only: Sequence[str] | None = None,
     ) -> Routed:
         """Return the first route's reply to `request`; its text goes to `on_text` as it
         comes (`RESTART` first when a route that wrote part of a reply failed); the
         reply is capped at `max_tokens` where that is less than a route's own cap.
+        `only` names the routes to take, in order (a fork's `route=`); None: all.
 
         Raises:
             Requeue: no route can take it within a moment.
@@ -109,7 +111,7 @@ class ModelRouter:
         try:
             return self._first_reply(
                 request, key, holder, tokens, should_stop, waited=waited, text=text,
-                max_tokens=max_tokens,
+                max_tokens=max_tokens, routes=self._chosen(only),
             )  # fmt: skip
         except Requeue:
             waited.clear()  # it comes back: it keeps its places in the queues
@@ -118,6 +120,18 @@ class ModelRouter:
             self._held.pop(holder, None)
             for route in waited:
                 _quietly(partial(self._limits.leave, route, key=key, holder=holder), "leave")
+
+    def _chosen(self, only: Sequence[str] | None) -> Sequence[ModelRoute]:
+        if only is None:
+            return self.routes
+        by_name = {route.name: route for route in self.routes}
+        chosen = [by_name[name] for name in only if name in by_name]
+        if not chosen:
+            raise ModelCallError(
+                f"none of the run's routes ({', '.join(only)}) is configured on this worker",
+                retryable=False,
+            )
+        return chosen
 
     def renew(self, holder: str) -> None:
         """Keep the route slot `holder` holds for another lease (called with its claim's
@@ -144,12 +158,13 @@ class ModelRouter:
         waited: list[ModelRoute],
         text: _Restarting | None,
         max_tokens: int | None = None,
+        routes: Sequence[ModelRoute] = (),
     ) -> Routed:
-        """The first route's reply; `waited` gathers the routes that queued the call."""
+        """The first of `routes`'s replies; `waited` gathers the routes that queued the call."""
         last: ModelCallError | None = None
         soonest: tuple[int, str] | None = None
-        for index, route in enumerate(self.routes):
-            more = index + 1 < len(self.routes)
+        for index, route in enumerate(routes):
+            more = index + 1 < len(routes)
             verdict = self._turn(route, key=key, holder=holder, tokens=tokens, more=more)
             if isinstance(verdict, tuple):
                 soonest = verdict if soonest is None else min(soonest, verdict)

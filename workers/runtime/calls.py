@@ -37,6 +37,7 @@ from workers.engine.events import (
     not_admitted,
 )
 from workers.engine.ids import OutboxMember, model_call
+from workers.engine.journal import call_digest
 from workers.engine.records import RunRecord, TraceEntry
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
 from workers.kit.tools import ToolContext, ToolSpec, tool_output
@@ -410,6 +411,7 @@ class Calls:
             should_stop=cancel.is_set,
             on_text=live,
             max_tokens=cap,
+            only=call.record.routes,
         )
         return routed.reply, routed.route
 
@@ -436,7 +438,7 @@ class Calls:
     # --- tool calls -----------------------------------------------------------------------
 
     def _tool_event(self, call: Claimed) -> InboxEvent | None:
-        output = self._tool_output(call)
+        output = self._stubbed(call) or self._tool_output(call)
         return None if output is None else ToolDone(call=call.asked.what, output=output)
 
     def _tool_output(self, call: Claimed) -> ToolOutput | None:
@@ -467,6 +469,18 @@ class Calls:
         except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
             return ToolOutput.error(f"{type(error).__name__}: {error}".removesuffix(": "))
         return tool_output(tool_call.tool, value, self.settings.tool_output_chars)
+
+    def _stubbed(self, call: Claimed) -> ToolOutput | None:
+        """The outcome the original run's identical call had, for a fork with stubbed
+        tools (`Relay.fork(stub_tools=True)`): handed back, and nothing runs."""
+        record = call.record
+        tool_call = call.batch_call() if record.stubbed else None
+        if tool_call is None:
+            return None
+        digest = call_digest(tool_call.tool, tool_call.args)
+        if digest not in record.stubbed:
+            return None
+        return self.store.stub(record.root, digest)
 
     def _ensure_durable(self, call: Claimed) -> None:
         """Return once the call's claim is durable (RELAY_DURABLE_CLAIMS); if Redis cannot

@@ -27,6 +27,7 @@ from workers.engine.effects import (
 )
 from workers.engine.events import InboxEvent, inbox_event
 from workers.engine.ids import OutboxMember, pending_member
+from workers.engine.journal import JOURNAL_MAX, start_text
 from workers.engine.records import Pending, RunRecord, TraceEntry, Usage
 from workers.store.layout import (
     NOTES_MAX,
@@ -215,6 +216,7 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "retention": fx.retention_s,
         "forget": _fields_to_forget(fx.stale_calls, follow_up=fx.follow_up_taken),
         "running": fx.running,
+        "journal_max": JOURNAL_MAX if fx.journal else 0,
         # On a cluster the notes are in another slot: kept after the save (notes_key).
         "notes_key": notes_key(keys, fx.notes) if fx.notes and not keys.cluster else "",
         "notes": fx.notes.notes if fx.notes else [],
@@ -314,6 +316,8 @@ def _child(keys: Keys, child: ChildRun) -> list[Any]:
         OutboxMember.advance(record.id),
         child.due_ms,
         keys.history(record.id),
+        keys.journal(record.id),
+        start_text(record, child.snapshot),
         *entries,
     ]
 

@@ -16,13 +16,18 @@ Per run (a root task, or a specialist's child run `<parent>.<call>`):
                             is the run hash's `head`, see workers.store.snapshots): a save
                             appends new entries and drops those the agent trimmed; written
                             by CREATE and SAVE, expiring and persisting with the run hash
+    jr:<id>         list    the run's journal (`workers.engine.journal`): its start (record
+                            and snapshot, written by CREATE or by the SAVE that makes a
+                            specialist), then one entry per step a save made (the events
+                            applied, the step after); capped at JOURNAL_MAX entries,
+                            expiring and persisting with the run hash
     trace:<id>      list    what happened, for people (`relay watch`/`show`), newest
                             TRACE_MAX lines: written by SAVE and TRACE
     lease:<id>:<x>  string  the token of the worker making call <x> now (a TTL):
                             CLAIM takes it, RENEW keeps it, RECORD/SAVE release it
 
-A run's hash (and history and trace) get a TTL when, and only when, the run finishes (SAVE);
-a follow-up that reopens it removes them again. STREAM relies on that.
+A run's hash (and history, journal and trace) get a TTL when, and only when, the run
+finishes (SAVE); a follow-up that reopens it removes them again. STREAM relies on that.
 
 Per tree (keyed by the root's id, so one cursor follows a run and its specialists):
 
@@ -243,6 +248,12 @@ class RunFields:
         return f"q:{run_id}|{call}"
 
     @staticmethod
+    def stub(digest: str) -> str:
+        """`s:<digest>` on a fork's root: the recorded outcome (ToolOutput JSON) its tool
+        calls with exactly that digest get instead of running (`Relay.fork(stub_tools=)`)."""
+        return f"s:{digest}"
+
+    @staticmethod
     def decision(kind: str, what: str) -> str:
         """`d:<call>`, `d:plan:<seq>`, `d:question:<seq>`: `decided`, or `expired`."""
         return f"d:{what}" if kind == "call" else f"d:{kind}:{what}"
@@ -358,6 +369,9 @@ class Keys:
 
     def history(self, run_id: str) -> str:
         return self._(f"hist:{self._tree(run_id)}")
+
+    def journal(self, run_id: str) -> str:
+        return self._(f"jr:{self._tree(run_id)}")
 
     def lease(self, run_id: str, what: str) -> str:
         return self._(f"lease:{self._tree(run_id)}:{what}")

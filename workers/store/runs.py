@@ -18,16 +18,18 @@ beyond opaque snapshot text (and the hot agents this process made itself).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from agent_core import ToolOutput
 from workers.engine.budget import NO_ADMISSION, Admission, Over, TreeLimits
 from workers.engine.effects import Advanced, OwnOutcome
 from workers.engine.events import InboxEvent
 from workers.engine.ids import OutboxMember
+from workers.engine.journal import start_text
 from workers.engine.records import RunList, RunRecord, TraceEntry, Usage
 from workers.errors import RunCorrupt
 from workers.store import scripts
@@ -105,13 +107,40 @@ class RunStore:
 
     # --- creating and reading --------------------------------------------------------
 
-    def create(self, record: RunRecord, snapshot: str, due_ms: int) -> bool:
-        """Create a run (its budget, if any, becomes its tree's limits); False if one with
-        that id exists."""
+    def create(
+        self,
+        record: RunRecord,
+        snapshot: str,
+        due_ms: int,
+        stubs: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Create a run (its budget, if any, becomes its tree's limits; its journal begins
+        with `record` and `snapshot`; a fork's `stubs`: call digest -> ToolOutput JSON);
+        False if one with that id exists."""
         head, history = split(snapshot)  # stored as CREATE keeps it: head, entries
         self.shards.enlist(record.id)
-        create = scripts.create(self.keys, record=record, head=head, history=history, due_ms=due_ms)
+        create = scripts.create(
+            self.keys,
+            record=record,
+            head=head,
+            history=history,
+            due_ms=due_ms,
+            start=start_text(record, snapshot),
+            stubs=stubs,
+        )
         return self.connection.run(create)
+
+    def journal(self, run_id: str) -> list[bytes]:
+        """The run's journal as stored (entry 0 its start); empty if it has none."""
+        with self.errors():
+            return list(self.redis.lrange(self.keys.journal(run_id), 0, -1))
+
+    def stub(self, root: str, digest: str) -> ToolOutput | None:
+        """The outcome a fork (rooted at `root`) hands back for a tool call with `digest`
+        instead of running it; None if it has none for it."""
+        with self.errors():
+            text = self.redis.hget(self.keys.run(root), RunFields.stub(digest))
+        return None if text is None else ToolOutput.model_validate_json(text)
 
     def load(self, run_id: str, *, hot: bool = True) -> Loaded | None:
         """Return the run with its unapplied inbox, or None if there is no such run.

@@ -16,7 +16,7 @@ and no 1/0/-1 leaks past this module. `Connection.run` runs the call.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.resources import files
@@ -206,15 +206,26 @@ def _word(answer: Any) -> str:
 
 
 def create(
-    keys: Keys, *, record: RunRecord, head: str, history: Sequence[str], due_ms: int
+    keys: Keys,
+    *,
+    record: RunRecord,
+    head: str,
+    history: Sequence[str],
+    due_ms: int,
+    start: str,
+    stubs: Mapping[str, str] | None = None,
 ) -> ScriptCall[bool]:
-    """CREATE the run (its snapshot as `head` and `history` entries, its advance due at
-    `due_ms`, its budget as its tree's limits); True if made, False if it existed."""
+    """CREATE the run (its snapshot as `head` and `history` entries, its journal's
+    `start`, its advance due at `due_ms`, its budget as its tree's limits; a fork's
+    `stubs`, call digest -> ToolOutput JSON); True if made, False if it existed."""
     index = keys.index(record.id)
     script_keys = [keys.run(record.id), index.runs, index.outbox, index.deadlines]
     script_keys += [keys.history(record.id), index.listed(run_list(record.state, record.outcome))]
+    script_keys.append(keys.journal(record.id))
+    stubbed = {RunFields.stub(digest): output for digest, output in (stubs or {}).items()}
     args: list[Any] = [record.id, record_json(record), head, record.created_ms]
-    args += [OutboxMember.advance(record.id), due_ms, *_limits(record), *history]
+    args += [OutboxMember.advance(record.id), due_ms, *_limits(record), start]
+    args += [json.dumps(stubbed) if stubbed else "", *history]
     return ScriptCall("create", script_keys, args, lambda answer: _word(answer) == "created")
 
 
@@ -333,10 +344,12 @@ def save(
     index = keys.index(run_id)
     script_keys = [keys.run(run_id), keys.inbox(run_id), keys.trace(run_id), index.outbox]
     script_keys += [index.pending, index.pending_data, index.runs, keys.history(run_id)]
+    script_keys.append(keys.journal(run_id))
     stored = advanced.stored or codec.whole(advanced.snapshot)
     effects = codec.save_effects(keys, advanced, own)
     args: list[Any] = [version, record_json(advanced.record), stored.head, effects]
-    args += [stored.drop, 1 if stored.rewrite else 0, *stored.append]
+    args += [stored.drop, 1 if stored.rewrite else 0, advanced.effects.journal or ""]
+    args += stored.append
     return ScriptCall("save", script_keys, args, lambda answer: Saved(_word(answer)))
 
 

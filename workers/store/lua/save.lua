@@ -20,10 +20,16 @@
 -- (fx.relist); specialists made here join the running list (fx.running_list).
 --
 -- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
+-- The step's journal entry (ARGV[7]) is appended to the run's journal, which keeps its
+-- newest JOURNAL_MAX entries (workers.engine.journal); a specialist made here gets its
+-- journal's start.
+--
 -- KEYS[5] pending index  KEYS[6] pending data  KEYS[7] runs index  KEYS[8] history list
+-- KEYS[9] journal list
 -- ARGV[1] expected version  ARGV[2] record JSON  ARGV[3] snapshot head ('' to keep)
 -- ARGV[4] effects JSON  ARGV[5] history entries to drop from the front
--- ARGV[6] 1 to write the history whole  ARGV[7..] history entries to append
+-- ARGV[6] 1 to write the history whole  ARGV[7] the journal entry ('' for none)
+-- ARGV[8..] history entries to append
 -- Returns: saved, stale (someone saved first: reload and try again), duplicate (the
 -- call's own outcome was recorded already) or fenced (another attempt took it over).
 local none = {}
@@ -51,12 +57,15 @@ elseif ARGV[6] == '1' then
     'head', ARGV[3], 'sf', 2)
   redis.call('HDEL', KEYS[1], 'snap')
   redis.call('DEL', KEYS[8])
-  push(KEYS[8], ARGV, 7)
+  push(KEYS[8], ARGV, 8)
 else
   redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'out', out,
     'head', ARGV[3])
   if ARGV[5] ~= '0' then redis.call('LTRIM', KEYS[8], ARGV[5], -1) end
-  push(KEYS[8], ARGV, 7)
+  push(KEYS[8], ARGV, 8)
+end
+if ARGV[7] ~= '' and redis.call('RPUSH', KEYS[9], ARGV[7]) > fx.journal_max then
+  redis.call('LTRIM', KEYS[9], -fx.journal_max, -1)
 end
 for _, id in ipairs(fx.applied or none) do redis.call('XDEL', KEYS[2], id) end
 for _, f in ipairs(fx.forget or none) do redis.call('HDEL', KEYS[1], f) end
@@ -103,7 +112,9 @@ for _, c in ipairs(fx.create or none) do
     redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'sf', 2, 'head', c[4], 'tp', 0, 'tc', 0,
       'tt', 0)
     redis.call('DEL', c[8])
-    push(c[8], c, 9)
+    redis.call('DEL', c[9])
+    redis.call('RPUSH', c[9], c[10])
+    push(c[8], c, 11)
     redis.call('ZADD', KEYS[7], c[5], c[2])
     redis.call('ZADD', fx.running_list, c[5], c[2])
     redis.call('ZADD', KEYS[4], c[7], c[6])
@@ -142,6 +153,7 @@ if fx.retention then
   redis.call('EXPIRE', KEYS[1], fx.retention)
   redis.call('EXPIRE', KEYS[3], fx.retention)
   redis.call('EXPIRE', KEYS[8], fx.retention)
+  redis.call('EXPIRE', KEYS[9], fx.retention)
   redis.call('DEL', KEYS[2])
   redis.call('ZREM', KEYS[4], fx.advance)
 elseif fx.reopened then
@@ -149,5 +161,6 @@ elseif fx.reopened then
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[3])
   redis.call('PERSIST', KEYS[8])
+  redis.call('PERSIST', KEYS[9])
 end
 return 'saved'

@@ -1,0 +1,410 @@
+"""Going back into a run: replay it offline, fork it at a step, compare two runs.
+
+Each reads the run's journal (`workers.engine.journal`) and plays it through the
+engine in this process (`workers.engine.replay`): no model, no tool, no worker.
+`replay` writes nothing. `fork` writes one new run, started from the state the
+prefix reached, which then goes on live on the fleet (its own approvals and
+budget; with `stub_tools`, a tool call identical to one the original made gets
+that call's recorded outcome instead of running). `diff` puts two runs' steps
+side by side.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from agent_core import Config, Done
+from agent_core.errors import AgentError
+from agent_core.steps import FROZEN
+from workers.engine.journal import (
+    JournalEntry,
+    JournalError,
+    JournalStart,
+    StepSeen,
+    call_digest,
+    read_entry,
+    read_start,
+)
+from workers.engine.records import ForkedFrom, RunList, RunRecord, Usage
+from workers.engine.replay import Replayed, replay
+from workers.engine.working import Surroundings
+from workers.errors import RelayError
+from workers.kit.agents import AgentKit
+from workers.settings import now_ms
+from workers.store.runs import RunStore
+
+__all__ = ["Diff", "DiffRow", "Divergence", "ReplayReport", "Replays", "RunSide"]
+
+
+class Divergence(BaseModel):
+    """The first step a replay took otherwise than the run did."""
+
+    model_config = FROZEN
+    step: int
+    """The journal step, from 1 (0: the start itself could not be restored)."""
+    recorded: str
+    """The step the run took: its kind (and tools), e.g. `run write_note`."""
+    now: str
+    """The step this code takes instead ("" if it raised)."""
+    why: str
+
+
+class ReplayReport(BaseModel):
+    """What `Relay.replay` found: every step the same (`identical`), the first
+    divergence, or why the run cannot be replayed (`problem`)."""
+
+    model_config = FROZEN
+    run_id: str
+    steps: int = 0
+    """Steps in the run's journal."""
+    replayed: int = 0
+    """Steps replayed the same."""
+    identical: bool = False
+    divergence: Divergence | None = None
+    problem: str | None = None
+    state: str = ""
+    """Where the run is now (running, waiting, finished)."""
+
+
+class RunSide(BaseModel):
+    """One run of a diff: its outcome and what it used."""
+
+    model_config = FROZEN
+    run_id: str
+    state: str
+    stop: str | None
+    steps: int
+    usage: Usage
+    tool_calls: int
+    forked_from: ForkedFrom | None = None
+
+
+class DiffRow(BaseModel):
+    model_config = FROZEN
+    step: int
+    """The step, numbered as in the first run (a fork's steps follow its fork point)."""
+    a: str
+    b: str
+    same: bool
+
+
+class Diff(BaseModel):
+    """Two runs step by step (`relay diff A B`), with the first step they differ at."""
+
+    model_config = FROZEN
+    a: RunSide
+    b: RunSide
+    rows: tuple[DiffRow, ...]
+    first_difference: int | None
+    """The first step that differs (None: the same steps, as far as both went)."""
+
+
+class _Unplayable(Exception):
+    """The run cannot be replayed; the message says why, in one line."""
+
+
+Sender = Callable[[str], None]
+"""Sends a new run's first `relay.advance`."""
+
+
+class Replays:
+    """Replay, fork and diff over one app's store and tools."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        kit: AgentKit,
+        *,
+        app: str,
+        routes: Sequence[str],
+        grace_ms: int,
+        start: Sender,
+    ) -> None:
+        self.store = store
+        self.kit = kit
+        self.app = app
+        self.routes = tuple(routes)
+        self.grace_ms = grace_ms
+        self._start = start
+
+    # --- replay -----------------------------------------------------------------------
+
+    def replay(self, run_id: str) -> ReplayReport:
+        """Play the run's journal through this code; say whether every step matched."""
+        try:
+            start, entries = self._journal(run_id)
+        except _Unplayable as problem:
+            return ReplayReport(run_id=run_id, problem=str(problem), state=self._state(run_id))
+        played = self._play(start, entries)
+        report = ReplayReport(
+            run_id=run_id,
+            steps=len(entries),
+            replayed=played.steps if played.divergence is None else played.divergence.step - 1,
+            identical=played.divergence is None,
+            state=self._state(run_id),
+        )
+        if played.divergence is not None:
+            d = played.divergence
+            found = Divergence(step=d.step, recorded=_said(d.recorded), now=_said(d.now), why=d.why)
+            report = report.model_copy(update={"divergence": found})
+        return report
+
+    def waiting(self) -> list[ReplayReport]:
+        """Replay every run that is running or parked: the check before an upgrade."""
+        reports = []
+        lists: tuple[RunList, ...]
+        for lists in (("waiting",), ("running",)):
+            count = self.store.count_runs(lists)
+            reports += [self.replay(run_id) for run_id in self.store.runs(count + 100, lists)]
+        return reports
+
+    def _state(self, run_id: str) -> str:
+        found = self.store.read(run_id)
+        return "" if found is None else found[0].state
+
+    def _journal(self, run_id: str) -> tuple[JournalStart, list[JournalEntry]]:
+        stored = self.store.journal(run_id)
+        if not stored:
+            if self.store.read(run_id) is None:
+                raise _Unplayable(f"no run {run_id} (it expired, or never existed)")
+            raise _Unplayable(
+                f"run {run_id} was started before runs kept a journal: it cannot be replayed"
+            )
+        try:
+            start = read_start(stored[0])
+        except JournalError:
+            if _looks_like_start(stored[0]):
+                raise _Unplayable(f"run {run_id}: its journal's start cannot be read") from None
+            raise _Unplayable(
+                f"run {run_id} took more steps than its journal keeps: its start was trimmed,"
+                " so it cannot be replayed"
+            ) from None
+        try:
+            entries = [read_entry(i, text) for i, text in enumerate(stored[1:], start=1)]
+        except JournalError as error:
+            raise _Unplayable(f"run {run_id}: journal {error}") from None
+        return start, entries
+
+    def _play(
+        self, start: JournalStart, entries: Sequence[JournalEntry], *, upto: int | None = None
+    ) -> Replayed:
+        around = Surroundings(
+            now_ms=start.record.created_ms,
+            grace_ms=self.grace_ms,
+            approval_ttl_ms=None,
+            retention_s=0,
+            verifier=self.kit.verifier,
+        )
+        chosen = entries if upto is None else entries[:upto]
+        return replay(start, chosen, self.kit.restore, around)
+
+    # --- fork ---------------------------------------------------------------------------
+
+    def fork(
+        self,
+        run_id: str,
+        at: int,
+        *,
+        route: str | Sequence[str] | None = None,
+        config: Config | Mapping[str, Any] | None = None,
+        stub_tools: bool = False,
+        task: str | None = None,
+    ) -> str:
+        """Start a new run from the state `run_id` reached after its first `at` journal
+        steps (reached by replay: nothing runs for them); return its id."""
+        try:
+            start, entries = self._journal(run_id)
+        except _Unplayable as problem:
+            raise RelayError(str(problem)) from None
+        if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= len(entries):
+            raise RelayError(
+                f"run {run_id} has {len(entries)} journal steps: fork at 0 to {len(entries)},"
+                f" not {at!r}"
+            )
+        played = self._play(start, entries, upto=at)
+        if played.divergence is not None or played.agent is None:
+            d = played.divergence
+            assert d is not None
+            raise RelayError(
+                f"run {run_id} no longer replays to step {at} with this code (step {d.step}:"
+                f" {d.why}); fork at step {max(d.step - 1, 0)} or earlier"
+            )
+        agent = played.agent
+        if task is not None:
+            if not isinstance(task, str) or not task.strip():
+                raise RelayError("task must be non-empty text")
+            if not isinstance(agent.resume(), Done):
+                raise RelayError(
+                    f"task= begins a new turn, after the run's end: at step {at} run"
+                    f" {run_id} had not ended (fork at its last step, {len(entries)}, or"
+                    " leave task out)"
+                )
+            agent.follow_up(task)
+        elif isinstance(agent.resume(), Done):
+            raise RelayError(
+                f"at step {at} run {run_id} had ended: nothing is left to run; fork at an"
+                " earlier step, or give task= to begin a new turn"
+            )
+        stubs = self._stubs(start, entries) if stub_tools else {}
+        record = self._fork_record(
+            played.record, ForkedFrom(run=run_id, step=at), route=route, config=config,
+            task=task, stubs=stubs,
+        )  # fmt: skip
+        try:
+            snapshot = agent.snapshot()
+        except AgentError as error:  # pragma: no cover - a restored agent always dumps
+            raise RelayError(str(error)) from error
+        due = record.created_ms + self.grace_ms
+        if not self.store.create(record, snapshot, due, stubs):  # 64 random bits: never
+            raise RelayError(f"a run with id {record.id} exists already")
+        self._start(record.id)
+        return record.id
+
+    def _fork_record(
+        self,
+        played: RunRecord,
+        origin: ForkedFrom,
+        *,
+        route: str | Sequence[str] | None,
+        config: Config | Mapping[str, Any] | None,
+        task: str | None,
+        stubs: Mapping[str, str],
+    ) -> RunRecord:
+        """A fresh record for the fork: the replayed run's settings, its own id, no calls
+        under way, nothing decided, nothing spent; where it came from."""
+        new_id = secrets.token_hex(8)
+        now = now_ms()
+        return RunRecord(
+            id=new_id,
+            root=new_id,
+            task=(task or played.task)[:2_000],
+            recipe=played.recipe,
+            created_ms=now,
+            updated_ms=now,
+            seq=played.seq,
+            config=self._config(played.config, config),
+            tools=played.tools,
+            budget=played.budget,
+            key=played.key,
+            app=self.app,
+            forked_from=origin,
+            routes=self._routes(route),
+            stubbed=tuple(sorted(stubs)),
+        )
+
+    def _config(self, was: Config, given: Config | Mapping[str, Any] | None) -> Config:
+        if given is None:
+            return was
+        if isinstance(given, Config):
+            return given
+        if not isinstance(given, Mapping):
+            raise RelayError("config is a Config, or a mapping of its fields to change")
+        try:
+            return Config(**{**was.model_dump(), **given})
+        except AgentError as error:
+            raise RelayError(str(error)) from None
+
+    def _routes(self, route: str | Sequence[str] | None) -> tuple[str, ...] | None:
+        if route is None:
+            return None
+        names = (route,) if isinstance(route, str) else tuple(route)
+        unknown = [n for n in names if not isinstance(n, str) or n not in self.routes]
+        if unknown or not names:
+            known = ", ".join(self.routes) or "none (set RELAY_MODELS)"
+            raise RelayError(f"no model route {', '.join(map(str, unknown))!s}; routes: {known}")
+        return names
+
+    def _stubs(self, start: JournalStart, entries: Sequence[JournalEntry]) -> dict[str, str]:
+        """The recorded outcome of every tool call the run (and its specialists) made,
+        by the call's digest (tool and exact arguments): the first outcome of each."""
+        stubs: dict[str, str] = {}
+        played = self._play(start, entries)
+        children = list(played.record.children)
+        plays = [played]
+        for child in children:
+            try:
+                child_start, child_entries = self._journal(child)
+            except _Unplayable:
+                continue  # (a specialist whose journal is gone: its calls run live)
+            plays.append(self._play(child_start, child_entries))
+            children += [c for c in plays[-1].record.children if c not in children]
+        for one in plays:
+            for call_id, output in one.outcomes.items():
+                made = one.ran.get(call_id)
+                if made is None or output.status not in ("ok", "error"):
+                    continue  # an unknown outcome is no outcome to hand back
+                stubs.setdefault(call_digest(*made), output.model_dump_json())
+        return stubs
+
+    # --- diff ---------------------------------------------------------------------------
+
+    def diff(self, a: str, b: str) -> Diff:
+        """Two runs side by side, step by step, the first difference marked."""
+        sides, steps = [], []
+        for run_id in (a, b):
+            try:
+                start, entries = self._journal(run_id)
+            except _Unplayable as problem:
+                raise RelayError(str(problem)) from None
+            found = self.store.read(run_id)
+            record = found[0] if found is not None else start.record
+            total = found[1] if found is not None else record.usage
+            sides.append(_side(record, total, entries))
+            steps.append((start.record.forked_from, [e.step for e in entries]))
+        offset_a, offset_b = _offsets(a, b, steps[0][0], steps[1][0])
+        rows = _rows(steps[0][1], steps[1][1], offset_a, offset_b)
+        first = next((r.step for r in rows if not r.same), None)
+        return Diff(a=sides[0], b=sides[1], rows=tuple(rows), first_difference=first)
+
+
+def _looks_like_start(text: bytes | str) -> bool:
+    raw = text if isinstance(text, str) else text.decode(errors="replace")
+    return raw.startswith('{"record"')
+
+
+def _said(step: StepSeen | None) -> str:
+    if step is None:
+        return ""
+    return f"{step.kind} {', '.join(step.tools)}".strip()
+
+
+def _side(record: RunRecord, total: Usage, entries: Sequence[JournalEntry]) -> RunSide:
+    calls = sum(len(e.step.tools) for e in entries if e.step.kind == "run")
+    return RunSide(
+        run_id=record.id,
+        state=record.state,
+        stop=record.outcome.stop.value if record.outcome else None,
+        steps=len(entries),
+        usage=total,
+        tool_calls=calls,
+        forked_from=record.forked_from,
+    )
+
+
+def _offsets(
+    a: str, b: str, a_from: ForkedFrom | None, b_from: ForkedFrom | None
+) -> tuple[int, int]:
+    """Where each run's step 1 falls in A's numbering: a fork of the other begins after
+    its fork point (the steps before it are the other's, shared)."""
+    if b_from is not None and b_from.run == a:
+        return 0, b_from.step
+    if a_from is not None and a_from.run == b:
+        return a_from.step, 0
+    return 0, 0
+
+
+def _rows(
+    a: Sequence[StepSeen], b: Sequence[StepSeen], offset_a: int, offset_b: int
+) -> list[DiffRow]:
+    rows = []
+    last = max(len(a) + offset_a, len(b) + offset_b)
+    for step in range(max(offset_a, offset_b) + 1, last + 1):
+        one = a[step - offset_a - 1] if 0 < step - offset_a <= len(a) else None
+        two = b[step - offset_b - 1] if 0 < step - offset_b <= len(b) else None
+        same = one is not None and two is not None and one == two
+        rows.append(DiffRow(step=step, a=_said(one), b=_said(two), same=same))
+    return rows

@@ -1,0 +1,149 @@
+"""Playing a run's journal back: the same start and events, through today's code.
+
+`replay` restores the journal's start with the tools and code at hand, applies
+each entry's events through the engine (`workers.engine.decide`, exactly as the
+save that wrote the entry did), and compares the step the agent then waits on
+with the one recorded. It stops at the first divergence and says why, as far as
+it can tell (a tool gone, a call whose arguments no longer check, a changed
+prompt, or the core deciding otherwise). It does no I/O: what it returns
+(`Replayed`) is the run's record and agent where it stopped, for a report or a
+fork (`workers.client.replays`), and the outcome each tool call had, for a
+fork's stubs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_core import Agent, AgentError, Run, ToolOutput, UsageError
+from workers.engine.decide import decide
+from workers.engine.events import ToolDone
+from workers.engine.journal import JournalEntry, JournalStart, StepSeen, seen
+from workers.engine.records import RunRecord, TraceEntry
+from workers.engine.working import Surroundings
+
+__all__ = ["Divergence", "Replayed", "replay"]
+
+Restore = Callable[[RunRecord, str], Agent]
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where a replay first took another step than the run did (`step`: the journal
+    entry, from 1; 0: the start itself could not be restored)."""
+
+    step: int
+    recorded: StepSeen | None
+    now: StepSeen | None
+    why: str
+
+
+@dataclass
+class Replayed:
+    """A replay's end: the run's record and agent after `steps` entries, and the first
+    divergence (None: every step matched)."""
+
+    record: RunRecord
+    agent: Agent | None
+    steps: int
+    divergence: Divergence | None = None
+    ran: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    """Each tool call the run made: its id -> (tool, the arguments it ran with)."""
+    outcomes: dict[str, ToolOutput] = field(default_factory=dict)
+    """Each tool call's recorded outcome, by call id."""
+
+
+def replay(
+    start: JournalStart,
+    entries: Sequence[JournalEntry],
+    restore: Restore,
+    around: Surroundings,
+) -> Replayed:
+    """Feed `entries` to the run restored from `start`; stop at the first divergence."""
+    record = start.record
+    try:
+        agent = restore(record, start.snapshot)
+    except AgentError as error:
+        why = f"its start cannot be restored with this code: {error}"
+        return Replayed(record, None, 0, Divergence(0, None, None, why))
+    played = Replayed(record, agent, 0)
+    _note_calls(played)
+    for number, entry in enumerate(entries, start=1):
+        inbox = [(str(i), event) for i, event in enumerate(entry.events)]
+        try:
+            advanced = decide(played.record, agent, inbox, around)
+        except Exception as error:  # noqa: BLE001 - a host's code raising is a divergence
+            why = f"advancing it raised {type(error).__name__}: {error}"
+            played.divergence = Divergence(number, entry.step, None, why)
+            return played
+        played.record, played.steps = advanced.record, number
+        for event in entry.events:
+            if isinstance(event, ToolDone):
+                played.outcomes[event.call] = event.output
+        now = seen(agent)
+        if now != entry.step:
+            why = _why(entry.step, now, agent, advanced.effects.trace)
+            played.divergence = Divergence(number, entry.step, now, why)
+            return played
+        _note_calls(played)
+    return played
+
+
+def _note_calls(played: Replayed) -> None:
+    """Remember the calls of the batch the agent waits on, with the arguments they run
+    with (a person's edit included)."""
+    assert played.agent is not None
+    step = played.agent.resume()
+    if not isinstance(step, Run):
+        return
+    for call in [step.call, *played.agent.queued()]:
+        track = played.record.calls.get(call.id)
+        edited = track.args if track is not None else None
+        played.ran[call.id] = (call.tool, edited if edited is not None else call.args)
+
+
+def _why(recorded: StepSeen, now: StepSeen, agent: Agent, trace: Sequence[TraceEntry]) -> str:
+    """What most likely made the step differ, in words."""
+    said = _core_said(trace)
+    if recorded.kind == "run":
+        return _why_calls(recorded, now, agent, said)
+    if recorded.kind == now.kind and recorded.kind in ("ask", "summarize"):
+        if recorded.system != now.system:
+            return "the system prompt changed (its template, the instructions, or the tools)"
+        return "the prompt changed (the task or history as the core writes it now)"
+    return f"the core decides differently: {recorded.kind} then, {now.kind} now{said}"
+
+
+def _why_calls(recorded: StepSeen, now: StepSeen, agent: Agent, said: str) -> str:
+    """Why a batch of calls the run made is not made again."""
+    gone = [tool for tool in recorded.tools if _gone(agent, tool)]
+    if gone:
+        return f"the tool {gone[0]} is gone (the run called it here)"
+    if now.kind != "run":
+        return (
+            f"the model's call of {', '.join(recorded.tools)} no longer checks against"
+            f" the tool's arguments{said}"
+        )
+    if now.tools != recorded.tools:
+        return f"the calls differ: {', '.join(recorded.tools)} then, {', '.join(now.tools)} now"
+    return f"a call's arguments differ (as the tool reads them now){said}"
+
+
+def _gone(agent: Agent, tool: str) -> bool:
+    try:
+        agent.check_args(tool, {})
+    except UsageError:
+        return True
+    except Exception:  # noqa: BLE001 - the tool is there; its arguments are another matter
+        return False
+    return False
+
+
+def _core_said(trace: Sequence[TraceEntry]) -> str:
+    """The core's own words on the step (a refused reply says why), if it said any."""
+    for line in reversed(trace):
+        if line.text and line.kind not in ("usage", "reply"):
+            return f" ({line.kind}: {line.text[:300]})"
+    return ""
