@@ -284,6 +284,10 @@ class Agent:
             raise UsageError(f"a call's arguments are a dict, got {type(args).__name__}")
         return check_args(found, args)
 
+    def offered(self) -> tuple[Tool, ...]:
+        """Return the host tools this agent may call (`delegate` too, with specialists)."""
+        return tuple(self._setup.tools.values())
+
     def skill(self, name: str) -> Skill | None:
         """Return the skill this agent offers under `name` (for a host reading its files)."""
         return next((s for s in self._state.skills if s.name == name), None)

@@ -57,6 +57,7 @@ from workers.client.schedules import Scheduling
 from workers.client.start import checked_concurrency, checked_prices, new_run
 from workers.engine.budget import Budget, Price
 from workers.engine.effects import Message
+from workers.engine.journal import start_text
 from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
 from workers.engine.working import Verifier
 from workers.errors import DecisionRefused, RelayError
@@ -333,7 +334,10 @@ class Relay:
         )  # fmt: skip
         parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms
-        created = parts.store.create(record, snapshot, due)
+        offered = self.kit.restore(record, snapshot).offered()  # for its journal
+        created = parts.store.create(
+            record, snapshot, due, start=start_text(record, snapshot, offered)
+        )
         if not created and run_id is None:  # 64 random bits: never
             raise RelayError(f"a run with id {record.id} exists already")
         if created:

@@ -28,6 +28,7 @@ from workers.engine.journal import (
     call_digest,
     read_entry,
     read_start,
+    start_text,
 )
 from workers.engine.records import ForkedFrom, RunList, RunRecord, Usage
 from workers.engine.replay import Replayed, replay
@@ -259,7 +260,8 @@ class Replays:
         except AgentError as error:  # pragma: no cover - a restored agent always dumps
             raise RelayError(str(error)) from error
         due = record.created_ms + self.grace_ms
-        if not self.store.create(record, snapshot, due, stubs):  # 64 random bits: never
+        start_entry = start_text(record, snapshot, agent.offered())
+        if not self.store.create(record, snapshot, due, stubs, start_entry):  # 64 random bits
             raise RelayError(f"a run with id {record.id} exists already")
         self._start(record.id)
         return record.id
@@ -388,12 +390,14 @@ def _side(record: RunRecord, total: Usage, entries: Sequence[JournalEntry]) -> R
 def _offsets(
     a: str, b: str, a_from: ForkedFrom | None, b_from: ForkedFrom | None
 ) -> tuple[int, int]:
-    """Where each run's step 1 falls in A's numbering: a fork of the other begins after
-    its fork point (the steps before it are the other's, shared)."""
+    """Where each run's first step falls in A's numbering. A fork's first step states
+    again where its fork point left the other (the steps before are the other's,
+    shared): a fork at N > 0 begins at the other's step N (at 0, at step 1, which only
+    settles the started agent)."""
     if b_from is not None and b_from.run == a:
-        return 0, b_from.step
+        return 0, max(b_from.step - 1, 0)
     if a_from is not None and a_from.run == b:
-        return a_from.step, 0
+        return max(a_from.step - 1, 0), 0
     return 0, 0
 
 

@@ -68,7 +68,7 @@ from workers.engine.events import (
     ToolDone,
 )
 from workers.engine.ids import child_id, model_call, pending_member
-from workers.engine.journal import call_digest, entry_text
+from workers.engine.journal import call_digest, entry_text, start_text
 from workers.engine.records import CallTrack, Pending, RunRecord
 from workers.engine.working import Surroundings, Working, ran_data
 
@@ -425,7 +425,9 @@ def _start_child(run: Working, call: ToolCall) -> None:
         routes=parent.routes,
         stubbed=parent.stubbed,
     )
-    run.create.append(ChildRun(record, child.snapshot(), run.due()))
+    snapshot = child.snapshot()
+    start = start_text(record, snapshot, child.offered())
+    run.create.append(ChildRun(record, snapshot, run.due(), start))
     run.messages.append(Message("advance", new_id))
     run.calls[call.id] = CallTrack(status="child", tool=DELEGATE, child=new_id, created_ms=now)
     run.children = (*run.children, new_id)

@@ -92,6 +92,8 @@ class ChildRun:
     record: RunRecord
     snapshot: str
     due_ms: int
+    start: str = ""
+    """Its journal's start (`workers.engine.journal.start_text`)."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent_core import Agent, Ask, Done, Plan, Question, Run, Summarize
+from agent_core import Agent, Ask, Done, Plan, Question, Run, Summarize, Tool
 from agent_core.steps import FROZEN
 from workers.engine.events import InboxEvent
 from workers.engine.records import RunRecord
@@ -43,6 +43,7 @@ __all__ = [
     "read_start",
     "seen",
     "start_text",
+    "tool_digests",
 ]
 
 JOURNAL_MAX = 20_000
@@ -77,6 +78,9 @@ class JournalStart(BaseModel):
     model_config = FROZEN
     record: RunRecord
     snapshot: str
+    tools: dict[str, str] = {}
+    """A digest of each tool the agent was offered (name, description, arguments, risk):
+    a replay's divergence says which tool is gone or changed."""
 
 
 class JournalEntry(BaseModel):
@@ -128,9 +132,15 @@ def seen(agent: Agent) -> StepSeen:
     raise AssertionError(f"unknown step {step!r}")  # pragma: no cover
 
 
-def start_text(record: RunRecord, snapshot: str) -> str:
-    """Entry 0 of a new run's journal."""
-    return JournalStart(record=record, snapshot=snapshot).model_dump_json()
+def tool_digests(tools: Sequence[Tool]) -> dict[str, str]:
+    """A digest of each tool as the model is shown it, by name."""
+    return {tool.name: _digest(tool.model_dump_json()) for tool in tools}
+
+
+def start_text(record: RunRecord, snapshot: str, tools: Sequence[Tool] = ()) -> str:
+    """Entry 0 of a new run's journal (`tools`: those its agent is offered)."""
+    start = JournalStart(record=record, snapshot=snapshot, tools=tool_digests(tools))
+    return start.model_dump_json()
 
 
 def entry_text(events: Sequence[InboxEvent | None], agent: Agent) -> str:

@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_core import Agent, AgentError, Run, ToolOutput, UsageError
+from agent_core import Agent, AgentError, Run, ToolOutput
 from workers.engine.decide import decide
 from workers.engine.events import ToolDone
-from workers.engine.journal import JournalEntry, JournalStart, StepSeen, seen
+from workers.engine.journal import JournalEntry, JournalStart, StepSeen, seen, tool_digests
 from workers.engine.records import RunRecord, TraceEntry
 from workers.engine.working import Surroundings
 
@@ -69,6 +69,7 @@ def replay(
         why = f"its start cannot be restored with this code: {error}"
         return Replayed(record, None, 0, Divergence(0, None, None, why))
     played = Replayed(record, agent, 0)
+    tools = _ToolChanges(start.tools, tool_digests(agent.offered()))
     _note_calls(played)
     for number, entry in enumerate(entries, start=1):
         inbox = [(str(i), event) for i, event in enumerate(entry.events)]
@@ -84,7 +85,7 @@ def replay(
                 played.outcomes[event.call] = event.output
         now = seen(agent)
         if now != entry.step:
-            why = _why(entry.step, now, agent, advanced.effects.trace)
+            why = _why(entry.step, now, tools, advanced.effects.trace)
             played.divergence = Divergence(number, entry.step, now, why)
             return played
         _note_calls(played)
@@ -104,23 +105,49 @@ def _note_calls(played: Replayed) -> None:
         played.ran[call.id] = (call.tool, edited if edited is not None else call.args)
 
 
-def _why(recorded: StepSeen, now: StepSeen, agent: Agent, trace: Sequence[TraceEntry]) -> str:
+@dataclass(frozen=True)
+class _ToolChanges:
+    """The tools the run was offered (digests, from its journal's start) and those this
+    code offers: what changed explains most divergences."""
+
+    then: dict[str, str]
+    now: dict[str, str]
+
+    def said(self, among: Sequence[str] = ()) -> str | None:
+        """The change to name first (among `among`'s tools, if given), or None."""
+        names = list(among) or sorted(set(self.then) | set(self.now))
+        for name in names:
+            if name in self.then and name not in self.now:
+                return f"the tool {name} is gone"
+        for name in names:
+            if name in self.then and self.now.get(name) != self.then[name]:
+                return f"the tool {name} changed (its arguments, description or risk)"
+        added = [name for name in names if name in self.now and name not in self.then]
+        return f"a tool was added: {added[0]}" if added and not among else None
+
+
+def _why(
+    recorded: StepSeen, now: StepSeen, tools: _ToolChanges, trace: Sequence[TraceEntry]
+) -> str:
     """What most likely made the step differ, in words."""
     said = _core_said(trace)
     if recorded.kind == "run":
-        return _why_calls(recorded, now, agent, said)
+        return _why_calls(recorded, now, tools, said)
     if recorded.kind == now.kind and recorded.kind in ("ask", "summarize"):
         if recorded.system != now.system:
-            return "the system prompt changed (its template, the instructions, or the tools)"
+            changed = tools.said() if tools.then else None
+            if changed is not None:
+                return f"{changed}, so the system prompt changed"
+            return "the system prompt changed (its template or the instructions)"
         return "the prompt changed (the task or history as the core writes it now)"
     return f"the core decides differently: {recorded.kind} then, {now.kind} now{said}"
 
 
-def _why_calls(recorded: StepSeen, now: StepSeen, agent: Agent, said: str) -> str:
+def _why_calls(recorded: StepSeen, now: StepSeen, tools: _ToolChanges, said: str) -> str:
     """Why a batch of calls the run made is not made again."""
-    gone = [tool for tool in recorded.tools if _gone(agent, tool)]
-    if gone:
-        return f"the tool {gone[0]} is gone (the run called it here)"
+    changed = tools.said(recorded.tools)
+    if changed is not None:
+        return f"{changed} (the run called it here){said}"
     if now.kind != "run":
         return (
             f"the model's call of {', '.join(recorded.tools)} no longer checks against"
@@ -129,16 +156,6 @@ def _why_calls(recorded: StepSeen, now: StepSeen, agent: Agent, said: str) -> st
     if now.tools != recorded.tools:
         return f"the calls differ: {', '.join(recorded.tools)} then, {', '.join(now.tools)} now"
     return f"a call's arguments differ (as the tool reads them now){said}"
-
-
-def _gone(agent: Agent, tool: str) -> bool:
-    try:
-        agent.check_args(tool, {})
-    except UsageError:
-        return True
-    except Exception:  # noqa: BLE001 - the tool is there; its arguments are another matter
-        return False
-    return False
 
 
 def _core_said(trace: Sequence[TraceEntry]) -> str:

@@ -317,7 +317,7 @@ def _child(keys: Keys, child: ChildRun) -> list[Any]:
         child.due_ms,
         keys.history(record.id),
         keys.journal(record.id),
-        start_text(record, child.snapshot),
+        child.start or start_text(record, child.snapshot),
         *entries,
     ]
 

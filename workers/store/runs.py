@@ -113,10 +113,11 @@ class RunStore:
         snapshot: str,
         due_ms: int,
         stubs: Mapping[str, str] | None = None,
+        start: str | None = None,
     ) -> bool:
         """Create a run (its budget, if any, becomes its tree's limits; its journal begins
-        with `record` and `snapshot`; a fork's `stubs`: call digest -> ToolOutput JSON);
-        False if one with that id exists."""
+        with `start`, default `record` and `snapshot`; a fork's `stubs`: call digest ->
+        ToolOutput JSON); False if one with that id exists."""
         head, history = split(snapshot)  # stored as CREATE keeps it: head, entries
         self.shards.enlist(record.id)
         create = scripts.create(
@@ -125,7 +126,7 @@ class RunStore:
             head=head,
             history=history,
             due_ms=due_ms,
-            start=start_text(record, snapshot),
+            start=start or start_text(record, snapshot),
             stubs=stubs,
         )
         return self.connection.run(create)

@@ -1,0 +1,328 @@
+"""Replay, fork and diff on a real fleet: Redis, `relay worker` processes, the loopback
+model server (a second one for forks onto another route).
+
+Runs of every kind (plans, batches, approvals, questions, specialists, summaries,
+steering, follow-ups) replay identically from their journals; a fork at any step
+makes no model call and runs no tool for its prefix, and with stubbed tools runs
+no tool the original ran; every edge (beyond the journal, at the end, waiting on
+a person, mid-batch, a cancelled run, a corrupt, trimmed or missing journal) has
+its stated result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agent_core import Config, Policy, Stop
+from tests.apps.notes import build
+from tests.support.brain import batch, call, final
+from tests.support.cli import clean_env
+from tests.support.cli import relay as relay_command
+from tests.support.fleet import Fleet, fleet
+from tests.support.model_server import ModelServer
+from tests.support.waiting import calls_for, pending_for, prompts_for
+from workers import Relay, RelayError, Settings
+
+TRUSTING = Config(require_plan=False, max_batch=4, max_calls=20, policy=Policy.TRUSTING)
+CAUTIOUS = Config(require_plan=False, max_batch=4, max_calls=20)
+
+
+@pytest.fixture(scope="module")
+def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with fleet(tmp_path_factory.mktemp("replay")) as running:
+        running.worker("--concurrency", "2")
+        yield running
+
+
+def _finished(f: Fleet, run_id: str, stop: Stop = Stop.DONE) -> None:
+    outcome = f.relay.wait(run_id, 60)
+    assert outcome.stop is stop, (outcome, f.logs())
+
+
+def _identical(relay: Relay, run_id: str) -> int:
+    report = relay.replay(run_id)
+    assert report.problem is None, report
+    assert report.identical, report
+    assert report.replayed == report.steps
+    return report.steps
+
+
+# --- every kind of run replays ------------------------------------------------------------
+
+
+def test_runs_of_every_kind_replay_identically(f: Fleet) -> None:
+    f.brain.script("RP-PLAIN", {0: call("read_note", name="a.txt"), 1: final("read")})
+    f.brain.script(
+        "RP-BATCH",
+        {0: batch(("read_note", {"name": "a.txt"}), ("number", {}), ("big", {"size": 10})),
+         3: final("batched")},  # (a turn per result: three came back)
+    )  # fmt: skip
+    f.brain.script(
+        "RP-PLAN", {0: call("read_note", name="p.txt"), 1: final("planned")}, plan=["Read it."]
+    )
+    f.brain.script(
+        "RP-ASK",
+        {0: call("delete_note", name="old.txt"), 1: call("delete_note", name="keep.txt"),
+         2: final("asked")},
+    )  # fmt: skip
+    f.brain.script(
+        "RP-QUESTION",
+        {0: json.dumps({"ask_user": "Which note?"}), 1: final("answered")},
+    )
+    f.brain.script(
+        "RP-KIDS",
+        {0: batch(("delegate", {"specialist": "reader", "task": "RP-KID: read a.txt"})),
+         1: final("delegated")},
+    )  # fmt: skip
+    f.brain.script("RP-KID", {0: call("read_note", name="a.txt"), 1: final("kid read")})
+    f.brain.script("RP-SUMMARY", {n: call("big", size=700) for n in range(8)})
+    f.brain.script("RP-STEER", {0: call("sleep", seconds=1.5), 1: final("steered")})
+    f.brain.script("RP-MORE", {0: final("first turn"), 1: final("second turn")})
+
+    plain = f.relay.start("RP-PLAIN: read", config=TRUSTING)
+    batched = f.relay.start("RP-BATCH: three at once", config=TRUSTING)
+    planned = f.relay.start(
+        "RP-PLAN: read", config=TRUSTING.model_copy(update={"require_plan": True})
+    )
+    asked = f.relay.start("RP-ASK: delete two", config=Config(require_plan=False))
+    question = f.relay.start("RP-QUESTION: ask me", config=TRUSTING)
+    kids = f.relay.start("RP-KIDS: delegate", config=TRUSTING)
+    summary = f.relay.start(
+        "RP-SUMMARY: big outputs",
+        config=TRUSTING.model_copy(
+            update={"summarize": True, "history_chars": 1_000, "max_calls": 4}
+        ),
+    )
+    steer = f.relay.start("RP-STEER: nap", config=TRUSTING)
+    more = f.relay.start("RP-MORE: twice", config=TRUSTING)
+
+    pending_for(f, planned, "plan")
+    f.relay.approve_plan(planned, yes=True)
+    first = pending_for(f, asked, "call")
+    f.relay.approve(asked, first.call_id or "")
+    second = pending_for(f, asked, "call", timeout=60)
+    f.relay.deny(asked, second.call_id or "", "keep it")
+    pending_for(f, question, "question")
+    f.relay.answer(question, "a.txt")
+    f.until(lambda: f.relay.status(steer).waiting_for == "tools", what="the nap to begin")
+    f.relay.send(steer, "Be quick about it.")
+    _finished(f, more)
+    f.relay.reply(more, "RP-MORE: and again")
+
+    for run_id in (plain, batched, planned, asked, question, kids, steer):
+        _finished(f, run_id)
+    f.relay.wait(summary, 60)  # (it ends at its call limit, or done)
+
+    def second_turn_over() -> bool:
+        outcome = f.relay.status(more).outcome
+        return outcome is not None and outcome.summary == "second turn"
+
+    f.until(second_turn_over, what="the second turn")
+    assert "summary" in [e.kind for e in f.relay.trace(summary)]  # a summary was written
+    assert any("Be quick about it." in p for p in prompts_for(f, "RP-STEER"))
+    assert any(e.kind == "declined" for e in f.relay.trace(asked))
+    for run_id in (plain, batched, planned, asked, question, kids, summary, steer, more):
+        assert _identical(f.relay, run_id) >= 2
+    child = f.relay.status(kids).children[0]
+    assert _identical(f.relay, child) >= 2
+
+
+# --- what cannot be replayed, and says so -----------------------------------------------------
+
+
+def test_a_run_without_a_journal_a_trimmed_one_and_a_corrupt_entry_each_say_so(f: Fleet) -> None:
+    f.brain.script("RP-BAD", {0: call("read_note", name="a.txt"), 1: final("ok")})
+    runs = [f.relay.start(f"RP-BAD: run {n}", config=TRUSTING) for n in range(4)]
+    for run_id in runs:
+        _finished(f, run_id)
+    store = f.relay.store
+    old, trimmed, corrupt, fine = runs
+    store.redis.delete(store.keys.journal(old))  # as a run started before the journal
+    store.redis.lpop(store.keys.journal(trimmed))  # its start dropped, as JOURNAL_MAX does
+    store.redis.lset(store.keys.journal(corrupt), 3, b'{"events": 7}')
+
+    assert "started before runs kept a journal" in (f.relay.replay(old).problem or "")
+    assert "its start was trimmed" in (f.relay.replay(trimmed).problem or "")
+    problem = f.relay.replay(corrupt).problem or ""
+    assert f"run {corrupt}: journal entry 3 cannot be read" in problem
+    assert f.relay.replay(fine).identical
+    assert "no run nosuchrun" in (f.relay.replay("nosuchrun").problem or "")
+    with pytest.raises(RelayError, match="entry 3 cannot be read"):
+        f.relay.fork(corrupt, 1)
+
+
+# --- forks: the stated result at each edge -----------------------------------------------------
+
+
+def test_fork_edges_beyond_the_end_mid_batch_waiting_on_a_person_and_cancelled(f: Fleet) -> None:
+    f.brain.script(
+        "RP-EDGE",
+        {0: batch(("read_note", {"name": "a.txt"}), ("delete_note", {"name": "x.txt"})),
+         2: final("edge"), 3: final("the new turn")},
+    )  # fmt: skip
+    run_id = f.relay.start("RP-EDGE: read and delete", config=CAUTIOUS)
+    pending_for(f, run_id, "call")  # the read ran; the delete waits for a person
+
+    def mid_batch() -> bool:
+        last = json.loads(f.relay.store.journal(run_id)[-1])
+        return bool(last["step"]["kind"] == "run" and last["step"]["tools"] == ["delete_note"])
+
+    f.until(mid_batch, what="the read's result to be applied, the delete still waiting")
+    mid = f.relay.replay(run_id).steps
+    # Mid-batch and waiting on a person: the fork waits on a person of its own for the
+    # call still to run, and does not run the read again.
+    fork = f.relay.fork(run_id, mid)
+    mine = pending_for(f, fork, "call")
+    assert mine.tool == "delete_note"
+    assert f.relay.status(fork).forked_from is not None
+    assert f.relay.status(fork).forked_from.run == run_id  # type: ignore[union-attr]
+    f.relay.approve(fork, mine.call_id or "")
+    _finished(f, fork)
+    assert [e.tool for e in f.relay.trace(fork) if e.kind == "result"] == ["delete_note"]
+    assert any(p.run_id == run_id for p in f.relay.pending())  # the original: untouched
+
+    steps = f.relay.replay(fork).steps
+    with pytest.raises(RelayError, match=f"has {steps} journal steps: fork at 0 to {steps}"):
+        f.relay.fork(fork, steps + 1)
+    with pytest.raises(RelayError, match="had ended: nothing is left to run"):
+        f.relay.fork(fork, steps)
+    with pytest.raises(RelayError, match="task= begins a new turn"):
+        f.relay.fork(fork, 1, task="something else")
+    # A new turn after the end.
+    again = f.relay.fork(fork, steps, task="and now this")  # (the prompt's task stays)
+    _finished(f, again)
+    assert f.relay.status(again).outcome.summary == "the new turn"  # type: ignore[union-attr]
+
+    # A cancelled run: forking at its end is refused; before it, the fork goes on.
+    f.relay.cancel(run_id, "not needed")
+    _finished(f, run_id, Stop.CANCELLED)
+    with pytest.raises(RelayError, match="had ended"):
+        f.relay.fork(run_id, f.relay.replay(run_id).steps)
+    revived = f.relay.fork(run_id, mid)
+    assert pending_for(f, revived, "call").tool == "delete_note"
+    f.relay.cancel(revived)
+    _finished(f, revived, Stop.CANCELLED)
+
+
+# --- fork at every step onto another model server, tools stubbed ----------------------------
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fleet, ModelServer, Relay]]:
+    directory = tmp_path_factory.mktemp("fork")
+    with fleet(directory) as running, ModelServer(running.brain) as second:
+        models = directory / "models.json"
+        models.write_text(json.dumps([
+            {"name": "first", "url": running.model.url, "model": "m1"},
+            {"name": "second", "url": second.url, "model": "m2"},
+        ]))  # fmt: skip
+        env = {"RELAY_MODELS": str(models)}
+        running.worker("--concurrency", "2", env=env)
+        relay = build(Settings.from_env({**running.env, **env}))
+        yield running, second, relay
+
+
+SIX = {
+    0: call("write_note", name="one.txt", text="first"),
+    1: call("read_note", name="one.txt"),
+    2: final("wrote and read"),
+}
+
+
+def test_a_fork_at_every_step_runs_nothing_twice_and_asks_the_second_server(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, second, relay = two
+    f.brain.script("RP-SIX", SIX)
+    original = relay.start("RP-SIX: write then read", config=TRUSTING)
+    _finished(f, original)
+    steps = relay.replay(original).steps
+    assert steps == 6  # asked; write_note; written; read_note; read; done
+    assert f.ledger().count("write_note one.txt") == 1
+    first_calls = len(calls_for(f, "RP-SIX"))
+    second_before = len(second.calls)
+    for at in range(steps):
+        fork = relay.fork(original, at, route="second", stub_tools=True)
+        _finished(f, fork)
+        assert relay.status(fork).forked_from.step == at  # type: ignore[union-attr]
+        assert len(calls_for(f, "RP-SIX")) == first_calls  # the prefix asked nobody
+        # The write in the prefix, or stubbed after it: never run again.
+        assert f.ledger().count("write_note one.txt") == 1
+        found = relay.diff(original, fork)
+        assert found.first_difference is None, found.rows  # the same steps
+    # Model calls after each fork point: 3 before the write, 2 after it, 1 after the read.
+    assert len(second.calls) - second_before == 3 + 3 + 2 + 2 + 1 + 1
+
+    # Not stubbed: the write runs again (the test above could fail).
+    fork = relay.fork(original, 0, route="second")
+    _finished(f, fork)
+    assert f.ledger().count("write_note one.txt") == 2
+
+    # A call that differs by one byte is not handed the recorded outcome: it runs.
+    def one_byte_more(chat: Any) -> Any:
+        reply = f.brain(chat)
+        return reply.replace('"first"', '"first "') if isinstance(reply, str) else reply
+
+    second.set_responder(one_byte_more)
+    try:
+        byte = relay.fork(original, 0, route="second", stub_tools=True)
+        _finished(f, byte)
+    finally:
+        second.set_responder(f.brain)
+    assert f.ledger().count("write_note one.txt") == 3
+
+
+def test_a_fork_onto_an_unknown_route_or_bad_config_is_refused(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, _, relay = two
+    f.brain.script("RP-REFUSE", {0: final("done")})
+    run_id = relay.start("RP-REFUSE: nothing", config=TRUSTING)
+    _finished(f, run_id)
+    with pytest.raises(RelayError, match="no model route nowhere; routes: first, second"):
+        relay.fork(run_id, 0, route="nowhere")
+    with pytest.raises(RelayError, match="max_calls"):
+        relay.fork(run_id, 0, config={"max_calls": 0})
+
+
+def test_the_commands_replay_fork_and_diff(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, _, relay = two
+    f.brain.script("RP-CLI", {0: call("read_note", name="a.txt"), 1: final("cli")})
+    original = relay.start("RP-CLI: read", config=TRUSTING)
+    _finished(f, original)
+    env = clean_env(
+        **f.env, RELAY_MODELS=str(f.directory / "models.json"), RELAY_APP="tests.apps.notes:relay"
+    )
+
+    done = relay_command("replay", original, env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"{original}: identical, 4 steps (finished)" in done.stdout
+
+    forked = relay_command(
+        "fork", original, "--at", "1", "--route", "second", "--stub-tools", "--json", env=env
+    )
+    assert forked.returncode == 0, forked.stderr
+    fork_id = json.loads(forked.stdout)["run_id"]
+    _finished(f, fork_id)
+
+    shown = relay_command("diff", original, fork_id, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    found = json.loads(shown.stdout)
+    assert found["first_difference"] is None
+    assert found["b"]["forked_from"] == {"run": original, "step": 1}
+    assert [r["step"] for r in found["rows"]] == [1, 2, 3, 4]  # its step 1 restates step 1
+
+    refused = relay_command("fork", original, "--at", "9", env=env)
+    assert refused.returncode == 1
+    assert "has 4 journal steps" in refused.stderr
+
+    relay.store.redis.lset(relay.store.keys.journal(original), 2, b"{not json")
+    broken = relay_command("replay", original, env=env)
+    assert broken.returncode == 1
+    assert "journal entry 2 cannot be read" in broken.stdout
