@@ -448,7 +448,33 @@ def _routes(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _journal(r: dict[str, Any]) -> list[Row]:
+    turn, waiting = r["per_turn"], r["replay_waiting"]
+    return [
+        Row(
+            "12 journal",
+            f"bytes to Redis per turn, with the journal / without ({turn['turns']} turns)",
+            f"{turn['bytes_in_per_turn_with']:,.0f} / {turn['bytes_in_per_turn_without']:,.0f}",
+            f"journal {turn['journal_bytes_per_turn']:,.0f} B/turn stored,"
+            f" start {turn['start_bytes']:,} B",
+        ),
+        Row(
+            "12 journal",
+            "  Redis µs per turn, all / the journal's RPUSH",
+            f"{turn['redis_usec_per_turn_with']:,.0f} / {turn['journal_rpush_usec_per_turn']:,.1f}",
+        ),
+        Row(
+            "12 journal",
+            f"  replay --waiting over {waiting['parked_runs']} parked runs, s (max of 3)",
+            f"{waiting['seconds_max']:.2f} ({waiting['ms_per_run_max']:.1f} ms a run)",
+            f"seconds; {waiting['identical']} of {waiting['parked_runs']} identical",
+            _check(waiting["identical"] == waiting["parked_runs"] and waiting["seconds_max"] < 10),
+        ),
+    ]
+
+
 _ROWS = {
+    "journal": _journal,
     "turns": _turns,
     "batch": _batch,
     "many": _many,

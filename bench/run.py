@@ -23,6 +23,7 @@ from bench import (
     admission,
     batch,
     growth,
+    journal,
     live,
     many,
     outage,
@@ -51,6 +52,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "admission": admission.run,
     "routes": routes.run,
     "live": live.run,
+    "journal": journal.run,
 }
 
 

@@ -47,6 +47,7 @@ def _keys_of(b: Bench, run_id: str) -> dict[str, Any]:
         "inbox stream": b.redis.memory_usage(keys.inbox(run_id), samples=0) or 0,
         "trace list": b.redis.memory_usage(keys.trace(run_id), samples=0) or 0,
         "history list": b.redis.memory_usage(keys.history(run_id), samples=0) or 0,
+        "journal list": b.redis.memory_usage(keys.journal(run_id), samples=0) or 0,
         "live stream": b.redis.memory_usage(keys.live(run_id), samples=0) or 0,
     }
     pending = b.redis.hstrlen(keys.index(run_id).pending_data, f"{run_id}|call|{member}")

@@ -169,7 +169,7 @@ def test_fork_edges_beyond_the_end_mid_batch_waiting_on_a_person_and_cancelled(f
 
     def mid_batch() -> bool:
         last = json.loads(f.relay.store.journal(run_id)[-1])
-        return bool(last["step"]["kind"] == "run" and last["step"]["tools"] == ["delete_note"])
+        return bool(last["s"]["k"] == "run" and last["s"].get("t") == ["delete_note"])
 
     f.until(mid_batch, what="the read's result to be applied, the delete still waiting")
     mid = f.relay.replay(run_id).steps

@@ -26,11 +26,12 @@ from workers.engine.journal import (
     JournalStart,
     StepSeen,
     call_digest,
+    is_start,
     read_entry,
     read_start,
     start_text,
 )
-from workers.engine.records import ForkedFrom, RunList, RunRecord, Usage
+from workers.engine.records import ForkedFrom, RunList, RunRecord, TraceEntry, Usage
 from workers.engine.replay import Replayed, replay
 from workers.engine.working import Surroundings
 from workers.errors import RelayError
@@ -177,9 +178,9 @@ class Replays:
             )
         try:
             start = read_start(stored[0])
-        except JournalError:
-            if _looks_like_start(stored[0]):
-                raise _Unplayable(f"run {run_id}: its journal's start cannot be read") from None
+        except JournalError as error:
+            if is_start(stored[0]):
+                raise _Unplayable(f"run {run_id}: journal {error}") from None
             raise _Unplayable(
                 f"run {run_id} took more steps than its journal keeps: its start was trimmed,"
                 " so it cannot be replayed"
@@ -263,6 +264,18 @@ class Replays:
         start_entry = start_text(record, snapshot, agent.offered())
         if not self.store.create(record, snapshot, due, stubs, start_entry):  # 64 random bits
             raise RelayError(f"a run with id {record.id} exists already")
+        origin = f"forked from run {run_id} at step {at}"
+        told = [
+            origin,
+            *(["stubbed tools"] if stub_tools else []),
+            *([f"routes {', '.join(record.routes)}"] if record.routes else []),
+        ]
+        data = {"run": run_id, "step": at, "stubbed": len(stubs)}
+        self.store.add_trace(
+            record.id,
+            TraceEntry(at_ms=record.created_ms, run=record.id, kind="forked",
+                       text="; ".join(told), data=data),
+        )  # fmt: skip
         self._start(record.id)
         return record.id
 
@@ -361,11 +374,6 @@ class Replays:
         rows = _rows(steps[0][1], steps[1][1], offset_a, offset_b)
         first = next((r.step for r in rows if not r.same), None)
         return Diff(a=sides[0], b=sides[1], rows=tuple(rows), first_difference=first)
-
-
-def _looks_like_start(text: bytes | str) -> bool:
-    raw = text if isinstance(text, str) else text.decode(errors="replace")
-    return raw.startswith('{"record"')
 
 
 def _said(step: StepSeen | None) -> str:

@@ -19,12 +19,14 @@ each reply and outcome whole, once. Nothing here does I/O.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_core import Agent, Ask, Done, Plan, Question, Run, Summarize, Tool
 from agent_core.steps import FROZEN
@@ -39,6 +41,7 @@ __all__ = [
     "StepSeen",
     "call_digest",
     "entry_text",
+    "is_start",
     "read_entry",
     "read_start",
     "seen",
@@ -65,13 +68,14 @@ class StepSeen(BaseModel):
     `digest` covers the whole step (the request's text and files, the batch's calls
     with their arguments, the plan, the question, the outcome); `system` the request's
     system text alone and `tools` the batch's tool names, so a divergence can say what
-    changed."""
+    changed. Stored with one-letter keys (`k`, `d`, `y`, `t`): a journal is read rarely,
+    and written at every step."""
 
-    model_config = FROZEN
-    kind: str
-    digest: str
-    system: str = ""
-    tools: tuple[str, ...] = ()
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    kind: str = Field(alias="k")
+    digest: str = Field(alias="d")
+    system: str = Field(default="", alias="y")
+    tools: tuple[str, ...] = Field(default=(), alias="t")
 
 
 class JournalStart(BaseModel):
@@ -84,9 +88,11 @@ class JournalStart(BaseModel):
 
 
 class JournalEntry(BaseModel):
-    model_config = FROZEN
-    events: tuple[InboxEvent | None, ...]
-    step: StepSeen
+    """One step: the events it applied (`e`), the step the agent then waited on (`s`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    events: tuple[InboxEvent | None, ...] = Field(alias="e")
+    step: StepSeen = Field(alias="s")
 
 
 def _digest(*parts: str) -> str:
@@ -94,7 +100,7 @@ def _digest(*parts: str) -> str:
     for part in parts:
         hashed.update(part.encode())
         hashed.update(b"\x00")
-    return hashed.hexdigest()[:24]
+    return hashed.hexdigest()[:16]
 
 
 def _digest_bytes(data: bytes) -> str:
@@ -133,33 +139,78 @@ def seen(agent: Agent) -> StepSeen:
 
 
 def tool_digests(tools: Sequence[Tool]) -> dict[str, str]:
-    """A digest of each tool as the model is shown it, by name."""
-    return {tool.name: _digest(tool.model_dump_json()) for tool in tools}
+    """A short digest of each tool as the model is shown it, by name."""
+    return {tool.name: _digest(tool.model_dump_json())[:8] for tool in tools}
+
+
+# --- the start, packed -------------------------------------------------------------------
+
+_PACKED = "z1:"
+"""A start packed with `_PRESET` (raw deflate, then base64, so it travels in JSON too)."""
+_PRESET = (
+    b'{"record":{"id":"","root":"","task":"","created_ms":1,"updated_ms":1,"key":"","app":"",'
+    b'"config":{"require_plan":false,"max_batch":4,"policy":{"ask":["money","outside"]}}},'
+    b'"snapshot":{"format":"relay.agent","version":3,"state":{"task":"","context":"",'
+    b'"attachments":[],"phase":{"kind":"asking"},"planning":false,"plan":[],"history":[],'
+    b'"summary":"","request":"","calls_used":0,"calls_before":0,"model_calls":0,'
+    b'"loops":{"seen":"","failures":0,"warned":false},"told":[],"partial":"","cuts":0,'
+    b'"bad_replies":0,"problem":"","sent_back_early":false,"specialists":[],"skills":[],'
+    b'"skills_loaded":[],"skill_reads":0,"remembering":false,"memory":[],"new_notes":[],'
+    b'"questions":false,"depth":0,"role":"","guidance":"","allowed_tools":null,'
+    b'"trace":[{"seq":1,"kind":"started","text":"","call":null,"output":null,"stop":null}],'
+    b'"trace_seq":1}},"tools":{}}'
+)
+"""What most starts have in common, so a packed start holds little but what is its own.
+Never change it: starts packed with it are read with it (a new one is `z2:`)."""
 
 
 def start_text(record: RunRecord, snapshot: str, tools: Sequence[Tool] = ()) -> str:
-    """Entry 0 of a new run's journal (`tools`: those its agent is offered)."""
-    start = JournalStart(record=record, snapshot=snapshot, tools=tool_digests(tools))
-    return start.model_dump_json()
-
-
-def entry_text(events: Sequence[InboxEvent | None], agent: Agent) -> str:
-    """The journal entry of a step that applied `events` and left `agent` as it is."""
-    kept = tuple(_without_ran(event) for event in events)
-    return JournalEntry(events=kept, step=seen(agent)).model_dump_json(exclude_none=True)
-
-
-def _without_ran(event: InboxEvent | None) -> InboxEvent | None:
-    if event is None or getattr(event, "ran", None) is None:
-        return event
-    return event.model_copy(update={"ran": None})
+    """Entry 0 of a new run's journal (`tools`: those its agent is offered), packed."""
+    digests = json.dumps(tool_digests(tools), separators=(",", ":"))
+    record_text = record.model_dump_json(exclude_defaults=True)
+    raw = f'{{"record":{record_text},"snapshot":{snapshot},"tools":{digests}}}'.encode()
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _PRESET)
+    return _PACKED + base64.b64encode(packer.compress(raw) + packer.flush()).decode()
 
 
 def read_start(text: str | bytes) -> JournalStart:
+    """The start of a journal, as `start_text` wrote it."""
+    raw = text.decode(errors="replace") if isinstance(text, bytes) else text
+    if not raw.startswith(_PACKED):
+        raise JournalError(0, "it is not a journal's start")
     try:
-        return JournalStart.model_validate_json(text)
-    except ValidationError as error:
-        raise JournalError(0, f"it is not a journal's start: {_first(error)}") from None
+        unpacker = zlib.decompressobj(-15, _PRESET)
+        document = json.loads(unpacker.decompress(base64.b64decode(raw[len(_PACKED) :])))
+        snapshot = json.dumps(document.pop("snapshot"), separators=(",", ":"), ensure_ascii=False)
+        return JournalStart.model_validate({**document, "snapshot": snapshot})
+    except (ValueError, TypeError, KeyError, AttributeError, zlib.error) as error:
+        raise JournalError(0, f"its start cannot be read: {_said(error)}") from None
+
+
+def is_start(text: str | bytes) -> bool:
+    """Whether `text` is a journal's start (packed), readable or not."""
+    prefix = _PACKED.encode() if isinstance(text, bytes) else _PACKED
+    return text.startswith(prefix)  # type: ignore[arg-type]
+
+
+# --- the entries ---------------------------------------------------------------------------
+
+_NOT_THE_CORES = {"ran", "usage", "route"}
+"""Who made a call, what it used and which route served it: the trace's and the totals'
+business, never the core's, so never in the journal."""
+
+
+def entry_text(events: Sequence[InboxEvent | None], agent: Agent) -> str:
+    """The journal entry of a step that applied `events` and left `agent` as it is:
+    each event without what the core never reads, and its fields at their defaults."""
+    kept = [None if event is None else _compact(event) for event in events]
+    step = seen(agent).model_dump(by_alias=True, exclude_defaults=True)
+    return json.dumps({"e": kept, "s": step}, separators=(",", ":"), ensure_ascii=False)
+
+
+def _compact(event: InboxEvent) -> dict[str, Any]:
+    fields = event.model_dump(mode="json", exclude_defaults=True, exclude=_NOT_THE_CORES)
+    return {"kind": event.kind, **fields}
 
 
 def read_entry(index: int, text: str | bytes) -> JournalEntry:
@@ -173,3 +224,9 @@ def _first(error: ValidationError) -> str:
     problem = error.errors()[0]
     where = ".".join(str(part) for part in problem["loc"])
     return f"{where}: {problem['msg']}" if where else str(problem["msg"])
+
+
+def _said(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return _first(error)
+    return f"{type(error).__name__}: {error}"

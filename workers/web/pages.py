@@ -7,8 +7,11 @@ GET  /approvals              plans and calls waiting, whole, with Approve (as is
                              edited) and Deny (with a reason)
 GET  /schedules              the schedules, when they fire next, their latest runs
 GET  /routes                 the model routes as the fleet shares them
+GET  /diff?a=RUN&b=RUN       two runs step by step (a fork and its original, say)
 POST /approvals/decide       one decision (or a run's Cancel), from a form made for this
                              person and call
+POST /runs/fork              a fork of a run from one of its steps (route, stubbed tools),
+                             from a form made for this person and step
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from workers.engine.records import RUN_FILTERS
-from workers.errors import DecisionRefused, RunNotFound
+from workers.errors import DecisionRefused, RelayError, RunNotFound
 from workers.settings import now_ms
 from workers.web.auth import cross_site, same_text
 from workers.web.site import Web
@@ -32,6 +35,7 @@ from workers.web.views import (
     LONG_ARGS_CHARS,
     args_digest,
     args_text,
+    journal_rows,
     money,
     pending_row,
     run_row,
@@ -48,6 +52,8 @@ SCHEDULE_RUNS_READ = 500
 FIRINGS_SHOWN = 5
 MAX_FORM_BYTES = 262_144
 """A decision's form, edited arguments included."""
+STEPS_SHOWN = 200
+"""The newest journal steps a run's page offers to fork from."""
 
 
 class _Pages:
@@ -105,6 +111,13 @@ class _Pages:
         stop = {"kind": "cancel", "run_id": run_id, "what": "run"}
         cancel = (stop, web.form_token(user, stop)) if tree["state"] != "finished" else None
         plan = [step.strip() for step in plans[-1].splitlines() if step.strip()] if plans else []
+        steps = [
+            (
+                row,
+                web.form_token(user, {"kind": "fork", "run_id": run_id, "what": str(row["step"])}),
+            )
+            for row in journal_rows(web.relay, run_id, STEPS_SHOWN)
+        ]
         return web.page(
             request,
             "run.html",
@@ -115,7 +128,49 @@ class _Pages:
             pending=pending,
             cancel=cancel,
             said=said,
+            steps=steps,
+            routes=[route.name for route in web.relay.routes],
         )
+
+    def diff(self, request: Request) -> Response:
+        web = self.web
+        a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+        try:
+            found = web.relay.diff(a, b)
+        except RelayError as error:
+            return web.page(request, "missing.html", 404, message=str(error))
+        return web.page(request, "diff.html", diff=found, cost=money)
+
+    async def fork(self, request: Request) -> Response:
+        web = self.web
+        if cross_site(request.headers):
+            return _refused(web, request, "a fork from another site is refused")
+        body = await request.body()
+        if len(body) > MAX_FORM_BYTES:
+            return _refused(web, request, "the form is too large")
+        form = {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items() if v}
+        run_id, what = form.get("run", ""), form.get("what", "")
+        user = web.user(request)
+        why = await run_in_threadpool(
+            web.tokens.refusal,
+            form.get("token", ""),
+            user,
+            ("fork", run_id, what),
+            int(time.time()),
+        )
+        if why:
+            return _refused(web, request, why)
+        route = form.get("route") or None
+        stub = form.get("stub") == "1"
+        try:
+            new_id = await run_in_threadpool(
+                lambda: web.relay.fork(run_id, int(what), route=route, stub_tools=stub)
+            )
+        except (RelayError, ValueError) as error:
+            return _refused(web, request, str(error), status=409)
+        said = f"forked run {run_id} at step {what} by {user}: run {new_id}"
+        query = urlencode({"said": said, "sig": web.signed(said)})
+        return RedirectResponse(f"/runs/{quote(new_id, safe='')}?{query}", status_code=303)
 
     def schedules(self, request: Request) -> Response:
         web, now = self.web, now_ms()
@@ -195,6 +250,8 @@ def routes(web: Web) -> list[Route]:
         Route("/schedules", pages.schedules),
         Route("/routes", pages.routes),
         Route("/approvals/decide", pages.decide, methods=["POST"]),
+        Route("/diff", pages.diff),
+        Route("/runs/fork", pages.fork, methods=["POST"]),
     ]
 
 
@@ -216,6 +273,14 @@ def web_routes(web: Web, request: Request) -> Response:
         for state in web.relay.route_states()
     ]
     return web.page(request, "routes.html", routes=rows)
+
+
+def _fork_token(web: Web, user: str, run_id: str, step: int) -> str:
+    return web.form_token(user, {"kind": "fork", "run_id": run_id, "what": str(step)})
+
+
+def _now_s() -> int:
+    return int(time.time())
 
 
 def _said(web: Web, request: Request) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from workers.client.runs import page_cursor
+from workers.engine.journal import JournalError, read_entry
 from workers.engine.records import Pending, RunStatus, TraceEntry, run_list
 from workers.errors import RunNotFound
 from workers.relay import Relay
@@ -24,6 +25,7 @@ __all__ = [
     "args_digest",
     "args_text",
     "duration",
+    "journal_rows",
     "money",
     "nested",
     "pending_row",
@@ -127,7 +129,24 @@ def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
         "waiting_since": age(now_ms, status.updated_ms) if status.state == "waiting" else "",
         "outcome": ended,
         "pending": [pending_row(p, now_ms) for p in status.pending],
+        "forked_from": status.forked_from.model_dump() if status.forked_from else None,
     }
+
+
+def journal_rows(relay: Relay, run_id: str, shown: int) -> list[dict[str, Any]]:
+    """The run's journal steps (the newest `shown`), each as "its kind and tools"; an
+    entry that cannot be read says so."""
+    stored = relay.store.journal(run_id)
+    first = max(1, len(stored) - shown)
+    rows = []
+    for number in range(first, len(stored)):
+        try:
+            step = read_entry(number, stored[number]).step
+            said = f"{step.kind} {', '.join(step.tools)}".strip()
+        except JournalError as error:
+            said = f"unreadable: {error}"
+        rows.append({"step": number, "said": said})
+    return rows
 
 
 @dataclass(frozen=True)
