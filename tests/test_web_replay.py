@@ -1,0 +1,104 @@
+"""relay web and the journal: a run's steps with "Fork from here" (a form made for one
+person and step, used once), a fork's page saying where it came from, and the diff
+page; in a real chromium and over HTTP, against real workers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_core import Config, Policy
+from tests.support.brain import call, final
+from tests.support.fleet import Fleet, fleet
+from tests.support.web import RelayWeb, browser_page, screen
+
+APP = "tests.apps.notes:relay"
+TRUSTING = Config(require_plan=False, policy=Policy.TRUSTING)
+
+
+def _fork_forms(html: str) -> dict[int, dict[str, str]]:
+    """The hidden fields of each "Fork from here" form in a run's page, by step."""
+    forms = {}
+    for form in re.findall(r'<form method="post" action="/runs/fork".*?</form>', html, re.S):
+        fields = dict(re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', form))
+        forms[int(fields["what"])] = fields
+    return forms
+
+
+def _written_and_read(f: Fleet) -> str:
+    f.brain.script(
+        "WEB-FORK",
+        {0: call("write_note", name="w.txt", text="hello"), 1: call("read_note", name="w.txt"),
+         2: final("wrote and read")},
+    )  # fmt: skip
+    run_id = f.relay.start("WEB-FORK: write then read", config=TRUSTING)
+    assert f.relay.wait(run_id, 60).summary == "wrote and read", f.logs()
+    return run_id
+
+
+@pytest.mark.timeout(240)
+def test_fork_from_a_step_on_the_web_once_then_compare(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log", app=APP) as web:
+        f.worker("--pool", "threads", "-c", "4")
+        run_id = _written_and_read(f)
+        steps = f.relay.replay(run_id).steps
+        page = web.client.get(f"/runs/{run_id}").text
+        forms = _fork_forms(page)
+        assert sorted(forms) == list(range(1, steps + 1))  # a form at every step
+        assert "run write_note" in page
+
+        form = {**forms[3], "stub": "1"}  # after the write's result: nothing runs again
+        forged = [
+            {**form, "what": "2"},  # this form, for another step
+            {**form, "run": "someoneelse"},
+            {k: v for k, v in form.items() if k != "token"},
+        ]
+        for fields in forged:
+            assert web.client.post("/runs/fork", data=fields).status_code == 403, fields
+        cross = web.client.post("/runs/fork", data=form, headers={"Sec-Fetch-Site": "cross-site"})
+        assert cross.status_code == 403
+
+        made = web.client.post("/runs/fork", data=form)
+        assert made.status_code == 303, made.text
+        fork_id = made.headers["location"].split("/runs/")[1].split("?")[0]
+        again = web.client.post("/runs/fork", data=form)
+        assert again.status_code == 403
+        assert "this form was used already" in again.text
+        assert f.relay.wait(fork_id, 60).summary == "wrote and read"
+        assert f.ledger() == ["write_note w.txt"]  # once: the original's
+        status = f.relay.status(fork_id)
+        assert status.forked_from is not None
+        assert (status.forked_from.run, status.forked_from.step) == (run_id, 3)
+        forked_line = next(e for e in f.relay.trace(fork_id) if e.kind == "forked")
+        assert forked_line.text == f"forked from run {run_id} at step 3; stubbed tools"
+
+        shown = web.client.get(f"/runs/{fork_id}").text
+        assert f'<a href="/runs/{run_id}">{run_id}</a> at step 3' in shown
+        diff = web.client.get(f"/diff?a={run_id}&b={fork_id}")
+        assert diff.status_code == 200
+        assert "The same steps, as far as both went." in diff.text
+        assert web.client.get("/diff?a=nosuchrun&b=" + fork_id).status_code == 404
+
+        with browser_page(web) as browser:
+            _fork_in_the_browser(browser, run_id, f)
+
+
+def _fork_in_the_browser(page: Any, run_id: str, f: Fleet) -> None:
+    page.goto(f"/runs/{run_id}")
+    row = page.locator("#steps tr[data-step='1']")
+    row.locator("input[name='stub']").uncheck()  # not stubbed: the write runs again
+    row.locator("button.fork").click()
+    page.wait_for_url(re.compile(r"/runs/[0-9a-f]+\?said="))
+    fork_id = page.url.split("/runs/")[1].split("?")[0]
+    assert fork_id != run_id
+    assert f"forked run {run_id} at step 1" in page.locator("p.said").inner_text()
+    assert page.locator("#forked-from").inner_text().startswith(f"{run_id} at step 1")
+    assert f.relay.wait(fork_id, 60).summary == "wrote and read"
+    assert f.ledger() == ["write_note w.txt", "write_note w.txt"]
+    page.click("#forked-from a:text('compare')")
+    page.wait_for_url(re.compile(r"/diff\?"))
+    screen(page, "diff")
+    assert "The same steps" in page.locator("#first-difference").inner_text()
