@@ -70,7 +70,7 @@ def test_on_a_cluster_every_key_of_a_tree_is_in_its_roots_slot(run_id: str) -> N
     slot = _slot(keys.run(root))
     index = keys.index(run_id)
     tree = [keys.run(run_id), keys.inbox(run_id), keys.trace(run_id), keys.lease(run_id, "m0")]
-    tree += [keys.history(run_id)]
+    tree += [keys.history(run_id), keys.journal(run_id)]
     tree += [keys.live(run_id), index.runs, index.outbox, index.pending, index.pending_data]
     tree += [index.deadlines, index.activity, index.prune_cursor]
     assert {_slot(key) for key in tree} == {slot}
@@ -191,6 +191,10 @@ def test_a_run_finishes_when_its_master_fails_over_to_the_replica(
         assert outcome.summary == "slept through it"
         assert "sleep end 3" in f.ledger()
         assert redis_cluster.master_of(store.keys.run(run_id)) is not master  # the replica
+        # The journal, in the tree's slot, came through the failover whole with the run.
+        report = f.relay.replay(run_id)
+        assert report.identical, report
+        assert report.steps >= 4
     finally:
         master.start()  # back as a replica of the new master: the next test has six nodes
         redis_cluster.wait_ok()

@@ -12,13 +12,15 @@ its stated result.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from agent_core import Config, Policy, Stop
-from tests.apps.notes import build
+from agent_core import Config, Policy, Risk, Stop, prompts
+from tests.apps.notes import SPECIALISTS, TOOLS, build, crunch, crunch_long_lease
 from tests.support.brain import batch, call, final
 from tests.support.cli import clean_env
 from tests.support.cli import relay as relay_command
@@ -129,6 +131,131 @@ def test_runs_of_every_kind_replay_identically(f: Fleet) -> None:
         assert _identical(f.relay, run_id) >= 2
     child = f.relay.status(kids).children[0]
     assert _identical(f.relay, child) >= 2
+
+
+def test_a_journal_is_kept_with_its_run_expiring_and_persisting_with_it(f: Fleet) -> None:
+    f.brain.script("RP-TTL", {0: final("first"), 1: final("second")})
+    run_id = f.relay.start("RP-TTL: keep", config=TRUSTING)
+    store = f.relay.store
+    journal, run_hash = store.keys.journal(run_id), store.keys.run(run_id)
+    f.until(lambda: store.redis.exists(journal), what="the journal")
+    assert store.redis.ttl(journal) == -1  # no TTL while the run goes on
+    _finished(f, run_id)
+    week = 7 * 24 * 3600  # RELAY_RETENTION's default
+    assert week - 60 < store.redis.ttl(journal) <= week
+    assert abs(store.redis.ttl(journal) - store.redis.ttl(run_hash)) <= 1
+    f.relay.reply(run_id, "and again")  # a follow-up reopens it: both live again
+    f.until(lambda: store.redis.ttl(run_hash) == -1, what="the run to reopen")
+    assert store.redis.ttl(journal) == -1
+    _finished(f, run_id)
+    f.until(lambda: f.relay.status(run_id).outcome.summary == "second", what="turn two")  # type: ignore[union-attr]
+    assert store.redis.ttl(journal) > 0
+    assert _identical(f.relay, run_id) >= 4
+
+
+def _variant(f: Fleet, *, without: str = "", changed: Callable[..., str] | None = None) -> Relay:
+    """The test app as a new version of it might be: a tool gone, or one changed."""
+    relay = Relay(
+        "notes",
+        config=Config(require_plan=False, max_batch=4, max_calls=20),
+        specialists=SPECIALISTS,
+        questions=True,
+        settings=Settings.from_env(f.env),
+    )
+    tools = cast("list[tuple[Callable[..., Any], Risk]]", TOOLS)
+    for function, risk in tools:
+        name = getattr(function, "__name__", "")
+        if name == without:
+            continue
+        new: Callable[..., Any] = changed if changed and name == changed.__name__ else function
+        relay.tool(risk=risk)(new)
+    relay.tool(risk=Risk.CREATE)(crunch)
+    relay.tool(risk=Risk.CREATE, lease_seconds=60)(crunch_long_lease)
+    return relay
+
+
+def big(size: int, fill: str) -> str:
+    """Return a long text of `fill`."""
+    return fill * size
+
+
+def test_new_code_that_differs_names_the_first_divergence(
+    f: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f.brain.script("RP-NEW", {0: call("number"), 1: call("big", size=3), 2: final("new")})
+    run_id = f.relay.start("RP-NEW: number then big", config=TRUSTING)
+    _finished(f, run_id)
+    assert _identical(_variant(f), run_id) == 6  # the same code, built again: the same
+
+    gone = _variant(f, without="number").replay(run_id)
+    assert gone.divergence is not None
+    assert (gone.divergence.step, gone.divergence.recorded) == (1, "ask")
+    assert gone.divergence.why == "the tool number is gone, so the system prompt changed"
+
+    other = _variant(f, changed=big).replay(run_id)
+    assert other.divergence is not None
+    assert other.divergence.step == 1
+    assert other.divergence.why.startswith("the tool big changed")
+
+    written = prompts.system_text
+    monkeypatch.setattr(prompts, "system_text", lambda *a: written(*a) + "\nBe brief.")
+    template = f.relay.replay(run_id)
+    assert template.divergence is not None
+    assert template.divergence.step == 1
+    assert template.divergence.why == "the system prompt changed (its template or the instructions)"
+    assert not template.identical
+
+
+def test_a_fork_while_a_specialist_works_starts_it_again_with_its_calls_stubbed(f: Fleet) -> None:
+    f.brain.script(
+        "RP-PARENT",
+        {0: batch(("delegate", {"specialist": "writer", "task": "RP-CHILD: write"})),
+         1: final("parent done")},
+    )  # fmt: skip
+    f.brain.script(
+        "RP-CHILD", {0: call("write_note", name="kid.txt", text="from the kid"), 1: final("kid")}
+    )
+    run_id = f.relay.start("RP-PARENT: delegate", config=TRUSTING)
+    _finished(f, run_id)
+    assert f.ledger().count("write_note kid.txt") == 1
+    journal = [json.loads(e) for e in f.relay.store.journal(run_id)[1:]]
+    delegating = next(n for n, e in enumerate(journal, start=1) if e["s"].get("t") == ["delegate"])
+    fork = f.relay.fork(run_id, delegating, stub_tools=True)
+    _finished(f, fork)
+    child = f.relay.status(fork).children[0]
+    assert f.relay.status(child).outcome.summary == "kid"  # type: ignore[union-attr]
+    assert f.ledger().count("write_note kid.txt") == 1  # the specialist's write: stubbed
+
+
+STEP_REPLIES = st.sampled_from([
+    call("read_note", name="a.txt"),
+    call("number"),
+    call("big", size=600),
+    call("sleep", seconds=0.05),
+    batch(("read_note", {"name": "b.txt"}), ("big", {"size": 40})),
+    "not a JSON reply",
+])  # fmt: skip
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    replies=st.lists(STEP_REPLIES, min_size=1, max_size=6),
+    summarize=st.booleans(),
+    number=st.integers(0, 10**9),
+)
+def test_scripted_runs_on_the_fleet_always_replay_identically(
+    f: Fleet, replies: list[str], summarize: bool, number: int
+) -> None:
+    marker = f"RP-HYP-{number}-{len(replies)}-{int(summarize)}"
+    script = {n: reply for n, reply in enumerate(replies)}
+    script.update({n: final("enough") for n in range(len(replies), len(replies) + 40)})
+    f.brain.script(marker, script)
+    config = TRUSTING.model_copy(
+        update={"summarize": summarize, "history_chars": 1_000, "max_calls": 8}
+    )
+    run_id = f.relay.start(f"{marker}: go", config=config)
+    f.relay.wait(run_id, 60)  # however it ends
+    assert _identical(f.relay, run_id) >= 2
 
 
 # --- what cannot be replayed, and says so -----------------------------------------------------
@@ -322,7 +449,26 @@ def test_the_commands_replay_fork_and_diff(
     assert refused.returncode == 1
     assert "has 4 journal steps" in refused.stderr
 
-    relay.store.redis.lset(relay.store.keys.journal(original), 2, b"{not json")
-    broken = relay_command("replay", original, env=env)
+    # Before an upgrade: every running or parked run, one line each, exit 0 if all replay.
+    f.brain.script("RP-PARK", {0: call("delete_note", name="p.txt"), 1: final("x")})
+    parked = [relay.start(f"RP-PARK: {n}", config=CAUTIOUS) for n in range(2)]
+    for run_id in parked:
+        pending_for(f, run_id, "call")
+    waiting = relay_command("replay", "--waiting", env=env)
+    assert waiting.returncode == 0, waiting.stdout + waiting.stderr
+    for run_id in parked:
+        assert f"{run_id}: identical, 2 steps (waiting)" in waiting.stdout
+    assert original not in waiting.stdout  # finished: not in flight
+
+    # A corrupt entry fails that run's replay with a line naming it, not the command.
+    relay.store.redis.lset(relay.store.keys.journal(parked[0]), 2, b"{not json")
+    broken = relay_command("replay", "--waiting", "--json", env=env)
     assert broken.returncode == 1
-    assert "journal entry 2 cannot be read" in broken.stdout
+    reports = {r["run_id"]: r for r in json.loads(broken.stdout)}
+    assert "journal entry 2 cannot be read" in reports[parked[0]]["problem"]
+    assert reports[parked[1]]["identical"] is True
+    one = relay_command("replay", parked[0], env=env)
+    assert one.returncode == 1
+    assert f"{parked[0]}: cannot be replayed: run {parked[0]}: journal entry 2" in one.stdout
+    for run_id in parked:
+        relay.cancel(run_id)
