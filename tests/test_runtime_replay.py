@@ -134,7 +134,9 @@ def test_runs_of_every_kind_replay_identically(f: Fleet) -> None:
 
 
 def test_a_journal_is_kept_with_its_run_expiring_and_persisting_with_it(f: Fleet) -> None:
-    f.brain.script("RP-TTL", {0: final("first"), 1: final("second")})
+    f.brain.script(
+        "RP-TTL", {0: final("first"), 1: call("sleep", seconds=2), 2: final("second")}
+    )
     run_id = f.relay.start("RP-TTL: keep", config=TRUSTING)
     store = f.relay.store
     journal, run_hash = store.keys.journal(run_id), store.keys.run(run_id)
@@ -145,7 +147,8 @@ def test_a_journal_is_kept_with_its_run_expiring_and_persisting_with_it(f: Fleet
     assert week - 60 < store.redis.ttl(journal) <= week
     assert abs(store.redis.ttl(journal) - store.redis.ttl(run_hash)) <= 1
     f.relay.reply(run_id, "and again")  # a follow-up reopens it: both live again
-    f.until(lambda: store.redis.ttl(run_hash) == -1, what="the run to reopen")
+    f.until(lambda: f.relay.status(run_id).waiting_for == "tools", what="the second turn")
+    assert store.redis.ttl(run_hash) == -1
     assert store.redis.ttl(journal) == -1
     _finished(f, run_id)
     f.until(lambda: f.relay.status(run_id).outcome.summary == "second", what="turn two")  # type: ignore[union-attr]
