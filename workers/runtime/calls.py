@@ -480,7 +480,9 @@ class Calls:
         digest = call_digest(tool_call.tool, tool_call.args)
         if digest not in record.stubbed:
             return None
-        return self.store.stub(record.root, digest)
+        kept = self.store.stub(record.root, digest)
+        # Nobody was asked for it (its outcome stood for the decision): never run it here.
+        return kept or ToolOutput.error("its recorded outcome is gone; it was not run")
 
     def _ensure_durable(self, call: Claimed) -> None:
         """Return once the call's claim is durable (RELAY_DURABLE_CLAIMS); if Redis cannot

@@ -7,10 +7,10 @@
 -- The agent's snapshot is stored apart (`sf` 2): its head in the hash, its history
 -- entries (if it has any yet) in the run's history list.
 --
--- KEYS[1] run hash  KEYS[2] runs index  KEYS[3] outbox  KEYS[4] deadlines index
 -- The run's journal begins with its start (its record and whole snapshot, which later
 -- saves do not replace). A fork's stubbed outcomes go into its hash (`s:<digest>`).
 --
+-- KEYS[1] run hash  KEYS[2] runs index  KEYS[3] outbox  KEYS[4] deadlines index
 -- KEYS[5] history list  KEYS[6] the runs index of its list (runs:running)
 -- KEYS[7] journal list
 -- ARGV[1] run id  ARGV[2] record JSON  ARGV[3] snapshot head  ARGV[4] created (ms)

@@ -19,11 +19,11 @@
 -- waiting, done, failed, ...: engine.records.RunList) moves between those indexes
 -- (fx.relist); specialists made here join the running list (fx.running_list).
 --
--- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
 -- The step's journal entry (ARGV[7]) is appended to the run's journal, which keeps its
 -- newest JOURNAL_MAX entries (workers.engine.journal); a specialist made here gets its
 -- journal's start.
 --
+-- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
 -- KEYS[5] pending index  KEYS[6] pending data  KEYS[7] runs index  KEYS[8] history list
 -- KEYS[9] journal list
 -- ARGV[1] expected version  ARGV[2] record JSON  ARGV[3] snapshot head ('' to keep)
