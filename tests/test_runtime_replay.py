@@ -259,6 +259,23 @@ def test_scripted_runs_on_the_fleet_always_replay_identically(
     assert _identical(f.relay, run_id) >= 2
 
 
+def test_a_fork_inside_a_summary_asks_for_the_summary_again(f: Fleet) -> None:
+    f.brain.script("RP-FOLD", {n: call("big", size=600) for n in range(12)})
+    config = TRUSTING.model_copy(update={"summarize": True, "history_chars": 1_000, "max_calls": 4})
+    run_id = f.relay.start("RP-FOLD: big outputs", config=config)
+    f.relay.wait(run_id, 60)
+    journal = [json.loads(e) for e in f.relay.store.journal(run_id)[1:]]
+    folding = next(n for n, e in enumerate(journal, start=1) if e["s"]["k"] == "summarize")
+    fork = f.relay.fork(run_id, folding, stub_tools=True)
+    f.relay.wait(fork, 60)
+    kinds = [e.kind for e in f.relay.trace(fork)]
+    assert kinds[0] == "forked"
+    assert "summary" in kinds  # the fork's first model call wrote the summary again
+    forked_journal = [json.loads(e) for e in f.relay.store.journal(fork)[1:]]
+    assert forked_journal[0]["s"]["k"] == "summarize"  # where it began: the same step
+    assert _identical(f.relay, fork) >= 2
+
+
 # --- what cannot be replayed, and says so -----------------------------------------------------
 
 

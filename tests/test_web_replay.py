@@ -85,6 +85,16 @@ def test_fork_from_a_step_on_the_web_once_then_compare(tmp_path: Path) -> None:
         with browser_page(web) as browser:
             _fork_in_the_browser(browser, run_id, f)
 
+    # Without the app, relay web cannot replay a run: no fork forms, and it says why.
+    (tmp_path / "bare").mkdir()
+    with fleet(tmp_path / "bare") as f, RelayWeb(f.env, tmp_path / "bare.log") as bare:
+        f.worker("--pool", "threads", "-c", "2")
+        run_id = _written_and_read(f)
+        page = bare.client.get(f"/runs/{run_id}").text
+        assert 'id="steps"' in page
+        assert _fork_forms(page) == {}
+        assert "Forking needs <code>relay --app MODULE:ATTR web</code>" in page
+
 
 def _fork_in_the_browser(page: Any, run_id: str, f: Fleet) -> None:
     page.goto(f"/runs/{run_id}")

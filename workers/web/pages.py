@@ -111,11 +111,9 @@ class _Pages:
         stop = {"kind": "cancel", "run_id": run_id, "what": "run"}
         cancel = (stop, web.form_token(user, stop)) if tree["state"] != "finished" else None
         plan = [step.strip() for step in plans[-1].splitlines() if step.strip()] if plans else []
+        forks = bool(web.relay.tools)  # replaying a run needs the app's tools
         steps = [
-            (
-                row,
-                web.form_token(user, {"kind": "fork", "run_id": run_id, "what": str(row["step"])}),
-            )
+            (row, _fork_token(web, user, run_id, row["step"]) if forks else "")
             for row in journal_rows(web.relay, run_id, STEPS_SHOWN)
         ]
         return web.page(
@@ -277,10 +275,6 @@ def web_routes(web: Web, request: Request) -> Response:
 
 def _fork_token(web: Web, user: str, run_id: str, step: int) -> str:
     return web.form_token(user, {"kind": "fork", "run_id": run_id, "what": str(step)})
-
-
-def _now_s() -> int:
-    return int(time.time())
 
 
 def _said(web: Web, request: Request) -> str:
