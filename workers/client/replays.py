@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_core import Config, Done
+from agent_core import Agent, Config, Done
 from agent_core.errors import AgentError
 from agent_core.steps import FROZEN
 from workers.engine.journal import (
@@ -227,6 +227,31 @@ class Replays:
                 f"run {run_id} has {len(entries)} journal steps: fork at 0 to {len(entries)},"
                 f" not {at!r}"
             )
+        played, agent = self._forked_agent(run_id, start, entries, at, task)
+        stubs = self._stubs(start, entries) if stub_tools else {}
+        record = self._fork_record(
+            played.record, ForkedFrom(run=run_id, step=at), route=route, config=config,
+            task=task, stubs=stubs,
+        )  # fmt: skip
+        snapshot = agent.snapshot()
+        due = record.created_ms + self.grace_ms
+        start_entry = start_text(record, snapshot, agent.offered())
+        if not self.store.create(record, snapshot, due, stubs, start_entry):  # 64 random bits
+            raise RelayError(f"a run with id {record.id} exists already")
+        self._say_forked(record, stubbed=len(stubs) if stub_tools else None)
+        self._start(record.id)
+        return record.id
+
+    def _forked_agent(
+        self,
+        run_id: str,
+        start: JournalStart,
+        entries: Sequence[JournalEntry],
+        at: int,
+        task: str | None,
+    ) -> tuple[Replayed, Agent]:
+        """The run replayed to step `at`, and its agent, ready to go on (a new turn begun
+        with `task`, which only an ended run takes)."""
         played = self._play(start, entries, upto=at)
         if played.divergence is not None or played.agent is None:
             d = played.divergence
@@ -235,49 +260,36 @@ class Replays:
                 f"run {run_id} no longer replays to step {at} with this code (step {d.step}:"
                 f" {d.why}); fork at step {max(d.step - 1, 0)} or earlier"
             )
-        agent = played.agent
+        agent, ended = played.agent, isinstance(played.agent.resume(), Done)
+        if task is None and ended:
+            raise RelayError(
+                f"at step {at} run {run_id} had ended: nothing is left to run; fork at an"
+                " earlier step, or give task= to begin a new turn"
+            )
         if task is not None:
             if not isinstance(task, str) or not task.strip():
                 raise RelayError("task must be non-empty text")
-            if not isinstance(agent.resume(), Done):
+            if not ended:
                 raise RelayError(
                     f"task= begins a new turn, after the run's end: at step {at} run"
                     f" {run_id} had not ended (fork at its last step, {len(entries)}, or"
                     " leave task out)"
                 )
             agent.follow_up(task)
-        elif isinstance(agent.resume(), Done):
-            raise RelayError(
-                f"at step {at} run {run_id} had ended: nothing is left to run; fork at an"
-                " earlier step, or give task= to begin a new turn"
-            )
-        stubs = self._stubs(start, entries) if stub_tools else {}
-        record = self._fork_record(
-            played.record, ForkedFrom(run=run_id, step=at), route=route, config=config,
-            task=task, stubs=stubs,
-        )  # fmt: skip
-        try:
-            snapshot = agent.snapshot()
-        except AgentError as error:  # pragma: no cover - a restored agent always dumps
-            raise RelayError(str(error)) from error
-        due = record.created_ms + self.grace_ms
-        start_entry = start_text(record, snapshot, agent.offered())
-        if not self.store.create(record, snapshot, due, stubs, start_entry):  # 64 random bits
-            raise RelayError(f"a run with id {record.id} exists already")
-        origin = f"forked from run {run_id} at step {at}"
-        told = [
-            origin,
-            *(["stubbed tools"] if stub_tools else []),
-            *([f"routes {', '.join(record.routes)}"] if record.routes else []),
-        ]
-        data = {"run": run_id, "step": at, "stubbed": len(stubs)}
-        self.store.add_trace(
-            record.id,
-            TraceEntry(at_ms=record.created_ms, run=record.id, kind="forked",
-                       text="; ".join(told), data=data),
-        )  # fmt: skip
-        self._start(record.id)
-        return record.id
+        return played, agent
+
+    def _say_forked(self, record: RunRecord, *, stubbed: int | None) -> None:
+        """The fork's first trace line: where it came from, and how it goes on."""
+        origin = record.forked_from
+        assert origin is not None
+        told = [f"forked from run {origin.run} at step {origin.step}"]
+        told += ["stubbed tools"] if stubbed is not None else []
+        told += [f"routes {', '.join(record.routes)}"] if record.routes else []
+        data = {"run": origin.run, "step": origin.step, "stubbed": stubbed or 0}
+        line = TraceEntry(
+            at_ms=record.created_ms, run=record.id, kind="forked", text="; ".join(told), data=data
+        )
+        self.store.add_trace(record.id, line)
 
     def _fork_record(
         self,
