@@ -98,6 +98,8 @@ def test_fork_from_a_step_on_the_web_once_then_compare(tmp_path: Path) -> None:
 
 def _fork_in_the_browser(page: Any, run_id: str, f: Fleet) -> None:
     page.goto(f"/runs/{run_id}")
+    page.locator("#steps").scroll_into_view_if_needed()
+    screen(page, "run-steps")
     row = page.locator("#steps tr[data-step='1']")
     row.locator("input[name='stub']").uncheck()  # not stubbed: the write runs again
     row.locator("button.fork").click()
