@@ -32,7 +32,7 @@ def _written_and_read(f: Fleet) -> str:
     f.brain.script(
         "WEB-FORK",
         {0: call("write_note", name="w.txt", text="hello"), 1: call("read_note", name="w.txt"),
-         2: final("wrote and read")},
+         2: final("wrote and read"), 3: final("and the new request")},
     )  # fmt: skip
     run_id = f.relay.start("WEB-FORK: write then read", config=TRUSTING)
     assert f.relay.wait(run_id, 60).summary == "wrote and read", f.logs()
@@ -48,7 +48,7 @@ def test_fork_from_a_step_on_the_web_once_then_compare(tmp_path: Path) -> None:
         page = web.client.get(f"/runs/{run_id}").text
         forms = _fork_forms(page)
         assert sorted(forms) == list(range(1, steps + 1))  # a form at every step
-        assert "run write_note" in page
+        assert "<td>runs write_note</td>" in page
 
         form = {**forms[3], "stub": "1"}  # after the write's result: nothing runs again
         forged = [
@@ -80,6 +80,18 @@ def test_fork_from_a_step_on_the_web_once_then_compare(tmp_path: Path) -> None:
         diff = web.client.get(f"/diff?a={run_id}&b={fork_id}")
         assert diff.status_code == 200
         assert "The same steps, as far as both went." in diff.text
+        assert diff.text.count("<td>no price</td>") == 2  # as the run pages say it
+
+        # At the step the run ended, a fork needs a new request: it begins a new turn.
+        ended = _fork_forms(web.client.get(f"/runs/{run_id}").text)[steps]
+        refused = web.client.post("/runs/fork", data=ended)
+        assert refused.status_code == 409
+        assert "had ended: nothing is left to run" in refused.text
+        ended = _fork_forms(web.client.get(f"/runs/{run_id}").text)[steps]
+        turn = web.client.post("/runs/fork", data={**ended, "task": "one more thing"})
+        assert turn.status_code == 303, turn.text
+        new_turn = turn.headers["location"].split("/runs/")[1].split("?")[0]
+        assert f.relay.wait(new_turn, 60).summary == "and the new request"
         assert web.client.get("/diff?a=nosuchrun&b=" + fork_id).status_code == 404
 
         with browser_page(web) as browser:

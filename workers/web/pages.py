@@ -35,6 +35,7 @@ from workers.web.views import (
     LONG_ARGS_CHARS,
     args_digest,
     args_text,
+    cost_of,
     journal_rows,
     money,
     pending_row,
@@ -52,6 +53,8 @@ SCHEDULE_RUNS_READ = 500
 FIRINGS_SHOWN = 5
 MAX_FORM_BYTES = 262_144
 """A decision's form, edited arguments included."""
+MAX_FORK_TASK_CHARS = 10_000
+"""A new request a fork begins with, from the form, at most."""
 STEPS_SHOWN = 200
 """The newest journal steps a run's page offers to fork from."""
 
@@ -137,7 +140,7 @@ class _Pages:
             found = web.relay.diff(a, b)
         except RelayError as error:
             return web.page(request, "missing.html", 404, message=str(error))
-        return web.page(request, "diff.html", diff=found, cost=money)
+        return web.page(request, "diff.html", diff=found, cost=cost_of)
 
     async def fork(self, request: Request) -> Response:
         web = self.web
@@ -160,9 +163,10 @@ class _Pages:
             return _refused(web, request, why)
         route = form.get("route") or None
         stub = form.get("stub") == "1"
+        task = form.get("task", "").strip()[:MAX_FORK_TASK_CHARS] or None
         try:
             new_id = await run_in_threadpool(
-                lambda: web.relay.fork(run_id, int(what), route=route, stub_tools=stub)
+                lambda: web.relay.fork(run_id, int(what), route=route, stub_tools=stub, task=task)
             )
         except (RelayError, ValueError) as error:
             return _refused(web, request, str(error), status=409)

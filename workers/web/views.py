@@ -24,6 +24,7 @@ __all__ = [
     "RunsPage",
     "args_digest",
     "args_text",
+    "cost_of",
     "duration",
     "journal_rows",
     "money",
@@ -133,6 +134,17 @@ def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
     }
 
 
+_STEP_WORDS = {
+    "ask": "waits for the model",
+    "summarize": "waits for the model's summary",
+    "run": "runs {}",
+    "plan": "waits for its plan's approval",
+    "question": "waits for a person's answer",
+    "done": "done",
+}
+"""What a run does after a journal step, as its page says it."""
+
+
 def journal_rows(relay: Relay, run_id: str, shown: int) -> list[dict[str, Any]]:
     """The run's journal steps (the newest `shown`), each as "its kind and tools"; an
     entry that cannot be read says so."""
@@ -142,7 +154,7 @@ def journal_rows(relay: Relay, run_id: str, shown: int) -> list[dict[str, Any]]:
     for number in range(first, len(stored)):
         try:
             step = read_entry(number, stored[number]).step
-            said = f"{step.kind} {', '.join(step.tools)}".strip()
+            said = _STEP_WORDS.get(step.kind, step.kind).format(", ".join(step.tools))
         except JournalError as error:
             said = f"unreadable: {error}"
         rows.append({"step": number, "said": said})
@@ -202,6 +214,12 @@ def _cost(usage: object) -> float | None:
     if not isinstance(micro, int) or (micro == 0 and getattr(usage, "unpriced_calls", None)):
         return None
     return micro / 1_000_000
+
+
+def cost_of(usage: object) -> str:
+    """What `usage` cost, as every page says it ("no price" where nothing had one)."""
+    dollars = _cost(usage)
+    return money(None if dollars is None else getattr(usage, "cost_micro", 0))
 
 
 LONG_ARGS_CHARS = 2_000
