@@ -335,7 +335,7 @@ def test_fork_edges_beyond_the_end_mid_batch_waiting_on_a_person_and_cancelled(f
         f.relay.fork(fork, steps + 1)
     with pytest.raises(RelayError, match="had ended: nothing is left to run"):
         f.relay.fork(fork, steps)
-    with pytest.raises(RelayError, match="task= begins a new turn"):
+    with pytest.raises(RelayError, match="begins a new turn after the run's end"):
         f.relay.fork(fork, 1, task="something else")
     # A new turn after the end.
     again = f.relay.fork(fork, steps, task="and now this")  # (the prompt's task stays)

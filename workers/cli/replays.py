@@ -50,7 +50,9 @@ def replay(obj: Context, run_id: str | None, waiting: bool, as_json: bool) -> No
     else:
         for report in reports:
             click.echo(_line(report))
-        if waiting:
+        if waiting and not reports:
+            click.echo("No run is running or parked: nothing to replay.")
+        elif waiting:
             same = sum(r.identical for r in reports)
             click.echo(f"{same} of {len(reports)} runs replay identically.")
     if not all(r.identical for r in reports):

@@ -264,16 +264,16 @@ class Replays:
         if task is None and ended:
             raise RelayError(
                 f"at step {at} run {run_id} had ended: nothing is left to run; fork at an"
-                " earlier step, or give task= to begin a new turn"
+                " earlier step, or give a new request (task=, --task) to begin a new turn"
             )
         if task is not None:
             if not isinstance(task, str) or not task.strip():
                 raise RelayError("task must be non-empty text")
             if not ended:
                 raise RelayError(
-                    f"task= begins a new turn, after the run's end: at step {at} run"
-                    f" {run_id} had not ended (fork at its last step, {len(entries)}, or"
-                    " leave task out)"
+                    f"a new request (task=, --task) begins a new turn after the run's end:"
+                    f" at step {at} run {run_id} had not ended (fork at its last step,"
+                    f" {len(entries)}, or leave the request out)"
                 )
             agent.follow_up(task)
         return played, agent
