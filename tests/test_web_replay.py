@@ -13,7 +13,10 @@ import pytest
 from agent_core import Config, Policy
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet, fleet
+from tests.support.redis_server import RedisServer
 from tests.support.web import RelayWeb, browser_page, screen
+from workers import Relay, Settings
+from workers.web.views import journal_rows
 
 APP = "tests.apps.notes:relay"
 TRUSTING = Config(require_plan=False, policy=Policy.TRUSTING)
@@ -126,3 +129,18 @@ def _fork_in_the_browser(page: Any, run_id: str, f: Fleet) -> None:
     page.wait_for_url(re.compile(r"/diff\?"))
     screen(page, "diff")
     assert "The same steps" in page.locator("#first-difference").inner_text()
+
+
+def test_a_long_journal_shows_its_newest_steps_and_names_an_unreadable_one(
+    tmp_path: Path,
+) -> None:
+    with RedisServer(tmp_path) as server:
+        relay = Relay(settings=Settings.from_env({"RELAY_REDIS_URL": server.url}))
+        key = relay.store.keys.journal("long")
+        asked = '{"e":[],"s":{"k":"ask","d":"0123456789abcdef"}}'
+        relay.store.redis.rpush(key, "z1:start", *[asked] * 299, "{broken")
+        rows = journal_rows(relay, "long", 200)
+        assert [row["step"] for row in rows] == list(range(101, 301))
+        assert rows[0]["said"] == "waits for the model"
+        assert rows[-1]["said"].startswith("unreadable: entry 300 cannot be read")
+        assert journal_rows(relay, "nosuchrun", 200) == []

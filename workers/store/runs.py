@@ -131,10 +131,16 @@ class RunStore:
         )
         return self.connection.run(create)
 
-    def journal(self, run_id: str) -> list[bytes]:
-        """The run's journal as stored (entry 0 its start); empty if it has none."""
+    def journal(self, run_id: str, start: int = 0) -> list[bytes]:
+        """The run's journal as stored, from entry `start` on (entry 0 is its start);
+        empty if it has none."""
         with self.errors():
-            return list(self.redis.lrange(self.keys.journal(run_id), 0, -1))
+            return list(self.redis.lrange(self.keys.journal(run_id), start, -1))
+
+    def journal_length(self, run_id: str) -> int:
+        """Entries in the run's journal, its start included."""
+        with self.errors():
+            return int(self.redis.llen(self.keys.journal(run_id)))
 
     def stub(self, root: str, digest: str) -> ToolOutput | None:
         """The outcome a fork (rooted at `root`) hands back for a tool call with `digest`

@@ -148,12 +148,13 @@ _STEP_WORDS = {
 def journal_rows(relay: Relay, run_id: str, shown: int) -> list[dict[str, Any]]:
     """The run's journal steps (the newest `shown`), each as "its kind and tools"; an
     entry that cannot be read says so."""
-    stored = relay.store.journal(run_id)
-    first = max(1, len(stored) - shown)
+    length = relay.store.journal_length(run_id)  # (a long run's whole journal is not read)
+    first = max(1, length - shown)
+    stored = relay.store.journal(run_id, start=first) if length > 1 else []
     rows = []
-    for number in range(first, len(stored)):
+    for number, text in enumerate(stored, start=first):
         try:
-            step = read_entry(number, stored[number]).step
+            step = read_entry(number, text).step
             said = _STEP_WORDS.get(step.kind, step.kind).format(", ".join(step.tools))
         except JournalError as error:
             said = f"unreadable: {error}"
