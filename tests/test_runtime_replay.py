@@ -281,11 +281,14 @@ def test_a_fork_inside_a_summary_asks_for_the_summary_again(f: Fleet) -> None:
 
 def test_a_run_without_a_journal_a_trimmed_one_and_a_corrupt_entry_each_say_so(f: Fleet) -> None:
     f.brain.script("RP-BAD", {0: call("read_note", name="a.txt"), 1: final("ok")})
-    runs = [f.relay.start(f"RP-BAD: run {n}", config=TRUSTING) for n in range(4)]
+    runs = [f.relay.start(f"RP-BAD: run {n}", config=TRUSTING) for n in range(5)]
     for run_id in runs:
         _finished(f, run_id)
     store = f.relay.store
-    old, trimmed, corrupt, fine = runs
+    old, trimmed, corrupt, fine, bad_start = runs
+    store.redis.lset(store.keys.journal(bad_start), 0, b"z1:not-deflate")
+    said = f.relay.replay(bad_start).problem or ""
+    assert said.startswith(f"run {bad_start}: its journal's start cannot be read")
     store.redis.delete(store.keys.journal(old))  # as a run started before the journal
     store.redis.lpop(store.keys.journal(trimmed))  # its start dropped, as JOURNAL_MAX does
     store.redis.lset(store.keys.journal(corrupt), 3, b'{"events": 7}')

@@ -180,7 +180,7 @@ class Replays:
             start = read_start(stored[0])
         except JournalError as error:
             if is_start(stored[0]):
-                raise _Unplayable(f"run {run_id}: journal {error}") from None
+                raise _Unplayable(f"run {run_id}: {error}") from None
             raise _Unplayable(
                 f"run {run_id} took more steps than its journal keeps: its start was trimmed,"
                 " so it cannot be replayed"

@@ -184,7 +184,7 @@ def read_start(text: str | bytes) -> JournalStart:
         snapshot = json.dumps(document.pop("snapshot"), separators=(",", ":"), ensure_ascii=False)
         return JournalStart.model_validate({**document, "snapshot": snapshot})
     except (ValueError, TypeError, KeyError, AttributeError, zlib.error) as error:
-        raise JournalError(0, f"its start cannot be read: {_said(error)}") from None
+        raise JournalError(0, f"its journal's start cannot be read: {_said(error)}") from None
 
 
 def is_start(text: str | bytes) -> bool:
