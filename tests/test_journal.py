@@ -50,7 +50,6 @@ from workers.engine.journal import (
     call_digest,
     read_entry,
     read_start,
-    start_text,
 )
 from workers.engine.records import RunRecord
 from workers.engine.replay import Replayed, replay
@@ -120,13 +119,12 @@ class Host:
 
     def run(self, task: str, config: Config) -> None:
         kit = self.relay.kit
-        self.record, snapshot = new_run(
+        self.record, snapshot, self.start = new_run(
             kit, task, "", config, attachments=None, budget=None, tools=None, notes=None,
             recipe=None, schedule=None, run_id="r1", key=None, memory=None,
             remembered=lambda _: [], app="notes",
         )  # fmt: skip
         agent = kit.restore(self.record, snapshot)
-        self.start = start_text(self.record, snapshot, agent.offered())
         waiting: list[InboxEvent] = []
         for _ in range(60):
             take = self.choose.take(len(waiting)) if waiting else 0

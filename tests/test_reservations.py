@@ -50,13 +50,13 @@ class _Tree:
         self.store = RunStore(url, prefix)
         self.sent: list[Message] = []
         self.steps = Steps(self.store, relay.kit, relay.settings.timing, self.sent.extend, now_ms)
-        record, snapshot = new_run(
+        record, snapshot, start = new_run(
             relay.kit, "Say hello.", "", CONFIG, attachments=None, budget=Budget(tokens=50_000),
             tools=None, notes=None, recipe=None, schedule=None, run_id=None, key=None,
             memory=None, remembered=lambda _name: [], app=relay.name,
         )  # fmt: skip
         self.run: RunRecord = record
-        assert self.store.create(record, snapshot, due_ms=now_ms() + 60_000)
+        assert self.store.create(record, snapshot, due_ms=now_ms() + 60_000, start=start)
         self.steps.advance(record.id)  # the agent asks the model: m<seq> is sent
 
     @property

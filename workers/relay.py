@@ -57,7 +57,6 @@ from workers.client.schedules import Scheduling
 from workers.client.start import checked_concurrency, checked_prices, new_run
 from workers.engine.budget import Budget, Price
 from workers.engine.effects import Message
-from workers.engine.journal import start_text
 from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
 from workers.engine.working import Verifier
 from workers.errors import DecisionRefused, RelayError
@@ -327,17 +326,14 @@ class Relay:
             RelayError: the task or attachments are too large, or a name is unusable.
             StoreUnavailable: Redis cannot be reached.
         """
-        record, snapshot = new_run(
+        record, snapshot, start = new_run(
             self.kit, task, context, config or self.config, remembered=self.memory,
             attachments=attachments, budget=budget, tools=tools, notes=notes, recipe=recipe,
             schedule=schedule, run_id=run_id, key=key, memory=memory, app=self.name,
         )  # fmt: skip
         parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms
-        offered = self.kit.restore(record, snapshot).offered()  # for its journal
-        created = parts.store.create(
-            record, snapshot, due, start=start_text(record, snapshot, offered)
-        )
+        created = parts.store.create(record, snapshot, due, start=start)
         if not created and run_id is None:  # 64 random bits: never
             raise RelayError(f"a run with id {record.id} exists already")
         if created:

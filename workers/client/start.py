@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
 from agent_core import Agent, Attachment, Config
 from agent_core.errors import AgentError
 from workers.engine.budget import Budget, Price
+from workers.engine.journal import start_text
 from workers.engine.records import RunRecord
 from workers.errors import RelayError
 from workers.kit.agents import AgentKit
@@ -22,6 +24,7 @@ from workers.settings import now_ms
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
     "MAX_TASK_CHARS",
+    "NewRun",
     "check_memory",
     "check_start",
     "checked_concurrency",
@@ -128,6 +131,14 @@ def started_agent(
     return agent
 
 
+class NewRun(NamedTuple):
+    """A run to create: its record, its started agent's snapshot, its journal's start."""
+
+    record: RunRecord
+    snapshot: str
+    start: str
+
+
 def new_run(
     kit: AgentKit,
     task: str,
@@ -145,11 +156,11 @@ def new_run(
     memory: str | None,
     remembered: Callable[[str], list[str]],
     app: str,
-) -> tuple[RunRecord, str]:
+) -> NewRun:
     """Check what a start was given; return the new root run's record (its id made up
-    unless given) and its started agent's snapshot. With `memory`, the agent is shown
-    the notes `remembered(memory)` returns, then `notes`. The run is `app`'s: only
-    workers of the Relay app of that name run it.
+    unless given), its started agent's snapshot and its journal's start. With `memory`,
+    the agent is shown the notes `remembered(memory)` returns, then `notes`. The run is
+    `app`'s: only workers of the Relay app of that name run it.
 
     Raises:
         RelayError: something given is refused (one line saying what).
@@ -176,4 +187,5 @@ def new_run(
         memory=memory,
         app=app,
     )
-    return record, agent.snapshot()
+    snapshot = agent.snapshot()
+    return NewRun(record, snapshot, start_text(record, snapshot, agent.offered()))

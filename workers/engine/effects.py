@@ -92,7 +92,7 @@ class ChildRun:
     record: RunRecord
     snapshot: str
     due_ms: int
-    start: str = ""
+    start: str
     """Its journal's start (`workers.engine.journal.start_text`)."""
 
 

@@ -27,7 +27,7 @@ from workers.engine.effects import (
 )
 from workers.engine.events import InboxEvent, inbox_event
 from workers.engine.ids import OutboxMember, pending_member
-from workers.engine.journal import JOURNAL_MAX, start_text
+from workers.engine.journal import JOURNAL_MAX
 from workers.engine.records import Pending, RunRecord, TraceEntry, Usage
 from workers.store.layout import (
     NOTES_MAX,
@@ -317,7 +317,7 @@ def _child(keys: Keys, child: ChildRun) -> list[Any]:
         child.due_ms,
         keys.history(record.id),
         keys.journal(record.id),
-        child.start or start_text(record, child.snapshot),
+        child.start,
         *entries,
     ]
 
