@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.context import Bench, median
 from bench.model import Task
+from bench.waiting import park
 from workers.engine.journal import read_entry
 
 __all__ = ["run"]
@@ -65,19 +66,8 @@ def _per_turn(b: Bench, turns: int) -> dict[str, Any]:
     }
 
 
-def _park(b: Bench, count: int) -> list[str]:
-    runs = [b.relay.start(Task(f"journal-park-{i}", park=1).text()) for i in range(count)]
-    deadline = time.monotonic() + 900
-    while sum(b.relay.status(r).state == "waiting" for r in runs) < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the runs did not all park")
-        time.sleep(0.5)
-    b.settle()
-    return runs
-
-
 def _replay_waiting(b: Bench, count: int) -> dict[str, Any]:
-    runs = _park(b, count)
+    runs = list(park(b, count, prefix="journal-park"))  # (the waiting benchmark's way)
     seconds = []
     reports = []
     for _ in range(3):

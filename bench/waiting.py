@@ -17,13 +17,13 @@ from typing import Any
 from bench.context import Bench, median, percentile
 from bench.model import Task
 
-__all__ = ["GOAL_BYTES", "run"]
+__all__ = ["GOAL_BYTES", "park", "run"]
 
 GOAL_BYTES = 4 * 1024
 WORKER_ARGS = ("--concurrency", "4")
 
 
-def _park(b: Bench, count: int, prefix: str = "park") -> dict[str, str]:
+def park(b: Bench, count: int, prefix: str = "park") -> dict[str, str]:
     """Start `count` runs that park at their first approval; return run id -> marker."""
     markers = {}
     waiting = b.redis.zcard(b.relay.store.keys.index("").pending)
@@ -112,7 +112,7 @@ def run(b: Bench) -> dict[str, Any]:
         time.sleep(0.5)
         before = b.counters().used_memory
         started = time.monotonic()
-        markers = _park(b, count)
+        markers = park(b, count)
         parked_s = time.monotonic() - started
         time.sleep(0.5)
         with_streams = b.counters().used_memory

@@ -144,21 +144,12 @@ class _Pages:
 
     async def fork(self, request: Request) -> Response:
         web = self.web
-        if cross_site(request.headers):
-            return _refused(web, request, "a fork from another site is refused")
-        body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            return _refused(web, request, "the form is too large")
-        form = {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items() if v}
+        form = await _posted(web, request, "a fork")
+        if isinstance(form, Response):
+            return form
         run_id, what = form.get("run", ""), form.get("what", "")
         user = web.user(request)
-        why = await run_in_threadpool(
-            web.tokens.refusal,
-            form.get("token", ""),
-            user,
-            ("fork", run_id, what),
-            int(time.time()),
-        )
+        why = await _form_refused(web, form, user, ("fork", run_id, what))
         if why:
             return _refused(web, request, why)
         route = form.get("route") or None
@@ -209,12 +200,9 @@ class _Pages:
 
     async def decide(self, request: Request) -> Response:
         web = self.web
-        if cross_site(request.headers):
-            return _refused(web, request, "a decision from another site is refused")
-        body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            return _refused(web, request, "the form is too large")
-        form = {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items() if v}
+        form = await _posted(web, request, "a decision")
+        if isinstance(form, Response):
+            return form
         kind, run_id, what = form.get("kind", ""), form.get("run", ""), form.get("what", "")
         decision = form.get("decision", "")
         yes = decision in ("approve", "approve_edited")
@@ -222,9 +210,7 @@ class _Pages:
         if isinstance(edited, str):  # (before the form is used: send it again, mended)
             return _refused(web, request, edited, status=400)
         user = web.user(request)
-        why = await run_in_threadpool(
-            web.tokens.refusal, form.get("token", ""), user, (kind, run_id, what), int(time.time())
-        )
+        why = await _form_refused(web, form, user, (kind, run_id, what))
         if why:
             return _refused(web, request, why)
         reason = form.get("reason", "").strip()[:2_000]
@@ -275,6 +261,25 @@ def web_routes(web: Web, request: Request) -> Response:
         for state in web.relay.route_states()
     ]
     return web.page(request, "routes.html", routes=rows)
+
+
+async def _posted(web: Web, request: Request, doing: str) -> dict[str, str] | Response:
+    """The fields of a form posted to this server (each field's first value), or the
+    refusal of one sent from another site or too large."""
+    if cross_site(request.headers):
+        return _refused(web, request, f"{doing} from another site is refused")
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return _refused(web, request, "the form is too large")
+    return {k: v[0] for k, v in parse_qs(body.decode(errors="replace")).items() if v}
+
+
+async def _form_refused(
+    web: Web, form: dict[str, str], user: str, what: tuple[str, str, str]
+) -> str:
+    """Why the form's token is refused for `user` and `what` ("" if not: it is used now)."""
+    token = form.get("token", "")
+    return await run_in_threadpool(web.tokens.refusal, token, user, what, int(time.time()))
 
 
 def _fork_token(web: Web, user: str, run_id: str, step: int) -> str:
