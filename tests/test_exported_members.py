@@ -28,6 +28,7 @@ WORKERS = [
     "ModelRoute",
     "Pending",
     "Price",
+    "Recorded",
     "Relay",
     "RelayError",
     "ReplayReport",

@@ -1,6 +1,7 @@
 """workers: the distributed runtime — the Relay object, its Celery app, tasks and client API."""
 
 from workers.client.replays import Diff, ReplayReport
+from workers.client.start import Recorded
 from workers.engine.budget import Budget, Price
 from workers.engine.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.errors import (
@@ -37,6 +38,7 @@ __all__ = [
     "ModelRoute",
     "Pending",
     "Price",
+    "Recorded",
     "Relay",
     "RelayError",
     "ReplayReport",

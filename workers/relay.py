@@ -51,10 +51,16 @@ from scheduler.schedules import Mode
 from workers.celery_app.app import Queues, build_celery
 from workers.celery_app.sending import WorkerReach, sender
 from workers.celery_app.tasks import register_tasks
-from workers.client.replays import Diff, ReplayReport, Replays
+from workers.client.replays import Diff, MadeCall, ReplayReport, Replays
 from workers.client.runs import RunsClient
 from workers.client.schedules import Scheduling
-from workers.client.start import checked_concurrency, checked_prices, new_run
+from workers.client.start import (
+    Recorded,
+    checked_concurrency,
+    checked_prices,
+    new_run,
+    recorded_stubs,
+)
 from workers.engine.budget import Budget, Price
 from workers.engine.effects import Message
 from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
@@ -62,7 +68,7 @@ from workers.engine.working import Verifier
 from workers.errors import DecisionRefused, RelayError
 from workers.kit.agents import AgentKit
 from workers.kit.skills import gather_skills
-from workers.model.endpoints import ModelRoute, routes_from
+from workers.model.endpoints import ModelRoute, checked_routes, routes_from
 from workers.model.limits import RouteLimits, RouteState
 from workers.model.pricing import load_prices
 from workers.model.transport import ModelSource
@@ -309,6 +315,8 @@ class Relay:
         run_id: str | None = None,
         key: str | None = None,
         memory: str | None = None,
+        route: str | Sequence[str] | None = None,
+        recorded: Mapping[str, Sequence[Recorded]] | None = None,
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
@@ -321,19 +329,24 @@ class Relay:
         `key` groups runs for fair shares of the model routes (a tenant, say;
         default: the app's name): when a route is saturated, waiting keys take
         turns, and `Relay(key_concurrency=N)` caps each key's calls in flight.
+        `route`: the model route(s) its calls take, in order (default: all). `recorded`:
+        tools whose calls never run, each answered with the `Recorded` outcome for its
+        arguments (or for any), else an error: what `relay eval` runs cases with.
 
         Raises:
             RelayError: the task or attachments are too large, or a name is unusable.
             StoreUnavailable: Redis cannot be reached.
         """
+        names, stubs = recorded_stubs(recorded, {t.name: t for t in self.tools})
         record, snapshot, start = new_run(
             self.kit, task, context, config or self.config, remembered=self.memory,
             attachments=attachments, budget=budget, tools=tools, notes=notes, recipe=recipe,
             schedule=schedule, run_id=run_id, key=key, memory=memory, app=self.name,
+            routes=checked_routes(route, [r.name for r in self.routes]), recorded=names,
         )  # fmt: skip
         parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms
-        created = parts.store.create(record, snapshot, due, start=start)
+        created = parts.store.create(record, snapshot, due, stubs, start=start)
         if not created and run_id is None:  # 64 random bits: never
             raise RelayError(f"a run with id {record.id} exists already")
         if created:
@@ -396,6 +409,16 @@ class Relay:
     def diff(self, a: str, b: str) -> Diff:
         """Two runs step by step, their first difference, outcomes and usage."""
         return self._replays().diff(a, b)
+
+    def tool_calls(self, run_id: str) -> list[MadeCall]:
+        """Every tool call the run and its specialists made, read from their journals:
+        tool, the arguments it ran with (a person's edit included), outcome (None: none
+        yet). A call a person denied is here, with the denial as its outcome.
+
+        Raises:
+            RelayError: the run has no journal to read (the message says why).
+        """
+        return self._replays().calls(run_id)
 
     def tick(self, now: int | None = None) -> list[str]:
         """Tick once, now (schedules, then healing); return the runs it started.

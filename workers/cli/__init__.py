@@ -29,6 +29,7 @@ import click
 from agent_core.errors import AgentError
 from workers.cli.budget import extend
 from workers.cli.common import Context, Failure
+from workers.cli.evals import evaluate
 from workers.cli.replays import diff, fork, replay
 from workers.cli.routes import routes
 from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
@@ -117,7 +118,7 @@ VERBS = (
     fork,
     diff,
 )
-for verb in (*VERBS, schedule, skills):
+for verb in (*VERBS, schedule, skills, evaluate):
     cli.add_command(verb)
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from agent_core import Agent, Config, Done
+from agent_core import Agent, Config, Done, ToolOutput
 from agent_core.errors import AgentError
 from agent_core.steps import FROZEN
 from workers.engine.journal import (
@@ -36,10 +36,19 @@ from workers.engine.replay import Replayed, replay
 from workers.engine.working import Surroundings
 from workers.errors import RelayError
 from workers.kit.agents import AgentKit
+from workers.model.endpoints import checked_routes
 from workers.settings import now_ms
 from workers.store.runs import RunStore
 
-__all__ = ["Diff", "DiffRow", "Divergence", "ReplayReport", "Replays", "RunSide"]
+__all__ = [
+    "Diff",
+    "DiffRow",
+    "Divergence",
+    "MadeCall",
+    "ReplayReport",
+    "Replays",
+    "RunSide",
+]
 
 
 class Divergence(BaseModel):
@@ -103,6 +112,14 @@ class Diff(BaseModel):
     rows: tuple[DiffRow, ...]
     first_difference: int | None
     """The first step that differs (None: the same steps, as far as both went)."""
+
+
+class MadeCall(NamedTuple):
+    """A tool call a run made: its tool, the arguments it ran with, its outcome."""
+
+    tool: str
+    args: dict[str, Any]
+    output: ToolOutput | None
 
 
 class _Unplayable(Exception):
@@ -319,7 +336,7 @@ class Replays:
             key=played.key,
             app=self.app,
             forked_from=origin,
-            routes=self._routes(route),
+            routes=checked_routes(route, self.routes),
             stubbed=tuple(sorted(stubs)),
         )
 
@@ -335,37 +352,44 @@ class Replays:
         except AgentError as error:
             raise RelayError(str(error)) from None
 
-    def _routes(self, route: str | Sequence[str] | None) -> tuple[str, ...] | None:
-        if route is None:
-            return None
-        names = (route,) if isinstance(route, str) else tuple(route)
-        unknown = [n for n in names if not isinstance(n, str) or n not in self.routes]
-        if unknown or not names:
-            known = ", ".join(self.routes) or "none (set RELAY_MODELS)"
-            raise RelayError(f"no model route {', '.join(map(str, unknown))!s}; routes: {known}")
-        return names
-
     def _stubs(self, start: JournalStart, entries: Sequence[JournalEntry]) -> dict[str, str]:
         """The recorded outcome of every tool call the run (and its specialists) made,
         by the call's digest (tool and exact arguments): the first outcome of each."""
         stubs: dict[str, str] = {}
-        played = self._play(start, entries)
+        for tool, args, output in self._tree_calls(self._play(start, entries)):
+            if output is not None and output.status in ("ok", "error"):
+                # (an unknown outcome is no outcome to hand back)
+                stubs.setdefault(call_digest(tool, args), output.model_dump_json())
+        return stubs
+
+    def calls(self, run_id: str) -> list[MadeCall]:
+        """Every tool call the run and its specialists made, as its journal tells: the
+        tool, the arguments it ran with, its outcome (None: it had none).
+
+        Raises:
+            RelayError: the run cannot be replayed (the message says why).
+        """
+        try:
+            start, entries = self._journal(run_id)
+        except _Unplayable as problem:
+            raise RelayError(str(problem)) from None
+        return self._tree_calls(self._play(start, entries))
+
+    def _tree_calls(self, played: Replayed) -> list[MadeCall]:
         children = list(played.record.children)
         plays = [played]
         for child in children:
             try:
                 child_start, child_entries = self._journal(child)
             except _Unplayable:
-                continue  # (a specialist whose journal is gone: its calls run live)
+                continue  # (a specialist whose journal is gone)
             plays.append(self._play(child_start, child_entries))
             children += [c for c in plays[-1].record.children if c not in children]
-        for one in plays:
-            for call_id, output in one.outcomes.items():
-                made = one.ran.get(call_id)
-                if made is None or output.status not in ("ok", "error"):
-                    continue  # an unknown outcome is no outcome to hand back
-                stubs.setdefault(call_digest(*made), output.model_dump_json())
-        return stubs
+        return [
+            MadeCall(tool, args, one.outcomes.get(call_id))
+            for one in plays
+            for call_id, (tool, args) in one.ran.items()
+        ]
 
     # --- diff ---------------------------------------------------------------------------
 

@@ -10,12 +10,13 @@ import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent_core import Agent, Attachment, Config
+from agent_core import Agent, Attachment, Config, Tool, ToolArgsError, ToolOutput
+from agent_core.args import check_args
 from agent_core.errors import AgentError
 from workers.engine.budget import Budget, Price
-from workers.engine.journal import start_text
+from workers.engine.journal import any_call_digest, call_digest, start_text
 from workers.engine.records import RunRecord
 from workers.errors import RelayError
 from workers.kit.agents import AgentKit
@@ -25,12 +26,14 @@ __all__ = [
     "MAX_ATTACHMENT_BYTES",
     "MAX_TASK_CHARS",
     "NewRun",
+    "Recorded",
     "check_memory",
     "check_start",
     "checked_concurrency",
     "checked_key",
     "checked_prices",
     "new_run",
+    "recorded_stubs",
     "start_budget",
     "started_agent",
 ]
@@ -113,6 +116,49 @@ def checked_concurrency(given: object) -> int | None:
     return given
 
 
+class Recorded(BaseModel):
+    """A recorded outcome of a tool: what its call with `args` returns (None: with any
+    arguments not recorded otherwise). A run started with recorded tools never runs them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    output: str
+    args: dict[str, object] | None = None
+    error: bool = False
+    """The outcome is an error the model is told (the tool failed)."""
+
+
+def recorded_stubs(
+    recorded: Mapping[str, Sequence[Recorded]] | None, tools: Mapping[str, Tool]
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The recorded tools' names, and their outcomes by call digest (for CREATE): each
+    recording's arguments checked against its tool as a model's call's are, so a call
+    with the same arguments has the same digest."""
+    if not recorded:
+        return (), {}
+    if not isinstance(recorded, Mapping):
+        raise RelayError("recorded maps tool names to lists of Recorded outcomes")
+    stubs: dict[str, str] = {}
+    for name, outcomes in recorded.items():
+        tool = tools.get(name)
+        if tool is None:
+            raise RelayError(f"recorded: no tool named {name!r}")
+        for one in outcomes:
+            if not isinstance(one, Recorded):
+                raise RelayError(f"recorded {name}: each outcome is a Recorded")
+            output = ToolOutput.error(one.output) if one.error else ToolOutput.ok(one.output)
+            stubs.setdefault(_recorded_digest(tool, one.args), output.model_dump_json())
+    return tuple(recorded), stubs
+
+
+def _recorded_digest(tool: Tool, args: dict[str, object] | None) -> str:
+    if args is None:
+        return any_call_digest(tool.name)
+    try:
+        return call_digest(tool.name, check_args(tool, dict(args)))
+    except ToolArgsError as error:
+        raise RelayError(f"recorded {tool.name}: {error}") from None
+
+
 def started_agent(
     kit: AgentKit,
     config: Config,
@@ -156,11 +202,14 @@ def new_run(
     memory: str | None,
     remembered: Callable[[str], list[str]],
     app: str,
+    routes: tuple[str, ...] | None = None,
+    recorded: tuple[str, ...] = (),
 ) -> NewRun:
     """Check what a start was given; return the new root run's record (its id made up
     unless given), its started agent's snapshot and its journal's start. With `memory`,
     the agent is shown the notes `remembered(memory)` returns, then `notes`. The run is
-    `app`'s: only workers of the Relay app of that name run it.
+    `app`'s: only workers of the Relay app of that name run it. `routes`: the model
+    routes its calls may take; `recorded`: the tools whose outcomes are recorded.
 
     Raises:
         RelayError: something given is refused (one line saying what).
@@ -186,6 +235,8 @@ def new_run(
         key=checked_key(key) or app or None,  # as the README says: the app's name by default
         memory=memory,
         app=app,
+        routes=routes,
+        recorded=recorded,
     )
     snapshot = agent.snapshot()
     return NewRun(record, snapshot, start_text(record, snapshot, agent.offered()))

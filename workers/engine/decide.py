@@ -424,6 +424,7 @@ def _start_child(run: Working, call: ToolCall) -> None:
         app=parent.app,
         routes=parent.routes,
         stubbed=parent.stubbed,
+        recorded=parent.recorded,
     )
     snapshot = child.snapshot()
     start = start_text(record, snapshot, child.offered())

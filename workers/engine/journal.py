@@ -117,6 +117,12 @@ def call_digest(tool: str, args: dict[str, Any]) -> str:
     return hashlib.sha256(f"{tool}\x00{_canonical(args)}".encode()).hexdigest()
 
 
+def any_call_digest(tool: str) -> str:
+    """The digest a recorded tool's outcome for any arguments is kept under (no call's
+    arguments can have it: a call's arguments are an object)."""
+    return hashlib.sha256(f"{tool}\x00*".encode()).hexdigest()
+
+
 def seen(agent: Agent) -> StepSeen:
     """The step `agent` waits on, as the journal keeps it."""
     step = agent.resume()

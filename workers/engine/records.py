@@ -226,6 +226,9 @@ class RunRecord(BaseModel):
     stubbed: tuple[str, ...] = ()
     """Digests of the tool calls (tool and arguments, `engine.journal.call_digest`) whose
     recorded outcome a fork with `stub_tools` hands back instead of running them."""
+    recorded: tuple[str, ...] = ()
+    """Tools whose calls never run: each gets the outcome recorded for its arguments
+    (`Relay.start(recorded=...)`, an eval's recorded tools), else an error."""
 
 
 class TraceEntry(BaseModel):

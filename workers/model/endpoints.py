@@ -24,10 +24,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from workers.engine.budget import Price
-from workers.errors import SettingsError
+from workers.errors import RelayError, SettingsError
 from workers.settings import ModelSettings, Settings, chat_completions_url
 
-__all__ = ["ModelRoute", "load_routes", "routes_from"]
+__all__ = ["ModelRoute", "checked_routes", "load_routes", "routes_from"]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -131,3 +131,18 @@ def load_routes(path: str | Path) -> tuple[ModelRoute, ...]:
             problem = f"route {n + 1}: {field}: {first['msg']}"
             raise SettingsError(f"RELAY_MODELS: {where}: {problem}") from None
     return tuple(routes)
+
+
+def checked_routes(
+    route: str | Sequence[str] | None, known: Sequence[str]
+) -> tuple[str, ...] | None:
+    """The model routes a run may take, in order: `route` (one name or several), each one
+    of `known`; None: all of them."""
+    if route is None:
+        return None
+    names = (route,) if isinstance(route, str) else tuple(route)
+    unknown = [n for n in names if not isinstance(n, str) or n not in known]
+    if unknown or not names:
+        told = ", ".join(known) or "none (set RELAY_MODELS)"
+        raise RelayError(f"no model route {', '.join(map(str, unknown))!s}; routes: {told}")
+    return names

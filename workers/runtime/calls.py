@@ -37,7 +37,7 @@ from workers.engine.events import (
     not_admitted,
 )
 from workers.engine.ids import OutboxMember, model_call
-from workers.engine.journal import call_digest
+from workers.engine.journal import any_call_digest, call_digest
 from workers.engine.records import RunRecord, TraceEntry
 from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
 from workers.kit.tools import ToolContext, ToolSpec, tool_output
@@ -471,13 +471,21 @@ class Calls:
         return tool_output(tool_call.tool, value, self.settings.tool_output_chars)
 
     def _stubbed(self, call: Claimed) -> ToolOutput | None:
-        """The outcome the original run's identical call had, for a fork with stubbed
-        tools (`Relay.fork(stub_tools=True)`): handed back, and nothing runs."""
+        """The outcome recorded for this call, handed back instead of running it: a fork's
+        (`Relay.fork(stub_tools=True)`: the original's identical call) or a recorded tool's
+        (`Relay.start(recorded=...)`: the outcome for these arguments, else for any)."""
         record = call.record
-        tool_call = call.batch_call() if record.stubbed else None
+        tool_call = call.batch_call() if record.stubbed or record.recorded else None
         if tool_call is None:
             return None
         digest = call_digest(tool_call.tool, tool_call.args)
+        if tool_call.tool in record.recorded:
+            kept = self.store.stub(record.root, digest) or self.store.stub(
+                record.root, any_call_digest(tool_call.tool)
+            )
+            return kept or ToolOutput.error(
+                f"{tool_call.tool} has no recorded outcome for these arguments; it was not run"
+            )
         if digest not in record.stubbed:
             return None
         kept = self.store.stub(record.root, digest)

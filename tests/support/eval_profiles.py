@@ -1,0 +1,197 @@
+"""Scripted models that behave like the rows of the agent core's model table, for the
+built-in eval suite (workers/evals/builtin.toml), served by `ModelServer`:
+
+- `strong`: solves every built-in case (like the 27B model);
+- `seven_b`: wraps replies in prose, invents a tool name and recovers, invents one
+  for good, loses track with a specialist and after a summary, and will not name
+  its source (like qwen2.5:7b);
+- `three_b`: cannot keep the format at all.
+
+Each reply is a function of the prompt alone (what the history shows so far), so a
+retried or repeated call gets the same reply and two runs of the suite give the
+same figures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from tests.support.model_server import ChatCall
+
+__all__ = ["seven_b", "strong", "three_b"]
+
+PLAN_ASK = "Reply now with your plan"
+SUMMARY_SYSTEM = "You keep an agent's notes short"
+SENT_BACK = "needs its source"
+
+
+def _call(tool: str, **args: Any) -> str:
+    return json.dumps({"tool": tool, "args": args})
+
+
+def _batch(*calls: tuple[str, dict[str, Any]]) -> str:
+    return json.dumps({"tools": [{"tool": t, "args": a} for t, a in calls]})
+
+
+def _final(text: str) -> str:
+    return json.dumps({"final": text})
+
+
+def _task(chat: ChatCall) -> str:
+    return chat.prompt.split("\n\n", 1)[0].removeprefix("Task:\n")
+
+
+def _results(chat: ChatCall) -> int:
+    return chat.prompt.count("\n→ ")
+
+
+def _summary(chat: ChatCall) -> str:
+    colours = [c for c in ("green", "red", "blue") if c in chat.prompt]
+    return "Summary: read notes so far; colours found: " + (", ".join(colours) or "none")
+
+
+# --- the strong model: what each case wants ------------------------------------------------
+
+
+def _copy(chat: ChatCall) -> str:
+    if "apples" not in chat.prompt:
+        return _call("read_note", name="a.txt")
+    if "wrote" not in chat.prompt:
+        return _call("write_note", name="b.txt", text="Shopping: apples, pears and plums.")
+    return _final("Copied a.txt to b.txt.")
+
+
+def _lookups(chat: ChatCall) -> str:
+    if "3,878,100" not in chat.prompt:
+        return _batch(*(("lookup_city", {"city": c}) for c in ("Paris", "Berlin", "Madrid")))
+    return _final("Berlin is the largest: population 3,878,100. Source: lookup_city")
+
+
+def _arithmetic(chat: ChatCall) -> str:
+    if "395" not in chat.prompt:
+        return _call("calculate", expression="17 * 23 + 4")
+    return _final("17 * 23 + 4 = 395")
+
+
+def _specialist(chat: ChatCall) -> str:
+    if "748" not in chat.prompt:
+        return _call("delegate", specialist="researcher", task="Find the population of Rome.")
+    if "wrote" not in chat.prompt:
+        return _call("write_note", name="rome.txt", text="Rome: 2,748,109 people")
+    return _final("Wrote Rome's figure to rome.txt.")
+
+
+def _researcher(chat: ChatCall) -> str:
+    if "2,748,109" not in chat.prompt:
+        return _call("lookup_city", city="Rome")
+    return _final("Rome: population 2,748,109. Source: lookup_city")
+
+
+def _remember(chat: ChatCall) -> str:
+    if _results(chat) == 0:
+        return _call("remember", note="The office door code is 4711.")
+    return _final("Noted the door code.")
+
+
+def _recall(chat: ChatCall) -> str:
+    found = re.search(r"door code is (\d+)", chat.prompt)
+    return _final(f"The office door code is {found.group(1)}." if found else "I do not know.")
+
+
+def _long(chat: ChatCall) -> str:
+    for name, colour in (("long1.txt", "green"), ("long2.txt", "red"), ("long3.txt", "blue")):
+        if colour not in chat.prompt:
+            return _call("read_note", name=name)
+    return _final("long1.txt: green; long2.txt: red; long3.txt: blue.")
+
+
+def _question(chat: ChatCall) -> str:
+    if "Ada" not in chat.prompt:
+        return json.dumps({"ask_user": "What is your name?"})
+    if "wrote" not in chat.prompt:
+        return _call("write_note", name="greeting.txt", text="Hello Ada, have a good day!")
+    return _final("Wrote greeting.txt for Ada.")
+
+
+def _transfer(chat: ChatCall) -> str:
+    if _results(chat) == 0:
+        return _call("transfer", source="checking", target="savings", amount=500)
+    return _final("The transfer was refused, so no money moved.")
+
+
+def _lisbon(chat: ChatCall) -> str:
+    if "545,796" not in chat.prompt:
+        return _call("lookup_city", city="Lisbon")
+    if SENT_BACK in chat.prompt:
+        return _final("Lisbon has a population of 545,796. Source: lookup_city")
+    return _final("Lisbon has a population of 545,796.")
+
+
+CASES: dict[str, Callable[[ChatCall], str]] = {
+    "Copy the note a.txt": _copy,
+    "Look up the populations of Paris": _lookups,
+    "What is 17 * 23 + 4": _arithmetic,
+    "Ask the researcher specialist": _specialist,
+    "Find the population of Rome": _researcher,
+    "Remember for later tasks": _remember,
+    "What is the office door code": _recall,
+    "Read the notes long1.txt": _long,
+    "Write a short greeting note": _question,
+    "Move 500 EUR": _transfer,
+    "What is the population of Lisbon": _lisbon,
+}
+
+
+def _case(chat: ChatCall) -> Callable[[ChatCall], str]:
+    task = _task(chat)
+    for opening, play in CASES.items():
+        if task.startswith(opening):
+            return play
+    raise AssertionError(f"no built-in case begins the task {task[:200]!r}")
+
+
+def strong(chat: ChatCall) -> str:
+    """Solves every built-in case."""
+    if chat.system.startswith(SUMMARY_SYSTEM):
+        return _summary(chat)
+    if PLAN_ASK in chat.prompt:
+        return json.dumps({"plan": ["Use the tools the task needs.", "Report."]})
+    return _case(chat)(chat)
+
+
+# --- the 7B-like model ---------------------------------------------------------------------
+
+
+def seven_b(chat: ChatCall) -> str:
+    """The strong model's replies wrapped in prose, with a 7B model's failures."""
+    if chat.system.startswith(SUMMARY_SYSTEM):
+        return "Summary: I read some notes."  # (loses the colours)
+    if PLAN_ASK in chat.prompt:
+        return 'Sure! Here is my plan: {"plan": ["Do the task."]} Let me know.'
+    play = _case(chat)
+    if play is _lookups and "there is no tool named" not in chat.prompt:
+        return _call("lookup", city="Paris")  # invents a name once, then recovers
+    if play is _arithmetic:
+        return _call("calculator", expression="17 * 23 + 4")  # invents a name for good
+    if play is _specialist and "748" not in chat.prompt:
+        return _call("lookup_city", city="Rome")  # never hands over to the specialist
+    if play is _long and "Summary:" in chat.prompt:
+        return _call("read_note", name="long1.txt")  # lost track: reads the first again
+    if play is _lisbon and "545,796" in chat.prompt:
+        return _final("Lisbon has a population of 545,796.")  # never names its source
+    return "Here is my reply: " + play(chat)
+
+
+# --- the 3B-like model ---------------------------------------------------------------------
+
+
+def three_b(chat: ChatCall) -> str:
+    """Cannot keep the format: prose, or an object with none of the forms."""
+    if chat.system.startswith(SUMMARY_SYSTEM):
+        return "Summary."
+    if _results(chat) % 2:
+        return '{"action": "done"}'
+    return "I think the answer is probably in the notes, let me check them for you."

@@ -1,0 +1,228 @@
+"""`relay eval`: run a suite of cases on the fleet, per model route, and report.
+
+relay eval cases.toml --app mymodule:relay --route small --route large --repeat 3
+relay eval --builtin --route local --html report.html
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from workers.cli.common import Context, Failure, app_option, json_option, row
+from workers.cli.embedded import Embedded
+from workers.cli.live import console
+from workers.errors import RelayError
+from workers.evals.report import Line, Report, build_report
+from workers.evals.runner import TrialResult, check_suite, run_suite, trials_of
+from workers.evals.suite import BUILTIN_APP, Suite, builtin_suite, load_suite
+from workers.relay import Relay
+from workers.settings import Settings, redact_url
+
+__all__ = ["evaluate"]
+
+
+class _SuiteFirst(click.Group):
+    """`relay eval SUITE ...` runs a suite; `relay eval record RUN` is a subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        elif not args:
+            args = ["run"]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_SuiteFirst, name="eval")
+def evaluate() -> None:
+    """Measure which models can run your agents: `relay eval SUITE` (or --builtin).
+
+    Every case of the suite runs on the fleet (real workers; with no
+    RELAY_REDIS_URL a private Redis and a worker start and stop with the command),
+    on each route, --repeat times; plans, calls and questions are decided by the
+    case, never by a person. Exit status 1 when a case falls below its min_pass.
+    `relay eval run --help` lists the options.
+    """
+
+
+@evaluate.command(name="run")
+@click.argument("suite_file", metavar="SUITE", required=False, type=click.Path(dir_okay=False))
+@click.option("--builtin", is_flag=True, help="Run the built-in suite on its offline tools.")
+@click.option("--route", "routes", multiple=True, help="A model route (repeatable; default: all).")
+@click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1_000))
+@click.option("--parallel", default=8, show_default=True, type=click.IntRange(1, 1_000))
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(1),
+    help="Seconds a trial may take.",
+)
+@click.option(
+    "--junit", "junit_file", type=click.Path(dir_okay=False), help="Write JUnit XML here."
+)
+@click.option(
+    "--html", "html_file", type=click.Path(dir_okay=False), help="Write an HTML report here."
+)
+@click.option(
+    "--show", is_flag=True, help="Print the suite (with --builtin: the built-in one) and stop."
+)
+@json_option
+@app_option
+@click.pass_obj
+def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None:
+    """Run SUITE (a TOML file of cases) against the app's routes and report.
+
+    Prints a table per route and per case (pass rate, model and tool calls,
+    tokens, cost, seconds, retries and the ways runs failed); --json prints the
+    report as JSON instead; --junit and --html write it to files as well.
+    """
+    suite, app = _chosen(obj, suite_file, builtin=options["builtin"])
+    if options["show"]:
+        click.echo(suite.model_dump_json(indent=2, exclude_defaults=True))
+        return
+    with ExitStack() as stack:
+        relay = _fleet(obj, app, stack, builtin=options["builtin"])
+        report = _run(relay, suite, options)
+    _write(report, options)
+    sys.exit(1 if report.short else 0)
+
+
+def _chosen(obj: Context, suite_file: str | None, *, builtin: bool) -> tuple[Suite, str]:
+    if builtin == (suite_file is not None):
+        raise click.UsageError("give a SUITE file or --builtin (one of them)")
+    if builtin:
+        return builtin_suite(), BUILTIN_APP
+    return load_suite(suite_file or ""), obj.spec("eval")
+
+
+def _fleet(obj: Context, app: str, stack: ExitStack, *, builtin: bool) -> Relay:
+    """The app's Relay, on a private Redis and worker when no RELAY_REDIS_URL is set."""
+    settings = Settings.from_env()  # a bad variable fails before anything starts
+    if builtin and not os.environ.get("RELAY_EVAL_DIR", "").strip():
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="relay-eval-"))
+        os.environ["RELAY_EVAL_DIR"] = folder  # the worker and the after-checks share it
+    embedded = None
+    if settings.redis_url is None:
+        embedded = stack.enter_context(Embedded(app))
+        console(stderr=True).print(
+            Text(
+                f"Started a private Redis (127.0.0.1:{embedded.port}) and a worker for {app};"
+                " both stop when this command ends.",
+                style="dim",
+            )
+        )
+    obj.app = app
+    relay = obj.relay
+    if embedded is not None and relay.redis_url != embedded.redis_url:
+        # An app built with its own Settings would send the runs where nobody serves them.
+        raise Failure(
+            f"{app} does not read RELAY_REDIS_URL (it uses {redact_url(relay.redis_url)}):"
+            " build its Relay from the environment, or set RELAY_REDIS_URL and start workers"
+        )
+    if not relay.has_model:
+        raise Failure(
+            "no model is configured: set RELAY_MODELS, or RELAY_MODEL_URL (and RELAY_MODEL)"
+        )
+    return relay
+
+
+def _run(relay: Relay, suite: Suite, options: dict[str, Any]) -> Report:
+    routes: list[str | None] = list(options["routes"]) or [r.name for r in relay.routes] or [None]
+    try:
+        check_suite(relay, suite, routes)
+    except RelayError as error:
+        raise Failure(str(error)) from None
+    trials = trials_of(suite, routes, options["repeat"])
+    with Progress(
+        TextColumn("[bold]relay eval[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console(stderr=True),
+        transient=True,
+    ) as progress:
+        bar = progress.add_task(suite.name, total=len(trials))
+
+        def advanced(result: TrialResult) -> None:
+            mark = "passed" if result.verdict.passed else result.verdict.kind
+            progress.update(
+                bar, advance=1, description=f"{suite.name}: {result.trial.case.name} {mark}"
+            )
+
+        results = run_suite(
+            relay,
+            trials,
+            parallel=options["parallel"],
+            timeout=options["timeout"],
+            on_result=advanced,
+        )
+    return build_report(suite.name, results)
+
+
+def _write(report: Report, options: dict[str, Any]) -> None:
+    for path, text in ((options["junit_file"], report.junit), (options["html_file"], report.html)):
+        if path:
+            try:
+                Path(path).write_text(text(), encoding="utf-8")
+            except OSError as error:
+                raise Failure(f"{path}: cannot write it: {error.strerror or error}") from None
+    if options["as_json"]:
+        click.echo(report.as_json())
+        return
+    out = console()
+    out.print(_table("Routes", report.routes))
+    out.print(_table("Cases", report.cases))
+    for line in report.short:
+        out.print(
+            Text(
+                f"{line.case} on {line.route}: {line.pass_rate:.0%} < min_pass {line.min_pass:.0%}",
+                "red",
+            )
+        )
+
+
+def _table(title: str, lines: tuple[Line, ...]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for head in (
+        "route",
+        "case",
+        "pass",
+        "model calls",
+        "tool calls",
+        "tokens",
+        "cost",
+        "s",
+        "retries",
+        "failed as",
+    ):
+        table.add_column(
+            head, justify="left" if head in ("route", "case", "failed as") else "right"
+        )
+    for line in lines:
+        failures = ", ".join(f"{kind} x{n}" for kind, n in line.failures.items()) or "-"
+        table.add_row(
+            *row(
+                line.route,
+                line.case or "all",
+                f"{line.passed}/{line.trials} {line.pass_rate:.0%}",
+                f"{line.model_calls:.1f}",
+                f"{line.tool_calls:.1f}",
+                f"{line.tokens:,.0f}",
+                f"${line.cost_usd:.6f}",
+                f"{line.seconds:.1f}",
+                f"{line.retries} ({line.invented} invented)",
+                failures,
+            ),
+            style="red" if line.short else None,
+        )
+    return table

@@ -1,0 +1,255 @@
+"""Running a suite on the fleet: every case, on every route, `repeat` times.
+
+Each trial (a case on a route, once) is a real run started with `Relay.start`, pinned
+to its route, with the case's tools, config, budget and recorded outcomes; workers
+run it like any other. This process only watches: it decides what waits on a person
+the way the case says (plans and calls yes or no, edits, answers; a run parked at
+its budget is stopped there), starts a case's `then` runs one after another, and
+once a trial has ended reads what it showed (`RunFacts`): its stop and final answer
+from its status, its tool calls from its journal, its retries from its trace.
+
+Up to `parallel` trials are in flight at once; the routes' own limits (concurrency,
+rates) still apply on the fleet, so a slow route holds only its own trials back.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+from agent_core import Risk
+from workers.client.replays import MadeCall
+from workers.engine.records import Pending, RunStatus
+from workers.errors import DecisionRefused, RelayError
+from workers.evals.checks import RunFacts, Verdict, judge
+from workers.evals.suite import Case, Suite
+from workers.kit.tools import ToolContext, tool_output
+from workers.relay import Relay
+
+__all__ = ["Trial", "TrialResult", "check_suite", "run_suite"]
+
+POLL_SECONDS = 0.1
+DECIDED_BY = "relay eval"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a case on a route (`route` None: the app's routes, in order)."""
+
+    case: Case
+    route: str | None
+    repeat: int
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    trial: Trial
+    facts: RunFacts
+    verdict: Verdict
+    runs: tuple[str, ...] = ()
+    """The runs it started (its `then` runs after the first)."""
+
+
+@dataclass
+class _Live:
+    """A trial in flight: its runs so far, and what this process decided for them."""
+
+    trial: Trial
+    runs: list[str]
+    started: float
+    memory: str | None
+    answered: int = 0
+    over_budget: bool = False
+    statuses: list[RunStatus] = field(default_factory=list)
+
+
+def check_suite(relay: Relay, suite: Suite, routes: Sequence[str | None]) -> None:
+    """Refuse, before anything runs, a suite that names what the app does not have.
+
+    Raises:
+        RelayError: a tool, a route or an `after` tool is unknown (or not READ).
+    """
+    known = {t.name: t for t in relay.tools}
+    route_names = [r.name for r in relay.routes]
+    for route in routes:
+        if route is not None and route not in route_names:
+            told = ", ".join(route_names) or "none (set RELAY_MODELS)"
+            raise RelayError(f"no model route {route}; routes: {told}")
+    for case in suite.case:
+        named = [*(case.tools or ()), *case.deny, *case.edit, *(r.tool for r in case.recorded)]
+        unknown = sorted({n for n in named if n not in known})
+        if unknown:
+            raise RelayError(f"case {case.name}: {relay.name} has no tool {', '.join(unknown)}")
+        for after in case.expect.after:
+            tool = known.get(after.tool)
+            if tool is None or tool.risk_class is not Risk.READ:
+                raise RelayError(
+                    f"case {case.name}: expect.after calls {after.tool}, which is not a READ"
+                    f" tool of {relay.name}"
+                )
+
+
+def trials_of(suite: Suite, routes: Sequence[str | None], repeat: int) -> list[Trial]:
+    """Every trial, route by route, case by case, repeat by repeat."""
+    return [
+        Trial(case, route, n)
+        for route in routes
+        for case in suite.case
+        for n in range(1, (case.repeat or repeat) + 1)
+    ]
+
+
+def run_suite(
+    relay: Relay,
+    trials: Sequence[Trial],
+    *,
+    parallel: int = 8,
+    timeout: float = 300.0,
+    on_result: Callable[[TrialResult], None] = lambda _result: None,
+) -> list[TrialResult]:
+    """Run the trials on the fleet, up to `parallel` at once; return their results in
+    the order given. A trial not ended within `timeout` seconds is cancelled."""
+    waiting, live = deque(enumerate(trials)), dict[int, _Live]()
+    done: dict[int, TrialResult] = {}
+    while waiting or live:
+        while waiting and len(live) < parallel:
+            number, trial = waiting.popleft()
+            live[number] = _begin(relay, trial)
+        _decide(relay, live.values(), relay.pending())
+        for key, one in list(live.items()):
+            result = _advance(relay, one, timeout)
+            if result is not None:
+                del live[key]
+                done[key] = result
+                on_result(result)
+        if live:
+            time.sleep(POLL_SECONDS)
+    return [done[n] for n in range(len(trials))]
+
+
+def _begin(relay: Relay, trial: Trial) -> _Live:
+    case = trial.case
+    memory = f"eval-{case.name}-{secrets.token_hex(6)}" if case.memory else None
+    one = _Live(trial, [], time.monotonic(), memory)
+    one.runs.append(_start(relay, one, case.task))
+    return one
+
+
+def _start(relay: Relay, one: _Live, task: str) -> str:
+    case = one.trial.case
+    return relay.start(
+        task,
+        case.context,
+        config=case.config,
+        budget=case.budget,
+        tools=case.tools,
+        memory=one.memory,
+        route=one.trial.route,
+        recorded=case.recorded_tools() or None,
+    )
+
+
+def _decide(relay: Relay, live: Iterable[_Live], pending: list[Pending]) -> None:
+    """Decide what waits on a person in the trials' runs, as their cases say."""
+    by_root = {one.runs[-1]: one for one in live}
+    for waiting in pending:
+        one = by_root.get(waiting.root_id)
+        if one is None:
+            continue  # (not ours: the eval shares the fleet)
+        with suppress(DecisionRefused):  # (decided meanwhile: expired, or the run ended)
+            _decide_one(relay, one, waiting)
+
+
+def _decide_one(relay: Relay, one: _Live, waiting: Pending) -> None:
+    case = one.trial.case
+    yes = case.approve == "yes"
+    if waiting.kind == "plan":
+        relay.runs_client.approve_plan(waiting.run_id, yes, by=DECIDED_BY)
+    elif waiting.kind == "question":
+        answers = case.answers or ["I cannot say; do what you think best."]
+        relay.answer(waiting.run_id, answers[min(one.answered, len(answers) - 1)])
+        one.answered += 1
+    elif waiting.kind == "budget":
+        one.over_budget = True
+        relay.cancel(waiting.root_id, "the case's budget was reached")
+    elif waiting.call_id is not None:
+        tool = waiting.tool or ""
+        if not yes or tool in case.deny:
+            relay.deny(waiting.run_id, waiting.call_id, "the case denies this call")
+        elif tool in case.edit:
+            edited = {**waiting.args, **case.edit[tool]}
+            relay.approve(waiting.run_id, waiting.call_id, True, args=edited, by=DECIDED_BY)
+        else:
+            relay.approve(waiting.run_id, waiting.call_id, True, by=DECIDED_BY)
+
+
+def _advance(relay: Relay, one: _Live, timeout: float) -> TrialResult | None:
+    """The trial's result once its last run has ended (starting its next `then` run
+    when one has ended), else None."""
+    status = relay.status(one.runs[-1])
+    if status.outcome is None:
+        if time.monotonic() - one.started <= timeout:
+            return None
+        relay.cancel(one.runs[-1], f"relay eval: not ended within {timeout:g} s")
+        one.statuses.append(status)
+        return _result(relay, one, timed_out=True)
+    one.statuses.append(status)
+    if len(one.runs) <= len(one.trial.case.then):
+        one.runs.append(_start(relay, one, one.trial.case.then[len(one.runs) - 1]))
+        return None
+    return _result(relay, one, timed_out=False)
+
+
+def _result(relay: Relay, one: _Live, *, timed_out: bool) -> TrialResult:
+    try:
+        facts = _facts(relay, one, timed_out=timed_out)
+    except RelayError as error:
+        facts = RunFacts(stop=None, problem=str(error))
+    return TrialResult(one.trial, facts, judge(one.trial.case.expect, facts), tuple(one.runs))
+
+
+def _facts(relay: Relay, one: _Live, *, timed_out: bool) -> RunFacts:
+    last = one.statuses[-1]
+    usage = [s.total_usage for s in one.statuses]
+    made: list[MadeCall] = relay.tool_calls(last.id)
+    return RunFacts(
+        stop=None if timed_out or last.outcome is None else last.outcome.stop,
+        final=last.outcome.summary if last.outcome is not None else "",
+        calls=tuple((c.tool, c.args) for c in made),
+        model_calls=sum(u.model_calls for u in usage),
+        tokens=sum(u.total_tokens for u in usage),
+        cost_usd=sum(u.cost_micro for u in usage) / 1_000_000,
+        seconds=time.monotonic() - one.started,
+        retries=tuple(_retries(relay, last)),
+        over_budget=one.over_budget,
+        after=tuple(_after(relay, one.trial.case, last.id)),
+    )
+
+
+def _retries(relay: Relay, status: RunStatus) -> Iterator[str]:
+    """The reason of every reply the core could not use, in the run and its specialists."""
+    runs = [status.id, *status.children]
+    for run_id in runs:
+        yield from (e.text for e in relay.trace(run_id) if e.kind == "retry")
+        if run_id != status.id:
+            runs += [c for c in relay.status(run_id).children if c not in runs]
+
+
+def _after(relay: Relay, case: Case, run_id: str) -> Iterator[str]:
+    """Each `expect.after` call's output (a READ tool, called here, as the run's)."""
+    for number, after in enumerate(case.expect.after, start=1):
+        spec = relay.kit.spec(after.tool)
+        if spec is None:
+            yield f"the tool {after.tool} is gone"
+            continue
+        context = ToolContext(run_id=run_id, call_id=f"eval-after-{number}")
+        try:
+            value = spec.invoke(dict(after.args), context)
+        except Exception as error:  # noqa: BLE001 - the check fails, saying why
+            yield f"{type(error).__name__}: {error}"
+            continue
+        yield tool_output(after.tool, value, relay.settings.tool_output_chars).text

@@ -1,0 +1,272 @@
+"""A suite for `relay eval`: plain data (TOML), read and checked before anything runs.
+
+    [[case]]
+    name = "copy"
+    task = "Copy a.txt to b.txt"
+    tools = ["read_note", "write_note"]   # the app's own tools, by name
+    min_pass = 1.0                         # of the repeats; below it, relay eval exits 1
+    expect.stop = "done"
+    expect.final_contains = "b.txt"
+    expect.called = ["read_note"]
+
+Every field is in `docs/evals.md`. A field the format does not have is refused by
+name (a typo must not turn a check off), and so is a value of the wrong kind; the
+error names the file, the case and the field.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from agent_core import Config, Stop
+from agent_core.errors import DefinitionError
+from workers.client.start import Recorded
+from workers.engine.budget import Budget
+from workers.errors import RelayError
+
+__all__ = [
+    "BUILTIN_APP",
+    "After",
+    "Called",
+    "Case",
+    "Expect",
+    "Suite",
+    "builtin_suite",
+    "load_suite",
+    "read_suite",
+]
+
+BUILTIN_APP = "workers.evals.builtin:relay"
+"""The app the built-in suite runs on (its offline tools); importing it builds it."""
+
+MAX_SUITE_BYTES = 1_000_000
+MAX_CASES = 1_000
+_STRICT = ConfigDict(frozen=True, extra="forbid")
+
+
+def _listed(value: object) -> object:
+    """One text where a list of them is meant: a list of one."""
+    return [value] if isinstance(value, str | dict) else value
+
+
+class Called(BaseModel):
+    """A tool call a check looks for: the tool, and (if given) the arguments it had,
+    each given key equal (keys not given may be anything)."""
+
+    model_config = _STRICT
+    tool: str = Field(min_length=1, max_length=200)
+    args: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: object) -> object:
+        return {"tool": value} if isinstance(value, str) else value
+
+    def matches(self, tool: str, args: dict[str, Any]) -> bool:
+        if tool != self.tool:
+            return False
+        return self.args is None or all(args.get(k) == v for k, v in self.args.items())
+
+    def __str__(self) -> str:
+        if self.args is None:
+            return self.tool
+        given = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
+        return f"{self.tool}({given})"
+
+
+class After(BaseModel):
+    """A READ tool the eval calls itself once the run has ended (in its own process),
+    and text its output must contain: what a notes tool must hold, say."""
+
+    model_config = _STRICT
+    tool: str = Field(min_length=1, max_length=200)
+    args: dict[str, Any] = Field(default_factory=dict)
+    contains: str = ""
+
+
+Calls = Annotated[list[Called], BeforeValidator(_listed)]
+Texts = Annotated[list[str], BeforeValidator(_listed)]
+
+
+class Expect(BaseModel):
+    """What a run of the case must show to pass; every check given must hold."""
+
+    model_config = _STRICT
+    stop: Stop = Stop.DONE
+    final_contains: Texts = Field(default_factory=list)
+    """Texts the final answer must contain (case-insensitive)."""
+    final_matches: str | None = None
+    """A regular expression the final answer must match somewhere (Python's `re`)."""
+    called: Calls = Field(default_factory=list)
+    not_called: Calls = Field(default_factory=list)
+    max_calls: int | None = Field(default=None, ge=0)
+    """Tool calls (specialists' included) the run may make at most."""
+    max_model_calls: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0)
+    max_cost: float | None = Field(default=None, ge=0)
+    """Dollars the run (and its specialists) may cost at most."""
+    after: list[After] = Field(default_factory=list)
+
+    @field_validator("final_matches")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ValueError(f"not a regular expression: {error}") from None
+        return pattern
+
+
+class RecordedCall(BaseModel):
+    """One recorded outcome of a tool (`[[case.recorded]]`)."""
+
+    model_config = _STRICT
+    tool: str = Field(min_length=1, max_length=200)
+    args: dict[str, Any] | None = None
+    """The arguments it answers; none: any arguments not recorded otherwise."""
+    output: str = Field(max_length=100_000)
+    error: bool = False
+
+    def recorded(self) -> Recorded:
+        return Recorded(output=self.output, args=self.args, error=self.error)
+
+
+class Case(BaseModel):
+    """One task, how its run is set up and decided, and what it must show."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1, max_length=80, pattern=r"^[\w .:/-]+$")
+    task: str = Field(min_length=1, max_length=100_000)
+    context: str = ""
+    tools: list[str] | None = None
+    """The app's tools the run may use, by name (none given: all of them)."""
+    config: Config = Field(default_factory=Config)
+    budget: Budget | None = None
+    min_pass: float = Field(default=1.0, ge=0.0, le=1.0)
+    repeat: int | None = Field(default=None, ge=1, le=1_000)
+    """Runs of this case per route (none: `relay eval --repeat`, default 1)."""
+    memory: bool = False
+    """The case's runs keep notes under a name of their own (its `then` runs see them)."""
+    then: Texts = Field(default_factory=list)
+    """Tasks started one after another once the first run ends, with its memory; the
+    checks are of the last run."""
+    approve: Literal["yes", "no"] = "yes"
+    """How every plan and call that asks is decided (never by a person)."""
+    deny: list[str] = Field(default_factory=list)
+    """Tools whose calls are denied (the model is told)."""
+    edit: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Tools whose calls are approved with these arguments instead of the model's."""
+    answers: Texts = Field(default_factory=list)
+    """What the person answers to the run's questions, in order (the last repeats)."""
+    recorded: list[RecordedCall] = Field(default_factory=list)
+    """Recorded outcomes: the calls of these tools never run."""
+    expect: Expect = Field(default_factory=Expect)
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _config(cls, value: object) -> object:
+        if isinstance(value, dict):
+            try:
+                return Config(**value)
+            except DefinitionError as error:
+                raise ValueError(str(error).removeprefix("bad Config: ")) from None
+        return value
+
+    @model_validator(mode="after")
+    def _memory_for_then(self) -> Case:
+        if self.then and not self.memory:
+            raise ValueError("`then` tasks need `memory = true` (they read the first run's notes)")
+        return self
+
+    def recorded_tools(self) -> dict[str, list[Recorded]]:
+        """The recorded outcomes by tool, for `Relay.start(recorded=...)`."""
+        found: dict[str, list[Recorded]] = {}
+        for one in self.recorded:
+            found.setdefault(one.tool, []).append(one.recorded())
+        return found
+
+
+class Suite(BaseModel):
+    """A named list of cases (`[[case]]`), each name used once."""
+
+    model_config = _STRICT
+    name: str = "suite"
+    case: list[Case] = Field(min_length=1, max_length=MAX_CASES)
+
+    @model_validator(mode="after")
+    def _names_once(self) -> Suite:
+        seen: set[str] = set()
+        for case in self.case:
+            if case.name in seen:
+                raise ValueError(f"two cases are named {case.name!r}")
+            seen.add(case.name)
+        return self
+
+
+def builtin_suite() -> Suite:
+    """The built-in suite (`workers/evals/builtin.toml`)."""
+    raw = (resources.files("workers.evals") / "builtin.toml").read_bytes()
+    return read_suite(raw, "the built-in suite", default_name="builtin")
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read a suite file.
+
+    Raises:
+        RelayError: the file cannot be read, is not TOML, or a case is refused (the
+            message names the file, the case and the field).
+    """
+    path = Path(path)
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_SUITE_BYTES + 1)
+    except OSError as error:
+        raise RelayError(f"{path}: cannot read it: {error.strerror or error}") from None
+    if len(raw) > MAX_SUITE_BYTES:
+        raise RelayError(f"{path}: a suite is at most {MAX_SUITE_BYTES} bytes")
+    return read_suite(raw, str(path), default_name=path.stem)
+
+
+def read_suite(raw: bytes, where: str, *, default_name: str = "suite") -> Suite:
+    """A suite from TOML bytes (`where` names them in errors)."""
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RelayError(f"{where}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as error:
+        raise RelayError(f"{where}: not TOML: {error}") from None
+    data.setdefault("name", default_name)
+    try:
+        return Suite.model_validate(data)
+    except ValidationError as error:
+        raise RelayError(f"{where}: {_first_problem(error, data)}") from None
+
+
+def _first_problem(error: ValidationError, data: dict[str, Any]) -> str:
+    first = error.errors()[0]
+    loc = list(first["loc"])
+    said = str(first["msg"]).removeprefix("Value error, ")
+    if len(loc) >= 2 and loc[0] == "case" and isinstance(loc[1], int):
+        cases = data.get("case")
+        named = ""
+        if isinstance(cases, list) and loc[1] < len(cases) and isinstance(cases[loc[1]], dict):
+            name = cases[loc[1]].get("name")
+            named = f" ({name})" if isinstance(name, str) else ""
+        field = ".".join(str(part) for part in loc[2:]) or "the case"
+        return f"case {loc[1] + 1}{named}: {field}: {said}"
+    return f"{'.'.join(str(part) for part in loc) or 'the suite'}: {said}"
