@@ -165,6 +165,22 @@ def strong(chat: ChatCall) -> str:
 # --- the 7B-like model ---------------------------------------------------------------------
 
 
+def _seven_b_fault(play: Callable[[ChatCall], str], chat: ChatCall) -> str | None:
+    """The reply a 7B model gives instead of the right one, if it errs here."""
+    said = chat.prompt
+    if play is _lookups and "there is no tool named" not in said:
+        return _call("lookup", city="Paris")  # invents a name once, then recovers
+    if play is _arithmetic:
+        return _call("calculator", expression="17 * 23 + 4")  # invents a name for good
+    if play is _specialist and "748" not in said:
+        return _call("lookup_city", city="Rome")  # never hands over to the specialist
+    if play is _long and "Summary:" in said:
+        return _call("read_note", name="long1.txt")  # lost track: reads the first again
+    if play is _lisbon and "545,796" in said:
+        return _final("Lisbon has a population of 545,796.")  # never names its source
+    return None
+
+
 def seven_b(chat: ChatCall) -> str:
     """The strong model's replies wrapped in prose, with a 7B model's failures."""
     if chat.system.startswith(SUMMARY_SYSTEM):
@@ -172,17 +188,7 @@ def seven_b(chat: ChatCall) -> str:
     if PLAN_ASK in chat.prompt:
         return 'Sure! Here is my plan: {"plan": ["Do the task."]} Let me know.'
     play = _case(chat)
-    if play is _lookups and "there is no tool named" not in chat.prompt:
-        return _call("lookup", city="Paris")  # invents a name once, then recovers
-    if play is _arithmetic:
-        return _call("calculator", expression="17 * 23 + 4")  # invents a name for good
-    if play is _specialist and "748" not in chat.prompt:
-        return _call("lookup_city", city="Rome")  # never hands over to the specialist
-    if play is _long and "Summary:" in chat.prompt:
-        return _call("read_note", name="long1.txt")  # lost track: reads the first again
-    if play is _lisbon and "545,796" in chat.prompt:
-        return _final("Lisbon has a population of 545,796.")  # never names its source
-    return "Here is my reply: " + play(chat)
+    return _seven_b_fault(play, chat) or "Here is my reply: " + play(chat)
 
 
 # --- the 3B-like model ---------------------------------------------------------------------

@@ -180,6 +180,8 @@ def _write(report: Report, options: dict[str, Any]) -> None:
         click.echo(report.as_json())
         return
     out = console()
+    if not out.is_terminal:
+        out.width = 160  # a log or a pipe: whole rows, not cells folded to 80 columns
     out.print(_table("Routes", report.routes))
     out.print(_table("Cases", report.cases))
     for line in report.short:

@@ -144,7 +144,7 @@ def _start(relay: Relay, one: _Live, task: str) -> str:
     return relay.start(
         task,
         case.context,
-        config=case.config,
+        config=case.config_over(relay.config),
         budget=case.budget,
         tools=case.tools,
         memory=one.memory,

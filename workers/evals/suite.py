@@ -155,7 +155,8 @@ class Case(BaseModel):
     context: str = ""
     tools: list[str] | None = None
     """The app's tools the run may use, by name (none given: all of them)."""
-    config: Config = Field(default_factory=Config)
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Config fields that differ from the app's config for this case."""
     budget: Budget | None = None
     min_pass: float = Field(default=1.0, ge=0.0, le=1.0)
     repeat: int | None = Field(default=None, ge=1, le=1_000)
@@ -177,15 +178,18 @@ class Case(BaseModel):
     """Recorded outcomes: the calls of these tools never run."""
     expect: Expect = Field(default_factory=Expect)
 
-    @field_validator("config", mode="before")
+    @field_validator("config")
     @classmethod
-    def _config(cls, value: object) -> object:
-        if isinstance(value, dict):
-            try:
-                return Config(**value)
-            except DefinitionError as error:
-                raise ValueError(str(error).removeprefix("bad Config: ")) from None
-        return value
+    def _config(cls, fields: dict[str, Any]) -> dict[str, Any]:
+        try:
+            Config(**fields)  # refused now, not when the case runs
+        except DefinitionError as error:
+            raise ValueError(str(error).removeprefix("bad Config: ")) from None
+        return fields
+
+    def config_over(self, base: Config) -> Config:
+        """The run's config: `base` (the app's) with the case's fields changed."""
+        return Config(**{**base.model_dump(), **self.config})
 
     @model_validator(mode="after")
     def _memory_for_then(self) -> Case:

@@ -1,0 +1,208 @@
+"""The suite format of `relay eval` and the checks of a run, without a fleet: what a
+user writes is read (the README's example as written), what is wrong is refused
+naming the case and the field, and every failure kind is told apart."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from agent_core import Stop
+from workers import RelayError
+from workers.evals.checks import FAILURE_KINDS, RunFacts, judge
+from workers.evals.report import build_report
+from workers.evals.runner import Trial, TrialResult, trials_of
+from workers.evals.suite import Expect, builtin_suite, load_suite, read_suite
+
+README_CASE = b"""
+[[case]]
+name = "copy"
+task = "Copy a.txt to b.txt"
+tools = ["read_note", "write_note"]   # the app's own tools, by name
+min_pass = 1.0                         # of the repeats; below it, relay eval exits non-zero
+expect.stop = "done"
+expect.final_contains = "b.txt"
+expect.called = ["read_note"]          # and expect.not_called, expect.max_calls
+"""
+
+
+def test_the_readme_case_reads_as_written() -> None:
+    suite = read_suite(README_CASE, "cases.toml", default_name="cases")
+    (case,) = suite.case
+    assert suite.name == "cases"
+    assert case.tools == ["read_note", "write_note"]
+    assert case.expect.stop is Stop.DONE
+    assert case.expect.final_contains == ["b.txt"]
+    assert [c.tool for c in case.expect.called] == ["read_note"]
+    assert case.expect.called[0].args is None
+
+
+def test_the_builtin_suite_reads_and_covers_the_model_table() -> None:
+    names = [case.name for case in builtin_suite().case]
+    assert names == [
+        "copy-note",
+        "batch-lookups",
+        "arithmetic",
+        "specialist",
+        "memory",
+        "long-history",
+        "question",
+        "refused-transfer",
+        "sent-back",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (b'[[case]]\nname = "a"\ntask = "t"\nexpect.stpo = "done"\n', "case 1 (a): expect.stpo"),
+        (
+            b'[[case]]\nname = "a"\ntask = "t"\nexpect.stop = "finished"\n',
+            "case 1 (a): expect.stop",
+        ),
+        (b'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = "("\n', "not a regular"),
+        (b'[[case]]\nname = "a"\ntask = "t"\nconfig = { max_batch = 0 }\n', "case 1 (a): config"),
+        (b'[[case]]\nname = "a"\ntask = "t"\nconfig = { maxbatch = 2 }\n', "maxbatch"),
+        (b'[[case]]\nname = "a"\ntask = "t"\nthen = "again"\n', "need `memory = true`"),
+        (b'[[case]]\nname = "a"\ntask = "t"\nmin_pass = 1.5\n', "case 1 (a): min_pass"),
+        (b'[[case]]\nname = "a"\ntask = "t"\n[[case]]\nname = "a"\ntask = "u"\n', "two cases"),
+        (b'[[case]]\nname = "a"\n', "case 1 (a): task"),
+        (b'name = "x"\n', "case: Field required"),
+        (b"[[case]\n", "not TOML"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b'[[case]]\nname = "a"\ntask = "t"\nbudget = { tokens = -1 }\n', "budget.tokens"),
+        (b'[[case]]\nname = "a"\ntask = "t"\napprove = "maybe"\n', "case 1 (a): approve"),
+    ],
+)
+def test_a_wrong_suite_is_refused_naming_the_case_and_the_field(text: bytes, said: str) -> None:
+    with pytest.raises(RelayError) as refused:
+        read_suite(text, "cases.toml")
+    assert str(refused.value).startswith("cases.toml: ")
+    assert said in str(refused.value)
+
+
+def test_a_missing_or_huge_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RelayError, match="cannot read it"):
+        load_suite(tmp_path / "none.toml")
+    huge = tmp_path / "huge.toml"
+    huge.write_bytes(b"#" * 1_000_001)
+    with pytest.raises(RelayError, match="at most 1000000 bytes"):
+        load_suite(huge)
+
+
+# --- the checks, and their failure kinds ---------------------------------------------------
+
+
+def _expect(**fields: object) -> Expect:
+    return Expect.model_validate(fields)
+
+
+DONE = RunFacts(
+    stop=Stop.DONE, final="Copied a.txt to b.txt", calls=(("read_note", {"name": "a.txt"}),)
+)
+
+
+def test_a_run_that_does_what_the_case_expects_passes() -> None:
+    expect = _expect(
+        final_contains=["B.TXT"],
+        final_matches=r"a\.txt",
+        called=[{"tool": "read_note", "args": {"name": "a.txt"}}],
+        not_called=["write_note"],
+        max_calls=1,
+    )
+    assert judge(expect, DONE).passed
+
+
+@pytest.mark.parametrize(
+    ("facts", "expect", "kind"),
+    [
+        (RunFacts(stop=None), {}, "timed out"),
+        (RunFacts(stop=None, problem="no journal"), {}, "could not run"),
+        (RunFacts(stop=Stop.BAD_REPLIES, retries=("no JSON",)), {}, "unusable replies"),
+        (
+            RunFacts(stop=Stop.BAD_REPLIES, retries=("there is no tool named 'x'; the tools",)),
+            {},
+            "invented tool names",
+        ),
+        (RunFacts(stop=Stop.MODEL_FAILED), {}, "model failed"),
+        (RunFacts(stop=Stop.CALL_LIMIT), {}, "call limit"),
+        (RunFacts(stop=Stop.MODEL_CALL_LIMIT), {}, "call limit"),
+        (RunFacts(stop=Stop.NO_PROGRESS), {}, "no progress"),
+        (RunFacts(stop=Stop.CANCELLED, over_budget=True), {}, "over budget"),
+        (RunFacts(stop=Stop.BUDGET_EXCEEDED), {}, "over budget"),
+        (
+            RunFacts(stop=Stop.FAILED, final="The final answer was rejected 3 times: why"),
+            {},
+            "final rejected",
+        ),
+        (RunFacts(stop=Stop.PLAN_DECLINED), {}, "declined"),
+        (RunFacts(stop=Stop.DONE), {"stop": "plan_declined"}, "wrong stop"),
+        (DONE, {"final_contains": "c.txt"}, "wrong final"),
+        (DONE, {"final_matches": "^nothing$"}, "wrong final"),
+        (DONE, {"called": ["write_note"]}, "wrong calls"),
+        (DONE, {"called": [{"tool": "read_note", "args": {"name": "z"}}]}, "wrong calls"),
+        (DONE, {"not_called": ["read_note"]}, "wrong calls"),
+        (DONE, {"max_calls": 0}, "wrong calls"),
+        (RunFacts(stop=Stop.DONE, model_calls=5), {"max_model_calls": 4}, "wrong calls"),
+        (RunFacts(stop=Stop.DONE, tokens=5), {"max_tokens": 4}, "wrong calls"),
+        (RunFacts(stop=Stop.DONE, cost_usd=0.5), {"max_cost": 0.25}, "wrong calls"),
+        (
+            RunFacts(stop=Stop.DONE, after=("nothing here",)),
+            {"after": [{"tool": "read_note", "contains": "apples"}]},
+            "failed after-check",
+        ),
+    ],
+)
+def test_each_failure_has_its_kind(facts: RunFacts, expect: dict[str, object], kind: str) -> None:
+    verdict = judge(_expect(**expect), facts)
+    assert not verdict.passed
+    assert verdict.kind == kind
+    assert verdict.kind in FAILURE_KINDS
+    assert verdict.why
+    assert all(verdict.why)
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def test_the_report_sums_per_route_and_case_and_names_the_cases_that_fall_short() -> None:
+    suite = read_suite(
+        b'[[case]]\nname = "a"\ntask = "t"\nmin_pass = 0.5\n[[case]]\nname = "b"\ntask = "u"\n',
+        "s.toml",
+        default_name="s",
+    )
+    trials = trials_of(suite, ["big", "small"], 2)
+    assert len(trials) == 8
+
+    def result(trial: Trial) -> TrialResult:
+        # "small" fails b's second repeat by inventing a tool name, and a's first.
+        fails = trial.route == "small" and (trial.case.name, trial.repeat) in (("b", 2), ("a", 1))
+        facts = RunFacts(
+            stop=Stop.BAD_REPLIES if fails else Stop.DONE,
+            retries=("there is no tool named 'x'",) if fails else (),
+            model_calls=3,
+            tokens=100,
+            cost_usd=0.001 if trial.route == "big" else 0.0001,
+        )
+        return TrialResult(trial, facts, judge(trial.case.expect, facts), ("r1",))
+
+    report = build_report("s", [result(t) for t in trials])
+    by_route = {line.route: line for line in report.routes}
+    assert (by_route["big"].passed, by_route["small"].passed) == (4, 2)
+    assert by_route["small"].failures == {"invented tool names": 2}
+    assert by_route["small"].invented == 2
+    assert [(line.route, line.case) for line in report.short] == [("small", "b")]
+    data = json.loads(report.as_json())
+    assert data["passed"] is False
+    assert {t["failure"] for t in data["trials"]} == {None, "invented tool names"}
+    junit = ET.fromstring(report.junit())
+    suites = junit.findall("testsuite")
+    assert [s.get("failures") for s in suites] == ["0", "2"]
+    assert len(junit.findall(".//failure")) == 2
+    page = report.html()
+    assert page.count("<circle") == 2
+    assert 'class="short"' in page
+    assert "b on small" in page

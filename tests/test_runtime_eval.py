@@ -1,0 +1,257 @@
+"""`relay eval` on real fleets: the README's recipe (`relay eval --builtin`, the embedded
+default) against three scripted models that behave like the core's model table, and a
+user's suite on a test app's workers with recorded tools, approvals decided by the
+case, a budget and a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_core import Stop
+from tests.support.brain import batch, call, final
+from tests.support.cli import clean_env, left_running, marked
+from tests.support.cli import relay as relay_command
+from tests.support.eval_profiles import SUMMARY_SYSTEM, seven_b, strong, three_b
+from tests.support.fleet import Fleet, fleet
+from tests.support.model_server import ModelServer
+from tests.support.waiting import prompts_for
+from workers import Recorded, RelayError
+from workers.evals.runner import check_suite, run_suite, trials_of
+from workers.evals.suite import read_suite
+
+ROUTES = ("strong", "7b", "3b")
+
+
+@pytest.fixture(scope="module")
+def profiles(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, str], dict[str, ModelServer]]]:
+    """Three model servers, one per profile, and an environment naming them as routes
+    (priced, so cost tells them apart) and nothing else: no Redis, so `relay eval`
+    starts its own."""
+    folder = tmp_path_factory.mktemp("eval")
+    with ModelServer(strong) as a, ModelServer(seven_b) as b, ModelServer(three_b) as c:
+        prices = {"strong": (3.0, 9.0), "7b": (0.2, 0.6), "3b": (0.05, 0.1)}
+        servers = dict(zip(ROUTES, (a, b, c), strict=True))
+        routes = [
+            {
+                "name": name,
+                "url": server.url,
+                "model": name,
+                "price": {"input_per_m": prices[name][0], "output_per_m": prices[name][1]},
+            }
+            for name, server in servers.items()
+        ]
+        (folder / "models.json").write_text(json.dumps(routes))
+        yield clean_env(RELAY_MODELS=str(folder / "models.json")), servers
+
+
+def _eval(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any]]:
+    env, marker = marked(env)
+    done = relay_command("eval", "--builtin", *args, "--json", env=env, timeout=600)
+    assert not left_running(marker), "the private Redis or worker outlived the command"
+    assert done.stdout.startswith("{"), done.stderr[-3000:]
+    return done.returncode, json.loads(done.stdout)
+
+
+def _kinds(report: dict[str, Any], route: str) -> dict[str, str | None]:
+    return {t["case"]: t["failure"] for t in report["trials"] if t["route"] == route}
+
+
+def test_the_builtin_suite_ranks_the_models_and_names_how_each_failed(
+    profiles: tuple[dict[str, str], dict[str, ModelServer]], tmp_path: Path
+) -> None:
+    env, servers = profiles
+    html, junit = tmp_path / "report.html", tmp_path / "report.xml"
+    routes = [arg for name in ROUTES for arg in ("--route", name)]
+    code, report = _eval(env, *routes, "--html", str(html), "--junit", str(junit))
+    assert code == 1  # the small models fall short of min_pass
+    passed = {line["route"]: (line["passed"], line["trials"]) for line in report["routes"]}
+    assert passed == {"strong": (9, 9), "7b": (5, 9), "3b": (0, 9)}
+    assert _kinds(report, "7b") == {
+        "copy-note": None,
+        "batch-lookups": None,  # it invented a tool name once, and recovered
+        "arithmetic": "invented tool names",
+        "specialist": "wrong calls",
+        "memory": None,
+        "long-history": "no progress",
+        "question": None,
+        "refused-transfer": None,
+        "sent-back": "final rejected",
+    }
+    assert set(_kinds(report, "3b").values()) == {"unusable replies"}
+    by_route = {line["route"]: line for line in report["routes"]}
+    assert by_route["7b"]["invented_tool_names"] == 5  # 1 recovered + 4 until it stopped
+    assert by_route["strong"]["retries"] == 0
+    costs = [by_route[name]["cost_usd"] for name in ROUTES]
+    assert costs == sorted(costs, reverse=True)
+    assert costs[-1] > 0
+    # The long-history case really overflowed its history and had it summarised.
+    assert any(c.system.startswith(SUMMARY_SYSTEM) for c in servers["strong"].calls)
+    # The refused transfer never ran: the balance read afterwards is the opening one.
+    (refused,) = [
+        t for t in report["trials"] if t["route"] == "strong" and t["case"] == "refused-transfer"
+    ]
+    assert [c["tool"] for c in refused["tool_calls"]] == ["transfer"]
+    page = html.read_text()
+    assert page.count("<circle") == 3
+    assert "arithmetic on 7b" in page
+    suites = ET.parse(junit).getroot().findall("testsuite")
+    assert [(s.get("tests"), s.get("failures")) for s in suites] == [
+        ("9", "0"),
+        ("9", "4"),
+        ("9", "9"),
+    ]
+
+    # Seeded: the same suite again gives the same figures (but for the wall time).
+    again_code, again = _eval(env, *routes)
+    assert again_code == code
+
+    def figures(data: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in line.items() if k != "seconds"} for line in data["cases"]]
+
+    assert figures(again) == figures(report)
+
+
+def test_a_model_that_passes_every_case_exits_zero_with_a_table(
+    profiles: tuple[dict[str, str], dict[str, ModelServer]],
+) -> None:
+    env, _ = profiles
+    env, marker = marked(env)
+    done = relay_command(
+        "eval", "--builtin", "--route", "strong", "--repeat", "2", env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "Routes" in done.stdout
+    assert "Cases" in done.stdout
+    assert "18/18 100%" in done.stdout
+    assert not left_running(marker)
+
+
+def test_bad_invocations_say_what_is_wrong(
+    profiles: tuple[dict[str, str], dict[str, ModelServer]], tmp_path: Path
+) -> None:
+    env, _ = profiles
+    unknown = relay_command("eval", "--builtin", "--route", "nope", env=env)
+    assert unknown.returncode == 1
+    assert "no model route nope" in unknown.stderr
+    neither = relay_command("eval", env=env)
+    assert neither.returncode == 2
+    assert "give a SUITE file or --builtin" in neither.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[case]]\nname = "x"\ntask = "t"\nexpect.stpo = "done"\n')
+    refused = relay_command("eval", str(bad), "--app", "tests.apps.notes:relay", env=env)
+    assert refused.returncode == 1
+    assert "case 1 (x): expect.stpo" in refused.stderr
+    shown = relay_command("eval", "--builtin", "--show", env=env)
+    assert shown.returncode == 0
+    assert '"refused-transfer"' in shown.stdout
+
+
+# --- a user's suite, on a fleet of the test app ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    with fleet(tmp_path_factory.mktemp("eval-fleet")) as running:
+        running.worker("--concurrency", "4")
+        yield running
+
+
+USER_SUITE = b"""
+[[case]]
+name = "recorded"
+task = "EV-REC pay, read, delete and write"
+tools = ["pay", "read_note", "delete_note", "write_note"]
+config = { policy = { ask = ["create", "write", "money"] } }
+deny = ["delete_note"]
+edit = { write_note = { name = "edited.txt" } }
+recorded = [
+    { tool = "pay", args = { amount = 5 }, output = "paid 5 (recorded)" },
+    { tool = "read_note", output = "the recorded note" },
+]
+expect.final_contains = "recorded"
+expect.called = [{ tool = "pay", args = { amount = 7 } }, "delete_note"]
+
+[[case]]
+name = "budget"
+task = "EV-BUDGET read a note"
+tools = ["read_note"]
+budget = { tokens = 1 }
+
+[[case]]
+name = "slow"
+task = "EV-SLOW sleep"
+tools = ["sleep"]
+"""
+
+
+def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: Fleet) -> None:
+    f.brain.script(
+        "EV-REC",
+        {
+            0: batch(("pay", {"amount": 5}), ("pay", {"amount": 7})),
+            2: call("read_note", name="x.txt"),
+            3: call("delete_note", name="x.txt"),
+            4: call("write_note", name="a.txt", text="hello"),
+            5: final("done with the recorded note"),
+        },
+    )
+    f.brain.script("EV-BUDGET", {0: call("read_note", name="x.txt"), 1: final("read")})
+    f.brain.script("EV-SLOW", {0: call("sleep", seconds=30), 1: final("slept")})
+    suite = read_suite(USER_SUITE, "user.toml")
+    check_suite(f.relay, suite, [None])
+    results = run_suite(f.relay, trials_of(suite, [None], 1), timeout=8)
+    by_case = {r.trial.case.name: r for r in results}
+
+    recorded = by_case["recorded"]
+    assert recorded.verdict.passed, (recorded.verdict, recorded.facts, f.logs())
+    assert list(recorded.facts.calls) == [
+        ("pay", {"amount": 5}),
+        ("pay", {"amount": 7}),
+        ("read_note", {"name": "x.txt"}),
+        ("delete_note", {"name": "x.txt"}),
+        ("write_note", {"name": "edited.txt", "text": "hello"}),  # the case's edit ran
+    ]
+    # No recorded tool ran (pay is MONEY: the case said yes); the denied call did not run.
+    assert [line for line in f.ledger() if not line.startswith("sleep")] == [
+        "write_note edited.txt"
+    ]
+    said = prompts_for(f, "EV-REC")[-1]
+    assert "paid 5 (recorded)" in said
+    assert "the recorded note" in said
+    assert "pay has no recorded outcome for these arguments; it was not run" in said
+
+    assert by_case["budget"].verdict.kind == "over budget"
+    assert by_case["budget"].facts.stop is Stop.CANCELLED
+    slow = by_case["slow"]
+    assert slow.verdict.kind == "timed out"
+    assert f.relay.wait(slow.runs[0], 30).stop is Stop.CANCELLED  # not left running
+
+
+def test_a_suite_naming_what_the_app_lacks_is_refused_before_anything_runs(f: Fleet) -> None:
+    runs_before = f.relay.runs_client.count_runs()
+    for text, said in (
+        (b'[[case]]\nname = "a"\ntask = "t"\ntools = ["nope"]\n', "has no tool nope"),
+        (b'[[case]]\nname = "a"\ntask = "t"\ndeny = ["nope"]\n', "has no tool nope"),
+        (
+            b'[[case]]\nname = "a"\ntask = "t"\nexpect.after = [{ tool = "write_note" }]\n',
+            "not a READ tool",
+        ),
+    ):
+        with pytest.raises(RelayError, match=said):
+            check_suite(f.relay, read_suite(text, "s.toml"), [None])
+    with pytest.raises(RelayError, match="no model route nope"):
+        check_suite(f.relay, read_suite(b'[[case]]\nname = "a"\ntask = "t"\n', "s.toml"), ["nope"])
+    with pytest.raises(RelayError, match="recorded: no tool named 'nope'"):
+        f.relay.start("EV-NONE", recorded={"nope": [Recorded(output="x")]})
+    with pytest.raises(RelayError, match="recorded pay"):
+        f.relay.start("EV-NONE", recorded={"pay": [Recorded(output="x", args={"amount": "lots"})]})
+    assert f.relay.runs_client.count_runs() == runs_before
