@@ -108,11 +108,11 @@ def _chosen(obj: Context, suite_file: str | None, *, builtin: bool) -> tuple[Sui
 def _fleet(obj: Context, app: str, stack: ExitStack, *, builtin: bool) -> Relay:
     """The app's Relay, on a private Redis and worker when no RELAY_REDIS_URL is set."""
     settings = Settings.from_env()  # a bad variable fails before anything starts
-    if builtin and not os.environ.get("RELAY_EVAL_DIR", "").strip():
-        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="relay-eval-"))
-        os.environ["RELAY_EVAL_DIR"] = folder  # the worker and the after-checks share it
     embedded = None
     if settings.redis_url is None:
+        if builtin and not os.environ.get("RELAY_EVAL_DIR", "").strip():
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="relay-eval-"))
+            os.environ["RELAY_EVAL_DIR"] = folder  # the worker and the after-checks share it
         embedded = stack.enter_context(Embedded(app))
         console(stderr=True).print(
             Text(
