@@ -5,14 +5,18 @@ naming the case and the field, and every failure kind is told apart."""
 from __future__ import annotations
 
 import json
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent_core import Stop
 from workers import RelayError
 from workers.evals.checks import FAILURE_KINDS, RunFacts, judge
+from workers.evals.record import toml_value
 from workers.evals.report import build_report
 from workers.evals.runner import Trial, TrialResult, trials_of
 from workers.evals.suite import Expect, builtin_suite, load_suite, read_suite
@@ -206,3 +210,24 @@ def test_the_report_sums_per_route_and_case_and_names_the_cases_that_fall_short(
     assert page.count("<circle") == 2
     assert 'class="short"' in page
     assert "b on small" in page
+
+
+# --- a recorded case is TOML that reads back ---------------------------------------------
+
+_SCALARS = (
+    st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text()
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_VALUES)
+@settings(max_examples=300, deadline=None)
+def test_a_value_written_as_toml_reads_back_the_same(value: object) -> None:
+    assert tomllib.loads(f"x = {toml_value(value)}\n")["x"] == value

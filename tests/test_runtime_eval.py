@@ -21,10 +21,10 @@ from tests.support.cli import relay as relay_command
 from tests.support.eval_profiles import SUMMARY_SYSTEM, seven_b, strong, three_b
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ModelServer
-from tests.support.waiting import prompts_for
+from tests.support.waiting import pending_for, prompts_for
 from workers import Recorded, RelayError
 from workers.evals.runner import check_suite, run_suite, trials_of
-from workers.evals.suite import read_suite
+from workers.evals.suite import load_suite, read_suite
 
 ROUTES = ("strong", "7b", "3b")
 
@@ -255,3 +255,53 @@ def test_a_suite_naming_what_the_app_lacks_is_refused_before_anything_runs(f: Fl
     with pytest.raises(RelayError, match="recorded pay"):
         f.relay.start("EV-NONE", recorded={"pay": [Recorded(output="x", args={"amount": "lots"})]})
     assert f.relay.runs_client.count_runs() == runs_before
+
+
+def test_a_run_recorded_as_a_case_evaluates_without_touching_anything(
+    f: Fleet, tmp_path: Path
+) -> None:
+    f.brain.script(
+        "EV-RECORD",
+        {
+            0: call("read_note", name="a.txt"),
+            1: json.dumps({"ask_user": "Whose note is it?"}),
+            2: call("delete_note", name="old.txt"),
+            3: call("write_note", name="b.txt", text="copied"),
+            4: final("copied a.txt to b.txt"),
+        },
+    )
+    run_id = f.relay.start("EV-RECORD copy a note")
+    f.relay.answer(pending_for(f, run_id, "question").run_id, "Ada's")
+    waiting = pending_for(f, run_id, "call")
+    f.relay.deny(run_id, waiting.call_id or "", "not today")
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE
+    ran_before = f.ledger()
+    assert ran_before.count("write_note b.txt") == 1
+
+    suite_file = tmp_path / "recorded.toml"
+    suite_file.write_text('name = "recorded"\n')
+    env = clean_env(**f.env)
+    done = relay_command(
+        "--app", "tests.apps.notes:relay", "eval", "record", run_id, "-o", str(suite_file), env=env
+    )
+    assert done.returncode == 0, done.stderr
+    suite = load_suite(suite_file)
+    (case,) = suite.case
+    assert (case.name, case.task) == (f"run-{run_id}", "EV-RECORD copy a note")
+    assert case.answers == ["Ada's"]
+    assert case.deny == ["delete_note"]
+    assert [(r.tool, r.args) for r in case.recorded] == [
+        ("read_note", {"name": "a.txt"}),
+        ("write_note", {"name": "b.txt", "text": "copied"}),
+    ]
+    assert [c.tool for c in case.expect.called] == ["read_note", "delete_note", "write_note"]
+
+    (result,) = run_suite(f.relay, trials_of(suite, [None], 1))
+    assert result.verdict.passed, (result.verdict, result.facts)
+    assert f.ledger() == ran_before  # every call was recorded, or denied: nothing ran
+
+    unfinished = relay_command(
+        "--app", "tests.apps.notes:relay", "eval", "record", "nosuchrun", env=env
+    )
+    assert unfinished.returncode == 1
+    assert "nosuchrun" in unfinished.stderr

@@ -22,6 +22,7 @@ from workers.cli.common import Context, Failure, app_option, json_option, row
 from workers.cli.embedded import Embedded
 from workers.cli.live import console
 from workers.errors import RelayError
+from workers.evals.record import record_case
 from workers.evals.report import Line, Report, build_report
 from workers.evals.runner import TrialResult, check_suite, run_suite, trials_of
 from workers.evals.suite import BUILTIN_APP, Suite, builtin_suite, load_suite
@@ -95,6 +96,37 @@ def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None
         report = _run(relay, suite, options)
     _write(report, options)
     sys.exit(1 if report.short else 0)
+
+
+@evaluate.command(name="record")
+@click.argument("run_id", metavar="RUN")
+@click.option("--name", help="The case's name (default: run-RUN).")
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), help="Add the case to this suite file."
+)
+@app_option
+@click.pass_obj
+def record_command(obj: Context, /, run_id: str, name: str | None, output: str | None) -> None:
+    """Turn a run that ended into a case: its task, tools, config and answers, and
+    every tool call's outcome recorded, so evaluating it touches nothing.
+
+    The case expects the run's stop and the tools it called; add the checks that
+    say what right means for it. Printed, or added to the end of --output.
+    """
+    obj.spec("eval record")
+    try:
+        text = record_case(obj.relay, run_id, name)
+    except RelayError as error:
+        raise Failure(str(error)) from None
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        with open(output, "a", encoding="utf-8") as suite:
+            suite.write(("\n" if suite.tell() else "") + text)
+    except OSError as error:
+        raise Failure(f"{output}: cannot write it: {error.strerror or error}") from None
+    console(stderr=True).print(Text(f"Added the case to {output}.", style="dim"))
 
 
 def _chosen(obj: Context, suite_file: str | None, *, builtin: bool) -> tuple[Suite, str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from agent_core import Agent, AgentError, Run, ToolOutput
 from workers.engine.decide import decide
-from workers.engine.events import ToolDone
+from workers.engine.events import CallDecision, ToolDone
 from workers.engine.journal import JournalEntry, JournalStart, StepSeen, seen, tool_digests
 from workers.engine.records import RunRecord, TraceEntry
 from workers.engine.working import Surroundings
@@ -52,7 +52,7 @@ class Replayed:
     ran: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     """Each tool call the run made: its id -> (tool, the arguments it ran with)."""
     outcomes: dict[str, ToolOutput] = field(default_factory=dict)
-    """Each tool call's recorded outcome, by call id."""
+    """Each tool call's recorded outcome, by call id (a call a person denied: declined)."""
 
 
 def replay(
@@ -83,6 +83,8 @@ def replay(
         for event in entry.events:
             if isinstance(event, ToolDone):
                 played.outcomes[event.call] = event.output
+            elif isinstance(event, CallDecision) and not event.yes:
+                played.outcomes[event.call] = ToolOutput.declined(event.reason)
         now = seen(agent)
         if now != entry.step:
             why = _why(entry.step, now, tools, advanced.effects.trace)
