@@ -473,7 +473,35 @@ def _journal(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _evals(r: dict[str, Any]) -> list[Row]:
+    command, inner = r["command"], r["in_process"]
+    return [
+        Row(
+            "13 eval",
+            f"relay eval --builtin --repeat {r['repeat']}, s (max / median of {command['runs']})",
+            f"{command['seconds_max']:.1f} / {command['seconds_median']:.1f}",
+            f"as typed: a private Redis and worker started and stopped; {command['passed']}"
+            f" of {inner['trials']} passed",
+        ),
+        Row(
+            "13 eval",
+            f"  on a running fleet: {inner['trials']} trials, s; a trial, mean / max",
+            f"{inner['seconds']:.1f}; {inner['trial_seconds_mean']:.2f}"
+            f" / {inner['trial_seconds_max']:.2f}",
+            f"its runs' own {inner['runs_seconds_mean']:.2f} s a trial;"
+            f" {inner['model_calls_per_trial']:.1f} model calls a trial",
+        ),
+        Row(
+            "13 eval",
+            "  the eval adds per trial, s mean / max; its CPU ms per trial",
+            f"{inner['added_seconds_mean']:.3f} / {inner['added_seconds_max']:.3f};"
+            f" {inner['eval_cpu_ms_per_trial']:.1f}",
+        ),
+    ]
+
+
 _ROWS = {
+    "evals": _evals,
     "journal": _journal,
     "turns": _turns,
     "batch": _batch,

@@ -22,6 +22,7 @@ from typing import Any
 from bench import (
     admission,
     batch,
+    evals,
     growth,
     journal,
     live,
@@ -53,6 +54,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "routes": routes.run,
     "live": live.run,
     "journal": journal.run,
+    "evals": evals.run,
 }
 
 

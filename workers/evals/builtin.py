@@ -37,8 +37,9 @@ from agent_core import Outcome, Risk, Specialist
 from workers.engine.ids import root_of
 from workers.kit.tools import ToolContext
 from workers.relay import Relay
+from workers.settings import Settings
 
-__all__ = ["CITIES", "NOTES", "relay", "world_folder"]
+__all__ = ["CITIES", "NOTES", "build", "relay", "world_folder"]
 
 NOTES = {
     "a.txt": "Shopping: apples, pears and plums.\n",
@@ -127,12 +128,12 @@ def _cited(outcome: Outcome) -> str | None:
     return None
 
 
-def build() -> Relay:
-    """The built-in eval app (its routes and settings from the environment)."""
+def build(settings: Settings | None = None) -> Relay:
+    """The built-in eval app (its routes and settings from the environment, or `settings`)."""
     researcher = Specialist(
         "researcher", "Looks up facts about cities and does the arithmetic on them."
     ).tools(["lookup_city", "calculate"])
-    app = Relay("relay-eval", specialists=[researcher], questions=True)
+    app = Relay("relay-eval", specialists=[researcher], questions=True, settings=settings)
     app.verifier(_cited)
     _notes_tools(app)
     _fact_tools(app)
