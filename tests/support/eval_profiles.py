@@ -91,7 +91,7 @@ def _researcher(chat: ChatCall) -> str:
 
 
 def _remember(chat: ChatCall) -> str:
-    if _results(chat) == 0:
+    if "You noted:" not in chat.prompt:
         return _call("remember", note="The office door code is 4711.")
     return _final("Noted the door code.")
 

@@ -246,27 +246,42 @@ _COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#
 
 def _chart(routes: Sequence[Line]) -> str:
     """An SVG scatter: one dot per route, pass rate up, cost per trial across."""
-    width, height, pad = 640, 320, 48
-    most = max((line.cost_usd for line in routes), default=0.0) or 1e-6
+    width, height, left, bottom, top = 720, 340, 70, 50, 20
+    most = max((line.cost_usd for line in routes), default=0.0) * 1.1 or 1e-6
+
+    def x_of(cost: float) -> float:
+        return left + (width - 2 * left) * cost / most
+
+    def y_of(rate: float) -> float:
+        return (height - bottom) - (height - bottom - top) * rate
+
     parts = [
         f'<svg role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}"'
         ' xmlns="http://www.w3.org/2000/svg"><title>Pass rate against cost per trial</title>',
-        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}"'
-        ' stroke="#888"/>',
-        f'<line x1="{pad}" y1="{pad / 2}" x2="{pad}" y2="{height - pad}" stroke="#888"/>',
-        f'<text x="{width / 2}" y="{height - 10}" text-anchor="middle">cost per trial'
-        f" (0 to ${most * 1.1:.6f})</text>",
-        f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})"'
-        ' text-anchor="middle">pass rate (0 to 100%)</text>',
+        f'<line x1="{left}" y1="{y_of(0)}" x2="{width - left}" y2="{y_of(0)}" stroke="#888"/>',
+        f'<line x1="{left}" y1="{y_of(1)}" x2="{left}" y2="{y_of(0)}" stroke="#888"/>',
+        f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle">cost per trial</text>',
+        f'<text x="16" y="{height / 2}" transform="rotate(-90 16 {height / 2})"'
+        ' text-anchor="middle">pass rate</text>',
     ]
+    for rate in (0.0, 0.5, 1.0):
+        parts.append(
+            f'<text x="{left - 6}" y="{y_of(rate) + 4:.1f}" text-anchor="end">{rate:.0%}</text>'
+        )
+    for cost in (0.0, most / 2, most):
+        parts.append(
+            f'<text x="{x_of(cost):.1f}" y="{y_of(0) + 18:.1f}" text-anchor="middle">'
+            f"${cost:.6f}</text>"
+        )
     for number, line in enumerate(routes):
-        x = pad + (width - 2 * pad) * (line.cost_usd / (most * 1.1))
-        y = (height - pad) - (height - 1.5 * pad) * line.pass_rate
+        x, y = x_of(line.cost_usd), y_of(line.pass_rate)
         colour = _COLOURS[number % len(_COLOURS)]
         label = html.escape(f"{line.route}: {line.pass_rate:.0%}, ${line.cost_usd:.6f}")
+        # A label right of its dot, or left of it past the middle (it stays on the page).
+        anchor, dx = ("end", -11) if x > width / 2 else ("start", 11)
         parts.append(
             f'<circle cx="{x:.1f}" cy="{y:.1f}" r="7" fill="{colour}"><title>{label}</title>'
-            f'</circle><text x="{x + 10:.1f}" y="{y + 4:.1f}">{label}</text>'
+            f'</circle><text x="{x + dx:.1f}" y="{y + 4:.1f}" text-anchor="{anchor}">{label}</text>'
         )
     return "".join(parts) + "</svg>"
 
