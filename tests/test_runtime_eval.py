@@ -7,6 +7,7 @@ case, a budget and a timeout.
 from __future__ import annotations
 
 import json
+import signal
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 
 from agent_core import Stop
 from tests.support.brain import batch, call, final
-from tests.support.cli import clean_env, left_running, marked
+from tests.support.cli import Background, clean_env, left_running, marked
 from tests.support.cli import relay as relay_command
 from tests.support.eval_profiles import SUMMARY_SYSTEM, seven_b, strong, three_b
 from tests.support.fleet import Fleet, fleet
@@ -305,3 +306,27 @@ def test_a_run_recorded_as_a_case_evaluates_without_touching_anything(
     )
     assert unfinished.returncode == 1
     assert "nosuchrun" in unfinished.stderr
+
+
+def test_ctrl_c_stops_the_eval_and_cancels_its_runs(f: Fleet, tmp_path: Path) -> None:
+    f.brain.script("EV-INT", {0: call("sleep", seconds=60), 1: final("slept")})
+    suite_file = tmp_path / "slow.toml"
+    suite_file.write_text('[[case]]\nname = "slow"\ntask = "EV-INT sleep"\nrepeat = 2\n')
+    before = {r.id for r in f.relay.runs_client.runs(1000)}
+    env = clean_env(**f.env)
+    command = Background("--app", "tests.apps.notes:relay", "eval", str(suite_file), env=env)
+    try:
+        started: list[str] = []
+
+        def both_started() -> bool:
+            started[:] = [r.id for r in f.relay.runs_client.runs(1000) if r.id not in before]
+            return len(started) == 2 and all(f.relay.status(r).state == "running" for r in started)
+
+        f.until(both_started, 60, what="the eval's two runs to be under way")
+        command.process.send_signal(signal.SIGINT)
+        assert command.wait(60) == 130
+        assert "interrupted; the runs in flight were cancelled" in command.text
+    finally:
+        command.close()
+    for run_id in started:
+        assert f.relay.wait(run_id, 30).stop is Stop.CANCELLED

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from workers.cli.common import Context, Failure, app_option, json_option, row
 from workers.cli.embedded import Embedded
-from workers.cli.live import console
+from workers.cli.live import EXIT_INTERRUPTED, console
 from workers.errors import RelayError
 from workers.evals.record import record_case
 from workers.evals.report import Line, Report, build_report
@@ -175,14 +175,17 @@ def _run(relay: Relay, suite: Suite, options: dict[str, Any]) -> Report:
     except RelayError as error:
         raise Failure(str(error)) from None
     trials = trials_of(suite, routes, options["repeat"])
-    with Progress(
-        TextColumn("[bold]relay eval[/bold] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console(stderr=True),
-        transient=True,
-    ) as progress:
+    with (
+        _Stopping(),
+        Progress(
+            TextColumn("[bold]relay eval[/bold] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console(stderr=True),
+            transient=True,
+        ) as progress,
+    ):
         bar = progress.add_task(suite.name, total=len(trials))
 
         def advanced(result: TrialResult) -> None:
@@ -199,6 +202,23 @@ def _run(relay: Relay, suite: Suite, options: dict[str, Any]) -> Report:
             on_result=advanced,
         )
     return build_report(suite.name, results)
+
+
+class _Stopping:
+    """How a suite that cannot go on ends: one line, and the runs in flight cancelled
+    (by `run_suite`); Ctrl-C exits 130."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, _tb: object
+    ) -> None:
+        if isinstance(error, KeyboardInterrupt):
+            click.echo("relay eval: interrupted; the runs in flight were cancelled", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        if isinstance(error, RelayError):
+            raise Failure(f"{error}; the runs in flight were cancelled") from None
 
 
 def _write(report: Report, options: dict[str, Any]) -> None:

@@ -33,6 +33,8 @@ from workers.relay import Relay
 __all__ = ["Trial", "TrialResult", "check_suite", "run_suite"]
 
 POLL_SECONDS = 0.1
+MAX_TRIALS = 100_000
+"""Trials one `run_suite` takes at most (cases x repeats x routes)."""
 DECIDED_BY = "relay eval"
 
 
@@ -112,23 +114,37 @@ def run_suite(
     on_result: Callable[[TrialResult], None] = lambda _result: None,
 ) -> list[TrialResult]:
     """Run the trials on the fleet, up to `parallel` at once; return their results in
-    the order given. A trial not ended within `timeout` seconds is cancelled."""
+    the order given. A trial not ended within `timeout` seconds is cancelled; so is
+    every trial in flight when this is interrupted (Ctrl-C) or fails, since nobody
+    would be left to decide what they wait for."""
+    if len(trials) > MAX_TRIALS:
+        raise RelayError(f"{len(trials):,} trials is more than {MAX_TRIALS:,}: fewer repeats")
     waiting, live = deque(enumerate(trials)), dict[int, _Live]()
     done: dict[int, TrialResult] = {}
-    while waiting or live:
-        while waiting and len(live) < parallel:
-            number, trial = waiting.popleft()
-            live[number] = _begin(relay, trial)
-        _decide(relay, live.values(), relay.pending())
-        for key, one in list(live.items()):
-            result = _advance(relay, one, timeout)
-            if result is not None:
-                del live[key]
-                done[key] = result
-                on_result(result)
-        if live:
-            time.sleep(POLL_SECONDS)
+    try:
+        while waiting or live:
+            while waiting and len(live) < parallel:
+                number, trial = waiting.popleft()
+                live[number] = _begin(relay, trial)
+            _decide(relay, live.values(), relay.pending())
+            for key, one in list(live.items()):
+                result = _advance(relay, one, timeout)
+                if result is not None:
+                    del live[key]
+                    done[key] = result
+                    on_result(result)
+            if live:
+                time.sleep(POLL_SECONDS)
+    except BaseException:
+        _cancel(relay, live.values())
+        raise
     return [done[n] for n in range(len(trials))]
+
+
+def _cancel(relay: Relay, live: Iterable[_Live]) -> None:
+    for one in live:
+        with suppress(Exception):  # (best effort: Redis may be what failed)
+            relay.cancel(one.runs[-1], "relay eval stopped before the run ended")
 
 
 def _begin(relay: Relay, trial: Trial) -> _Live:
