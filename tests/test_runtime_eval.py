@@ -182,6 +182,14 @@ expect.final_contains = "recorded"
 expect.called = [{ tool = "pay", args = { amount = 7 } }, "delete_note"]
 
 [[case]]
+name = "bad-edit"
+task = "EV-BADEDIT write"
+tools = ["write_note"]
+config = { policy = { ask = ["create"] } }
+edit = { write_note = { name = [1, 2] } }
+expect.called = "write_note"
+
+[[case]]
 name = "budget"
 task = "EV-BUDGET read a note"
 tools = ["read_note"]
@@ -205,6 +213,7 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
             5: final("done with the recorded note"),
         },
     )
+    f.brain.script("EV-BADEDIT", {0: call("write_note", name="c.txt", text="x"), 1: final("no")})
     f.brain.script("EV-BUDGET", {0: call("read_note", name="x.txt"), 1: final("read")})
     f.brain.script("EV-SLOW", {0: call("sleep", seconds=30), 1: final("slept")})
     suite = read_suite(USER_SUITE, "user.toml")
@@ -230,6 +239,8 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
     assert "the recorded note" in said
     assert "pay has no recorded outcome for these arguments; it was not run" in said
 
+    assert by_case["bad-edit"].verdict.passed, by_case["bad-edit"]
+    assert "the case's edit was refused" in prompts_for(f, "EV-BADEDIT")[-1]
     assert by_case["budget"].verdict.kind == "over budget"
     assert by_case["budget"].facts.stop is Stop.CANCELLED
     slow = by_case["slow"]
@@ -246,6 +257,7 @@ def test_a_suite_naming_what_the_app_lacks_is_refused_before_anything_runs(f: Fl
             b'[[case]]\nname = "a"\ntask = "t"\nexpect.after = [{ tool = "write_note" }]\n',
             "not a READ tool",
         ),
+        (b'[[case]]\nname = "a"\ntask = "t"\nedit = { pay = { sum = 1 } }\n', "no argument sum"),
     ):
         with pytest.raises(RelayError, match=said):
             check_suite(f.relay, read_suite(text, "s.toml"), [None])

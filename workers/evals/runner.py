@@ -86,6 +86,13 @@ def check_suite(relay: Relay, suite: Suite, routes: Sequence[str | None]) -> Non
         unknown = sorted({n for n in named if n not in known})
         if unknown:
             raise RelayError(f"case {case.name}: {relay.name} has no tool {', '.join(unknown)}")
+        for tool_name, edit in case.edit.items():
+            unknown_args = sorted(set(edit) - {arg.name for arg in known[tool_name].args})
+            if unknown_args:
+                raise RelayError(
+                    f"case {case.name}: edit.{tool_name}: {tool_name} has no argument"
+                    f" {', '.join(unknown_args)}"
+                )
         for after in case.expect.after:
             tool = known.get(after.tool)
             if tool is None or tool.risk_class is not Risk.READ:
@@ -198,7 +205,12 @@ def _decide_one(relay: Relay, one: _Live, waiting: Pending) -> None:
             relay.deny(waiting.run_id, waiting.call_id, "the case denies this call")
         elif tool in case.edit:
             edited = {**waiting.args, **case.edit[tool]}
-            relay.approve(waiting.run_id, waiting.call_id, True, args=edited, by=DECIDED_BY)
+            try:
+                relay.approve(waiting.run_id, waiting.call_id, True, args=edited, by=DECIDED_BY)
+            except DecisionRefused as refused:  # (the edit does not check: the run goes on)
+                relay.deny(
+                    waiting.run_id, waiting.call_id, f"the case's edit was refused: {refused}"
+                )
         else:
             relay.approve(waiting.run_id, waiting.call_id, True, by=DECIDED_BY)
 
