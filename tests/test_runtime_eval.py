@@ -258,6 +258,11 @@ def test_a_suite_naming_what_the_app_lacks_is_refused_before_anything_runs(f: Fl
             "not a READ tool",
         ),
         (b'[[case]]\nname = "a"\ntask = "t"\nedit = { pay = { sum = 1 } }\n', "no argument sum"),
+        (
+            b'[[case]]\nname = "a"\ntask = "t"\n'
+            b'recorded = [{ tool = "pay", args = { amount = "lots" }, output = "x" }]\n',
+            "case a: recorded pay",
+        ),
     ):
         with pytest.raises(RelayError, match=said):
             check_suite(f.relay, read_suite(text, "s.toml"), [None])

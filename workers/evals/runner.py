@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from agent_core import Risk
 from workers.client.replays import MadeCall
+from workers.client.start import recorded_stubs
 from workers.engine.records import Pending, RunStatus
 from workers.errors import DecisionRefused, RelayError
 from workers.evals.checks import RunFacts, Verdict, judge
@@ -67,6 +68,8 @@ class _Live:
     answered: int = 0
     over_budget: bool = False
     statuses: list[RunStatus] = field(default_factory=list)
+    problem: str = ""
+    """Why the trial cannot go on (it could not be started, or its run not read)."""
 
 
 def check_suite(relay: Relay, suite: Suite, routes: Sequence[str | None]) -> None:
@@ -86,6 +89,10 @@ def check_suite(relay: Relay, suite: Suite, routes: Sequence[str | None]) -> Non
         unknown = sorted({n for n in named if n not in known})
         if unknown:
             raise RelayError(f"case {case.name}: {relay.name} has no tool {', '.join(unknown)}")
+        try:
+            recorded_stubs(case.recorded_tools(), known)
+        except RelayError as error:
+            raise RelayError(f"case {case.name}: {error}") from None
         for tool_name, edit in case.edit.items():
             unknown_args = sorted(set(edit) - {arg.name for arg in known[tool_name].args})
             if unknown_args:
@@ -135,7 +142,7 @@ def run_suite(
                 live[number] = _begin(relay, trial)
             _decide(relay, live.values(), relay.pending())
             for key, one in list(live.items()):
-                result = _advance(relay, one, timeout)
+                result = _advance_or_fail(relay, one, timeout)
                 if result is not None:
                     del live[key]
                     done[key] = result
@@ -151,15 +158,30 @@ def run_suite(
 def _cancel(relay: Relay, live: Iterable[_Live]) -> None:
     for one in live:
         with suppress(Exception):  # (best effort: Redis may be what failed)
-            relay.cancel(one.runs[-1], "relay eval stopped before the run ended")
+            if one.runs:
+                relay.cancel(one.runs[-1], "relay eval stopped before the run ended")
 
 
 def _begin(relay: Relay, trial: Trial) -> _Live:
     case = trial.case
     memory = f"eval-{case.name}-{secrets.token_hex(6)}" if case.memory else None
     one = _Live(trial, [], time.monotonic(), memory)
-    one.runs.append(_start(relay, one, case.task))
+    try:
+        one.runs.append(_start(relay, one, case.task))
+    except RelayError as error:  # (the trial cannot run; the others can)
+        one.problem = f"it could not be started: {error}"
     return one
+
+
+def _advance_or_fail(relay: Relay, one: _Live, timeout: float) -> TrialResult | None:
+    """`_advance`, or the trial's failure if it could not be started or read."""
+    if not one.problem:
+        try:
+            return _advance(relay, one, timeout)
+        except RelayError as error:  # (its run is gone, say: this trial fails, not the eval)
+            one.problem = str(error)
+    facts = RunFacts(stop=None, problem=one.problem)
+    return TrialResult(one.trial, facts, judge(one.trial.case.expect, facts), tuple(one.runs))
 
 
 def _start(relay: Relay, one: _Live, task: str) -> str:
@@ -178,7 +200,7 @@ def _start(relay: Relay, one: _Live, task: str) -> str:
 
 def _decide(relay: Relay, live: Iterable[_Live], pending: list[Pending]) -> None:
     """Decide what waits on a person in the trials' runs, as their cases say."""
-    by_root = {one.runs[-1]: one for one in live}
+    by_root = {one.runs[-1]: one for one in live if one.runs}
     for waiting in pending:
         one = by_root.get(waiting.root_id)
         if one is None:
