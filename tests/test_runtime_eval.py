@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -347,3 +349,42 @@ def test_ctrl_c_stops_the_eval_and_cancels_its_runs(f: Fleet, tmp_path: Path) ->
         command.close()
     for run_id in started:
         assert f.relay.wait(run_id, 30).stop is Stop.CANCELLED
+
+
+def test_a_redis_restart_is_waited_out_and_a_vanished_run_fails_its_trial_alone(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path, appendonly=True) as g:
+        g.worker("--concurrency", "4")
+        g.brain.script("EV-RESTART", {0: call("sleep", seconds=2), 1: final("slept")})
+        g.brain.script("EV-GONE", {0: call("sleep", seconds=30), 1: final("slept")})
+        suite = read_suite(
+            b'[[case]]\nname = "restart"\ntask = "EV-RESTART"\ntools = ["sleep"]\n'
+            b'[[case]]\nname = "gone"\ntask = "EV-GONE"\ntools = ["sleep"]\n',
+            "s.toml",
+        )
+        found: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: found.extend(run_suite(g.relay, trials_of(suite, [None], 1), timeout=60))
+        )
+        runner.start()
+        try:
+            runs: dict[str, str] = {}
+
+            def both_sleeping() -> bool:
+                for status in g.relay.runs_client.runs(100):
+                    runs[status.task] = status.id
+                return len(runs) == 2 and "sleep start 30" in g.ledger()
+
+            g.until(both_sleeping, 60, what="both runs to be asleep")
+            g.redis.kill()
+            time.sleep(1.0)  # ten polls find Redis down
+            g.redis.start()
+            g.relay.store.redis.delete(g.relay.store.keys.run(runs["EV-GONE"]))
+        finally:
+            runner.join(120)
+        assert not runner.is_alive()
+        by_case = {r.trial.case.name: r for r in found}
+        assert by_case["restart"].verdict.passed, (by_case["restart"].facts, g.logs())
+        assert by_case["gone"].verdict.kind == "could not run"
+        assert runs["EV-GONE"] in by_case["gone"].facts.problem

@@ -25,7 +25,7 @@ from agent_core import Risk
 from workers.client.replays import MadeCall
 from workers.client.start import recorded_stubs
 from workers.engine.records import Pending, RunStatus
-from workers.errors import DecisionRefused, RelayError
+from workers.errors import DecisionRefused, RelayError, StoreUnavailable
 from workers.evals.checks import RunFacts, Verdict, judge
 from workers.evals.suite import Case, Suite
 from workers.kit.tools import ToolContext, tool_output
@@ -140,7 +140,8 @@ def run_suite(
             while waiting and len(live) < parallel:
                 number, trial = waiting.popleft()
                 live[number] = _begin(relay, trial)
-            _decide(relay, live.values(), relay.pending())
+            with suppress(StoreUnavailable):  # (Redis restarting: decide at the next poll)
+                _decide(relay, live.values(), relay.pending())
             for key, one in list(live.items()):
                 result = _advance_or_fail(relay, one, timeout)
                 if result is not None:
@@ -178,6 +179,10 @@ def _advance_or_fail(relay: Relay, one: _Live, timeout: float) -> TrialResult | 
     if not one.problem:
         try:
             return _advance(relay, one, timeout)
+        except StoreUnavailable as error:  # (Redis restarting: try again, within the timeout)
+            if time.monotonic() - one.started <= timeout:
+                return None
+            one.problem = str(error)
         except RelayError as error:  # (its run is gone, say: this trial fails, not the eval)
             one.problem = str(error)
     facts = RunFacts(stop=None, problem=one.problem)
