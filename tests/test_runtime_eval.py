@@ -138,6 +138,17 @@ def test_a_model_that_passes_every_case_exits_zero_with_a_table(
     assert not left_running(marker)
 
 
+def test_a_model_that_fails_shows_it_on_the_table_and_exits_one(
+    profiles: tuple[dict[str, str], dict[str, ModelServer]],
+) -> None:
+    env, _ = profiles
+    done = relay_command("eval", "--builtin", "--route", "3b", env=env, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "0/9 0%" in done.stdout
+    assert "unusable replies x9" in done.stdout
+    assert "copy-note on 3b: 0% < min_pass 100%" in done.stdout
+
+
 def test_bad_invocations_say_what_is_wrong(
     profiles: tuple[dict[str, str], dict[str, ModelServer]], tmp_path: Path
 ) -> None:
