@@ -15,12 +15,12 @@ from __future__ import annotations
 from agent_core.history import render_history
 from agent_core.skills import DESCRIPTION_MAX
 from agent_core.state import AgentState
-from agent_core.steps import ModelRequest
+from agent_core.steps import ModelRequest, ReplyShape
 from agent_core.text import cut
 from agent_core.toolbox import Setup
 from agent_core.tools import Tool
 
-__all__ = ["ask_request", "summary_request"]
+__all__ = ["ask_request", "reply_shape", "summary_request"]
 
 MEMORY_SHOWN = 20
 NOTE_CHARS = 300
@@ -133,6 +133,29 @@ def _instruction(state: AgentState, setup: Setup) -> str:
     )
 
 
+def reply_shape(state: AgentState, setup: Setup) -> ReplyShape | None:
+    """Return the reply objects the next reply may be, as `_instruction` asks for them and
+    the transitions take them; None when the model is to write the rest of a cut reply
+    (plain text, joined to what came)."""
+    if state.partial:
+        return None
+    config = setup.config
+    if config.allowed_model_calls - state.model_calls <= 1:
+        return ReplyShape()  # the last reply: the final answer alone is read
+    if state.planning:  # calls wait for the plan; a final answer or a question does not
+        return ReplyShape(plan_steps=config.max_plan_steps, ask_user=state.questions)
+    calls_left = config.max_calls - state.calls_used > 0
+    host, own = setup.shaped  # (the agent's own tools are never counted as calls)
+    host = host if calls_left else ()
+    # Made from checked values on every request: no need to check them again.
+    return ReplyShape.model_construct(
+        plan_steps=0,
+        tools=(*host, *own),
+        batch=config.max_batch if host else 1,
+        ask_user=state.questions,
+    )
+
+
 def _told(state: AgentState) -> list[str]:
     if not state.told:
         return []
@@ -171,6 +194,7 @@ def ask_request(state: AgentState, setup: Setup) -> ModelRequest:
         system=system_text(state, setup),
         prompt="\n\n".join(sections),
         attachments=state.attachments,
+        reply=reply_shape(state, setup),
     )
 
 

@@ -14,16 +14,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_core.tools import ToolCall
+from agent_core.tools import Arg, ToolCall
 
 __all__ = [
     "Ask",
     "Attachment",
     "Done",
     "ModelRequest",
+    "OfferedTool",
     "Outcome",
     "Plan",
     "Question",
+    "ReplyShape",
     "Run",
     "Step",
     "Stop",
@@ -49,14 +51,49 @@ class Attachment(BaseModel):
         super().__init__(name=name, mime=mime, data=data)
 
 
+class OfferedTool(BaseModel):
+    """A tool a reply may call, as a model server that constrains replies needs it."""
+
+    model_config = FROZEN
+
+    name: str
+    description: str
+    args: tuple[Arg, ...] = ()
+    alone: bool = False
+    """It goes in a reply of its own, never in a batch (the agent's own tools)."""
+
+
+class ReplyShape(BaseModel):
+    """The reply objects a request allows, as data: what the system text tells the model,
+    for a host whose model server can hold the model to it (a JSON schema, native
+    function calling). `{"final": "..."}` is always allowed."""
+
+    model_config = FROZEN
+
+    plan_steps: int = 0
+    """`{"plan": [...]}` with at most this many steps; 0: no plan is asked for."""
+    tools: tuple[OfferedTool, ...] = ()
+    """The tools `{"tool": "name", "args": {...}}` may call."""
+    batch: int = 1
+    """Calls `{"tools": [...]}` may hold; at 1 that form is not offered."""
+    ask_user: bool = False
+    """`{"ask_user": "question"}` is allowed."""
+
+
 class ModelRequest(BaseModel):
-    """One call to make to the model: a system text, a prompt, and any attachments."""
+    """One call to make to the model: a system text, a prompt, and any attachments.
+
+    `reply` says which reply objects the request allows; None: the reply is plain text
+    (a summary, the rest of a cut reply) or the request was made by hand. It is derived
+    from the same state as the texts, and left out of a dump when None.
+    """
 
     model_config = FROZEN
 
     system: str
     prompt: str
     attachments: tuple[Attachment, ...] = ()
+    reply: ReplyShape | None = Field(default=None, exclude_if=lambda shape: shape is None)
 
 
 class Stop(StrEnum):

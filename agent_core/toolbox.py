@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from agent_core.config import Config
 from agent_core.errors import DefinitionError
 from agent_core.history import output_cap
 from agent_core.state import AgentState
+from agent_core.steps import OfferedTool
 from agent_core.tools import Arg, Kind, Risk, Tool
 
 __all__ = [
@@ -133,3 +135,14 @@ class Setup:
     def offered(self) -> list[Tool]:
         """Return every tool the model is told about, host tools first."""
         return [*self.tools.values(), *self.own.values()]
+
+    @cached_property
+    def shaped(self) -> tuple[tuple[OfferedTool, ...], tuple[OfferedTool, ...]]:
+        """The host tools and the agent's own as a reply shape offers them: made once per
+        setup, not on every request (`prompts.reply_shape`)."""
+        host = tuple(_offered(t, alone=False) for t in self.tools.values())
+        return host, tuple(_offered(t, alone=True) for t in self.own.values())
+
+
+def _offered(tool: Tool, *, alone: bool) -> OfferedTool:
+    return OfferedTool(name=tool.name, description=tool.description, args=tool.args, alone=alone)

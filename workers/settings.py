@@ -73,6 +73,7 @@ from workers.errors import SettingsError
 from workers.redact import redact_url
 
 __all__ = [
+    "ModelProtocol",
     "ModelSettings",
     "Settings",
     "SettingsError",
@@ -135,6 +136,11 @@ def _check_secret_key(key: SecretStr | None) -> SecretStr | None:
     return key
 
 
+ModelProtocol = Literal["text", "json", "tools"]
+"""How a model server is asked for the agent's reply object (`workers.model.protocols`):
+in the text alone, held to a JSON schema as well, or as native function calls."""
+
+
 class ModelSettings(BaseModel):
     """What one model client needs: where, which model, the key, timeouts and limits."""
 
@@ -160,6 +166,8 @@ class ModelSettings(BaseModel):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     attachment_chars: int = Field(default=20_000, gt=0)
     """A text attachment is cut to this many characters."""
+    protocol: ModelProtocol = "text"
+    """How the reply object is asked for (`ModelRoute.protocol`)."""
 
 
 # --- the settings ----------------------------------------------------------------------

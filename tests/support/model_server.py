@@ -14,7 +14,11 @@ seconds apart, then the finish reason, the usage (if asked for) and `[DONE]`.
 UTF-8 character or an escape, a stream with no `[DONE]`); `Reply.endless`
 streams until the client goes away. `ModelServer(..., streams=False)` answers
 every call with a plain body (a server that cannot stream), `refuse_streams=True`
-answers a stream request with a 400 (one that refuses the parameter).
+answers a stream request with a 400 (one that refuses the parameter), and
+`refuse_fields=("tools",)` answers a request carrying any of those fields with a 400
+(or `refuse_status`) naming it (a server without JSON schemas or function calling).
+`Reply.tool_calls` answers with function calls (`message.tool_calls`; streamed, each
+call's name first, then its arguments in pieces of `piece_chars`).
 
 The server runs in a background thread of the test process (one handler thread
 per connection, HTTP/1.1 keep-alive), binds only 127.0.0.1 on a free port, and
@@ -105,6 +109,9 @@ class Reply:
     endless: bool = False
     done: bool = True
     drop_after: int | None = None
+    tool_calls: Any = None
+    """`message.tool_calls` as sent (None: none); a list of well-formed calls is streamed
+    in pieces, anything else in one delta as it is."""
 
 
 Responder = Callable[[ChatCall], "Reply | str"]
@@ -140,13 +147,22 @@ class ModelServer:
     """An OpenAI-compatible server on 127.0.0.1; use it as a context manager."""
 
     def __init__(
-        self, responder: Responder, *, streams: bool = True, refuse_streams: bool = False
+        self,
+        responder: Responder,
+        *,
+        streams: bool = True,
+        refuse_streams: bool = False,
+        refuse_fields: tuple[str, ...] = (),
+        refuse_status: int = 400,
     ) -> None:
         self._responder = responder
         self.streams = streams
         """Whether a call that asks for a stream gets one."""
         self.refuse_streams = refuse_streams
         """Whether a call that asks for a stream is refused with a 400."""
+        self.refuse_fields = refuse_fields
+        """Body fields a call is refused for (with `refuse_status`, the field named)."""
+        self.refuse_status = refuse_status
         self._first_events: list[float] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -219,6 +235,18 @@ class ModelServer:
         """Answer every call with `status` (None: answer again as scripted)."""
         with self._lock:
             self._failing = status
+
+    def _unsupported(self, call: ChatCall) -> tuple[int, str] | None:
+        """The status and message refusing a call that asks for what this server does not
+        take (a stream, a field), or None."""
+        if call.body.get("stream") is True and self.refuse_streams:
+            return 400, "stream is not supported by this server"
+        named = next((name for name in self.refuse_fields if name in call.body), None)
+        if named is None:
+            return None
+        with self._lock:
+            self._calls.append(call)  # what it was sent is what a test looks at
+        return self.refuse_status, f"{named} is not supported by this server"
 
     def _refusal(self) -> tuple[int, dict[str, str]] | None:
         """The status (and headers) a call gets before its script is asked, or None."""
@@ -326,6 +354,10 @@ class ModelServer:
 
     def _completion(self, call: ChatCall, reply: Reply) -> bytes:
         text, finish, usage = self._settle(call, reply)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reply.tool_calls is not None:
+            message = message | {"content": text or None, "tool_calls": reply.tool_calls}
+            finish = "tool_calls" if finish == "stop" else finish
         return _json(
             {
                 "id": f"chatcmpl-{next(self._ids)}",
@@ -335,7 +367,7 @@ class ModelServer:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": text},
+                        "message": message,
                         "finish_reason": finish,
                     }
                 ],
@@ -372,6 +404,9 @@ class ModelServer:
                 with self._lock:
                     self._first_events.append(time.monotonic())
             yield chunk({"content": piece})
+        if reply.tool_calls is not None:
+            yield from (chunk({"tool_calls": delta}) for delta in _call_deltas(reply))
+            finish = "tool_calls" if finish == "stop" else finish
         yield chunk({}, finish)
         options = call.body.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage"):
@@ -425,8 +460,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         owner = self.server.owner
         asks_stream = call.body.get("stream") is True
-        if asks_stream and owner.refuse_streams:
-            self._send(400, _error_body("stream is not supported by this server"))
+        unsupported = owner._unsupported(call)
+        if unsupported is not None:
+            self._send(unsupported[0], _error_body(unsupported[1]))
             return
         refused = owner._refusal()
         if refused is not None:
@@ -499,6 +535,27 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except OSError:  # the client hung up (it had enough, or it stopped)
             self.close_connection = True
+
+
+def _call_deltas(reply: Reply) -> Iterator[list[Any]]:
+    """The `delta.tool_calls` of a streamed reply's function calls: each call's name, then
+    its arguments in pieces; calls that are not well formed, as they are, at once."""
+    calls = reply.tool_calls
+    well_formed = isinstance(calls, list) and all(
+        isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls
+    )
+    if not well_formed:
+        yield calls
+        return
+    size = max(1, reply.piece_chars)
+    for index, entry in enumerate(calls):
+        function = entry["function"]
+        named = {"name": function.get("name"), "arguments": ""}
+        yield [{"index": index, "id": f"call_{index}", "type": "function", "function": named}]
+        arguments = str(function.get("arguments") or "")
+        for start in range(0, len(arguments), size):
+            piece = {"arguments": arguments[start : start + size]}
+            yield [{"index": index, "function": piece}]
 
 
 def _event(value: object) -> bytes:

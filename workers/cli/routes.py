@@ -4,7 +4,8 @@
     primary  big    600 rpm, 400k tpm  3          12       paused (429) for 9s
     backup   small  120 rpm            1          0        open (5 failures), probe in 4s
 
-and, last, each route's last error and how long ago it came.
+and, last, each route's protocol (`json → text` once its server refused it; why, under
+the table) and its last error and how long ago it came.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ __all__ = ["routes"]
 @click.pass_obj
 def routes(obj: Context, as_json: bool) -> None:
     """Show each model route: its limits, calls in flight and waiting, its circuit
-    (closed, or open and probed once per interval), a 429's pause, the last error.
+    (closed, or open and probed once per interval), a 429's pause, its protocol (and
+    whether its server refused it, so its workers speak text), the last error.
 
     The routes are the app's (`Relay(models=...)`), RELAY_MODELS's file, or the
     one RELAY_MODEL_URL makes; every worker shares what is shown here.
@@ -43,7 +45,7 @@ def routes(obj: Context, as_json: bool) -> None:
         return
     now = time.time() * 1000
     table = Table(
-        "route", "model", "limits", "in flight", "waiting", "circuit", "last error",
+        "route", "model", "limits", "in flight", "waiting", "circuit", "protocol", "last error",
         box=None, header_style="bold",
     )  # fmt: skip
     for state in states:
@@ -55,12 +57,17 @@ def routes(obj: Context, as_json: bool) -> None:
                 str(state.in_flight),
                 str(state.waiting),
                 _circuit(state, now),
+                _protocol(state),
                 _error(state, now),
             )
         )
     out.print(table)
     if any(state.circuit == "open" for state in states):
         out.print(Text("An open route gets one probe per interval; a success closes it.", "dim"))
+    for state in states:
+        if state.protocol_fallback:
+            said = f"{state.name}: its server refused the {state.protocol} protocol, so its"
+            out.print(Text(f"{said} workers speak text: {state.protocol_fallback[:300]}", "dim"))
 
 
 def _limits(state: RouteState) -> str:
@@ -91,6 +98,10 @@ def _circuit(state: RouteState, now: float) -> str:
         when = "now" if probe is None or probe <= now else f"in {span((probe - now) / 1000)}"
         return f"open ({state.failures} failures), probe {when}"
     return "closed"
+
+
+def _protocol(state: RouteState) -> str:
+    return f"{state.protocol} → text" if state.protocol_fallback else state.protocol
 
 
 def _error(state: RouteState, now: float) -> str:

@@ -2,7 +2,8 @@
 
     ModelRoute("primary", url="https://a.example/v1", model="big", key_env="A_KEY",
                rpm=600, tpm=400_000, price=Price(input_per_m=2.0, output_per_m=8.0)),
-    ModelRoute("backup", url="http://vllm:8000/v1", model="qwen2.5-7b", rpm=120),
+    ModelRoute("backup", url="http://vllm:8000/v1", model="qwen2.5-7b", rpm=120,
+               protocol="json"),
 
 A call tries the routes in order (`workers.model.router`). Each route's `rpm`,
 `tpm` and `max_concurrency` are limits the whole fleet shares (in Redis:
@@ -25,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, Va
 
 from workers.engine.budget import Price
 from workers.errors import RelayError, SettingsError
-from workers.settings import ModelSettings, Settings, chat_completions_url
+from workers.settings import ModelProtocol, ModelSettings, Settings, chat_completions_url
 
 __all__ = ["ModelRoute", "checked_routes", "load_routes", "routes_from"]
 
@@ -63,6 +64,11 @@ class ModelRoute(BaseModel):
     price: Price | None = None
     timeout: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False)
     """Seconds without a byte from this server (default RELAY_MODEL_TIMEOUT)."""
+    protocol: ModelProtocol = "text"
+    """How the agent's reply object is asked for: `text` (the system text alone), `json`
+    (also a JSON schema of the replies allowed, for a server that constrains its
+    decoding), `tools` (native function calling). A server that refuses `json` or
+    `tools` is spoken to in text from then on (`workers.model.protocols`)."""
 
     def __init__(self, name: str | None = None, /, **fields: Any) -> None:
         # The name may come first, positionally; pydantic's validation passes it by name.
@@ -80,6 +86,7 @@ class ModelRoute(BaseModel):
             retries=settings.model_retries,
             deadline=settings.model_deadline,
             max_tokens=settings.model_max_tokens,
+            protocol=self.protocol,
         )
 
 

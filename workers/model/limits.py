@@ -7,6 +7,7 @@ tokens per minute spent; waiting calls queue fairly between keys.
 `done` (lua/route_done.lua) gives the call's slots back and tells the circuit and
 the pause what happened. Every worker shares these, so limits hold for the fleet,
 not per process; a worker that dies holding a slot loses it when its lease lapses.
+`fell_back` keeps, once, why a route's server refused its protocol (`relay routes`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class RouteState(BaseModel):
     """Calls queued for their turn."""
     error: str
     error_at_ms: int | None
+    protocol: str = "text"
+    """How the route asks for the reply object (`ModelRoute.protocol`)."""
+    protocol_fallback: str | None = None
+    """Why its workers speak text instead: the first refusal of its server, kept once."""
 
 
 class RouteLimits:
@@ -171,6 +176,17 @@ class RouteLimits:
             )
         return as_text(circuit or b"") != "open" and float(paused or 0) <= now_ms
 
+    def fell_back(self, route: ModelRoute, refusal: str) -> bool:
+        """Keep why `route`'s server refused its protocol, unless a worker already did
+        (kept per protocol: a route given another protocol shows its own); return
+        whether this was the first."""
+        connection = self._connection
+        with connection.errors():
+            kept = connection.redis.hsetnx(
+                connection.keys.route(route.name), _fallback_field(route), refusal[:500]
+            )
+        return bool(kept)
+
     def state(self, route: ModelRoute, now_ms: int) -> RouteState:
         """What `relay routes` shows of a route now."""
         connection = self._connection
@@ -202,7 +218,13 @@ class RouteLimits:
             waiting=int(waiting),
             error=fields.get("error", ""),
             error_at_ms=ms("error_at"),
+            protocol=route.protocol,
+            protocol_fallback=fields.get(_fallback_field(route)) or None,
         )
+
+
+def _fallback_field(route: ModelRoute) -> str:
+    return f"fallback:{route.protocol}"
 
 
 def _spacing(per_minute: int | None) -> float:

@@ -15,7 +15,9 @@ is capacity, not failure: when no route takes the call, it is re-queued for then
 The call fails when a route failed otherwise and none took it.
 
 Every outcome is told to the route (`RouteLimits.done`): its slots come back,
-its circuit counts failures, a 429 pauses it for the fleet.
+its circuit counts failures, a 429 pauses it for the fleet. A route whose client
+stopped speaking its protocol (its server refused it) is told once per process
+(`RouteLimits.fell_back`), for `relay routes`.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class ModelRouter:
         self._sleep = sleep
         self._held: dict[str, tuple[ModelRoute, str]] = {}
         """holder -> the route it holds a slot of now, and its key (threads share a router)."""
+        self._fallbacks_kept: set[str] = set()
+        """Routes whose protocol fallback this process has recorded."""
 
     def complete(
         self,
@@ -196,17 +200,35 @@ class ModelRouter:
                 else:
                     last = error
                 continue
-            now, used = self._clock(), reply.usage.total_tokens
-            spent = int((reply.spent_for_s or 0) * 1000)  # the server has nothing left till then
-            done = partial(self._limits.done, route, key=key, holder=holder, outcome="ok")
-            settled = partial(done, charged=charged, used=used)  # the route learns its real rate
-            _quietly(partial(settled, now_ms=now, paused_until_ms=now + spent), "done")
+            self._succeeded(route, key, holder, reply, charged)
             return Routed(reply, route)
         if soonest is not None and last is None:
             raise Requeue(*soonest)
         if last is not None:
             raise last
         raise ModelCallError("no model route is configured: set RELAY_MODEL_URL", retryable=False)
+
+    def _succeeded(
+        self, route: ModelRoute, key: str, holder: str, reply: ModelReply, charged: int
+    ) -> None:
+        """Tell the route the call went well, and what it used of what it was `charged`."""
+        self._keep_fallback(route)
+        now, used = self._clock(), reply.usage.total_tokens
+        spent = int((reply.spent_for_s or 0) * 1000)  # the server has nothing left till then
+        done = partial(self._limits.done, route, key=key, holder=holder, outcome="ok")
+        settled = partial(done, charged=charged, used=used)  # the route learns its real rate
+        _quietly(partial(settled, now_ms=now, paused_until_ms=now + spent), "done")
+
+    def _keep_fallback(self, route: ModelRoute) -> None:
+        """Record, once, that this process's client of `route` speaks text because its
+        server refused the route's protocol (whether or not the call went well after)."""
+        if route.name in self._fallbacks_kept:
+            return
+        refusal = self._model_for(route).protocol_fallback
+        if refusal is None:
+            return
+        if _quietly(partial(self._limits.fell_back, route, refusal), "fell_back") is not None:
+            self._fallbacks_kept.add(route.name)  # with Redis away, the next call tries again
 
     def _usable(self, route: ModelRoute) -> bool:
         """Whether `route` may be asked again now (its circuit closed, not paused): a call
@@ -239,6 +261,7 @@ class ModelRouter:
     ) -> tuple[int, str] | None:
         """Tell the route how the call failed (the tokens it was `charged` come back);
         return (until when, why) if a 429 paused it."""
+        self._keep_fallback(route)  # its text retry may have failed: the refusal still holds
         now = self._clock()
         if error.status == 429:
             pause = int((error.retry_after or 1.0) * 1000)

@@ -10,6 +10,13 @@ it arrives (`wire.StreamedReply`); a plain answer is handed over whole, a server
 that refuses `stream` (400, 422) is asked plainly from then on, and a retry
 after text was handed over says `RESTART` first.
 
+A route's protocol (`workers.model.protocols`) adds its fields to a request that
+says what reply it allows, and a reply of function calls becomes the object they
+stand for. A server that refuses those fields (a 400 or 422 naming them) is asked
+again at once in text, not counted as a failed attempt, and spoken to in text for
+the rest of the process's life (`protocol_fallback` says why; the router records it
+for `relay routes`).
+
 A whole call, retries included, ends by `ModelSettings.deadline`
 (RELAY_MODEL_DEADLINE): a server that trickles its reply a byte at a time
 cannot hold a worker past it; and the caller's `should_stop` is asked while
@@ -38,8 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from agent_core.steps import ModelRequest
+from agent_core.steps import ModelRequest, ReplyShape
 from workers.errors import ModelCallError
+from workers.model.protocols import protocol_fields, refuses, reply_text
 from workers.model.wire import (
     RESTART,
     Model,
@@ -49,6 +57,7 @@ from workers.model.wire import (
     chat_body,
     error_for_status,
     exhausted_wait,
+    one_line,
     parse_reply,
     streaming,
 )
@@ -128,6 +137,18 @@ def _spent(reply: ModelReply, spent_for: float | None) -> ModelReply:
     return reply if spent_for is None else reply.model_copy(update={"spent_for_s": spent_for})
 
 
+def _calls_read(reply: ModelReply, shape: ReplyShape | None, call: _Call) -> ModelReply:
+    """`reply`, its function calls (if any) written as the reply object they stand for,
+    which the caller gets in place of any text that came before them."""
+    if not reply.tool_calls:
+        return reply
+    text = reply_text(shape, reply.tool_calls, cut=reply.finish_reason == "length")
+    if call.streamed:
+        call.text(RESTART)  # what came as content (thinking, say) is not the reply
+    call.text(text)
+    return reply.model_copy(update={"text": text})
+
+
 def _too_big(response: httpx.Response, limit: int) -> ModelCallError:
     message = f"the model server's reply is larger than {limit} bytes"
     return ModelCallError(message, retryable=False, status=response.status_code)
@@ -170,7 +191,16 @@ class ModelClient:
         url = httpx.URL(settings.url)
         self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
         self._streams = True  # ask for streamed replies (until the server refuses one)
+        self._protocol = settings.protocol  # until the server refuses it: then text
+        self._fallback: str | None = None
+        self._lock = threading.Lock()
         hide_secrets_in_httpx_logs()
+
+    @property
+    def protocol_fallback(self) -> str | None:
+        """Why this client speaks text instead of its route's protocol (the server's
+        refusal), or None while it speaks the route's own."""
+        return self._fallback
 
     def complete(
         self,
@@ -215,7 +245,7 @@ class ModelClient:
         for attempt in range(call.attempts):
             call.attempt = attempt
             try:
-                return self._attempt(body, call)
+                return self._spoken(request, body, call)
             except _CallEnded:
                 raise
             except ModelCallError as error:
@@ -241,6 +271,37 @@ class ModelClient:
             cap = min(cap, max_tokens) if cap else max_tokens
         chars = settings.attachment_chars
         return chat_body(settings.model, request, attachment_chars=chars, max_tokens=cap)
+
+    def _spoken(self, request: ModelRequest, plain: dict[str, Any], call: _Call) -> ModelReply:
+        """Make one attempt in the route's protocol (`plain`: the body in text). A server
+        that refuses the protocol is asked again at once in text, from now on."""
+        protocol = self._protocol
+        fields = protocol_fields(protocol, request.reply)
+        if not fields:
+            return self._attempt(plain, call)
+        try:
+            reply = self._attempt(plain | fields, call)
+        except ModelCallError as error:
+            if isinstance(error, _CallEnded) or not refuses(protocol, error.status, error.message):
+                raise
+            refusal = self._fall_back(protocol, error)
+            return self._attempt(plain, call).model_copy(update={"protocol_fallback": refusal})
+        return _calls_read(reply, request.reply, call)
+
+    def _fall_back(self, protocol: str, error: ModelCallError) -> str:
+        """Speak text from now on; return the refusal (the first one, if threads raced)."""
+        refusal = one_line(error.message, 300)
+        with self._lock:
+            first, self._protocol = self._fallback is None, "text"
+            self._fallback = self._fallback or refusal
+        if first:
+            log.warning(
+                "%s does not take the %s protocol; speaking text from now on: %s",
+                self._where,
+                protocol,
+                refusal,
+            )
+        return self._fallback or refusal
 
     def _pause(self, error: ModelCallError, call: _Call) -> None:
         """Wait before the next attempt; raise ModelCallError if told to stop or out of time."""

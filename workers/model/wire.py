@@ -25,6 +25,10 @@ skipped. What each stream ends as:
 - an event that is not JSON, or a `choices` that is not a list: unusable,
   `ModelCallError`, not retryable;
 - no `usage`: tokens are estimated (4 bytes a token), so budgets still count it.
+
+Function calls (a route speaking `tools`) come in `message.tool_calls`, or streamed as
+`delta.tool_calls` pieces joined by their `index` (`workers.model.protocols.CallPieces`);
+a reply of calls alone has no text, and the client writes the object they stand for.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from agent_core.steps import Attachment, ModelRequest
 from agent_core.text import cut
 from workers.engine.records import Usage
 from workers.errors import ModelCallError
+from workers.model.protocols import CallPieces, FunctionCall
 
 __all__ = [
     "RESTART",
@@ -133,6 +138,12 @@ class ModelReply(BaseModel):
     spent_for_s: float | None = None
     """The server said (`x-ratelimit-remaining-*: 0`) that it takes no more calls for this
     long: the route pauses until then, for the whole fleet, without waiting for a 429."""
+    tool_calls: tuple[FunctionCall, ...] = ()
+    """The functions the server called (a route speaking `tools`); the client makes
+    `text` the reply object they stand for (`workers.model.protocols.reply_text`)."""
+    protocol_fallback: str | None = None
+    """On the reply of the call that found the server refuses its route's protocol: the
+    refusal (the client speaks text from then on)."""
 
 
 def backoff_seconds(
@@ -297,6 +308,11 @@ def parse_reply(data: bytes) -> ModelReply:
         raise _unusable(f"the reply has no choices: {excerpt(data)}")
     message = choices[0].get("message") if isinstance(choices[0], dict) else None
     content = message.get("content") if isinstance(message, dict) else None
+    calls = CallPieces()
+    if isinstance(message, dict) and message.get("tool_calls") is not None:
+        calls.add(message["tool_calls"], whole=True)
+    if content is None and calls.calls():
+        content = ""  # a reply of function calls alone
     if not isinstance(content, str):
         kind = type(content).__name__ if content is not None else "missing"
         raise _unusable(f"the reply's choices[0].message.content is not text ({kind})")
@@ -307,6 +323,7 @@ def parse_reply(data: bytes) -> ModelReply:
         usage=_parse_usage(payload.get("usage")),
         model=model[:200] if isinstance(model, str) and model else None,
         finish_reason=finish[:40] if isinstance(finish, str) else None,
+        tool_calls=calls.calls(),
     )
 
 
@@ -329,6 +346,7 @@ class StreamedReply:
         self._usage: Usage | None = None
         self._model: str | None = None
         self._finish: str | None = None
+        self._calls = CallPieces()
         self.done = False
         """`data: [DONE]` came: the reply is whole."""
 
@@ -403,6 +421,8 @@ class StreamedReply:
         if isinstance(finish, str) and finish:
             self._finish = finish[:40]
         delta = first.get("delta")
+        if isinstance(delta, dict) and delta.get("tool_calls") is not None:
+            self._calls.add(delta["tool_calls"], whole=False)
         content = delta.get("content") if isinstance(delta, dict) else None
         return content if isinstance(content, str) else ""
 
@@ -416,8 +436,8 @@ class StreamedReply:
                 retryable=True,
                 status=200,
             )
-        text = "".join(self._text)
-        if self._finish != "length" and ends_inside_object(text):
+        text, calls = "".join(self._text), self._calls.calls()
+        if self._finish != "length" and not calls and ends_inside_object(text):
             said = f"finish_reason {self._finish!r}" if self._finish else "[DONE]"
             raise ModelCallError(
                 f"the model server's stream ended inside a JSON object ({len(text)} characters,"
@@ -427,11 +447,14 @@ class StreamedReply:
             )
         usage = self._usage
         if usage is None:
-            prompt, completion = -(-prompt_bytes // 4), -(-len(text.encode()) // 4)
+            written = len(text.encode()) + self._calls.size()
+            prompt, completion = -(-prompt_bytes // 4), -(-written // 4)
             usage = Usage(
                 prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
             )
-        return ModelReply(text=text, usage=usage, model=self._model, finish_reason=self._finish)
+        return ModelReply(
+            text=text, usage=usage, model=self._model, finish_reason=self._finish, tool_calls=calls
+        )
 
 
 class _PromptDetails(BaseModel):

@@ -389,6 +389,9 @@ class Calls:
             )
         except Exception as error:  # noqa: BLE001 - a failing model backend fails the call, not the worker
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
+        if reply.protocol_fallback and route is not None:
+            said = f"does not take the {route.protocol} protocol: {reply.protocol_fallback}"
+            self._warn(call.asked.run_id, f"model route {route.name} {said}; speaking text")
         usage = self.pricing.priced(reply, route)
         cut = reply.finish_reason == "length"
         name = route.name if route is not None else ""
@@ -517,6 +520,17 @@ class Calls:
         lease = self._lease(call, int(spec.lease_seconds * 1000))
         lease.renew()
         return lease
+
+    def _warn(self, run_id: str, text: str) -> None:
+        """Add a warning line to the run's trace (a model route that changed how it is
+        spoken to)."""
+        entry = TraceEntry(
+            at_ms=self.steps.clock(), run=run_id, kind="warning", text=cut(text, 500)
+        )
+        try:
+            self.store.add_trace(run_id, entry)
+        except StoreUnavailable as error:
+            log.warning("could not add a warning to the trace of run %s: %s", run_id, error)
 
     def _progress(self, run_id: str, call_id: str, tool: str, text: str) -> None:
         entry = TraceEntry(
