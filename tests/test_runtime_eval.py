@@ -12,6 +12,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,13 @@ from agent_core import Stop
 from tests.support.brain import batch, call, final
 from tests.support.cli import Background, clean_env, left_running, marked
 from tests.support.cli import relay as relay_command
-from tests.support.eval_profiles import SUMMARY_SYSTEM, seven_b, strong, three_b
+from tests.support.eval_profiles import SUMMARY_SYSTEM, seven_b, strong, strong_tools, three_b
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ModelServer
+from tests.support.redis_server import RedisServer
 from tests.support.waiting import pending_for, prompts_for
-from workers import Recorded, RelayError
+from tests.support.worker_process import RelayProcess
+from workers import Recorded, Relay, RelayError, Settings
 from workers.evals.runner import check_suite, run_suite, trials_of
 from workers.evals.suite import load_suite, read_suite
 
@@ -399,3 +402,73 @@ def test_a_redis_restart_is_waited_out_and_a_vanished_run_fails_its_trial_alone(
         assert by_case["restart"].verdict.passed, (by_case["restart"].facts, g.logs())
         assert by_case["gone"].verdict.kind == "could not run"
         assert runs["EV-GONE"] in by_case["gone"].facts.problem
+
+
+# --- the route's protocol, measured by the suite ---------------------------------------------
+
+
+def test_a_suite_measures_routes_speaking_function_calls_and_a_refused_json_schema(
+    tmp_path: Path,
+) -> None:
+    with ExitStack() as stack:
+        redis_server = stack.enter_context(RedisServer(tmp_path))
+        calling = stack.enter_context(ModelServer(strong_tools))
+        refusing = stack.enter_context(ModelServer(strong, refuse_fields=("response_format",)))
+        routes = [
+            {"name": "fc", "url": calling.url, "model": "m", "protocol": "tools"},
+            {"name": "js", "url": refusing.url, "model": "m", "protocol": "json"},
+        ]
+        (tmp_path / "models.json").write_text(json.dumps(routes))
+        env = clean_env(
+            RELAY_REDIS_URL=redis_server.url,
+            RELAY_MODELS=str(tmp_path / "models.json"),
+            RELAY_EVAL_DIR=str(tmp_path),
+        )
+        worker = RelayProcess(
+            ["--app", "workers.evals.builtin:relay", "worker", "--hostname", "w@eval"],
+            env,
+            tmp_path / "worker.log",
+        ).start()
+        stack.callback(worker.stop)
+        done = relay_command(
+            "eval", "--builtin", "--route", "fc", "--route", "js", "--json", env=env
+        )
+        assert done.returncode == 0, (
+            done.stdout[-2000:] + done.stderr[-2000:] + worker.output()[-3000:]
+        )
+        report = json.loads(done.stdout)
+        assert {line["route"]: line["passed"] for line in report["routes"]} == {"fc": 9, "js": 9}
+
+        # The function-calling server was offered functions on every request but summaries.
+        asked = [c.body for c in calling.calls]
+        summaries = [b for b in asked if b["messages"][0]["content"].startswith(SUMMARY_SYSTEM)]
+        assert summaries
+        assert all("tools" not in b for b in summaries)
+        others = [b for b in asked if b not in summaries]
+        assert others
+        assert all(b["tool_choice"] == "required" and b["tools"] for b in others)
+        # The other refused the schema once per worker thread at most, then was asked in text.
+        with_schema = [c for c in refusing.calls if "response_format" in c.body]
+        assert 1 <= len(with_schema) <= 8
+        assert len(refusing.calls) > len(with_schema) * 3
+
+        shown = relay_command("routes", "--json", env=env)
+        states = {s["name"]: s for s in json.loads(shown.stdout)}
+        assert (
+            states["js"]["protocol_fallback"]
+        )
+        assert (
+            "response_format" in states["js"]["protocol_fallback"]
+        )
+        assert states["fc"]["protocol_fallback"] is None
+        table = relay_command("routes", env=env).stdout
+        assert "json → text" in table
+        js_runs = [t["runs"][0] for t in report["trials"] if t["route"] == "js"]
+        relay = Relay("relay-eval", settings=Settings.from_env(env))
+        warned = [
+            e.text
+            for run_id in js_runs
+            for e in relay.trace(run_id)
+            if e.kind == "warning" and "does not take the json protocol" in e.text
+        ]
+        assert warned, "no run's trace says the route fell back to text"

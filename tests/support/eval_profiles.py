@@ -19,9 +19,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from tests.support.model_server import ChatCall
+from tests.support.model_server import ChatCall, Reply
 
-__all__ = ["seven_b", "strong", "three_b"]
+__all__ = ["seven_b", "strong", "strong_tools", "three_b"]
 
 PLAN_ASK = "Reply now with your plan"
 SUMMARY_SYSTEM = "You keep an agent's notes short"
@@ -201,3 +201,42 @@ def three_b(chat: ChatCall) -> str:
     if _results(chat) % 2:
         return '{"action": "done"}'
     return "I think the answer is probably in the notes, let me check them for you."
+
+
+# --- a server with native function calling ---------------------------------------------------
+
+_FORM_FUNCTIONS = {"plan": "submit_plan", "ask_user": "ask_user", "final": "final_answer"}
+
+
+def _as_function_calls(reply: str) -> list[dict[str, Any]]:
+    """The reply object the strong model wrote, as the function calls a server with
+    native function calling would return for it."""
+    data = json.loads(reply)
+    if "tools" in data:
+        made = [(c["tool"], c["args"]) for c in data["tools"]]
+    elif "tool" in data:
+        made = [(data["tool"], data["args"])]
+    else:
+        (form,) = (key for key in _FORM_FUNCTIONS if key in data)
+        made = [(_FORM_FUNCTIONS[form], data)]
+    return [
+        {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
+        for n, (name, args) in enumerate(made)
+    ]
+
+
+def strong_tools(chat: ChatCall) -> Reply | str:
+    """The strong model behind a server that speaks function calls: asked with `tools`,
+    it answers with `tool_calls` only (no text); asked without, as `strong`."""
+    reply = strong(chat)
+    if "tools" not in chat.body:
+        return reply
+    offered = {f["function"]["name"] for f in chat.body["tools"]}
+    calls = _as_function_calls(reply)
+    missing = [c["function"]["name"] for c in calls if c["function"]["name"] not in offered]
+    assert not missing, f"called functions it was not offered: {missing}"
+    return Reply(text="", tool_calls=calls)
