@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from agent_core import Stop
-from tests.support.brain import batch, call, final
+from tests.support.brain import SUMMARY_SYSTEM, batch, call, final
 from tests.support.cli import Background, clean_env, left_running, marked
 from tests.support.cli import relay as relay_command
-from tests.support.eval_profiles import SUMMARY_SYSTEM, seven_b, strong, strong_tools, three_b
+from tests.support.eval_profiles import seven_b, strong, strong_tools, three_b
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ModelServer
 from tests.support.redis_server import RedisServer
@@ -454,12 +454,8 @@ def test_a_suite_measures_routes_speaking_function_calls_and_a_refused_json_sche
 
         shown = relay_command("routes", "--json", env=env)
         states = {s["name"]: s for s in json.loads(shown.stdout)}
-        assert (
-            states["js"]["protocol_fallback"]
-        )
-        assert (
-            "response_format" in states["js"]["protocol_fallback"]
-        )
+        assert states["js"]["protocol_fallback"]
+        assert "response_format" in states["js"]["protocol_fallback"]
         assert states["fc"]["protocol_fallback"] is None
         table = relay_command("routes", env=env).stdout
         assert "json → text" in table

@@ -19,25 +19,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from tests.support.brain import PLAN_ASK, SUMMARY_SYSTEM, batch, call, final
 from tests.support.model_server import ChatCall, Reply
 
 __all__ = ["seven_b", "strong", "strong_tools", "three_b"]
 
-PLAN_ASK = "Reply now with your plan"
-SUMMARY_SYSTEM = "You keep an agent's notes short"
 SENT_BACK = "needs its source"
-
-
-def _call(tool: str, **args: Any) -> str:
-    return json.dumps({"tool": tool, "args": args})
-
-
-def _batch(*calls: tuple[str, dict[str, Any]]) -> str:
-    return json.dumps({"tools": [{"tool": t, "args": a} for t, a in calls]})
-
-
-def _final(text: str) -> str:
-    return json.dumps({"final": text})
 
 
 def _task(chat: ChatCall) -> str:
@@ -58,76 +45,76 @@ def _summary(chat: ChatCall) -> str:
 
 def _copy(chat: ChatCall) -> str:
     if "apples" not in chat.prompt:
-        return _call("read_note", name="a.txt")
+        return call("read_note", name="a.txt")
     if "wrote" not in chat.prompt:
-        return _call("write_note", name="b.txt", text="Shopping: apples, pears and plums.")
-    return _final("Copied a.txt to b.txt.")
+        return call("write_note", name="b.txt", text="Shopping: apples, pears and plums.")
+    return final("Copied a.txt to b.txt.")
 
 
 def _lookups(chat: ChatCall) -> str:
     if "3,878,100" not in chat.prompt:
-        return _batch(*(("lookup_city", {"city": c}) for c in ("Paris", "Berlin", "Madrid")))
-    return _final("Berlin is the largest: population 3,878,100. Source: lookup_city")
+        return batch(*(("lookup_city", {"city": c}) for c in ("Paris", "Berlin", "Madrid")))
+    return final("Berlin is the largest: population 3,878,100. Source: lookup_city")
 
 
 def _arithmetic(chat: ChatCall) -> str:
     if "395" not in chat.prompt:
-        return _call("calculate", expression="17 * 23 + 4")
-    return _final("17 * 23 + 4 = 395")
+        return call("calculate", expression="17 * 23 + 4")
+    return final("17 * 23 + 4 = 395")
 
 
 def _specialist(chat: ChatCall) -> str:
     if "748" not in chat.prompt:
-        return _call("delegate", specialist="researcher", task="Find the population of Rome.")
+        return call("delegate", specialist="researcher", task="Find the population of Rome.")
     if "wrote" not in chat.prompt:
-        return _call("write_note", name="rome.txt", text="Rome: 2,748,109 people")
-    return _final("Wrote Rome's figure to rome.txt.")
+        return call("write_note", name="rome.txt", text="Rome: 2,748,109 people")
+    return final("Wrote Rome's figure to rome.txt.")
 
 
 def _researcher(chat: ChatCall) -> str:
     if "2,748,109" not in chat.prompt:
-        return _call("lookup_city", city="Rome")
-    return _final("Rome: population 2,748,109. Source: lookup_city")
+        return call("lookup_city", city="Rome")
+    return final("Rome: population 2,748,109. Source: lookup_city")
 
 
 def _remember(chat: ChatCall) -> str:
     if "You noted:" not in chat.prompt:
-        return _call("remember", note="The office door code is 4711.")
-    return _final("Noted the door code.")
+        return call("remember", note="The office door code is 4711.")
+    return final("Noted the door code.")
 
 
 def _recall(chat: ChatCall) -> str:
     found = re.search(r"door code is (\d+)", chat.prompt)
-    return _final(f"The office door code is {found.group(1)}." if found else "I do not know.")
+    return final(f"The office door code is {found.group(1)}." if found else "I do not know.")
 
 
 def _long(chat: ChatCall) -> str:
     for name, colour in (("long1.txt", "green"), ("long2.txt", "red"), ("long3.txt", "blue")):
         if colour not in chat.prompt:
-            return _call("read_note", name=name)
-    return _final("long1.txt: green; long2.txt: red; long3.txt: blue.")
+            return call("read_note", name=name)
+    return final("long1.txt: green; long2.txt: red; long3.txt: blue.")
 
 
 def _question(chat: ChatCall) -> str:
     if "Ada" not in chat.prompt:
         return json.dumps({"ask_user": "What is your name?"})
     if "wrote" not in chat.prompt:
-        return _call("write_note", name="greeting.txt", text="Hello Ada, have a good day!")
-    return _final("Wrote greeting.txt for Ada.")
+        return call("write_note", name="greeting.txt", text="Hello Ada, have a good day!")
+    return final("Wrote greeting.txt for Ada.")
 
 
 def _transfer(chat: ChatCall) -> str:
     if _results(chat) == 0:
-        return _call("transfer", source="checking", target="savings", amount=500)
-    return _final("The transfer was refused, so no money moved.")
+        return call("transfer", source="checking", target="savings", amount=500)
+    return final("The transfer was refused, so no money moved.")
 
 
 def _lisbon(chat: ChatCall) -> str:
     if "545,796" not in chat.prompt:
-        return _call("lookup_city", city="Lisbon")
+        return call("lookup_city", city="Lisbon")
     if SENT_BACK in chat.prompt:
-        return _final("Lisbon has a population of 545,796. Source: lookup_city")
-    return _final("Lisbon has a population of 545,796.")
+        return final("Lisbon has a population of 545,796. Source: lookup_city")
+    return final("Lisbon has a population of 545,796.")
 
 
 CASES: dict[str, Callable[[ChatCall], str]] = {
@@ -169,15 +156,15 @@ def _seven_b_fault(play: Callable[[ChatCall], str], chat: ChatCall) -> str | Non
     """The reply a 7B model gives instead of the right one, if it errs here."""
     said = chat.prompt
     if play is _lookups and "there is no tool named" not in said:
-        return _call("lookup", city="Paris")  # invents a name once, then recovers
+        return call("lookup", city="Paris")  # invents a name once, then recovers
     if play is _arithmetic:
-        return _call("calculator", expression="17 * 23 + 4")  # invents a name for good
+        return call("calculator", expression="17 * 23 + 4")  # invents a name for good
     if play is _specialist and "748" not in said:
-        return _call("lookup_city", city="Rome")  # never hands over to the specialist
+        return call("lookup_city", city="Rome")  # never hands over to the specialist
     if play is _long and "Summary:" in said:
-        return _call("read_note", name="long1.txt")  # lost track: reads the first again
+        return call("read_note", name="long1.txt")  # lost track: reads the first again
     if play is _lisbon and "545,796" in said:
-        return _final("Lisbon has a population of 545,796.")  # never names its source
+        return final("Lisbon has a population of 545,796.")  # never names its source
     return None
 
 
