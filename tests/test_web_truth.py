@@ -156,6 +156,8 @@ def test_every_outcome_on_every_screen(tmp_path: Path) -> None:
                 .inner_text()
                 .startswith("closed")
             )
+            protocol = page.locator("tr[data-route='default'] td.protocol").inner_text()
+            assert protocol == "text", protocol
             screen(page, "routes")
 
         # The command line, through the same lists.
