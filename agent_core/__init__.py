@@ -36,7 +36,7 @@ from agent_core.steps import (
 )
 from agent_core.stream import FinalStream
 from agent_core.tools import Kind, Policy, Risk, Tool, ToolCall, ToolOutput
-from agent_core.triggers import Daily, Every, Trigger, Weekly, trigger_from_json
+from agent_core.triggers import Cron, Daily, Every, Trigger, Weekly, trigger_from_json
 
 __all__ = [
     "Agent",
@@ -44,6 +44,7 @@ __all__ = [
     "Ask",
     "Attachment",
     "Config",
+    "Cron",
     "Daily",
     "DataError",
     "DefinitionError",

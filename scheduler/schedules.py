@@ -17,12 +17,19 @@ After a slot fires, `fired(slot, now)` is the schedule to store: its
 `Every(m)` keeps its rhythm however late a tick comes), and `now` when even the
 slot after it has passed (everything was down: the missed slots fire once, not
 once per slot).
+
+A `Daily`, `Weekly` or `Cron` trigger may name an IANA zone (`tz`); then the
+zone's rules, not `utc_offset_minutes`, say when it fires (`scheduler.calendar`
+does every computation of a firing here, with or without a zone), and the zone
+must be one the zone data knows, both when the schedule is made and when it is
+read back: a stored schedule with an unknown zone, or one that cannot say when
+it fires next, does not load (the store logs it and never fires it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
 
 from pydantic import (
@@ -37,13 +44,14 @@ from pydantic import (
 from agent_core.errors import DefinitionError
 from agent_core.recipes import Recipe
 from agent_core.tools import check_name
-from agent_core.triggers import MAX_UTC_OFFSET_MINUTES, Daily, Every, Trigger, Weekly
+from agent_core.triggers import MAX_UTC_OFFSET_MINUTES, Cron, Daily, Every, Trigger, Weekly
+from scheduler import calendar
+from scheduler.errors import SchedulerError
 
 __all__ = ["MODES", "Mode", "Schedule", "format_offset", "local_iso"]
 
 Mode = Literal["run", "notify"]
 MODES: tuple[Mode, ...] = ("run", "notify")
-MAX_PREVIEW = 1_000
 
 
 class Schedule(BaseModel):
@@ -88,21 +96,24 @@ class Schedule(BaseModel):
         Raises:
             DefinitionError: the name is not a usable identifier (letters,
                 digits, `_`, `-`; at most 64), the recipe or trigger is not one,
-                the offset is not a whole number of minutes from -840 to 840,
-                `now_ms` is not a time, or the mode is not "run" or "notify".
+                the trigger's zone is unknown ("unknown time zone ..."), the
+                offset is not a whole number of minutes from -840 to 840 (or is
+                given with a zone), `now_ms` is not a time, or the mode is not
+                "run" or "notify".
             RecipeError: `values` name a blank the recipe lacks, miss one it
                 has, or hold something other than text.
         """
         check_name(name, "schedule")
         if not isinstance(recipe, Recipe):
             raise DefinitionError(f"schedule {name!r} needs an agent_core.Recipe")
-        if not isinstance(trigger, Every | Daily | Weekly):
-            raise DefinitionError(f"schedule {name!r} needs a trigger: Every, Daily or Weekly")
+        if not isinstance(trigger, Every | Daily | Weekly | Cron):
+            raise DefinitionError(
+                f"schedule {name!r} needs a trigger: Every, Daily, Weekly or Cron"
+            )
         if mode not in MODES:
             raise DefinitionError(f"schedule {name!r}: mode is 'run' or 'notify', not {mode!r}")
         recipe.fill(values)
-        # Checks the offset and the clock value with the trigger's own messages.
-        trigger.next_after(now_ms, utc_offset_minutes)
+        _check_firing(name, trigger, now_ms, utc_offset_minutes)
         try:
             return cls(
                 name=name,
@@ -133,6 +144,10 @@ class Schedule(BaseModel):
         # read back from Redis; `create` has already given the clear errors.
         check_name(self.name, "schedule")
         self.recipe.fill(self.values)
+        # A zone someone wrote into Redis by hand may not exist (or a cron may never
+        # fire again): refuse it here, so the store logs the schedule as unreadable
+        # and looks again later, instead of the tick failing on it.
+        _check_firing(self.name, self.trigger, self.last_run_ms, self.utc_offset_minutes)
         allowed = self.recipe.tool_names
         if self.tools is not None and allowed is not None and not set(self.tools) <= set(allowed):
             raise DefinitionError(f"schedule {self.name!r} lists tools its recipe does not allow")
@@ -142,7 +157,19 @@ class Schedule(BaseModel):
     @property
     def next_due_ms(self) -> int:
         """When the next slot comes, in UTC ms: it fires at the first tick at or after it."""
-        return self.trigger.next_after(self.last_run_ms, self.utc_offset_minutes)
+        return calendar.next_fire(
+            self.trigger, self.last_run_ms, utc_offset_minutes=self.utc_offset_minutes
+        )
+
+    @property
+    def tz(self) -> str | None:
+        """The IANA zone the trigger names, or None: the fixed `utc_offset_minutes` applies."""
+        return None if isinstance(self.trigger, Every) else self.trigger.tz
+
+    @property
+    def time_zone(self) -> str:
+        """Whose clock the trigger reads: the zone's name, or the offset as `UTC+05:45`."""
+        return self.tz or f"UTC{format_offset(self.utc_offset_minutes)}"
 
     def task(self) -> str:
         """Return the recipe filled with the schedule's values: the task of each run."""
@@ -154,7 +181,9 @@ class Schedule(BaseModel):
 
     def fired(self, slot_ms: int, now_ms: int) -> Schedule:
         """Return this schedule as it is once `slot_ms` fired at `now_ms`."""
-        following = self.trigger.next_after(slot_ms, self.utc_offset_minutes)
+        following = calendar.next_fire(
+            self.trigger, slot_ms, utc_offset_minutes=self.utc_offset_minutes
+        )
         last = slot_ms if following > now_ms else now_ms
         return self.model_copy(update={"last_run_ms": max(last, self.last_run_ms)})
 
@@ -164,18 +193,43 @@ class Schedule(BaseModel):
         Raises:
             DefinitionError: `count` is not from 1 to 1000.
         """
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PREVIEW:
-            raise DefinitionError(f"a preview shows 1 to {MAX_PREVIEW} times, not {count!r}")
-        slots = [self.next_due_ms]
-        while len(slots) < count:
-            slots.append(self.trigger.next_after(slots[-1], self.utc_offset_minutes))
-        return slots
+        # The first firing after the last run is `next_due_ms`; the rest follow it.
+        return calendar.preview(
+            self.trigger, self.last_run_ms, count, utc_offset_minutes=self.utc_offset_minutes
+        )
 
     def describe(self) -> str:
-        """Return a short phrase such as "daily at 09:00 (UTC+07:00)"."""
-        if isinstance(self.trigger, Every):
+        """Return a short phrase such as "daily at 09:00 (UTC+07:00)" or
+        "daily at 09:00 (Europe/Berlin)"."""
+        if isinstance(self.trigger, Every) or self.tz is not None:
+            # `Every` reads no clock; a zoned trigger names its zone itself.
             return self.trigger.describe()
         return f"{self.trigger.describe()} (UTC{format_offset(self.utc_offset_minutes)})"
+
+    def local_time(self, ms: int) -> str:
+        """Return UTC ms as ISO 8601 on the schedule's own clock (its zone, else its offset)."""
+        return local_iso(ms, self.utc_offset_minutes, self.tz)
+
+
+def _check_firing(name: str, trigger: Trigger, after_ms: int, utc_offset_minutes: int) -> None:
+    """Check that `trigger` can say when it next fires after `after_ms` in its zone
+    (or at the offset).
+
+    Raises:
+        DefinitionError: the zone is unknown, an offset is given with a zone, or as
+            `calendar.next_fire` (a bad offset or time, with the trigger's own messages).
+    """
+    try:
+        calendar.next_fire(trigger, after_ms, utc_offset_minutes=utc_offset_minutes)
+    except SchedulerError as error:
+        # Making a schedule reports DefinitionError, whatever part of it is wrong.
+        raise DefinitionError(f"schedule {name!r}: {error}") from None
+    tz = None if isinstance(trigger, Every) else trigger.tz
+    if tz is not None and utc_offset_minutes != 0:
+        # The zone would silently win; an offset given with it is a mistake.
+        raise DefinitionError(
+            f"schedule {name!r}: a trigger in a time zone ({tz}) takes no utc_offset_minutes"
+        )
 
 
 def format_offset(minutes: int) -> str:
@@ -185,7 +239,14 @@ def format_offset(minutes: int) -> str:
     return f"{sign}{hours:02d}:{rest:02d}"
 
 
-def local_iso(ms: int, utc_offset_minutes: int) -> str:
-    """Return UTC ms as ISO 8601 local time with its offset, e.g. `2025-03-01T09:00:00+05:45`."""
-    zone = timezone(timedelta(minutes=utc_offset_minutes))
-    return datetime.fromtimestamp(ms / 1000, tz=zone).isoformat(timespec="seconds")
+def local_iso(ms: int, utc_offset_minutes: int, tz: str | None = None) -> str:
+    """Return UTC ms as ISO 8601 local time with its offset, e.g. `2025-03-01T09:00:00+05:45`:
+    in zone `tz` (with the offset it has at that instant) if given, else at the fixed offset.
+
+    Raises:
+        SchedulerError: `tz` is not a zone the zone data knows.
+    """
+    where: tzinfo = (
+        timezone(timedelta(minutes=utc_offset_minutes)) if tz is None else calendar.zone(tz)
+    )
+    return datetime.fromtimestamp(ms / 1000, tz=where).isoformat(timespec="seconds")

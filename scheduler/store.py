@@ -356,5 +356,10 @@ def _load(name: str, stored: bytes | str) -> Schedule | None:
     try:
         return Schedule.model_validate_json(stored)
     except ValidationError as error:
-        log.warning("schedule %r cannot be read, so it never fires: %s", name, error)
+        # One line naming what is wrong (say an unknown time zone): pydantic's own text
+        # runs over several lines with a URL.
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        problem = f"{where}: {first['msg']}" if where else first["msg"]
+        log.warning("schedule %r cannot be read, so it never fires: %s", name, problem)
         return None

@@ -31,6 +31,7 @@ EXPORTED = [
     "Ask",
     "Attachment",
     "Config",
+    "Cron",
     "Daily",
     "DataError",
     "DefinitionError",

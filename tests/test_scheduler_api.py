@@ -3,14 +3,18 @@ by `relay.tick(now)` with an injected clock (no worker is needed to see them rec
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from agent_core import Daily, Every, Recipe, Weekly
+from agent_core import Cron, Daily, Every, Recipe, Weekly
 from agent_core.errors import DefinitionError, RecipeError
+from scheduler.store import fire_id
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import Budget, Relay, Settings, StoreUnavailable
@@ -171,3 +175,88 @@ def test_schedule_add_takes_a_budget_on_the_command_line(relay: Relay, server: R
     assert result.exit_code == 0, result.output
     [made] = relay.schedules()
     assert made.budget == {"tokens": 5000, "usd": 0.1}
+
+
+# --- time zones and cron, fired by ticks with an injected clock ---------------------------
+
+
+def utc(month: int, day: int, hour: int, minute: int = 0) -> int:
+    """Return the ms of a UTC time in 2027 (Europe/Berlin springs forward on 28 March and
+    falls back on 31 October, each at 01:00 UTC)."""
+    return int(datetime(2027, month, day, hour, minute, tzinfo=UTC).timestamp() * 1000)
+
+
+def tick_through(relay: Relay, nows: Iterable[int]) -> dict[int, list[str]]:
+    """Tick at each time, and again 30 s later; return the ticks that started runs."""
+    fired = {}
+    for now in nows:
+        for at in (now, now + MINUTE // 2):
+            started = relay.tick(at)
+            if started:
+                fired[at] = started
+    return fired
+
+
+def every(start: int, end: int, step: int) -> range:
+    return range(start, end + 1, step)
+
+
+@pytest.mark.parametrize(
+    ("made", "slots"),
+    [
+        # Spring forward: 02:30 never comes on the 28th; it fires at the jump, 03:00 CEST.
+        (utc(3, 27, 12), [utc(3, 28, 1), utc(3, 29, 0, 30)]),
+        # Fall back: 02:30 comes twice on the 31st (00:30 and 01:30 UTC); it fires at the first.
+        (utc(10, 30, 12), [utc(10, 31, 0, 30), utc(11, 1, 1, 30)]),
+    ],
+)
+def test_a_berlin_daily_fires_once_a_day_across_the_clock_changes(
+    relay: Relay, made: int, slots: list[int]
+) -> None:
+    relay.schedule(
+        "digest", RECIPE, {"note": "a.txt"}, Daily(2, 30, tz="Europe/Berlin"), now_ms=made
+    )
+    fired = tick_through(relay, every(made, made + 2 * DAY, 15 * MINUTE))
+    assert fired == {slot: [fire_id("digest", slot)] for slot in slots}
+    assert {relay.status(run_id).schedule for [run_id] in fired.values()} == {"digest"}
+
+
+def test_a_cron_schedule_fires_on_its_matching_minutes_only_once_each(relay: Relay) -> None:
+    # Weekdays at 09:00, 09:20 and 09:40 Berlin time: CET (UTC+1) on Friday the 26th,
+    # CEST (UTC+2) on Monday the 29th; nothing on the weekend between.
+    trigger = Cron("*/20 9 * * 1-5", tz="Europe/Berlin")
+    relay.schedule("standup", RECIPE, {"note": "a.txt"}, trigger, now_ms=utc(3, 26, 7))
+    nows = [
+        *every(utc(3, 26, 7, 50), utc(3, 26, 8, 50), MINUTE),
+        *every(utc(3, 26, 9), utc(3, 29, 6), 60 * MINUTE),
+        *every(utc(3, 29, 6, 50), utc(3, 29, 7, 50), MINUTE),
+    ]
+    fired = tick_through(relay, nows)
+    slots = [utc(3, 26, 8, m) for m in (0, 20, 40)] + [utc(3, 29, 7, m) for m in (0, 20, 40)]
+    assert fired == {slot: [fire_id("standup", slot)] for slot in slots}
+
+
+def test_a_zone_the_data_does_not_know_is_refused(relay: Relay) -> None:
+    with pytest.raises(DefinitionError, match="unknown time zone 'Europe/Berlinn'"):
+        relay.schedule("look", RECIPE, {"note": "a.txt"}, Daily(9, tz="Europe/Berlinn"))
+    assert relay.schedules() == []
+
+
+def test_a_stored_schedule_with_an_unknown_zone_is_logged_and_the_others_fire(
+    relay: Relay, caplog: pytest.LogCaptureFixture
+) -> None:
+    relay.schedule("good", RECIPE, {"note": "a.txt"}, Every(5), now_ms=0)
+    bad = relay.schedule("bad", RECIPE, {"note": "a.txt"}, Daily(2, tz="Europe/Berlin"), now_ms=0)
+    edited = json.loads(bad.model_dump_json())
+    edited["trigger"]["tz"] = "Mars/Base"  # someone edited Redis by hand
+    store = relay.schedule_store
+    store.redis.hset(store.shards.of("bad").schedules, "bad", json.dumps(edited))
+    with caplog.at_level(logging.WARNING, logger="scheduler.store"):
+        started = relay.tick(DAY)
+    assert started == [fire_id("good", 5 * MINUTE)]
+    [line] = [r.getMessage() for r in caplog.records if "'bad'" in r.getMessage()]
+    assert "cannot be read, so it never fires" in line
+    assert "unknown time zone 'Mars/Base'" in line
+    assert "\n" not in line
+    assert [s.name for s in relay.schedules()] == ["good"]
+    assert relay.tick(DAY + MINUTE) == []  # looked at again later, not failing every tick

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner, Result
 
-from agent_core import Recipe
+from agent_core import Cron, Daily, Recipe
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import Relay, Settings
@@ -63,7 +63,7 @@ def test_add_list_preview_and_rm(relay: Relay) -> None:
 
     shown = run(relay, "preview", "standup", "-n", "3").stdout.splitlines()
     assert len(shown) == 3
-    times = [datetime.fromisoformat(line) for line in shown]
+    times = [datetime.fromisoformat(line.split()[0]) for line in shown]
     assert all(t.strftime("%H:%M %z") == "09:00 +0545" for t in times)
     assert [(b - a).days for a, b in pairwise(times)] == [1, 1]
     assert int(times[0].timestamp() * 1000) == made.next_due_ms
@@ -88,7 +88,7 @@ def test_add_from_a_recipe_file_with_a_weekly_trigger(relay: Relay, tmp_path: Pa
     assert made.recipe == recipe
     assert made.tools == ("read_note",)
     shown = run(relay, "preview", "weekly-look", "-n", "2").stdout.splitlines()
-    days = [datetime.fromisoformat(line) for line in shown]
+    days = [datetime.fromisoformat(line.split()[0]) for line in shown]
     assert [d.strftime("%A %H:%M %z") for d in days] == ["Friday 08:30 -0700"] * 2
 
 
@@ -121,6 +121,17 @@ def test_notify_only_schedules_and_their_notifications(relay: Relay) -> None:
         (["--daily", "9am"], "--daily takes a time as HH:MM"),
         (["--weekly", "someday", "09:00"], "--weekly takes a day"),
         (["--every", "5", "--daily", "09:00"], "give exactly one of --every"),
+        (["--cron", "0 9 * * *", "--daily", "09:00"], "give exactly one of --every"),
+        (
+            ["--daily", "09:00", "--tz", "Europe/Berlinn"],
+            "--tz: unknown time zone 'Europe/Berlinn'",
+        ),
+        (["--cron", "0 9 * * *", "--tz", "../etc/passwd"], "--tz: unknown time zone"),
+        (["--cron", "0 25 * * *"], "the hour field '25' is out of range 0-23"),
+        (["--cron", "0 9 * * 1-8", "--tz", "UTC"], "the day-of-week field '1-8'"),
+        (["--cron", "0 9 *"], "expected 5 fields, got 3"),
+        (["--daily", "09:00", "--tz", "UTC", "--utc-offset", "+01:00"], "not both"),
+        (["--every", "5", "--tz", "Europe/Berlin"], "--tz goes with --daily, --weekly or --cron"),
         ([], "give exactly one of --every"),
         (["--every", "5", "-v", "colour=red"], "no blank named 'colour'"),
         (["--every", "5", "-v", "team"], "--value takes NAME=TEXT"),
@@ -154,3 +165,66 @@ def test_a_missing_value_and_a_bad_recipe_file_are_one_line(relay: Relay, tmp_pa
 )
 def test_offsets_as_people_type_them(text: str, minutes: int) -> None:
     assert parse_offset(text) == minutes
+
+
+def utc(month: int, day: int, hour: int, minute: int = 0) -> int:
+    return int(datetime(2027, month, day, hour, minute, tzinfo=UTC).timestamp() * 1000)
+
+
+def test_add_in_a_zone_and_with_cron_then_list_and_show(relay: Relay) -> None:
+    added = run(relay, "add", "digest", "--template", "Digest {team}", "-v", "team=core",
+                "--daily", "02:30", "--tz", "Europe/Berlin")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    assert added.stdout.startswith("scheduled digest: daily at 02:30 (Europe/Berlin), next at ")
+    next_at = datetime.fromisoformat(added.stdout.rstrip().rsplit(" ", 1)[1])
+    assert next_at.strftime("%H:%M") in ("02:30", "03:00")  # 03:00 only on a spring-forward day
+    added = run(relay, "add", "plan", "--template", "Plan the day",
+                "--cron", "0  9 * * 1-5", "--tz", "America/New_York")  # fmt: skip
+    assert added.exit_code == 0, added.output
+    plan = next(s for s in relay.schedules() if s.name == "plan")
+    assert plan.trigger == Cron("0 9 * * 1-5", tz="America/New_York")
+    assert plan.utc_offset_minutes == 0
+
+    rows = run(relay, "list").stdout.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == ["digest", "plan"]
+    assert "daily at 02:30 (Europe/Berlin)" in rows[0]
+    assert "cron '0 9 * * 1-5' (America/New_York)" in rows[1]
+    stored = json.loads(run(relay, "list", "--json").stdout)
+    assert stored[1]["trigger"] == {
+        "kind": "cron",
+        "expression": "0 9 * * 1-5",
+        "tz": "America/New_York",
+    }
+
+    shown = run(relay, "show", "plan")
+    assert shown.exit_code == 0, shown.output
+    lines = dict(line.split(":", 1) for line in shown.stdout.splitlines())
+    assert lines["cron"].strip() == "0 9 * * 1-5"
+    assert lines["time zone"].strip() == "America/New_York"
+    assert lines["task"].strip() == "Plan the day"
+    assert json.loads(run(relay, "show", "plan", "--json").stdout)["name"] == "plan"
+    fails(run(relay, "show", "nothing"), "no schedule named 'nothing'")
+
+
+def test_preview_shows_the_firings_in_the_zone_across_summer_time(relay: Relay) -> None:
+    trigger = Daily(2, 30, tz="Europe/Berlin")
+    relay.schedule("digest", Recipe("digest", "Digest"), {}, trigger, now_ms=utc(3, 26, 12))
+    shown = run(relay, "preview", "digest", "--count", "4")
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines() == [
+        "2027-03-27T02:30:00+01:00  2027-03-27T01:30:00Z",
+        "2027-03-28T03:00:00+02:00  2027-03-28T01:00:00Z",  # 02:30 is skipped that day
+        "2027-03-29T02:30:00+02:00  2027-03-29T00:30:00Z",
+        "2027-03-30T02:30:00+02:00  2027-03-30T00:30:00Z",
+    ]
+    as_json = json.loads(run(relay, "preview", "digest", "-n", "2", "--json").stdout)
+    assert as_json == {
+        "schedule": "digest",
+        "time_zone": "Europe/Berlin",
+        "firings": [
+            {"ms": utc(3, 27, 1, 30), "local": "2027-03-27T02:30:00+01:00",
+             "utc": "2027-03-27T01:30:00Z"},
+            {"ms": utc(3, 28, 1), "local": "2027-03-28T03:00:00+02:00",
+             "utc": "2027-03-28T01:00:00Z"},
+        ],
+    }  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
@@ -11,9 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from agent_core import Daily, Every, Recipe, Trigger, Weekly
+from agent_core import Cron, Daily, Every, Recipe, Trigger, Weekly
 from agent_core.errors import DefinitionError, RecipeError
 from scheduler import Schedule
+from scheduler.calendar import next_fire
 from scheduler.schedules import format_offset, local_iso
 
 MINUTE = 60_000
@@ -49,6 +51,26 @@ triggers = st.one_of(
 )
 offsets = st.integers(-840, 840)
 times = st.integers(0, 4_102_444_800_000)  # up to 2100
+ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu", "UTC"]
+CRONS = ["*/15 * * * *", "0 9 * * 1-5", "30 2 * * *", "0 0 1 * *", "0 12 29 2 *"]
+# (trigger, offset): a trigger in a zone takes no offset; one without keeps any offset.
+timings = st.one_of(
+    st.tuples(st.one_of(triggers, st.builds(Cron, st.sampled_from(CRONS))), offsets),
+    st.tuples(
+        st.one_of(
+            st.builds(Daily, st.integers(0, 23), st.integers(0, 59), tz=st.sampled_from(ZONES)),
+            st.builds(
+                Weekly,
+                st.integers(0, 6),
+                st.integers(0, 23),
+                st.integers(0, 59),
+                tz=st.sampled_from(ZONES),
+            ),
+            st.builds(Cron, st.sampled_from(CRONS), tz=st.sampled_from(ZONES)),
+        ),
+        st.just(0),
+    ),
+)
 
 
 def test_a_new_schedule_starts_from_when_it_was_made() -> None:
@@ -65,10 +87,11 @@ def test_a_daily_nine_oclock_made_at_ten_first_fires_tomorrow() -> None:
     assert local_iso(schedule.next_due_ms, 0) == "2023-11-16T09:00:00+00:00"
 
 
-@given(trigger=triggers, offset=offsets, made=times, mode=st.sampled_from(["run", "notify"]))
+@given(timing=timings, made=times, mode=st.sampled_from(["run", "notify"]))
 def test_a_schedule_survives_json_unchanged(
-    trigger: Trigger, offset: int, made: int, mode: str
+    timing: tuple[Trigger, int], made: int, mode: str
 ) -> None:
+    trigger, offset = timing
     schedule = make(trigger=trigger, utc_offset_minutes=offset, now_ms=made, mode=mode)
     text = schedule.model_dump_json()
     assert json.loads(text)["next_due_ms"] == schedule.next_due_ms
@@ -126,6 +149,8 @@ def test_an_impossible_trigger_is_refused_when_it_is_built(build: Any) -> None:
         lambda d: d.update(tools=["read_note", "write_note"]),
         lambda d: d.update(trigger={"kind": "daily", "hour": 25, "minute": 0}),
         lambda d: d.update(utc_offset_minutes=900),
+        lambda d: d.update(trigger={"kind": "daily", "hour": 9, "minute": 0, "tz": "Mars/Base"}),
+        lambda d: d.update(trigger={"kind": "cron", "expression": "0 25 * * *"}),
         lambda d: d.update(name="no spaces allowed"),
         lambda d: d.update(mode="loud"),
         lambda d: d.update(extra="field"),
@@ -144,16 +169,18 @@ def test_a_schedule_may_use_fewer_tools_than_its_recipe_allows() -> None:
     assert Schedule.model_validate_json(json.dumps(data)).tools == ("read_note",)
 
 
-@given(trigger=triggers, offset=offsets, made=times, late=st.integers(0, 400 * DAY))
+@given(timing=timings, made=times, late=st.integers(0, 400 * DAY))
 def test_after_firing_the_next_slot_lies_ahead(
-    trigger: Trigger, offset: int, made: int, late: int
+    timing: tuple[Trigger, int], made: int, late: int
 ) -> None:
+    trigger, offset = timing
     schedule = make(trigger=trigger, utc_offset_minutes=offset, now_ms=made)
     slot = schedule.next_due_ms
+    assert slot == next_fire(trigger, made, utc_offset_minutes=offset)
     now = slot + late
     after = schedule.fired(slot, now)
     assert after.next_due_ms > now  # never due again at the same moment: fires once
-    following = trigger.next_after(slot, offset)
+    following = next_fire(trigger, slot, utc_offset_minutes=offset)
     if following > now:  # on time (or late by less than a period): keeps its rhythm
         assert after.last_run_ms == slot
         assert after.next_due_ms == following
@@ -161,10 +188,11 @@ def test_after_firing_the_next_slot_lies_ahead(
         assert after.last_run_ms == now
 
 
-@given(trigger=triggers, offset=offsets, made=times, count=st.integers(1, 20))
+@given(timing=timings, made=times, count=st.integers(1, 20))
 def test_upcoming_slots_start_at_the_next_due_and_rise(
-    trigger: Trigger, offset: int, made: int, count: int
+    timing: tuple[Trigger, int], made: int, count: int
 ) -> None:
+    trigger, offset = timing
     schedule = make(trigger=trigger, utc_offset_minutes=offset, now_ms=made)
     slots = schedule.upcoming(count)
     assert len(slots) == count
@@ -199,3 +227,87 @@ def test_offsets_read_as_people_write_them(minutes: int, text: str) -> None:
 def test_describe_names_the_trigger_and_its_offset() -> None:
     assert make(utc_offset_minutes=-420).describe() == "daily at 09:00 (UTC-07:00)"
     assert make(trigger=Every(90)).describe() == "every 90 minutes"
+
+
+def test_describe_names_the_zone_instead_of_an_offset() -> None:
+    assert make(trigger=Daily(2, 30, tz="Europe/Berlin")).describe() == (
+        "daily at 02:30 (Europe/Berlin)"
+    )
+    cron = make(trigger=Cron("0 9 * * 1-5"), utc_offset_minutes=345)
+    assert cron.describe() == "cron '0 9 * * 1-5' (UTC+05:45)"
+    assert cron.time_zone == "UTC+05:45"
+    assert make(trigger=Cron("@daily", tz="Asia/Tokyo")).time_zone == "Asia/Tokyo"
+
+
+# --- time zones: Europe/Berlin springs forward on 2027-03-28 and falls back on 2027-10-31,
+# each time at 01:00 UTC.
+
+
+def utc(month: int, day: int, hour: int, minute: int = 0) -> int:
+    return int(datetime(2027, month, day, hour, minute, tzinfo=UTC).timestamp() * 1000)
+
+
+def test_a_zoned_daily_keeps_its_wall_clock_time_across_spring_forward() -> None:
+    schedule = make(trigger=Daily(2, 30, tz="Europe/Berlin"), now_ms=utc(3, 27, 12))
+    slots = schedule.upcoming(3)
+    # 02:30 does not exist on the 28th: it fires once, at the jump (03:00 CEST).
+    assert slots == [utc(3, 28, 1), utc(3, 29, 0, 30), utc(3, 30, 0, 30)]
+    assert [schedule.local_time(slot) for slot in slots] == [
+        "2027-03-28T03:00:00+02:00",
+        "2027-03-29T02:30:00+02:00",
+        "2027-03-30T02:30:00+02:00",
+    ]
+
+
+def test_a_zoned_daily_fires_once_on_the_day_the_clock_falls_back() -> None:
+    schedule = make(trigger=Daily(2, 30, tz="Europe/Berlin"), now_ms=utc(10, 30, 12))
+    first = schedule.next_due_ms
+    assert first == utc(10, 31, 0, 30)  # 02:30 CEST, its first occurrence
+    # Fired on time, the repeat of 02:30 (01:30 UTC, CET) is not a slot: the next is a day on.
+    after = schedule.fired(first, first + 1)
+    assert after.next_due_ms == utc(11, 1, 1, 30)
+    assert after.local_time(after.next_due_ms) == "2027-11-01T02:30:00+01:00"
+
+
+def test_a_fixed_offset_keeps_its_offset_across_the_same_days() -> None:
+    # No zone: +01:00 all year, as before zones existed.
+    schedule = make(trigger=Daily(2, 30), utc_offset_minutes=60, now_ms=utc(3, 27, 12))
+    assert schedule.upcoming(2) == [utc(3, 28, 1, 30), utc(3, 29, 1, 30)]
+    assert schedule.local_time(utc(3, 29, 1, 30)) == "2027-03-29T02:30:00+01:00"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"trigger": Daily(9, 0, tz="Mars/Base")}, "unknown time zone 'Mars/Base'"),
+        ({"trigger": Cron("0 9 * * *", tz="America")}, "unknown time zone 'America'"),
+        (
+            {"trigger": Weekly(0, 9, 0, tz="Europe/Berlin"), "utc_offset_minutes": 60},
+            "takes no utc_offset_minutes",
+        ),
+    ],
+)
+def test_a_zone_that_cannot_be_used_is_refused(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(DefinitionError, match=f"schedule 'monthly-spend': .*{message}"):
+        make(**changes)
+
+
+def test_local_iso_in_a_zone_uses_the_offset_of_that_moment() -> None:
+    assert local_iso(utc(1, 15, 12), 0, "Europe/Berlin") == "2027-01-15T13:00:00+01:00"
+    assert local_iso(utc(7, 15, 12), 0, "Europe/Berlin") == "2027-07-15T14:00:00+02:00"
+
+
+def test_a_schedule_stored_before_zones_existed_loads_and_fires_as_before() -> None:
+    # Text as a Relay without zones wrote it: a fixed offset and no `tz` on the trigger.
+    stored = json.dumps({
+        "name": "old", "recipe": {"name": "r", "template": "Do it.", "params": [],
+        "tool_names": None}, "values": {}, "trigger": {"kind": "daily", "hour": 9, "minute": 0},
+        "utc_offset_minutes": -420, "tools": None, "mode": "run", "budget": None,
+        "created_ms": T0, "last_run_ms": T0, "next_due_ms": 0,
+    })  # fmt: skip
+    schedule = Schedule.model_validate_json(stored)
+    assert schedule.tz is None
+    assert schedule.describe() == "daily at 09:00 (UTC-07:00)"
+    assert schedule.next_due_ms == Daily(9, 0).next_after(T0, -420)
+    assert schedule.local_time(schedule.next_due_ms) == "2023-11-15T09:00:00-07:00"
+    assert "tz" not in json.loads(schedule.model_dump_json())["trigger"]

@@ -1,15 +1,22 @@
-"""`relay schedule ...`: add, list, rm, preview and notifications of recurring recipes.
+"""`relay schedule ...`: add, list, show, rm, preview and notifications of recurring recipes.
 
     relay schedule add standup --template "Summarise {team}'s notes" -v team=core \\
         --daily 09:00 --utc-offset +05:45
     relay schedule add spend --recipe-file spend.json -v month="last month" --weekly mon 08:30
+    relay schedule add digest --template "Digest {team}" -v team=core \\
+        --daily 02:30 --tz Europe/Berlin
+    relay schedule add weekdays --template "Plan the day" --cron "0 9 * * 1-5" --tz Europe/Berlin
     relay schedule list [--json]
-    relay schedule preview standup -n 3
+    relay schedule show standup [--json]
+    relay schedule preview standup --count 3 [--json]
     relay schedule rm standup
     relay schedule notifications
 
 The Relay comes from the `relay` group's context (`--app` / RELAY_APP). Every
 error is one line on stderr and a non-zero exit.
+
+Times are shown on the schedule's own clock: its IANA zone (`--tz`), with the
+offset the zone has at that moment, or else its fixed `--utc-offset`.
 """
 
 from __future__ import annotations
@@ -24,10 +31,10 @@ from typing import Literal
 import click
 from pydantic import ValidationError
 
-from agent_core import Daily, Every, Recipe, Trigger, Weekly
+from agent_core import Cron, Daily, Every, Recipe, Trigger, Weekly
 from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
-from scheduler import Schedule
+from scheduler import Schedule, SchedulerError, calendar
 from scheduler.schedules import local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.terminal import json_text, one_line
@@ -56,7 +63,7 @@ def _errors() -> Iterator[None]:
     """Turn what a user can get wrong (and an unreachable Redis) into one line and exit 1."""
     try:
         yield
-    except (AgentError, RelayError, ValidationError, OSError) as error:
+    except (AgentError, RelayError, SchedulerError, ValidationError, OSError) as error:
         raise click.ClickException(_one_line(error)) from None
 
 
@@ -108,18 +115,47 @@ def _day(text: str) -> int:
     raise click.ClickException(f"--weekly takes a day such as mon or Monday (or 0-6), got {text!r}")
 
 
-def _trigger(every: int | None, daily: str | None, weekly: tuple[str, str] | None) -> Trigger:
-    given = [o for o, v in (("--every", every), ("--daily", daily), ("--weekly", weekly)) if v]
-    if len(given) != 1:
+def _zone(tz: str) -> str:
+    """Return `tz` if the zone data knows it (checked here, so the message names --tz)."""
+    try:
+        calendar.zone(tz)
+    except SchedulerError as error:
+        raise click.ClickException(f"--tz: {error}") from None
+    return tz
+
+
+def _trigger(
+    every: int | None,
+    daily: str | None,
+    weekly: tuple[str, str] | None,
+    cron: str | None,
+    tz: str | None,
+) -> Trigger:
+    named = (("--every", every), ("--daily", daily), ("--weekly", weekly), ("--cron", cron))
+    if len([option for option, value in named if value]) != 1:
         raise click.ClickException(
-            "give exactly one of --every MINUTES, --daily HH:MM, --weekly DAY HH:MM"
+            "give exactly one of --every MINUTES, --daily HH:MM, --weekly DAY HH:MM, --cron EXPR"
         )
     if every is not None:
+        if tz is not None:
+            raise click.ClickException("--tz goes with --daily, --weekly or --cron, not --every")
         return Every(every)
+    zone = None if tz is None else _zone(tz)
     if daily is not None:
-        return Daily(*_clock(daily, "--daily"))
+        return Daily(*_clock(daily, "--daily"), tz=zone)
+    if cron is not None:
+        return Cron(cron, tz=zone)
     assert weekly is not None
-    return Weekly(_day(weekly[0]), *_clock(weekly[1], "--weekly"))
+    return Weekly(_day(weekly[0]), *_clock(weekly[1], "--weekly"), tz=zone)
+
+
+def _offset(utc_offset: str | None, tz: str | None) -> int:
+    if utc_offset is None:
+        return 0
+    if tz is not None:
+        # The zone already says the offset, and when it changes.
+        raise click.ClickException("give --tz or --utc-offset, not both")
+    return parse_offset(utc_offset)
 
 
 def _pairs(items: tuple[str, ...], option: str, *, need_value: bool) -> dict[str, str]:
@@ -185,10 +221,20 @@ def schedule() -> None:
 @click.option("--daily", metavar="HH:MM", help="Every day at this local time.")
 @click.option("--weekly", nargs=2, metavar="DAY HH:MM", help="Every week, e.g. mon 09:00.")
 @click.option(
+    "--cron",
+    metavar="EXPR",
+    help='At the local minutes a five-field cron expression matches, e.g. "0 9 * * 1-5".',
+)
+@click.option(
+    "--tz",
+    metavar="ZONE",
+    help="The IANA time zone of --daily, --weekly or --cron, e.g. Europe/Berlin"
+    " (summer time included).",
+)
+@click.option(
     "--utc-offset",
-    default="+00:00",
-    show_default=True,
-    help="The offset of the schedule's local time, e.g. +05:45.",
+    metavar="OFFSET",
+    help="A fixed offset for the local time instead of --tz, e.g. +05:45 (default +00:00).",
 )
 @click.option("--notify", is_flag=True, help="Only record a notification; start no run.")
 @budget_options
@@ -203,7 +249,9 @@ def add(
     every: int | None,
     daily: str | None,
     weekly: tuple[str, str] | None,
-    utc_offset: str,
+    cron: str | None,
+    tz: str | None,
+    utc_offset: str | None,
     notify: bool,
     budget_tokens: int | None,
     budget_usd: float | None,
@@ -211,9 +259,9 @@ def add(
     deadline: float | None,
 ) -> None:
     """Add a schedule, or replace the one named NAME."""
-    offset = parse_offset(utc_offset)
+    offset = _offset(utc_offset, tz)
     with _errors():
-        trigger = _trigger(every, daily, weekly)
+        trigger = _trigger(every, daily, weekly, cron, tz)
         recipe = _recipe(name, recipe_file, template, params, tools)
         filled = _pairs(values, "--value", need_value=True)
         relay = _relay()
@@ -255,17 +303,55 @@ def rm(name: str) -> None:
     click.echo(f"removed {one_line(name)}")
 
 
+@schedule.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored schedule as JSON.")
+def show(name: str, *, as_json: bool) -> None:
+    """Show one schedule: its trigger, zone or offset, next firing and task."""
+    found = _find(name)
+    if as_json:
+        click.echo(json_text(json.dumps(found.model_dump(mode="json"), indent=2)))
+        return
+    trigger = found.trigger
+    rows = [
+        ("name", found.name),
+        ("when", found.describe()),
+        *([("cron", trigger.expression)] if isinstance(trigger, Cron) else []),
+        ("time zone", found.time_zone),
+        ("mode", found.mode),
+        ("next", f"{_next(found)}  ({_utc(found.next_due_ms)})"),
+        ("last run", _utc(found.last_run_ms)),
+        ("tools", "all" if found.tools is None else ", ".join(found.tools) or "none"),
+        ("task", found.task()),
+    ]
+    click.echo("\n".join(f"{label + ':':<11}{one_line(value)}" for label, value in rows))
+
+
 @schedule.command("preview")
 @click.argument("name")
-@click.option("-n", "count", type=click.IntRange(1, 1000), default=5, show_default=True)
-def preview(name: str, count: int) -> None:
-    """Print the next N firing times in the schedule's own offset."""
+@click.option(
+    "-n",
+    "--count",
+    type=click.IntRange(1, 1000),
+    default=5,
+    show_default=True,
+    metavar="N",
+    help="How many firings to show.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+def preview(name: str, count: int, *, as_json: bool) -> None:
+    """Print the next N firings: the schedule's local time (its zone, with the offset it
+    has then, or its fixed offset), then UTC."""
+    found = _find(name)
     with _errors():
-        found = next((s for s in _relay().schedules() if s.name == name), None)
-    if found is None:
-        raise click.ClickException(f"no schedule named {name!r}")
-    for slot in found.upcoming(count):
-        click.echo(local_iso(slot, found.utc_offset_minutes))
+        slots = found.upcoming(count)
+    if as_json:
+        firings = [{"ms": s, "local": found.local_time(s), "utc": _utc(s)} for s in slots]
+        shown = {"schedule": found.name, "time_zone": found.time_zone, "firings": firings}
+        click.echo(json_text(json.dumps(shown, indent=2)))
+        return
+    for slot in slots:
+        click.echo(f"{found.local_time(slot)}  {_utc(slot)}")
 
 
 @schedule.command("notifications")
@@ -288,8 +374,20 @@ def notifications(*, limit: int, as_json: bool) -> None:
 # --- output ----------------------------------------------------------------------------------
 
 
+def _find(name: str) -> Schedule:
+    with _errors():
+        found = next((s for s in _relay().schedules() if s.name == name), None)
+    if found is None:
+        raise click.ClickException(f"no schedule named {name!r}")
+    return found
+
+
 def _next(found: Schedule) -> str:
-    return local_iso(found.next_due_ms, found.utc_offset_minutes)
+    return found.local_time(found.next_due_ms)
+
+
+def _utc(ms: int) -> str:
+    return local_iso(ms, 0).removesuffix("+00:00") + "Z"
 
 
 def _cut(text: str) -> str:

@@ -2,6 +2,7 @@
 
     relay.schedule("monthly-spend", recipe, {"month": "last month", "limit": "50,000"},
                    Daily(hour=9), utc_offset_minutes=420)
+    relay.schedule("standup", recipe, {}, Cron("0 9 * * 1-5", tz="Europe/Berlin"))
     relay.schedules()            # each with its next_due_ms
     relay.unschedule("monthly-spend")
     relay.notifications()        # what notify-only schedules (and failed starts) recorded
@@ -65,12 +66,14 @@ class Scheduling:
         read the old one fires nothing). `now_ms` is when it counts as made, its
         first last run (default: now), so a daily 09:00 made at 10:00 first fires
         tomorrow. `mode="notify"` records a notification at each slot instead of
-        starting a run.
+        starting a run. A `Daily`, `Weekly` or `Cron` trigger with `tz` fires on
+        that zone's clock, summer time and all; it takes no `utc_offset_minutes`.
 
         Raises:
             RecipeError: `values` name a blank the recipe lacks or miss one it has.
-            DefinitionError: a bad name, trigger, offset or mode, or the recipe
-                names a tool this Relay has not registered.
+            DefinitionError: a bad name, trigger, offset or mode, a time zone
+                the zone data does not know, or the recipe names a tool this
+                Relay has not registered.
             StoreUnavailable: Redis cannot be reached.
         """
         made = Schedule.create(
