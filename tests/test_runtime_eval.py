@@ -169,7 +169,8 @@ def test_bad_invocations_say_what_is_wrong(
     assert "case 1 (x): expect.stpo" in refused.stderr
     shown = relay_command("eval", "--builtin", "--show", env=env)
     assert shown.returncode == 0
-    assert '"refused-transfer"' in shown.stdout
+    assert shown.stdout.startswith("# The built-in suite")  # the TOML as shipped, to copy
+    assert read_suite(shown.stdout.encode(), "shown").case[7].name == "refused-transfer"
 
 
 # --- a user's suite, on a fleet of the test app ----------------------------------------------

@@ -25,7 +25,13 @@ from workers.errors import RelayError
 from workers.evals.record import record_case
 from workers.evals.report import Line, Report, build_report
 from workers.evals.runner import TrialResult, check_suite, run_suite, trials_of
-from workers.evals.suite import BUILTIN_APP, Suite, builtin_suite, load_suite
+from workers.evals.suite import (
+    BUILTIN_APP,
+    Suite,
+    builtin_suite,
+    builtin_suite_text,
+    load_suite,
+)
 from workers.relay import Relay
 from workers.settings import Settings, redact_url
 
@@ -88,8 +94,9 @@ def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None
     report as JSON instead; --junit and --html write it to files as well.
     """
     suite, app = _chosen(obj, suite_file, builtin=options["builtin"])
-    if options["show"]:
-        click.echo(suite.model_dump_json(indent=2, exclude_defaults=True))
+    if options["show"]:  # the built-in suite as shipped, to copy; a file as it was read
+        shown = builtin_suite_text() if options["builtin"] else None
+        click.echo(shown or suite.model_dump_json(indent=2, exclude_defaults=True), nl=False)
         return
     with ExitStack() as stack:
         relay = _fleet(obj, app, stack, builtin=options["builtin"])

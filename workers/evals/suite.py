@@ -46,6 +46,7 @@ __all__ = [
     "Expect",
     "Suite",
     "builtin_suite",
+    "builtin_suite_text",
     "load_suite",
     "read_suite",
 ]
@@ -222,10 +223,14 @@ class Suite(BaseModel):
         return self
 
 
+def builtin_suite_text() -> str:
+    """The built-in suite's TOML, as shipped (`workers/evals/builtin.toml`)."""
+    return (resources.files("workers.evals") / "builtin.toml").read_text(encoding="utf-8")
+
+
 def builtin_suite() -> Suite:
     """The built-in suite (`workers/evals/builtin.toml`)."""
-    raw = (resources.files("workers.evals") / "builtin.toml").read_bytes()
-    return read_suite(raw, "the built-in suite", default_name="builtin")
+    return read_suite(builtin_suite_text().encode(), "the built-in suite", default_name="builtin")
 
 
 def load_suite(path: str | Path) -> Suite:
