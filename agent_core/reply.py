@@ -192,30 +192,78 @@ def _can_open_object(text: str, brace: int) -> bool:
 
 
 def first_object(text: str) -> dict[str, Any] | Unusable:
-    """Return the first complete JSON object in `text`, or why there is none."""
-    attempts = 0
-    candidate = text.find("{")
-    while candidate != -1 and attempts < MAX_CANDIDATES:
-        if not _can_open_object(text, candidate):
-            candidate = text.find("{", candidate + 1)
-            continue
-        attempts += 1
-        try:
-            value, _ = _DECODER.raw_decode(text, candidate)
-        except _RefusedError as refused:
-            return Unusable(f"your JSON could not be used: {refused}")
-        except json.JSONDecodeError as error:
-            resume = max(error.pos, candidate + 1)
-        except RecursionError:
-            resume = max(_past_deep_nesting(text, candidate), candidate + 1)
-        else:
-            if isinstance(value, dict):
-                if _depth_over(value, MAX_OBJECT_DEPTH):
-                    return Unusable(f"your JSON is nested more than {MAX_OBJECT_DEPTH} levels deep")
-                return _clean_strings(value) if "\\u" in text else value
-            resume = candidate + 1  # pragma: no cover - a value starting with { is a dict
-        candidate = text.find("{", resume)
-    return Unusable(NO_OBJECT)
+    """Return the first complete JSON object in `text` outside thinking, or why there is none.
+
+    A `<think>` or `</think>` counts as a tag only outside an object: inside a
+    JSON string of the reply it is text (a final may quote the tag), which is
+    how `stream.FinalStream` reads it too. A `</think>` with no `<think>` before
+    it closes thinking whose opening tag the server dropped, unless an object
+    that starts before it decodes across it.
+    """
+    scan = _Scan(text)
+    start = 0
+    close = text.find(THINK_CLOSE)
+    opened = text.find(THINK_OPEN)
+    if close != -1 and (opened == -1 or close < opened):
+        found = scan.objects(0, close, spanning=close)
+        if found is not None:
+            return found
+        start = close + len(THINK_CLOSE)
+    while True:
+        opened = text.find(THINK_OPEN, start)
+        found = scan.objects(start, len(text) if opened == -1 else opened)
+        if found is not None:
+            return found
+        if opened == -1:
+            return Unusable(NO_OBJECT)
+        closed = text.find(THINK_CLOSE, opened + len(THINK_OPEN))
+        if closed == -1:
+            return Unusable(NO_OBJECT)  # an unclosed <think> hides the rest
+        start = max(closed + len(THINK_CLOSE), scan.resume)
+
+
+class _Scan:
+    """Decodes candidate objects of one text, at most MAX_CANDIDATES in all."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.attempts = 0
+        self.resume = 0
+
+    def objects(
+        self, start: int, until: int, spanning: int = -1
+    ) -> dict[str, Any] | Unusable | None:
+        """Return the first object starting in [start, until) and ending past `spanning`.
+
+        A refusal is returned as it is; None when no candidate there decodes.
+        """
+        text = self.text
+        candidate = text.find("{", start, until)
+        while candidate != -1 and self.attempts < MAX_CANDIDATES:
+            if not _can_open_object(text, candidate):
+                candidate = text.find("{", candidate + 1, until)
+                continue
+            self.attempts += 1
+            try:
+                value, end = _DECODER.raw_decode(text, candidate)
+            except _RefusedError as refused:
+                return Unusable(f"your JSON could not be used: {refused}")
+            except json.JSONDecodeError as error:
+                self.resume = max(error.pos, candidate + 1)
+            except RecursionError:
+                self.resume = max(_past_deep_nesting(text, candidate), candidate + 1)
+            else:
+                if isinstance(value, dict) and end > spanning:
+                    return _accepted(value, text)
+                self.resume = end if isinstance(value, dict) else candidate + 1
+            candidate = text.find("{", self.resume, until)
+        return None
+
+
+def _accepted(value: dict[str, Any], text: str) -> dict[str, Any] | Unusable:
+    if _depth_over(value, MAX_OBJECT_DEPTH):
+        return Unusable(f"your JSON is nested more than {MAX_OBJECT_DEPTH} levels deep")
+    return _clean_strings(value) if "\\u" in text else value
 
 
 def ends_inside_object(text: str) -> bool:
@@ -302,7 +350,7 @@ def _clean_strings(found: dict[str, Any]) -> dict[str, Any]:
 
 def parse_reply(text: str) -> Reply:
     """Return what the model's reply means, or why it cannot be used."""
-    found = first_object(strip_thinking(clean(text)))
+    found = first_object(clean(text))
     if isinstance(found, Unusable):
         return found
     keys = [k for k in PROTOCOL_KEYS if k in found]

@@ -20,7 +20,7 @@ Decoding choices: a lone surrogate escape and an invalid escape (`\\q`, or a
 `\\u` with a non-hex digit) become U+FFFD; after a broken `\\u` the offending
 character is read as ordinary string text. Raw characters pass through as they
 are. Limits of reading in one pass: a `</think>` with no `<think>` before it
-(which `reply.strip_thinking` treats as closing hidden thinking) cannot be
+(which `reply.first_object` treats as closing hidden thinking) cannot be
 undone once text was shown; and of duplicate `final` keys, the first string
 one is shown.
 """

@@ -112,6 +112,28 @@ def test_a_final_in_prose_is_found_and_kept_exactly(text: str, prose: str, fence
     assert_healthy(agent, step)
 
 
+@pytest.mark.parametrize(
+    ("reply", "final"),
+    [
+        ('{"final": "<think>"}', "<think>"),  # a final may quote the tags
+        ('{"final": "wrap it in </think>"}', "wrap it in </think>"),
+        ('<think>maybe {"final": "no"}</think>{"final": "yes"}', "yes"),  # a thought is no reply
+        ('<think>a</think>{"final": "quote <think> here"}', "quote <think> here"),
+        ('dropped opening {"final": "no"} </think>{"final": "yes"}', "yes"),
+        ('{"final": "a </think> b"} trailing', "a </think> b"),
+    ],
+)
+def test_thinking_tags_count_outside_the_reply_object_only(reply: str, final: str) -> None:
+    step = fresh().reply(reply)
+    assert isinstance(step, Done)
+    assert step.outcome.summary == final
+
+
+def test_an_unclosed_think_hides_an_object_inside_it() -> None:
+    step = fresh().reply('<think>I could say {"final": "too soon"}')
+    assert not isinstance(step, Done)
+
+
 @FUZZ
 @given(blob=st.binary(max_size=200))
 def test_bytes_decoded_any_way_never_raise(blob: bytes) -> None:
