@@ -28,6 +28,7 @@ it fires next, does not load (the store logs it and never fires it).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
@@ -43,15 +44,31 @@ from pydantic import (
 
 from agent_core.errors import DefinitionError
 from agent_core.recipes import Recipe
-from agent_core.tools import check_name
+from agent_core.tools import Policy, Risk, check_name
 from agent_core.triggers import MAX_UTC_OFFSET_MINUTES, Cron, Daily, Every, Trigger, Weekly
 from scheduler import calendar
 from scheduler.errors import SchedulerError
 
-__all__ = ["MODES", "Mode", "Schedule", "format_offset", "local_iso"]
+__all__ = [
+    "MODES",
+    "NEVER_MS",
+    "OVERLAPS",
+    "Mode",
+    "Overlap",
+    "Schedule",
+    "format_offset",
+    "local_iso",
+]
 
 Mode = Literal["run", "notify"]
 MODES: tuple[Mode, ...] = ("run", "notify")
+Overlap = Literal["skip", "buffer_one", "allow_all", "cancel_previous"]
+OVERLAPS: tuple[Overlap, ...] = ("skip", "buffer_one", "allow_all", "cancel_previous")
+NEVER_MS = 253_402_300_799_000
+"""9999-12-31T23:59:59Z: where a paused or ended schedule sits in the due index."""
+MAX_WINDOW_MS = 366 * 24 * 60 * 60 * 1000
+"""The longest catch-up window and jitter: a leap year."""
+RISK_NAMES = frozenset(risk.value for risk in Risk)
 
 
 class Schedule(BaseModel):
@@ -77,6 +94,21 @@ class Schedule(BaseModel):
     """What each run may spend (the fields of `workers.Budget`), as plain data."""
     created_ms: int = Field(strict=True, ge=0)
     last_run_ms: int = Field(strict=True, ge=0)
+    overlap: Overlap = "skip"
+    """What a firing does while a run this schedule started is still running or waiting."""
+    approve_plan: bool = False
+    """Its runs' plans are approved by the schedule, not a person (calls still ask)."""
+    ask: tuple[str, ...] | None = None
+    """The risks whose calls ask a person (a Policy's `ask`); None: the app's policy.
+    MONEY always asks, whatever this says."""
+    catch_up_ms: int | None = Field(default=None, strict=True, ge=60_000, le=MAX_WINDOW_MS)
+    """A firing later than this after its time is recorded as missed, not started."""
+    jitter_ms: int = Field(default=0, strict=True, ge=0, le=MAX_WINDOW_MS)
+    """Each firing comes this much later at most: a fixed delay of the schedule's own."""
+    end_ms: int | None = Field(default=None, strict=True, ge=0)
+    """No firing after this time."""
+    paused: bool = False
+    pause_note: str = Field(default="", max_length=500)
 
     @classmethod
     def create(
@@ -90,6 +122,7 @@ class Schedule(BaseModel):
         mode: Mode = "run",
         budget: Mapping[str, int | float] | None = None,
         now_ms: int,
+        **options: Any,
     ) -> Schedule:
         """Return a new schedule made at `now_ms` (its first `last_run_ms`).
 
@@ -102,6 +135,10 @@ class Schedule(BaseModel):
                 "run" or "notify".
             RecipeError: `values` name a blank the recipe lacks, miss one it
                 has, or hold something other than text.
+
+        `options` are the other fields (`overlap`, `approve_plan`, `ask`,
+        `catch_up_ms`, `jitter_ms`, `end_ms`); a bad one is a DefinitionError
+        naming it.
         """
         check_name(name, "schedule")
         if not isinstance(recipe, Recipe):
@@ -126,9 +163,10 @@ class Schedule(BaseModel):
                 budget=None if budget is None else dict(budget),
                 created_ms=now_ms,
                 last_run_ms=now_ms,
+                **options,
             )
-        except ValidationError as error:  # pragma: no cover - everything was checked above
-            raise DefinitionError(f"schedule {name!r} cannot be made: {error}") from None
+        except ValidationError as error:
+            raise DefinitionError(f"schedule {name!r}: {first_error(error)}") from None
 
     @model_validator(mode="before")
     @classmethod
@@ -148,6 +186,10 @@ class Schedule(BaseModel):
         # fire again): refuse it here, so the store logs the schedule as unreadable
         # and looks again later, instead of the tick failing on it.
         _check_firing(self.name, self.trigger, self.last_run_ms, self.utc_offset_minutes)
+        if self.ask is not None and not set(self.ask) <= RISK_NAMES:
+            raise DefinitionError(
+                f"schedule {self.name!r}: ask names risks from {sorted(RISK_NAMES)}"
+            )
         allowed = self.recipe.tool_names
         if self.tools is not None and allowed is not None and not set(self.tools) <= set(allowed):
             raise DefinitionError(f"schedule {self.name!r} lists tools its recipe does not allow")
@@ -160,6 +202,30 @@ class Schedule(BaseModel):
         return calendar.next_fire(
             self.trigger, self.last_run_ms, utc_offset_minutes=self.utc_offset_minutes
         )
+
+    @property
+    def jitter_offset_ms(self) -> int:
+        """How much later than its time each firing comes: fixed per schedule name, below
+        `jitter_ms`, so a thousand 09:00 schedules spread over the window the same way
+        every day (and every beat agrees)."""
+        if self.jitter_ms == 0:
+            return 0
+        digest = hashlib.sha256(self.name.encode()).digest()
+        return int.from_bytes(digest[:8], "big") % self.jitter_ms
+
+    @property
+    def fire_at_ms(self) -> int:
+        """When the next firing happens: the slot plus the jitter, or NEVER_MS while
+        paused or once the next slot lies past `end_ms`."""
+        slot = self.next_due_ms
+        if self.paused or (self.end_ms is not None and slot > self.end_ms):
+            return NEVER_MS
+        return slot + self.jitter_offset_ms
+
+    @property
+    def policy(self) -> Policy | None:
+        """The policy its runs decide by, or None for the app's own."""
+        return None if self.ask is None else Policy(ask=frozenset(Risk(r) for r in self.ask))
 
     @property
     def tz(self) -> str | None:
@@ -176,8 +242,9 @@ class Schedule(BaseModel):
         return self.recipe.fill(self.values)
 
     def due(self, now_ms: int) -> bool:
-        """Return whether a slot has come by `now_ms` (a missed slot counts)."""
-        return now_ms >= self.next_due_ms
+        """Return whether a firing has come by `now_ms` (a missed slot counts; never
+        while paused or past the end)."""
+        return now_ms >= self.fire_at_ms
 
     def fired(self, slot_ms: int, now_ms: int) -> Schedule:
         """Return this schedule as it is once `slot_ms` fired at `now_ms`."""
@@ -230,6 +297,13 @@ def _check_firing(name: str, trigger: Trigger, after_ms: int, utc_offset_minutes
         raise DefinitionError(
             f"schedule {name!r}: a trigger in a time zone ({tz}) takes no utc_offset_minutes"
         )
+
+
+def first_error(error: ValidationError) -> str:
+    """One line naming what is wrong: pydantic's own text runs over several lines with a URL."""
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]
 
 
 def format_offset(minutes: int) -> str:

@@ -9,8 +9,15 @@ ending in the slot's hash tag, and a schedule in the shard of its name's slot
     {prefix}schedule-due                   sorted set: name scored by its next due ms
     {prefix}schedule-slot:{name}:{slot}    "1" while the slot is claimed (SET NX, expires)
     {prefix}notifications                  list of Notification JSON, newest first, capped
-    {prefix}schedule-firing                sorted set: "name|slot" of run slots claimed
-                                           but whose run is not known to exist yet
+    {prefix}schedule-firing                sorted set: "name|slot|source" of run slots
+                                           claimed but whose run is not known to exist yet
+    {prefix}schedule-history:{name}        list of Firing JSON, newest first, capped
+    {prefix}schedule-queue:{name}          sorted set: "source:slot" of firings asked for
+                                           outside the schedule's times (run now,
+                                           backfill, buffered), by slot
+    {prefix}schedule-queued                sorted set: names with a queue, by its first slot
+    {prefix}schedule-runs:{name}           sorted set: the last RECENT_RUNS runs it started,
+                                           by when (the overlap policy asks which still go)
 
 Theory of operation. Any number of ticks (two beats, a retried or slow tick,
 several worker threads) may look at one due schedule at once. Each reads the
@@ -20,8 +27,13 @@ one Lua script that in one step
      replaced, removed or already advanced by another tick: no fire),
   2. takes `schedule-slot:{name}:{slot}` with SET NX (else someone has it: no fire),
   3. stores the schedule with its new `last_run_ms` and next due time, and
-  4. for a notify-only schedule, pushes its notification.
-  5. for a run schedule, records the slot as firing.
+  4. for a notify-only schedule, pushes its notification,
+  5. for a slot that starts a run, records the slot as firing,
+  6. writes what the slot did to the schedule's history (fired, skipped, missed,
+     buffered: the tick decides, from the overlap policy and the catch-up window).
+A queued firing is taken the same way by `take`: removing it from the queue is
+the claim (ZREM answers 1 for one caller), with its firing and history entry in
+the same script.
 Claim and last-run update cannot be split by a crash, so a slot is never fired
 twice and never left claimed with the old last run. A run slot's run gets an id
 derived from the schedule and the slot (`fire_id`), and the slot stays in the
@@ -47,15 +59,18 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from scheduler.schedules import Schedule
+from scheduler.history import HISTORY_MAX, Firing, Source
+from scheduler.schedules import Schedule, first_error
 
 __all__ = [
     "Due",
     "Notification",
     "OneShard",
+    "Queued",
     "ScheduleKeys",
     "ScheduleShards",
     "ScheduleStore",
+    "SlotOutcome",
     "fire_id",
 ]
 
@@ -67,10 +82,15 @@ NOTIFICATIONS_MAX = 1_000
 """Notifications kept (per shard, on a cluster), the newest."""
 READ_MAX = 1_000
 """Due schedules (and unconfirmed slots) one tick takes at most; the next tick takes the rest."""
+RECENT_RUNS = 20
+"""Runs a schedule started that are kept to ask which still go (the overlap policy)."""
 UNREADABLE_RETRY_MS = 60 * 60 * 1000
 """When a schedule whose stored text cannot be read is looked at (and logged) again."""
 
-_CLAIM = files("scheduler").joinpath("claim.lua").read_text(encoding="utf-8")
+_CLAIM, _TAKE, _UPDATE = (
+    files("scheduler").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    for name in ("claim", "take", "update")
+)
 
 
 @dataclass(frozen=True)
@@ -82,6 +102,10 @@ class ScheduleKeys:
     slot_prefix: str
     firing: str
     notifications: str
+    history_prefix: str
+    queue_prefix: str
+    queued: str
+    runs_prefix: str
 
     @classmethod
     def under(cls, prefix: str, tag: str = "") -> ScheduleKeys:
@@ -93,13 +117,26 @@ class ScheduleKeys:
             slot_prefix=f"{prefix}schedule-slot{tag}:",
             firing=f"{prefix}schedule-firing{tag}",
             notifications=f"{prefix}notifications{tag}",
+            history_prefix=f"{prefix}schedule-history{tag}:",
+            queue_prefix=f"{prefix}schedule-queue{tag}:",
+            queued=f"{prefix}schedule-queued{tag}",
+            runs_prefix=f"{prefix}schedule-runs{tag}:",
         )
+
+    def runs(self, name: str) -> str:
+        return f"{self.runs_prefix}{name}"
+
+    def history(self, name: str) -> str:
+        return f"{self.history_prefix}{name}"
+
+    def queue(self, name: str) -> str:
+        return f"{self.queue_prefix}{name}"
 
     def slot(self, name: str, slot_ms: int) -> str:
         return f"{self.slot_prefix}{name}:{slot_ms}"
 
 
-Index = Literal["due", "firing"]
+Index = Literal["due", "firing", "queued"]
 """The sorted sets of a shard the tick reads by score."""
 
 
@@ -173,13 +210,48 @@ class Due:
         return self.schedule.next_due_ms
 
 
-def firing_member(name: str, slot_ms: int) -> str:
-    return f"{name}|{slot_ms}"
+@dataclass(frozen=True)
+class Queued:
+    """A firing asked for outside the schedule's times, waiting in its queue."""
+
+    source: Source
+    slot_ms: int
+
+    @property
+    def member(self) -> str:
+        return f"{self.source}:{self.slot_ms}"
 
 
-def fire_id(name: str, slot_ms: int) -> str:
-    """The id of the run a schedule's slot starts: the same for every tick that tries."""
-    return "s" + hashlib.sha256(f"{name}\0{slot_ms}".encode()).hexdigest()[:15]
+@dataclass(frozen=True)
+class SlotOutcome:
+    """What a claimed slot does: its history entry, and whether it starts a run."""
+
+    firing: Firing
+    notification: Notification | None = None
+    queue: Queued | None = None
+    """A firing `buffer_one` keeps for when the run before it ends."""
+
+    @property
+    def starts(self) -> bool:
+        return self.firing.kind == "fired"
+
+
+def firing_member(name: str, slot_ms: int, source: Source = "schedule") -> str:
+    if source in ("schedule", "buffer"):
+        return f"{name}|{slot_ms}"  # as before there were other sources
+    return f"{name}|{slot_ms}|{source}"
+
+
+def fire_id(name: str, slot_ms: int, source: Source = "schedule") -> str:
+    """The id of the run a firing starts: the same for every tick that tries.
+
+    A buffered slot starts the run its time would have; a run-now or backfilled
+    firing gets an id of its own, so backfilling a slot that already fired runs it again.
+    """
+    text = f"{name}\0{slot_ms}"
+    if source not in ("schedule", "buffer"):
+        text += f"\0{source}"
+    return "s" + hashlib.sha256(text.encode()).hexdigest()[:15]
 
 
 def _text(value: bytes | str) -> str:
@@ -200,6 +272,8 @@ class ScheduleStore:
         self.prefix = prefix
         self.shards = shards or OneShard(redis_client, ScheduleKeys.under(prefix))
         self._claim: Any = redis_client.register_script(_CLAIM)
+        self._take: Any = redis_client.register_script(_TAKE)
+        self._update: Any = redis_client.register_script(_UPDATE)
 
     def put(self, schedule: Schedule) -> bool:
         """Store `schedule`, replacing one of the same name; return True if it replaced one.
@@ -211,14 +285,29 @@ class ScheduleStore:
         self.shards.enlist(schedule.name)
         pipe = self.redis.pipeline(transaction=True)
         pipe.hset(keys.schedules, schedule.name, schedule.model_dump_json())
-        pipe.zadd(keys.due, {schedule.name: schedule.next_due_ms})
+        pipe.zadd(keys.due, {schedule.name: schedule.fire_at_ms})
         added, _ = pipe.execute()
         return not added
 
     def get(self, name: str) -> Schedule | None:
         """Return the schedule of that name, or None (also when its stored text is unusable)."""
+        found = self.read(name)
+        return None if found is None else found.schedule
+
+    def read(self, name: str) -> Due | None:
+        """Return the schedule with its stored text (for `update`), or None."""
         stored = self.redis.hget(self.shards.of(name).schedules, name)
-        return None if stored is None else _load(name, stored)
+        schedule = None if stored is None else _load(name, stored)
+        return None if schedule is None or stored is None else Due(schedule, stored)
+
+    def update(self, read: Due, changed: Schedule, firing: Firing) -> bool:
+        """Store `changed` in place of the schedule as `read`, with its history entry;
+        False (nothing written) if the schedule changed or went since it was read."""
+        keys = self.shards.of(changed.name)
+        args = [changed.name, read.stored, changed.model_dump_json(), changed.fire_at_ms]
+        args += [firing.model_dump_json(), HISTORY_MAX]
+        done = self._update(keys=[keys.schedules, keys.due, keys.history(changed.name)], args=args)
+        return bool(done)
 
     def all(self) -> list[Schedule]:
         """Return every usable schedule, by name."""
@@ -235,7 +324,9 @@ class ScheduleStore:
         pipe = self.redis.pipeline(transaction=True)
         pipe.hdel(keys.schedules, name)
         pipe.zrem(keys.due, name)
-        removed, _ = pipe.execute()
+        pipe.delete(keys.history(name), keys.queue(name), keys.runs(name))
+        pipe.zrem(keys.queued, name)
+        removed, *_ = pipe.execute()
         return bool(removed)
 
     def due(self, now_ms: int) -> list[Due]:
@@ -264,60 +355,130 @@ class ScheduleStore:
             elif schedule is None:
                 fixes.zadd(index, {name: now_ms + UNREADABLE_RETRY_MS}, xx=True)
             elif not schedule.due(now_ms):  # never early
-                fixes.zadd(index, {name: schedule.next_due_ms}, xx=True)
+                fixes.zadd(index, {name: schedule.fire_at_ms}, xx=True)
             else:
                 found.append(Due(schedule, stored))
         if len(fixes):
             fixes.execute()
         return found
 
-    def claim(self, due: Due, now_ms: int, notification: Notification | None = None) -> bool:
-        """Claim `due`'s slot; True for exactly one caller per (schedule, slot).
+    def claim(self, due: Due, slot_ms: int, now_ms: int, outcome: SlotOutcome) -> bool:
+        """Claim `slot_ms` of `due`'s schedule; True for exactly one caller per (schedule, slot).
 
-        The winner's claim also stored the schedule's new last run and, if given,
-        the notification. False: another tick claimed it, or the schedule was
-        replaced, removed or advanced since it was read.
+        The winner's claim also stored the schedule's new last run, the outcome's
+        history entry and, as the outcome says, its notification, its firing (a run
+        to start) or its buffered firing. False: another tick claimed it, or the
+        schedule was replaced, removed or advanced since it was read.
         """
         schedule = due.schedule
-        updated = schedule.fired(due.slot_ms, now_ms)
+        updated = schedule.fired(slot_ms, now_ms)
         keys = self.shards.of(schedule.name)
+        notice, queued = outcome.notification, outcome.queue
         args = [
             schedule.name,
             due.stored,
             updated.model_dump_json(),
-            updated.next_due_ms,
+            updated.fire_at_ms,
             SLOT_TTL_MS,
-            "" if notification is None else notification.model_dump_json(),
+            "" if notice is None else notice.model_dump_json(),
             NOTIFICATIONS_MAX,
-            firing_member(schedule.name, due.slot_ms),
+            firing_member(schedule.name, slot_ms) if outcome.starts else "",
             now_ms,
+            outcome.firing.model_dump_json(),
+            HISTORY_MAX,
+            "" if queued is None else queued.member,
+            0 if queued is None else queued.slot_ms,
+            outcome.firing.run_id or "",
+            RECENT_RUNS,
         ]
-        taken = keys.slot(schedule.name, due.slot_ms)  # the key whose SET NX claims the slot
+        taken = keys.slot(schedule.name, slot_ms)  # the key whose SET NX claims the slot
+        name = schedule.name
+        named = [keys.history(name), keys.queue(name), keys.queued, keys.runs(name)]
         answer = self._claim(
-            keys=[keys.schedules, keys.due, taken, keys.notifications, keys.firing], args=args
+            keys=[keys.schedules, keys.due, taken, keys.notifications, keys.firing, *named],
+            args=args,
         )
-        return (answer.decode() if isinstance(answer, bytes) else answer) == "claimed"
+        return _text(answer) == "claimed"
 
-    def fired(self, name: str, slot_ms: int) -> None:
+    def enqueue(self, name: str, firings: list[Queued]) -> None:
+        """Queue firings outside the schedule's times; the tick takes them (`take`)."""
+        if not firings:
+            return
+        keys = self.shards.of(name)
+        self.shards.enlist(name)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(keys.queue(name), {f.member: f.slot_ms for f in firings})
+        pipe.zadd(keys.queued, {name: min(f.slot_ms for f in firings)}, lt=True)
+        pipe.execute()
+
+    def queued_names(self, now_ms: int) -> list[str]:
+        """Return the schedules whose queue holds a firing due by `now_ms` (at most READ_MAX)."""
+        return [name for name, _ in self.shards.lowest("queued", now_ms, READ_MAX)]
+
+    def queue(self, name: str, limit: int) -> list[Queued]:
+        """Return up to `limit` queued firings of the schedule, soonest first."""
+        found = self.redis.zrange(self.shards.of(name).queue(name), 0, limit - 1)
+        return [q for q in (_queued(_text(member)) for member in found) if q is not None]
+
+    def take(self, name: str, queued: Queued, now_ms: int, firing: Firing) -> bool:
+        """Take a queued firing with its history entry (and, if it starts a run, its
+        firing); True for exactly one caller."""
+        keys = self.shards.of(name)
+        starts = firing.kind == "fired"
+        args = [
+            queued.member,
+            name,
+            firing_member(name, queued.slot_ms, queued.source) if starts else "",
+            now_ms,
+            firing.model_dump_json(),
+            HISTORY_MAX,
+            firing.run_id or "",
+            RECENT_RUNS,
+        ]
+        named = [keys.queue(name), keys.queued, keys.firing, keys.history(name), keys.runs(name)]
+        answer = self._take(keys=named, args=args)
+        return _text(answer) == "taken"
+
+    def recent_runs(self, name: str) -> list[tuple[str, int]]:
+        """Return (run id, when it fired) of the last RECENT_RUNS runs the schedule
+        started, newest first."""
+        key = self.shards.of(name).runs(name)
+        found = self.redis.zrevrange(key, 0, RECENT_RUNS - 1, withscores=True)
+        return [(_text(run_id), int(at)) for run_id, at in found]
+
+    def history(self, name: str, limit: int = HISTORY_MAX) -> list[Firing]:
+        """Return the schedule's history, newest first (unreadable entries skipped)."""
+        found = []
+        for stored in self.redis.lrange(self.shards.of(name).history(name), 0, limit - 1):
+            try:
+                found.append(Firing.model_validate_json(stored))
+            except ValidationError:
+                log.warning("schedule %r: skipping an unreadable history entry", name)
+        return found
+
+    def fired(self, name: str, firing: Queued) -> None:
         """Forget a firing slot: its run exists (or cannot ever start)."""
-        self.redis.zrem(self.shards.of(name).firing, firing_member(name, slot_ms))
+        member = firing_member(name, firing.slot_ms, firing.source)
+        self.redis.zrem(self.shards.of(name).firing, member)
 
-    def stale_firings(self, older_than_ms: int) -> list[tuple[str, int]]:
-        """Return (schedule name, slot) of slots claimed before `older_than_ms` whose
+    def stale_firings(self, older_than_ms: int) -> list[tuple[str, Queued]]:
+        """Return (schedule name, firing) of slots claimed before `older_than_ms` whose
         run was never confirmed: the tick that claimed them stopped midway."""
         found = []
         for member, _ in self.shards.lowest("firing", older_than_ms, READ_MAX):
-            name, _, slot = member.rpartition("|")
-            if name and slot.isdigit():
-                found.append((name, int(slot)))
+            name, _, rest = member.partition("|")
+            slot, _, source = rest.partition("|")
+            queued = _queued(f"{source or 'schedule'}:{slot}")
+            if name and queued is not None:
+                found.append((name, queued))
             else:  # not written by a claim
                 self._drop_firing(member)
         return found
 
-    def forget_firing(self, name: str, slot_ms: int) -> None:
+    def forget_firing(self, name: str, firing: Queued) -> None:
         """Forget a firing slot of a schedule that no longer exists, in whichever shard
         holds it (a schedule's own shard, unless someone wrote it elsewhere)."""
-        self._drop_firing(firing_member(name, slot_ms))
+        self._drop_firing(firing_member(name, firing.slot_ms, firing.source))
 
     def _drop_firing(self, member: str) -> None:
         pipe = self.redis.pipeline(transaction=False)
@@ -352,14 +513,21 @@ class ScheduleStore:
         return found[:limit]
 
 
+_SOURCES: frozenset[str] = frozenset(("schedule", "run now", "backfill", "buffer"))
+
+
+def _queued(member: str) -> Queued | None:
+    """A queue member ("source:slot") read back, or None if nobody wrote it so."""
+    source, _, slot = member.rpartition(":")
+    if source not in _SOURCES or not slot.isdigit():
+        return None
+    return Queued(source, int(slot))  # type: ignore[arg-type]
+
+
 def _load(name: str, stored: bytes | str) -> Schedule | None:
     try:
         return Schedule.model_validate_json(stored)
     except ValidationError as error:
-        # One line naming what is wrong (say an unknown time zone): pydantic's own text
-        # runs over several lines with a URL.
-        first = error.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        problem = f"{where}: {first['msg']}" if where else first["msg"]
+        problem = first_error(error)  # say an unknown time zone
         log.warning("schedule %r cannot be read, so it never fires: %s", name, problem)
         return None

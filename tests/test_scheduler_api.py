@@ -214,7 +214,8 @@ def test_a_berlin_daily_fires_once_a_day_across_the_clock_changes(
     relay: Relay, made: int, slots: list[int]
 ) -> None:
     relay.schedule(
-        "digest", RECIPE, {"note": "a.txt"}, Daily(2, 30, tz="Europe/Berlin"), now_ms=made
+        "digest", RECIPE, {"note": "a.txt"}, Daily(2, 30, tz="Europe/Berlin"), now_ms=made,
+        overlap="allow_all",  # no worker here: every run stays running
     )
     fired = tick_through(relay, every(made, made + 2 * DAY, 15 * MINUTE))
     assert fired == {slot: [fire_id("digest", slot)] for slot in slots}
@@ -225,7 +226,8 @@ def test_a_cron_schedule_fires_on_its_matching_minutes_only_once_each(relay: Rel
     # Weekdays at 09:00, 09:20 and 09:40 Berlin time: CET (UTC+1) on Friday the 26th,
     # CEST (UTC+2) on Monday the 29th; nothing on the weekend between.
     trigger = Cron("*/20 9 * * 1-5", tz="Europe/Berlin")
-    relay.schedule("standup", RECIPE, {"note": "a.txt"}, trigger, now_ms=utc(3, 26, 7))
+    made = utc(3, 26, 7)  # no worker here: every run stays running, so allow them all
+    relay.schedule("standup", RECIPE, {"note": "a.txt"}, trigger, now_ms=made, overlap="allow_all")
     nows = [
         *every(utc(3, 26, 7, 50), utc(3, 26, 8, 50), MINUTE),
         *every(utc(3, 26, 9), utc(3, 29, 6), 60 * MINUTE),

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from agent_core import Daily, Every, Recipe, Trigger, Weekly
+from agent_core import Daily, Every, Policy, Recipe, Trigger, Weekly
 from scheduler import Schedule, ScheduleStore, StoreUnreachable, tick
-from scheduler.store import READ_MAX, UNREADABLE_RETRY_MS, fire_id
+from scheduler.history import Firing
+from scheduler.store import READ_MAX, UNREADABLE_RETRY_MS, Due, SlotOutcome, fire_id
 from scheduler.tick import REFIRE_AFTER_MS
 from tests.support.redis_cluster import Cluster, redis_cluster
 from tests.support.redis_server import RedisServer
@@ -48,6 +49,10 @@ class Started:
     notes: tuple[str, ...] | None
     recipe: str | None
     schedule: str | None
+    run_id: str | None = None
+    policy: Policy | None = None
+    approve_plan: bool = False
+    fired_ms: int | None = None
 
 
 @dataclass
@@ -62,7 +67,24 @@ class RecordingHost:
     unreachable: int = 0
     """How many more starts fail as if the store were away (StoreUnreachable)."""
     ids: dict[str, str] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+    """Run id -> state; a run started here and not listed has finished."""
+    cancelled: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run_states(self, run_ids: Sequence[str]) -> list[str | None]:
+        with self.lock:
+            return [
+                self.states.get(r, "finished") if r in self.ids else None for r in run_ids
+            ]
+
+    def cancel(self, run_id: str, reason: str = "") -> bool:
+        del reason
+        with self.lock:
+            self.cancelled.append(run_id)
+            going = self.states.get(run_id) in ("running", "waiting")
+            self.states[run_id] = "finished"
+        return going
 
     def schedule_notes(self, name: str) -> list[str]:
         return list(self.notes.get(name, []))
@@ -78,6 +100,9 @@ class RecordingHost:
         schedule: str | None = None,
         run_id: str | None = None,
         budget: Any = None,
+        policy: Policy | None = None,
+        approve_plan: bool = False,
+        fired_ms: int | None = None,
     ) -> str:
         del context, budget  # the tick gives no context; budgets are the Relay's business
         if schedule in self.refuse:
@@ -95,6 +120,10 @@ class RecordingHost:
                     None if notes is None else tuple(notes),
                     recipe,
                     schedule,
+                    run_id,
+                    policy,
+                    approve_plan,
+                    fired_ms,
                 )
             )
             label = f"run-{len(self.starts)}"
@@ -162,6 +191,13 @@ def make(
         mode=mode,  # type: ignore[arg-type]
         now_ms=at,
     )
+
+
+def claim(store: ScheduleStore, due: Due, now_ms: int) -> bool:
+    """Claim the due slot as a tick that fires it would."""
+    run_id = fire_id(due.schedule.name, due.slot_ms)
+    firing = Firing(kind="fired", slot_ms=due.slot_ms, at_ms=now_ms, run_id=run_id)
+    return store.claim(due, due.slot_ms, now_ms, SlotOutcome(firing))
 
 
 def fired_slots(host: RecordingHost) -> list[str | None]:
@@ -241,7 +277,10 @@ def test_six_concurrent_ticks_at_one_moment_fire_each_slot_once(
     seed = stores()
     for name in names:
         seed.put(make(name, Every(1), thing=name))
-    hosts = [RecordingHost(stores()) for _ in range(6)]
+    # One fleet: the runs any of them started are the runs all of them see.
+    ids: dict[str, str] = {}
+    lock = threading.Lock()
+    hosts = [RecordingHost(stores(), ids=ids, lock=lock) for _ in range(6)]
     rounds = 25
     barrier = threading.Barrier(len(hosts))
     errors: list[BaseException] = []
@@ -275,7 +314,7 @@ def test_a_schedule_removed_while_due_does_not_fire(host: RecordingHost) -> None
     slot = T0 + 5 * MINUTE
     [seen] = store.due(slot)  # a tick has read it ...
     assert store.remove("daily-check") is True  # ... when it is removed
-    assert store.claim(seen, slot) is False
+    assert claim(store, seen, slot) is False
     assert tick(host, slot) == []
     assert tick(host, slot + DAY) == []
     assert host.starts == []
@@ -291,7 +330,7 @@ def test_a_schedule_replaced_while_due_fires_the_replacement_on_its_own_times(
     [seen] = store.due(slot)  # a tick has read the old one ...
     replaced = store.put(make(thing="the new ledger", at=slot + 1_000))  # ... when it is replaced
     assert replaced is True
-    assert store.claim(seen, slot + 2_000) is False  # the old one's slot does not fire
+    assert claim(store, seen, slot + 2_000) is False  # the old one's slot does not fire
     assert tick(host, slot + 2_000) == []  # the new one was made a moment ago: not due
     assert [s.name for s in store.all()] == ["daily-check"]
 
@@ -306,7 +345,7 @@ def test_a_slow_tick_that_read_a_schedule_long_ago_fires_nothing(host: Recording
     [slow] = store.due(slot)
     assert tick(host, slot) == ["run-1"]  # a quick tick fires the slot
     assert tick(host, slot + MINUTE) == ["run-2"]  # and the next
-    assert store.claim(slow, slot + 3 * MINUTE) is False  # the slow one wakes up
+    assert claim(store, slow, slot + 3 * MINUTE) is False  # the slow one wakes up
     assert len(host.starts) == 2
 
 
@@ -323,6 +362,8 @@ def test_a_fired_run_has_the_filled_task_the_recipe_tools_and_the_schedule_notes
             notes=("first note", "second note"),
             recipe="check",
             schedule="daily-check",
+            run_id=fire_id("daily-check", T0 + 5 * MINUTE),
+            fired_ms=T0 + 5 * MINUTE,
         )
     ]
 

@@ -36,6 +36,7 @@ from agent_core import (
     Attachment,
     Config,
     Outcome,
+    Policy,
     Recipe,
     Risk,
     Skill,
@@ -317,6 +318,9 @@ class Relay:
         memory: str | None = None,
         route: str | Sequence[str] | None = None,
         recorded: Mapping[str, Sequence[Recorded]] | None = None,
+        policy: Policy | None = None,
+        approve_plan: bool = False,
+        fired_ms: int | None = None,
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
@@ -332,17 +336,26 @@ class Relay:
         `route`: the model route(s) its calls take, in order (default: all). `recorded`:
         tools whose calls never run, each answered with the `Recorded` outcome for its
         arguments (or for any), else an error: what `relay eval` runs cases with.
+        `policy` replaces the config's (MONEY still asks); `approve_plan` approves the
+        run's plan when the model makes it (its calls still ask as the policy says);
+        `fired_ms`: the firing of `schedule` that starts it (the tick gives both).
 
         Raises:
             RelayError: the task or attachments are too large, or a name is unusable.
             StoreUnavailable: Redis cannot be reached.
         """
         names, stubs = recorded_stubs(recorded, {t.name: t for t in self.tools})
+        config = config or self.config
+        if policy is not None:
+            if not isinstance(policy, Policy):
+                raise RelayError(f"policy must be an agent_core.Policy, not {policy!r}")
+            config = config.model_copy(update={"policy": policy})
         record, snapshot, start = new_run(
-            self.kit, task, context, config or self.config, remembered=self.memory,
+            self.kit, task, context, config, remembered=self.memory,
             attachments=attachments, budget=budget, tools=tools, notes=notes, recipe=recipe,
             schedule=schedule, run_id=run_id, key=key, memory=memory, app=self.name,
             routes=checked_routes(route, [r.name for r in self.routes]), recorded=names,
+            fired_ms=fired_ms, approve_plan=approve_plan is True,
         )  # fmt: skip
         parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms
@@ -515,6 +528,10 @@ class Relay:
         """Stop a run and its children; False if it had finished already."""
         return self.runs_client.cancel(run_id, reason)
 
+    def run_states(self, run_ids: Sequence[str]) -> list[str | None]:
+        """Each run's state ("running", "waiting", "finished"), None for no such run."""
+        return [None if b is None else b[0] for b in self._built().store.briefs(run_ids)]
+
     def trace(self, run_id: str) -> list[TraceEntry]:
         """The run's trace so far (its own events; children have their own)."""
         return self.runs_client.trace(run_id)
@@ -583,9 +600,11 @@ class Relay:
         mode: Mode = "run",
         budget: Budget | None = None,
         now_ms: int | None = None,
+        **options: Any,
     ) -> Schedule:
         """Schedule `recipe`, filled with `values`, to fire on `trigger`, each run within
-        `budget` (see Scheduling)."""
+        `budget`; `options`: `overlap`, `approve_plan`, `ask`, `catch_up_ms`, `jitter_ms`,
+        `end_ms` (see Scheduling)."""
         return self.scheduling.schedule(
             name,
             recipe,
@@ -595,6 +614,7 @@ class Relay:
             mode=mode,
             budget=budget,
             now_ms=now_ms,
+            **options,
         )
 
     def schedules(self) -> list[Schedule]:

@@ -108,6 +108,7 @@ class RunsClient:
             children=record.children,
             recipe=record.recipe,
             schedule=record.schedule,
+            fired_ms=record.fired_ms,
             usage=record.usage,
             total_usage=total,
             budget=self._budget(record),

@@ -6,6 +6,10 @@
     relay.schedules()            # each with its next_due_ms
     relay.unschedule("monthly-spend")
     relay.notifications()        # what notify-only schedules (and failed starts) recorded
+    relay.scheduling.pause("standup", note="holidays"); relay.scheduling.resume("standup")
+    relay.scheduling.run_now("standup")                 # fire once now, under its overlap policy
+    relay.scheduling.backfill("standup", start_ms, end_ms)  # the firings in the range
+    relay.scheduling.history("standup")                 # what each firing did, newest first
 
 The schedules themselves live in `scheduler.ScheduleStore`, on this Relay's
 Redis and key prefix (on a cluster, in shards: workers.store.schedule_shards); the beat's
@@ -16,16 +20,38 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from agent_core import Recipe, Tool, Trigger
-from scheduler import Notification, Schedule, ScheduleStore
+from scheduler import Notification, Schedule, ScheduleStore, calendar
+from scheduler.history import Firing
 from scheduler.schedules import Mode
+from scheduler.store import Queued
 from workers.engine.budget import Budget
+from workers.errors import RelayError
 from workers.settings import now_ms as clock
 from workers.store.runs import RunStore
 from workers.store.schedule_shards import ClusterSchedules
 
-__all__ = ["Scheduling"]
+__all__ = ["BACKFILL_FORCED_MAX", "BACKFILL_MAX", "FiringView", "Scheduling"]
+
+BACKFILL_MAX = 1_000
+"""Firings one backfill starts at most, unless forced."""
+BACKFILL_FORCED_MAX = 1_000_000
+"""Firings a forced backfill starts at most (about two years of every minute)."""
+
+
+class FiringView(BaseModel):
+    """A history entry with what became of its run (`state` and `stop`, when it has one)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    firing: Firing
+    state: str | None = None
+    """The run's state; None: no run, or it expired."""
+    stop: str | None = None
 
 
 class Scheduling:
@@ -59,6 +85,7 @@ class Scheduling:
         mode: Mode = "run",
         budget: Budget | None = None,
         now_ms: int | None = None,
+        **options: Any,
     ) -> Schedule:
         """Schedule `recipe`, filled with `values`, to fire on `trigger`; return the schedule.
 
@@ -68,6 +95,9 @@ class Scheduling:
         tomorrow. `mode="notify"` records a notification at each slot instead of
         starting a run. A `Daily`, `Weekly` or `Cron` trigger with `tz` fires on
         that zone's clock, summer time and all; it takes no `utc_offset_minutes`.
+        `options` are the schedule's other fields: `overlap` ("skip", "buffer_one",
+        "allow_all", "cancel_previous"), `approve_plan`, `ask` (the risks that ask a
+        person; MONEY always does), `catch_up_ms`, `jitter_ms`, `end_ms`.
 
         Raises:
             RecipeError: `values` name a blank the recipe lacks or miss one it has.
@@ -85,6 +115,7 @@ class Scheduling:
             mode=mode,
             budget=None if budget is None else budget.model_dump(exclude_none=True),
             now_ms=clock() if now_ms is None else now_ms,
+            **options,
         )
         recipe.tools_for(self._tools())  # refuses a tool that is not registered
         with self.store.errors():
@@ -119,3 +150,100 @@ class Scheduling:
         with self.store.errors():
             found = self.store.redis.lrange(self.store.keys.schedule_notes(name), 0, -1)
         return [n.decode() if isinstance(n, bytes) else str(n) for n in found]
+
+    # --- pause, resume, run now, backfill, history ------------------------------------------
+
+    def pause(self, name: str, note: str = "", *, now_ms: int | None = None) -> Schedule:
+        """Pause a schedule: none of its times fire until `resume` (run now and backfill
+        still do). Returns the paused schedule.
+
+        Raises:
+            RelayError: no such schedule, or the note is over 500 characters.
+        """
+        return self._change(name, paused=True, note=note, now_ms=now_ms)
+
+    def resume(self, name: str, note: str = "", *, now_ms: int | None = None) -> Schedule:
+        """Resume a paused schedule from now: times that passed while it was paused are
+        not made up (backfill them if they should be)."""
+        return self._change(name, paused=False, note=note, now_ms=now_ms)
+
+    def _change(self, name: str, *, paused: bool, note: str, now_ms: int | None) -> Schedule:
+        now = clock() if now_ms is None else now_ms
+        if len(note) > 500:
+            raise RelayError("a pause note is at most 500 characters")
+        for _ in range(10):  # another writer (a tick's claim) may change it in between
+            with self.store.errors():
+                read = self.schedule_store.read(name)
+                if read is None:
+                    raise RelayError(f"no schedule named {name!r}")
+                was = read.schedule
+                changes: dict[str, object] = {"paused": paused, "pause_note": note}
+                if was.paused and not paused:
+                    changes["last_run_ms"] = max(was.last_run_ms, now)
+                changed = was.model_copy(update=changes)
+                entry = Firing(
+                    kind="paused" if paused else "resumed", slot_ms=now, at_ms=now, why=note
+                )
+                if self.schedule_store.update(read, changed, entry):
+                    return changed
+        raise RelayError(f"schedule {name!r} kept changing; try again")
+
+    def run_now(self, name: str, *, now_ms: int | None = None) -> int:
+        """Fire the schedule once now, under its overlap policy (the next tick starts
+        it); return the firing's time. Counted in its history as "run now".
+
+        Raises:
+            RelayError: no such schedule.
+        """
+        now = clock() if now_ms is None else now_ms
+        self._known(name)
+        with self.store.errors():
+            self.schedule_store.enqueue(name, [Queued("run now", now)])
+        return now
+
+    def backfill(self, name: str, start_ms: int, end_ms: int, *, force: bool = False) -> list[int]:
+        """Queue the schedule's firings from `start_ms` to `end_ms` (both included);
+        return their times. The tick starts them one after another (each once the run
+        before it has ended; all at once under allow_all), each exactly once.
+
+        Raises:
+            RelayError: no such schedule, the range is backwards, or it holds more
+                than BACKFILL_MAX firings (BACKFILL_FORCED_MAX with `force`).
+        """
+        schedule = self._known(name)
+        if end_ms < start_ms:
+            raise RelayError("a backfill's --to comes before its --from")
+        cap = BACKFILL_FORCED_MAX if force else BACKFILL_MAX
+        slots: list[int] = []
+        at = start_ms - 1
+        offset = schedule.utc_offset_minutes
+        while (at := calendar.next_fire(schedule.trigger, at, utc_offset_minutes=offset)) <= end_ms:
+            if len(slots) == cap:
+                more = "" if force else f" (--force allows up to {BACKFILL_FORCED_MAX:,})"
+                raise RelayError(f"the range holds more than {cap:,} firings of {name!r}{more}")
+            slots.append(at)
+        with self.store.errors():
+            for chunk in range(0, len(slots), 10_000):
+                batch = [Queued("backfill", slot) for slot in slots[chunk : chunk + 10_000]]
+                self.schedule_store.enqueue(name, batch)
+        return slots
+
+    def history(self, name: str, limit: int = 50) -> list[FiringView]:
+        """Return what the schedule's firings did, newest first, each with its run's
+        state and stop where it started one."""
+        with self.store.errors():
+            entries = self.schedule_store.history(name, limit)
+            ids = [entry.run_id for entry in entries if entry.kind == "fired" and entry.run_id]
+            briefs = dict(zip(ids, self.store.briefs(ids), strict=True))
+        views = []
+        for entry in entries:
+            state, stop = briefs.get(entry.run_id or "") or (None, None)
+            views.append(FiringView(firing=entry, state=state, stop=stop))
+        return views
+
+    def _known(self, name: str) -> Schedule:
+        with self.store.errors():
+            found = self.schedule_store.get(name)
+        if found is None:
+            raise RelayError(f"no schedule named {name!r}")
+        return found

@@ -204,12 +204,16 @@ def new_run(
     app: str,
     routes: tuple[str, ...] | None = None,
     recorded: tuple[str, ...] = (),
+    fired_ms: int | None = None,
+    approve_plan: bool = False,
 ) -> NewRun:
     """Check what a start was given; return the new root run's record (its id made up
     unless given), its started agent's snapshot and its journal's start. With `memory`,
     the agent is shown the notes `remembered(memory)` returns, then `notes`. The run is
     `app`'s: only workers of the Relay app of that name run it. `routes`: the model
-    routes its calls may take; `recorded`: the tools whose outcomes are recorded.
+    routes its calls may take; `recorded`: the tools whose outcomes are recorded;
+    `fired_ms`: the firing of `schedule` that starts it; `approve_plan`: its plan is
+    approved by the start, not a person.
 
     Raises:
         RelayError: something given is refused (one line saying what).
@@ -227,6 +231,8 @@ def new_run(
         task=task[:2_000],
         recipe=recipe,
         schedule=schedule,
+        fired_ms=fired_ms,
+        approve_plan=approve_plan,
         created_ms=now,
         updated_ms=now,
         config=config,

@@ -299,6 +299,12 @@ def _settle(run: Working) -> None:
             _verifier_rejects(run, step.outcome) or steering.next_turn(run, step.outcome)
         ):
             continue
+        if isinstance(step, Plan) and run.record.approve_plan:
+            # An unattended run (a schedule's --approve plan): nobody is asked.
+            by = f"schedule {run.record.schedule}" if run.record.schedule else "the start"
+            run.note("decided", f"plan approved by {by}")
+            run.agent.approve_plan(True)
+            continue
         break
     wanted: list[Pending] = []
     match step:

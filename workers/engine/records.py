@@ -169,6 +169,10 @@ class RunRecord(BaseModel):
     task: str
     recipe: str | None = None
     schedule: str | None = None
+    fired_ms: int | None = None
+    """The firing of `schedule` that started it (its time, UTC ms)."""
+    approve_plan: bool = False
+    """Its plan is approved when made, by the start (a schedule's `approve_plan`)."""
     created_ms: int
     updated_ms: int
     finished_ms: int | None = None
@@ -280,6 +284,8 @@ class RunStatus(BaseModel):
     children: tuple[str, ...]
     recipe: str | None
     schedule: str | None
+    fired_ms: int | None = None
+    """The firing of `schedule` that started it (UTC ms)."""
     usage: Usage
     """This run's own model calls."""
     total_usage: Usage

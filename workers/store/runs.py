@@ -189,6 +189,28 @@ class RunStore:
             raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
         return record, usage_of(totals)
 
+    def briefs(self, run_ids: Sequence[str]) -> list[tuple[str, str | None] | None]:
+        """Return each run's state and stop (None: not stopped) in one round trip: None
+        for no such run, and ("finished", None) for a record that cannot be read."""
+        with self.errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for run_id in run_ids:
+                pipe.hget(self.keys.run(run_id), RunFields.RECORD)
+            found = pipe.execute()
+        briefs: list[tuple[str, str | None] | None] = []
+        for meta in found:
+            if meta is None:
+                briefs.append(None)
+                continue
+            try:
+                record = RunRecord.model_validate_json(meta)
+            except ValidationError:
+                briefs.append(("finished", None))  # it will never run again
+                continue
+            stop = None if record.outcome is None else record.outcome.stop.value
+            briefs.append((record.state, stop))
+        return briefs
+
     def outcome(self, run_id: str) -> tuple[RunRecord, bool] | None:
         """Return the run's record and whether a follow-up is on its way to it (its
         outcome is then not its last), read together in one command: a save that
