@@ -214,7 +214,11 @@ def test_a_berlin_daily_fires_once_a_day_across_the_clock_changes(
     relay: Relay, made: int, slots: list[int]
 ) -> None:
     relay.schedule(
-        "digest", RECIPE, {"note": "a.txt"}, Daily(2, 30, tz="Europe/Berlin"), now_ms=made,
+        "digest",
+        RECIPE,
+        {"note": "a.txt"},
+        Daily(2, 30, tz="Europe/Berlin"),
+        now_ms=made,
         overlap="allow_all",  # no worker here: every run stays running
     )
     fired = tick_through(relay, every(made, made + 2 * DAY, 15 * MINUTE))

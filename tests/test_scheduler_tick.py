@@ -74,9 +74,7 @@ class RecordingHost:
 
     def run_states(self, run_ids: Sequence[str]) -> list[str | None]:
         with self.lock:
-            return [
-                self.states.get(r, "finished") if r in self.ids else None for r in run_ids
-            ]
+            return [self.states.get(r, "finished") if r in self.ids else None for r in run_ids]
 
     def cancel(self, run_id: str, reason: str = "") -> bool:
         del reason
