@@ -27,6 +27,7 @@ from typing import Any
 import click
 
 from agent_core.errors import AgentError
+from workers.cli import schedule_control  # registers pause, resume, run, backfill, history
 from workers.cli.budget import extend
 from workers.cli.common import Context, Failure
 from workers.cli.evals import evaluate
@@ -118,6 +119,7 @@ VERBS = (
     fork,
     diff,
 )
+del schedule_control  # imported for its commands only
 for verb in (*VERBS, schedule, skills, evaluate):
     cli.add_command(verb)
 

@@ -9,8 +9,14 @@
     relay schedule list [--json]
     relay schedule show standup [--json]
     relay schedule preview standup --count 3 [--json]
+    relay schedule add backup --template "Copy {src} to {dst}" -v src=a -v dst=b --every 60 \
+        --approve plan --policy trusting --overlap skip --catch-up 30m --jitter 5m
     relay schedule rm standup
     relay schedule notifications
+    relay schedule pause standup --note "holidays"; relay schedule resume standup
+    relay schedule run standup
+    relay schedule backfill standup --from 2026-11-01T00:00 --to 2026-11-02T00:00 [--force]
+    relay schedule history standup [--json]
 
 The Relay comes from the `relay` group's context (`--app` / RELAY_APP). Every
 error is one line on stderr and a non-zero exit.
@@ -25,23 +31,36 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import click
 from pydantic import ValidationError
 
-from agent_core import Cron, Daily, Every, Recipe, Trigger, Weekly
+from agent_core import Cron, Daily, Every, Policy, Recipe, Risk, Trigger, Weekly
 from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
 from scheduler import Schedule, SchedulerError, calendar
-from scheduler.schedules import local_iso
+from scheduler.schedules import NEVER_MS, OVERLAPS, local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
 from workers.relay import Relay
 
-__all__ = ["parse_offset", "schedule"]
+__all__ = [
+    "current_relay",
+    "cut_text",
+    "find_schedule",
+    "parse_duration",
+    "parse_offset",
+    "parse_policy",
+    "parse_time",
+    "schedule",
+    "schedule_errors",
+    "text_table",
+    "utc_text",
+]
 
 _CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})")
 _OFFSET = re.compile(r"([+-])([0-9]{1,2})(?::?([0-9]{2}))?")
@@ -59,7 +78,7 @@ def _one_line(error: BaseException) -> str:
 
 
 @contextmanager
-def _errors() -> Iterator[None]:
+def schedule_errors() -> Iterator[None]:
     """Turn what a user can get wrong (and an unreachable Redis) into one line and exit 1."""
     try:
         yield
@@ -67,7 +86,7 @@ def _errors() -> Iterator[None]:
         raise click.ClickException(_one_line(error)) from None
 
 
-def _relay() -> Relay:
+def current_relay() -> Relay:
     relay: Relay = click.get_current_context().obj.relay
     return relay
 
@@ -237,6 +256,37 @@ def schedule() -> None:
     help="A fixed offset for the local time instead of --tz, e.g. +05:45 (default +00:00).",
 )
 @click.option("--notify", is_flag=True, help="Only record a notification; start no run.")
+@click.option(
+    "--overlap",
+    type=click.Choice(OVERLAPS),
+    default="skip",
+    show_default=True,
+    help="A firing while a run it started still runs or waits: skip it, buffer one,"
+    " allow all, or cancel the previous run.",
+)
+@click.option(
+    "--approve",
+    type=click.Choice(["plan"]),
+    help="plan: the schedule approves its runs' plans (calls still ask, as --policy says).",
+)
+@click.option(
+    "--policy",
+    metavar="POLICY",
+    help="Which calls ask a person: trusting (outside, money), cautious (write, outside,"
+    " money) or risks joined by commas (create,write,...); money always asks."
+    " Default: the app's.",
+)
+@click.option(
+    "--catch-up",
+    metavar="DURATION",
+    help="After downtime, firings later than this (e.g. 30m, 2h, 1d) are recorded as missed.",
+)
+@click.option(
+    "--jitter",
+    metavar="DURATION",
+    help="Spread firings: each comes up to this much later, fixed per schedule name.",
+)
+@click.option("--end", metavar="TIME", help="No firing after this time (ISO 8601; see --tz).")
 @budget_options
 def add(
     name: str,
@@ -253,6 +303,12 @@ def add(
     tz: str | None,
     utc_offset: str | None,
     notify: bool,
+    overlap: str,
+    approve: str | None,
+    policy: str | None,
+    catch_up: str | None,
+    jitter: str | None,
+    end: str | None,
     budget_tokens: int | None,
     budget_usd: float | None,
     budget_calls: int | None,
@@ -260,15 +316,25 @@ def add(
 ) -> None:
     """Add a schedule, or replace the one named NAME."""
     offset = _offset(utc_offset, tz)
-    with _errors():
+    with schedule_errors():
         trigger = _trigger(every, daily, weekly, cron, tz)
         recipe = _recipe(name, recipe_file, template, params, tools)
         filled = _pairs(values, "--value", need_value=True)
-        relay = _relay()
+        relay = current_relay()
         existed = any(s.name == name for s in relay.schedules())
         budget = budget_from(budget_tokens, budget_usd, budget_calls, deadline)
         mode: Literal["run", "notify"] = "notify" if notify else "run"
-        made = relay.schedule(name, recipe, filled, trigger, offset, mode=mode, budget=budget)
+        options: dict[str, Any] = {
+            "overlap": overlap,
+            "approve_plan": approve == "plan",
+            "ask": None if policy is None else parse_policy(policy),
+            "catch_up_ms": None if catch_up is None else parse_duration(catch_up, "--catch-up"),
+            "jitter_ms": 0 if jitter is None else parse_duration(jitter, "--jitter"),
+            "end_ms": None if end is None else parse_time(end, tz, offset, "--end"),
+        }
+        made = relay.schedule(
+            name, recipe, filled, trigger, offset, mode=mode, budget=budget, **options
+        )
     verb = "replaced" if existed else "scheduled"
     click.echo(one_line(f"{verb} {made.name}: {made.describe()}, next at {_next(made)}"))
 
@@ -277,8 +343,8 @@ def add(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def list_(*, as_json: bool) -> None:
     """List the schedules with their next due times."""
-    with _errors():
-        found = _relay().schedules()
+    with schedule_errors():
+        found = current_relay().schedules()
     if as_json:
         click.echo(json_text(json.dumps([s.model_dump(mode="json") for s in found], indent=2)))
         return
@@ -287,17 +353,18 @@ def list_(*, as_json: bool) -> None:
         return
     rows: list[tuple[str, ...]] = [("NAME", "WHEN", "MODE", "NEXT", "TASK")]
     rows += [
-        (one_line(s.name), one_line(s.describe()), s.mode, _next(s), _cut(s.task())) for s in found
+        (one_line(s.name), one_line(s.describe()), s.mode, _next(s), cut_text(s.task()))
+        for s in found
     ]
-    click.echo(_table(rows))
+    click.echo(text_table(rows))
 
 
 @schedule.command("rm")
 @click.argument("name")
 def rm(name: str) -> None:
     """Remove a schedule (and the notes its runs kept)."""
-    with _errors():
-        removed = _relay().unschedule(name)
+    with schedule_errors():
+        removed = current_relay().unschedule(name)
     if not removed:
         raise click.ClickException(f"no schedule named {name!r}")
     click.echo(f"removed {one_line(name)}")
@@ -308,7 +375,7 @@ def rm(name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the stored schedule as JSON.")
 def show(name: str, *, as_json: bool) -> None:
     """Show one schedule: its trigger, zone or offset, next firing and task."""
-    found = _find(name)
+    found = find_schedule(name)
     if as_json:
         click.echo(json_text(json.dumps(found.model_dump(mode="json"), indent=2)))
         return
@@ -319,9 +386,10 @@ def show(name: str, *, as_json: bool) -> None:
         *([("cron", trigger.expression)] if isinstance(trigger, Cron) else []),
         ("time zone", found.time_zone),
         ("mode", found.mode),
-        ("next", f"{_next(found)}  ({_utc(found.next_due_ms)})"),
-        ("last run", _utc(found.last_run_ms)),
+        ("next", f"{_next(found)}  ({utc_text(found.next_due_ms)})"),
+        ("last run", utc_text(found.last_run_ms)),
         ("tools", "all" if found.tools is None else ", ".join(found.tools) or "none"),
+        *_running_rows(found),
         ("task", found.task()),
     ]
     click.echo("\n".join(f"{label + ':':<11}{one_line(value)}" for label, value in rows))
@@ -342,16 +410,16 @@ def show(name: str, *, as_json: bool) -> None:
 def preview(name: str, count: int, *, as_json: bool) -> None:
     """Print the next N firings: the schedule's local time (its zone, with the offset it
     has then, or its fixed offset), then UTC."""
-    found = _find(name)
-    with _errors():
+    found = find_schedule(name)
+    with schedule_errors():
         slots = found.upcoming(count)
     if as_json:
-        firings = [{"ms": s, "local": found.local_time(s), "utc": _utc(s)} for s in slots]
+        firings = [{"ms": s, "local": found.local_time(s), "utc": utc_text(s)} for s in slots]
         shown = {"schedule": found.name, "time_zone": found.time_zone, "firings": firings}
         click.echo(json_text(json.dumps(shown, indent=2)))
         return
     for slot in slots:
-        click.echo(f"{found.local_time(slot)}  {_utc(slot)}")
+        click.echo(f"{found.local_time(slot)}  {utc_text(slot)}")
 
 
 @schedule.command("notifications")
@@ -359,14 +427,14 @@ def preview(name: str, count: int, *, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of text.")
 def notifications(*, limit: int, as_json: bool) -> None:
     """Show what notify-only schedules recorded (and runs that could not start), newest first."""
-    with _errors():
-        found = _relay().notifications(limit)
+    with schedule_errors():
+        found = current_relay().notifications(limit)
     for notice in found:
         if as_json:
             click.echo(json_text(notice.model_dump_json()))
             continue
         what = f"could not start: {notice.problem}" if notice.problem else notice.task
-        click.echo(f"{local_iso(notice.slot_ms, 0)}  {one_line(notice.schedule)}  {_cut(what)}")
+        click.echo(f"{local_iso(notice.slot_ms, 0)}  {one_line(notice.schedule)}  {cut_text(what)}")
     if not found and not as_json:
         click.echo("no notifications")
 
@@ -374,27 +442,116 @@ def notifications(*, limit: int, as_json: bool) -> None:
 # --- output ----------------------------------------------------------------------------------
 
 
-def _find(name: str) -> Schedule:
-    with _errors():
-        found = next((s for s in _relay().schedules() if s.name == name), None)
+def find_schedule(name: str) -> Schedule:
+    with schedule_errors():
+        found = next((s for s in current_relay().schedules() if s.name == name), None)
     if found is None:
         raise click.ClickException(f"no schedule named {name!r}")
     return found
 
 
 def _next(found: Schedule) -> str:
-    return found.local_time(found.next_due_ms)
+    if found.paused:
+        return "paused"
+    if found.fire_at_ms == NEVER_MS:
+        return "ended"
+    return found.local_time(found.fire_at_ms)
 
 
-def _utc(ms: int) -> str:
+def _running_rows(found: Schedule) -> list[tuple[str, str]]:
+    """The rows of `show` that say how the schedule runs unattended."""
+    rows = [("overlap", found.overlap), ("decides", _decides(found))]
+    if found.catch_up_ms:
+        rows.append(("catch-up", _duration(found.catch_up_ms)))
+    if found.jitter_ms:
+        mine = _duration(found.jitter_offset_ms)
+        rows.append(("jitter", f"{_duration(found.jitter_ms)} (this schedule: +{mine})"))
+    if found.end_ms is not None:
+        rows.append(("end", found.local_time(found.end_ms)))
+    if found.paused:
+        rows.append(("paused", found.pause_note or "yes"))
+    return rows
+
+
+def _decides(found: Schedule) -> str:
+    asks = (
+        "the app's policy"
+        if found.ask is None
+        else f"asks for {', '.join(found.ask) or 'money only'}"
+    )
+    plan = "plan approved by the schedule" if found.approve_plan else "plan asks a person"
+    return f"{plan}; {asks} (money always asks)"
+
+
+def _duration(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms / 1000:g}s"
+
+
+_DURATION = re.compile(r"([0-9]{1,9})([smhd])")
+_UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration(text: str, option: str) -> int:
+    """Return a duration such as `90s`, `30m`, `2h` or `1d` in ms.
+
+    Raises:
+        RelayError: it is not one.
+    """
+    found = _DURATION.fullmatch(text.strip())
+    if found is None:
+        raise RelayError(f"{option} takes a duration such as 30m, 2h or 1d, not {text!r}")
+    return int(found.group(1)) * _UNIT_MS[found.group(2)]
+
+
+def parse_policy(text: str) -> list[str]:
+    """Return the risks that ask, from `trusting`, `cautious` or risks joined by commas.
+
+    Raises:
+        RelayError: a word is neither.
+    """
+    named = {"trusting": Policy.TRUSTING, "cautious": Policy.CAUTIOUS}
+    if text in named:
+        return sorted(risk.value for risk in named[text].ask)
+    risks = [part.strip() for part in text.split(",") if part.strip()]
+    known = {risk.value for risk in Risk}
+    unknown = [risk for risk in risks if risk not in known]
+    if unknown:
+        risks_known = ", ".join(sorted(known))
+        raise RelayError(
+            f"--policy is trusting, cautious or risks from {risks_known}; not {unknown[0]!r}"
+        )
+    return risks
+
+
+def parse_time(text: str, tz: str | None, offset_minutes: int, option: str) -> int:
+    """Return an ISO 8601 time as UTC ms: with its own offset if it has one, else on the
+    schedule's clock (its zone, else its fixed offset).
+
+    Raises:
+        RelayError: it is not a time.
+    """
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise RelayError(f"{option} takes a time such as 2026-12-24T18:00, not {text!r}") from None
+    if when.tzinfo is None:
+        where = calendar.zone(tz) if tz else timezone(timedelta(minutes=offset_minutes))
+        when = when.replace(tzinfo=where)
+    return int(when.timestamp() * 1000)
+
+
+def utc_text(ms: int) -> str:
     return local_iso(ms, 0).removesuffix("+00:00") + "Z"
 
 
-def _cut(text: str) -> str:
+def cut_text(text: str) -> str:
     return one_line(text, _TASK_SHOWN)
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def text_table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
