@@ -31,7 +31,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from agent_core import Policy
+from agent_core import Every, Policy
 from scheduler.calendar import next_fire
 from scheduler.errors import StoreUnreachable
 from scheduler.history import Firing
@@ -265,9 +265,12 @@ def _catch_up(schedule: Schedule, slot_ms: int, now_ms: int) -> tuple[int | None
     window = schedule.catch_up_ms
     if window is None or now_ms - slot_ms <= window + schedule.jitter_offset_ms:
         return slot_ms, ""
-    within = next_fire(
-        schedule.trigger, now_ms - window - 1, utc_offset_minutes=schedule.utc_offset_minutes
-    )
+    trigger, earliest = schedule.trigger, now_ms - window - schedule.jitter_offset_ms
+    if isinstance(trigger, Every):  # its slots keep the rhythm of the missed one
+        interval = trigger.minutes * 60_000
+        within = slot_ms + -(-(earliest - slot_ms) // interval) * interval
+    else:
+        within = next_fire(trigger, earliest - 1, utc_offset_minutes=schedule.utc_offset_minutes)
     missed = f"missed from {schedule.local_time(slot_ms)}: older than the catch-up window"
     return (within if within <= now_ms else None), missed
 
