@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent_core import Every, Recipe, Stop
-from tests.support.brain import final
+from agent_core import Config, Every, Recipe, Stop
+from scheduler.store import fire_id
+from tests.apps.notes import build
+from tests.support.brain import call, final
 from tests.support.fleet import fleet
+from workers import Settings
 from workers.settings import now_ms
 
 MINUTE = 60_000
@@ -55,3 +58,51 @@ def test_scheduled_runs_get_the_filled_task_only_the_recipe_tools_and_earlier_no
             assert call.prompt.startswith("Task:\nSCHED-NOTES: audit the ledger carefully.")
         assert "Notes saved from earlier tasks" not in calls[0].prompt
         assert f"Notes saved from earlier tasks (oldest first):\n- {NOTE}" in calls[2].prompt
+
+
+def test_an_unattended_schedule_finishes_without_a_person_and_skips_while_one_waits(
+    tmp_path: Path,
+) -> None:
+    """The app asks for a plan and asks before WRITE calls. A schedule with --approve plan
+    and a trusting policy finishes its runs alone; one without waits, and its every-minute
+    firings leave that one run waiting, each later firing recorded as skipped."""
+    write = call("write_note", name="b.txt", text="copied")
+    with fleet(tmp_path) as f:
+        relay = build(Settings.from_env(f.env), name="careful", config=Config())
+        f.brain.script("UNATTENDED", {0: write, 1: final("copied b.txt")}, plan=["write b.txt"])
+        f.brain.script("ATTENDED", {0: write, 1: final("never")}, plan=["write b.txt"])
+        f.worker("--concurrency", "2", app="tests.apps.notes:careful")
+        made = now_ms() - 30_000
+        unattended = Recipe("copy", "UNATTENDED copy {src}").param("src", "a note")
+        relay.schedule(
+            "copy", unattended, {"src": "a.txt"}, Every(1), now_ms=made,
+            approve_plan=True, ask=["outside"],
+        )  # fmt: skip
+        attended = Recipe("copy2", "ATTENDED copy {src}").param("src", "a note")
+        relay.schedule("copy2", attended, {"src": "a.txt"}, Every(1), now_ms=made)
+
+        first = now_ms() + MINUTE
+        started = relay.tick(first)
+        assert len(started) == 2
+        done = relay.wait(fire_id("copy", made + MINUTE), timeout=30)
+        assert done.stop is Stop.DONE, f.logs()
+        assert done.summary == "copied b.txt"
+        waiting = fire_id("copy2", made + MINUTE)
+        f.until(lambda: relay.status(waiting).waiting_for == "plan", what="a plan to approve")
+        status = relay.status(fire_id("copy", made + MINUTE))
+        assert (status.schedule, status.fired_ms) == ("copy", made + MINUTE)
+        trace = [entry.text for entry in relay.trace(fire_id("copy", made + MINUTE))]
+        assert any("plan approved by schedule copy" in text for text in trace)
+
+        for minute in range(2, 7):  # five more firings while copy2's run waits
+            relay.tick(made + minute * MINUTE)
+            ran = relay.wait(fire_id("copy", made + minute * MINUTE), timeout=30)
+            assert ran.stop is Stop.DONE, f.logs()  # nobody was asked
+        waiting_runs = [r for r in relay.runs(state="waiting") if r.schedule == "copy2"]
+        assert [r.id for r in waiting_runs] == [waiting]
+        history = relay.scheduling.history("copy2")
+        assert [v.firing.kind for v in history] == ["skipped"] * 5 + ["fired"]
+        assert history[-1].state == "waiting"
+        copies = relay.scheduling.history("copy")
+        assert sum(1 for v in copies if v.firing.kind == "fired") == 6  # none waited
+        assert {v.stop for v in copies if v.firing.kind == "fired"} == {"done"}

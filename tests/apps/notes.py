@@ -183,11 +183,14 @@ TOOLS = [
 
 
 def build(
-    settings: Settings | None = None, skills_dir: str | None = None, name: str = "notes"
+    settings: Settings | None = None,
+    skills_dir: str | None = None,
+    name: str = "notes",
+    config: Config | None = None,
 ) -> Relay:
     relay = Relay(
         name,
-        config=Config(require_plan=False, max_batch=4, max_calls=20),
+        config=config or Config(require_plan=False, max_batch=4, max_calls=20),
         specialists=SPECIALISTS,
         skills_dir=skills_dir,
         questions=True,
@@ -211,6 +214,8 @@ relay = build(skills_dir=os.environ.get("RELAY_TEST_SKILLS") or None)
 app = relay.celery  # for `celery -A tests.apps.notes:app worker`
 # Another app with the same tools under the same prefix: its workers must not run "notes" runs.
 billing = build(name="billing")
+# The same tools under Relay's own defaults: a plan first, and WRITE calls ask a person.
+careful = build(name="careful", config=Config())
 
 if os.environ.get("RELAY_TEST_DUPLICATES"):
     # Every task message this process sends goes to the broker twice, so each is
