@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_core import Recipe, Tool, Trigger
+from agent_core import Every, Recipe, Tool, Trigger
 from scheduler import Notification, Schedule, ScheduleStore, calendar
 from scheduler.history import Firing
 from scheduler.schedules import Mode
@@ -214,14 +214,10 @@ class Scheduling:
         if end_ms < start_ms:
             raise RelayError("a backfill's --to comes before its --from")
         cap = BACKFILL_FORCED_MAX if force else BACKFILL_MAX
-        slots: list[int] = []
-        at = start_ms - 1
-        offset = schedule.utc_offset_minutes
-        while (at := calendar.next_fire(schedule.trigger, at, utc_offset_minutes=offset)) <= end_ms:
-            if len(slots) == cap:
-                more = "" if force else f" (--force allows up to {BACKFILL_FORCED_MAX:,})"
-                raise RelayError(f"the range holds more than {cap:,} firings of {name!r}{more}")
-            slots.append(at)
+        slots = _firings_between(schedule, start_ms, end_ms, cap + 1)
+        if len(slots) > cap:
+            more = "" if force else f" (--force allows up to {BACKFILL_FORCED_MAX:,})"
+            raise RelayError(f"the range holds more than {cap:,} firings of {name!r}{more}")
         with self.store.errors():
             for chunk in range(0, len(slots), 10_000):
                 batch = [Queued("backfill", slot) for slot in slots[chunk : chunk + 10_000]]
@@ -247,3 +243,21 @@ class Scheduling:
         if found is None:
             raise RelayError(f"no schedule named {name!r}")
         return found
+
+
+def _firings_between(schedule: Schedule, start_ms: int, end_ms: int, most: int) -> list[int]:
+    """The schedule's firings from `start_ms` to `end_ms`, at most `most` of them. An
+    `Every` schedule has no clock grid: its firings in a range start at the range's start."""
+    trigger = schedule.trigger
+    if isinstance(trigger, Every):
+        step = trigger.minutes * 60_000
+        return list(range(start_ms, end_ms + 1, step)[:most])
+    slots: list[int] = []
+    at = start_ms - 1
+    offset = schedule.utc_offset_minutes
+    while len(slots) < most:
+        at = calendar.next_fire(trigger, at, utc_offset_minutes=offset)
+        if at > end_ms:
+            break
+        slots.append(at)
+    return slots
