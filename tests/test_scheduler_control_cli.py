@@ -15,6 +15,7 @@ from scheduler.store import fire_id
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import Relay, Settings
+from workers.cli.runs import show
 from workers.cli.schedule import parse_duration, parse_policy, schedule
 from workers.errors import RelayError
 from workers.settings import now_ms
@@ -175,3 +176,15 @@ def test_durations_and_policies_as_people_type_them() -> None:
     with pytest.raises(RelayError):
         parse_duration("1w", "--x")
     assert fire_id("a", 1) != fire_id("a", 1, "backfill") != fire_id("a", 1, "run now")
+
+
+def test_relay_show_says_which_schedule_and_firing_started_a_run(relay: Relay) -> None:
+    add(relay, "berlin", "--daily", "09:00", "--tz", "Europe/Berlin")
+    ok(run(relay, "run", "berlin"))
+    [run_id] = relay.tick(now_ms() + 1_000)
+    fired = relay.status(run_id).fired_ms
+    assert fired is not None
+    shown = CliRunner().invoke(show, [run_id], obj=SimpleNamespace(relay=relay))
+    [line] = [line for line in ok(shown).splitlines() if line.startswith("started by")]
+    [found] = relay.schedules()
+    assert line.split(None, 2)[2] == f"schedule berlin, firing at {found.local_time(fired)}"

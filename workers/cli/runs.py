@@ -19,6 +19,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from scheduler.schedules import local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.common import (
     Context,
@@ -322,7 +323,7 @@ def show(obj: Context, run_id: str, as_json: bool) -> None:
         ("state", _state(status)),
         ("parent", status.parent or ""),
         ("children", ", ".join(status.children)),
-        ("schedule", status.schedule or ""),
+        ("started by", _started_by(relay, status)),
         ("tokens", usage_line(status.total_usage)),
         ("cost", cost_text(status.total_usage) if status.total_usage.model_calls else ""),
         ("budget", status.budget.describe() if status.budget is not None else ""),
@@ -507,3 +508,14 @@ def cancel(obj: Context, run_id: str, reason: str) -> None:
         click.echo(f"Cancelling run {one_line(run_id)} (its specialists stop too).")
     else:
         click.echo(f"Run {one_line(run_id)} had finished already.")
+
+
+def _started_by(relay: Relay, status: RunStatus) -> str:
+    """ "schedule X, firing at T" (T on the schedule's clock; UTC once it is gone)."""
+    if not status.schedule:
+        return ""
+    if status.fired_ms is None:
+        return f"schedule {status.schedule}"
+    found = next((s for s in relay.schedules() if s.name == status.schedule), None)
+    fired = found.local_time(status.fired_ms) if found else local_iso(status.fired_ms, 0)
+    return f"schedule {status.schedule}, firing at {fired}"

@@ -87,8 +87,12 @@ Schedules (`scheduler.ScheduleKeys` names them, since `scheduler` cannot import 
     schedules       hash    name -> Schedule JSON
     schedule-due    zset    name by its next due time
     schedule-slot:<name>:<slot>  string  the claim on one fired slot (SET NX)
-    schedule-firing zset    "name|slot" of slots whose run is not confirmed yet
+    schedule-firing zset    "name|slot[|source]" of slots whose run is not confirmed yet
     notifications   list    what notify-only schedules recorded, newest first
+    schedule-history:<name>  list  what each firing did (scheduler.history.Firing), capped
+    schedule-queue:<name>    zset  "source:slot" of run-now, backfilled and buffered firings
+    schedule-queued          zset  names with a queue, by its first firing
+    schedule-runs:<name>     zset  the last runs it started, by when (for its overlap policy)
 
 On Redis Cluster (`Keys(prefix, cluster=True)`; workers.store.cluster, workers.store.shards).
 The names above hold on a single Redis, unchanged, so runs in flight across an
@@ -112,7 +116,9 @@ upgrade keep working. On a cluster every Lua script touches one slot:
                     slots), pruning PRUNE_SHARDS of them per tick
     tick-lock{fleet}, tick-stats{fleet}, metrics{fleet}: one slot (one script uses two)
     schedule shards schedules{<t>}, schedule-due{<t>}, schedule-firing{<t>},
-                    notifications{<t>}, schedule-slot{<t>}:<name>:<slot>: one shard per
+                    notifications{<t>}, schedule-slot{<t>}:<name>:<slot>,
+                    schedule-history{<t>}:<name>, schedule-queue{<t>}:<name>,
+                    schedule-queued{<t>}, schedule-runs{<t>}:<name>: one shard per
                     hash slot like the index shards, a schedule in the shard of its
                     name's slot (its claim touches only these); schedule-slots{fleet}
                     lists the slots written, added before a schedule's first write

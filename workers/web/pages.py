@@ -6,6 +6,7 @@ GET  /runs/<id>              one run: task, plan, outcome, usage, specialists, l
 GET  /approvals              plans and calls waiting, whole, with Approve (as is, or
                              edited) and Deny (with a reason)
 GET  /schedules              the schedules, when they fire next, their latest runs
+GET  /schedules/{name}       one schedule: how it runs unattended, and its firing history
 GET  /routes                 the model routes as the fleet shares them
 GET  /diff?a=RUN&b=RUN       two runs step by step (a fork and its original, say)
 POST /approvals/decide       one decision (or a run's Cancel), from a form made for this
@@ -26,6 +27,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from scheduler import Schedule
+from scheduler.schedules import NEVER_MS, local_iso
 from workers.engine.records import RUN_FILTERS
 from workers.errors import DecisionRefused, RelayError, RunNotFound
 from workers.settings import now_ms
@@ -51,6 +54,8 @@ PAGE_RUNS = 100
 SCHEDULE_RUNS_READ = 500
 """The newest runs the schedules page looks through for each schedule's firings."""
 FIRINGS_SHOWN = 5
+HISTORY_SHOWN = 100
+"""Entries of a schedule's history its page shows, the newest."""
 MAX_FORM_BYTES = 262_144
 """A decision's form, edited arguments included."""
 MAX_FORK_TASK_CHARS = 10_000
@@ -123,6 +128,7 @@ class _Pages:
             request,
             "run.html",
             run=tree,
+            fired_at=_fired_at(web, tree),
             trace=trace,
             after=position,
             plan=plan,
@@ -176,7 +182,7 @@ class _Pages:
                 "name": found.name,
                 "describe": found.describe(),
                 "mode": found.mode,
-                "next_ms": found.next_due_ms,
+                "next": _next_text(found),
                 "last_ms": found.last_run_ms,
                 "task": found.task(),
                 "runs": fired.get(found.name, []),
@@ -185,6 +191,34 @@ class _Pages:
         ]
         notes = web.relay.notifications(limit=20)
         return web.page(request, "schedules.html", schedules=rows, notifications=notes)
+
+    def schedule(self, request: Request) -> Response:
+        web, name = self.web, request.path_params["name"]
+        found = next((s for s in web.relay.schedules() if s.name == name), None)
+        if found is None:
+            return web.page(request, "missing.html", 404, message=f"no schedule named {name!r}")
+        history = [
+            {
+                "at": found.local_time(view.firing.slot_ms),
+                "kind": view.firing.kind,
+                "source": view.firing.source,
+                "run_id": view.firing.run_id if view.firing.kind == "fired" else None,
+                "outcome": view.stop or view.state or "",
+                "why": view.firing.why,
+            }
+            for view in web.relay.scheduling.history(name, HISTORY_SHOWN)
+        ]
+        facts = {
+            "when": found.describe(),
+            "time zone": found.time_zone,
+            "next": _next_text(found),
+            "overlap": found.overlap,
+            "plan": "approved by the schedule" if found.approve_plan else "asks a person",
+            "calls that ask": "the app's policy" if found.ask is None else ", ".join(found.ask),
+            **({"paused": found.pause_note or "yes"} if found.paused else {}),
+            "task": found.task(),
+        }
+        return web.page(request, "schedule.html", schedule=name, facts=facts, history=history)
 
     def routes(self, request: Request) -> Response:
         return web_routes(self.web, request)
@@ -236,6 +270,7 @@ def routes(web: Web) -> list[Route]:
         Route("/runs/{run_id}", pages.run),
         Route("/approvals", pages.approvals),
         Route("/schedules", pages.schedules),
+        Route("/schedules/{name}", pages.schedule),
         Route("/routes", pages.routes),
         Route("/approvals/decide", pages.decide, methods=["POST"]),
         Route("/diff", pages.diff),
@@ -332,3 +367,22 @@ def _whole_call_seen(web: Web, run_id: str, call_id: str, seen: str) -> None:
 
 def _refused(web: Web, request: Request, why: str, status: int = 403) -> Response:
     return web.page(request, "refused.html", status, message=why)
+
+
+def _next_text(found: Schedule) -> str:
+    """When the schedule fires next, on its own clock (or why it does not)."""
+    if found.paused:
+        return "paused"
+    if found.fire_at_ms == NEVER_MS:
+        return "ended"
+    return found.local_time(found.fire_at_ms)
+
+
+def _fired_at(web: Web, tree: dict[str, Any]) -> str:
+    """The firing that started a scheduled run, on its schedule's clock (UTC once the
+    schedule is gone)."""
+    name, fired = tree.get("schedule"), tree.get("fired_ms")
+    if not name or fired is None:
+        return ""
+    found = next((s for s in web.relay.schedules() if s.name == name), None)
+    return found.local_time(fired) if found is not None else local_iso(fired, 0)

@@ -131,6 +131,8 @@ def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
         "outcome": ended,
         "pending": [pending_row(p, now_ms) for p in status.pending],
         "forked_from": status.forked_from.model_dump() if status.forked_from else None,
+        "schedule": status.schedule,
+        "fired_ms": status.fired_ms,
     }
 
 

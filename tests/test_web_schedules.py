@@ -1,0 +1,57 @@
+"""The web's schedules pages and a scheduled run's page, as `relay web` serves them: when
+each schedule fires next on its own clock (or that it is paused), its history, and the run
+saying which schedule started it and at which firing."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from agent_core import Daily, Every, Recipe
+from scheduler.store import fire_id
+from tests.support.fleet import fleet
+from tests.support.web import RelayWeb
+
+MINUTE = 60_000
+T0 = 1_800_000_000_000  # 2027-01-15T08:00:00Z: 09:00 in Berlin (winter time)
+
+
+def test_the_schedule_pages_tell_the_history_on_the_schedules_clock(tmp_path: Path) -> None:
+    recipe = Recipe("check", "WEB-SCHED check {thing}").param("thing", "what")
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        relay = f.relay
+        relay.schedule(
+            "berlin", recipe, {"thing": "a"}, Daily(9, 0, tz="Europe/Berlin"),
+            now_ms=T0 - 60 * MINUTE,
+        )  # fmt: skip
+        relay.schedule("often", recipe, {"thing": "b"}, Every(1), now_ms=T0 - 30 * MINUTE)
+        relay.scheduling.pause("often", "too chatty")
+        [run_id] = relay.tick(T0 + 1_000)  # berlin's 09:00 fires; often is paused
+        assert run_id == fire_id("berlin", T0)
+        relay.tick(T0 + 2 * 24 * 60 * MINUTE)  # the next day's: the first run still goes
+        relay.scheduling.run_now("often")
+        relay.tick(T0 + 2 * 24 * 60 * MINUTE + 1_000)
+
+        listing = web.client.get("/schedules")
+        assert listing.status_code == 200
+        text = html.unescape(listing.text)
+        assert '<td class="next">paused</td>' in text
+        assert "2027-01-18T09:00:00+01:00" in text  # berlin's next, in Berlin
+
+        page = html.unescape(web.client.get("/schedules/berlin").text)
+        assert "2027-01-15T09:00:00+01:00</td><td>fired</td><td>schedule</td>" in page
+        assert f'<a href="/runs/{run_id}">{run_id}</a></td><td>running</td>' in page
+        assert "2027-01-16T09:00:00+01:00</td><td>skipped</td>" in page
+        assert f"run {run_id} is still running" in page
+
+        paused = html.unescape(web.client.get("/schedules/often").text)
+        assert "<dt>paused</dt><dd>too chatty</dd>" in paused
+        assert "<td>fired</td><td>run now</td>" in paused
+        assert "<td>paused</td><td>schedule</td>" in paused
+
+        run_page = html.unescape(web.client.get(f"/runs/{run_id}").text)
+        assert (
+            'schedule <a href="/schedules/berlin">berlin</a>, firing at 2027-01-15T09:00:00+01:00'
+            in run_page
+        )
+        assert web.client.get("/schedules/nothing").status_code == 404
