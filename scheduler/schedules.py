@@ -52,8 +52,10 @@ from scheduler.errors import SchedulerError
 __all__ = [
     "MODES",
     "NEVER_MS",
+    "ON_WAITS",
     "OVERLAPS",
     "Mode",
+    "OnWait",
     "Overlap",
     "Schedule",
     "format_offset",
@@ -63,6 +65,8 @@ __all__ = [
 Mode = Literal["run", "notify"]
 MODES: tuple[Mode, ...] = ("run", "notify")
 Overlap = Literal["skip", "buffer_one", "allow_all", "cancel_previous"]
+OnWait = Literal["wait", "notify", "skip"]
+ON_WAITS: tuple[OnWait, ...] = ("wait", "notify", "skip")
 OVERLAPS: tuple[Overlap, ...] = ("skip", "buffer_one", "allow_all", "cancel_previous")
 NEVER_MS = 253_402_300_799_000
 """9999-12-31T23:59:59Z: where a paused or ended schedule sits in the due index."""
@@ -98,6 +102,10 @@ class Schedule(BaseModel):
     """What a firing does while a run this schedule started is still running or waiting."""
     approve_plan: bool = False
     """Its runs' plans are approved by the schedule, not a person (calls still ask)."""
+    on_wait: OnWait = "wait"
+    """When a run would wait for a person: wait; wait and record a notification; or skip
+    (a call is declined, a question answered that nobody is there, a plan declined).
+    A MONEY call always waits."""
     ask: tuple[str, ...] | None = None
     """The risks whose calls ask a person (a Policy's `ask`); None: the app's policy.
     MONEY always asks, whatever this says."""

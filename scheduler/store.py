@@ -196,6 +196,9 @@ class Notification(BaseModel):
     at_ms: int
     problem: str = ""
     """Empty for a notify-only slot; why the run did not start otherwise."""
+    run_id: str | None = None
+    waits: str = ""
+    """What the schedule's run `run_id` waits for a person on (its `on_wait` is notify)."""
 
 
 @dataclass(frozen=True)

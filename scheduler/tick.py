@@ -76,6 +76,7 @@ class TickHost(Protocol):
         policy: Policy | None = None,
         approve_plan: bool = False,
         fired_ms: int | None = None,
+        on_wait: str = "wait",
     ) -> str:
         """Start a run and return its id; with `run_id`, a run of that id that exists
         already is left as it is (starting it again does nothing)."""
@@ -292,6 +293,7 @@ def _start(
             policy=schedule.policy,
             approve_plan=schedule.approve_plan,
             fired_ms=firing.slot_ms,
+            on_wait=schedule.on_wait,
         )
     except StoreUnreachable:
         raise  # the store is away: the slot stays firing, and a later tick starts it

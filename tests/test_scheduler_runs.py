@@ -66,11 +66,11 @@ def test_an_unattended_schedule_finishes_without_a_person_and_skips_while_one_wa
     """The app asks for a plan and asks before WRITE calls. A schedule with --approve plan
     and a trusting policy finishes its runs alone; one without waits, and its every-minute
     firings leave that one run waiting, each later firing recorded as skipped."""
-    write = call("write_note", name="b.txt", text="copied")
+    write = call("delete_note", name="b.txt")  # WRITE: asks under the app's cautious policy
     with fleet(tmp_path) as f:
         relay = build(Settings.from_env(f.env), name="careful", config=Config())
-        f.brain.script("UNATTENDED", {0: write, 1: final("copied b.txt")}, plan=["write b.txt"])
-        f.brain.script("ATTENDED", {0: write, 1: final("never")}, plan=["write b.txt"])
+        f.brain.script("UNATTENDED", {0: write, 1: final("copied b.txt")}, plan=["rm b.txt"])
+        f.brain.script("ATTENDED", {0: write, 1: final("never")}, plan=["rm b.txt"])
         f.worker("--concurrency", "2", app="tests.apps.notes:careful")
         made = now_ms() - 30_000
         unattended = Recipe("copy", "UNATTENDED copy {src}").param("src", "a note")
@@ -87,6 +87,7 @@ def test_an_unattended_schedule_finishes_without_a_person_and_skips_while_one_wa
         done = relay.wait(fire_id("copy", made + MINUTE), timeout=30)
         assert done.stop is Stop.DONE, f.logs()
         assert done.summary == "copied b.txt"
+        assert "delete_note b.txt" in f.ledger()  # ran: the trusting policy did not ask
         waiting = fire_id("copy2", made + MINUTE)
         f.until(lambda: relay.status(waiting).waiting_for == "plan", what="a plan to approve")
         status = relay.status(fire_id("copy", made + MINUTE))
@@ -106,3 +107,46 @@ def test_an_unattended_schedule_finishes_without_a_person_and_skips_while_one_wa
         copies = relay.scheduling.history("copy")
         assert sum(1 for v in copies if v.firing.kind == "fired") == 6  # none waited
         assert {v.stop for v in copies if v.firing.kind == "fired"} == {"done"}
+
+
+def test_on_wait_skip_declines_what_would_wait_money_still_waits_and_notify_says_so(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path) as f:
+        relay = build(Settings.from_env(f.env), name="careful", config=Config())
+        delete = call("delete_note", name="c.txt")  # WRITE: the app's cautious policy asks
+        f.brain.script("SKIPPY", {0: delete, 1: final("could not delete c.txt")}, plan=["rm"])
+        f.brain.script("PAYDAY", {0: call("pay", amount=5), 1: final("paid")}, plan=["pay"])
+        f.brain.script("WATCHED", {0: final("never")}, plan=["look"])
+        f.worker("--concurrency", "2", app="tests.apps.notes:careful")
+        made = now_ms() - 30_000
+        for name, marker, on_wait in (
+            ("skippy", "SKIPPY", "skip"),
+            ("payday", "PAYDAY", "skip"),
+            ("watched", "WATCHED", "notify"),
+        ):
+            recipe = Recipe(name, f"{marker} {{what}}").param("what", "what")
+            relay.schedule(
+                name, recipe, {"what": "now"}, Every(60), now_ms=made,
+                approve_plan=name != "watched", on_wait=on_wait,
+            )  # fmt: skip
+        relay.tick(made + 60 * MINUTE)
+        skippy, payday, watched = (
+            fire_id(n, made + 60 * MINUTE) for n in ("skippy", "payday", "watched")
+        )
+
+        done = relay.wait(skippy, timeout=30)
+        assert (done.stop, done.summary) == (Stop.DONE, "could not delete c.txt"), f.logs()
+        declined = [e for e in relay.trace(skippy) if e.kind == "declined"]
+        assert [e.tool for e in declined] == ["delete_note"]
+        assert "nobody is there to approve it: schedule skippy" in declined[0].text
+        assert "delete_note c.txt" not in f.ledger()
+
+        f.until(lambda: relay.status(payday).waiting_for == "call", what="the money call to wait")
+        assert [p.tool for p in relay.pending() if p.run_id == payday] == ["pay"]
+
+        f.until(lambda: relay.status(watched).waiting_for == "plan", what="the plan to wait")
+        f.until(relay.notifications, what="a notification")
+        [notice] = relay.notifications()
+        assert (notice.schedule, notice.run_id) == ("watched", watched)
+        assert notice.waits == "plan: look"

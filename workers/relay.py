@@ -58,6 +58,7 @@ from workers.client.schedules import Scheduling
 from workers.client.start import (
     Recorded,
     checked_concurrency,
+    checked_on_wait,
     checked_prices,
     new_run,
     recorded_stubs,
@@ -321,6 +322,7 @@ class Relay:
         policy: Policy | None = None,
         approve_plan: bool = False,
         fired_ms: int | None = None,
+        on_wait: str = "wait",
     ) -> str:
         """Start a run and return its id. It begins on a worker at once.
 
@@ -338,7 +340,10 @@ class Relay:
         arguments (or for any), else an error: what `relay eval` runs cases with.
         `policy` replaces the config's (MONEY still asks); `approve_plan` approves the
         run's plan when the model makes it (its calls still ask as the policy says);
-        `fired_ms`: the firing of `schedule` that starts it (the tick gives both).
+        `fired_ms`: the firing of `schedule` that starts it (the tick gives both);
+        `on_wait`: when it would wait for a person, "wait", "notify" (the schedule's
+        notifications say so) or "skip" (calls declined, questions answered that nobody
+        is there, a plan declined); a MONEY call always waits.
 
         Raises:
             RelayError: the task or attachments are too large, or a name is unusable.
@@ -355,7 +360,7 @@ class Relay:
             attachments=attachments, budget=budget, tools=tools, notes=notes, recipe=recipe,
             schedule=schedule, run_id=run_id, key=key, memory=memory, app=self.name,
             routes=checked_routes(route, [r.name for r in self.routes]), recorded=names,
-            fired_ms=fired_ms, approve_plan=approve_plan is True,
+            fired_ms=fired_ms, approve_plan=approve_plan is True, on_wait=checked_on_wait(on_wait),
         )  # fmt: skip
         parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms

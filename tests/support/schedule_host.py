@@ -110,8 +110,9 @@ class RecordingHost:
         policy: Policy | None = None,
         approve_plan: bool = False,
         fired_ms: int | None = None,
+        on_wait: str = "wait",
     ) -> str:
-        del context, budget  # the tick gives no context; budgets are the Relay's business
+        del context, budget, on_wait  # the tick gives no context; the rest is the Relay's
         if schedule in self.refuse:
             raise RuntimeError("unknown tools: read_note")
         with self.lock:

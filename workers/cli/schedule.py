@@ -42,7 +42,7 @@ from agent_core import Cron, Daily, Every, Policy, Recipe, Risk, Trigger, Weekly
 from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
 from scheduler import Schedule, SchedulerError, calendar
-from scheduler.schedules import NEVER_MS, OVERLAPS, local_iso
+from scheduler.schedules import NEVER_MS, ON_WAITS, OVERLAPS, local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
@@ -270,6 +270,14 @@ def schedule() -> None:
     help="plan: the schedule approves its runs' plans (calls still ask, as --policy says).",
 )
 @click.option(
+    "--on-wait",
+    type=click.Choice(ON_WAITS),
+    default="wait",
+    show_default=True,
+    help="When a run would wait for a person: wait; wait and notify (relay schedule"
+    " notifications); or skip (decline the call or plan, answer the question). Money waits.",
+)
+@click.option(
     "--policy",
     metavar="POLICY",
     help="Which calls ask a person: trusting (outside, money), cautious (write, outside,"
@@ -305,6 +313,7 @@ def add(
     notify: bool,
     overlap: str,
     approve: str | None,
+    on_wait: str,
     policy: str | None,
     catch_up: str | None,
     jitter: str | None,
@@ -327,6 +336,7 @@ def add(
         options: dict[str, Any] = {
             "overlap": overlap,
             "approve_plan": approve == "plan",
+            "on_wait": on_wait,
             "ask": None if policy is None else parse_policy(policy),
             "catch_up_ms": None if catch_up is None else parse_duration(catch_up, "--catch-up"),
             "jitter_ms": 0 if jitter is None else parse_duration(jitter, "--jitter"),
@@ -433,7 +443,13 @@ def notifications(*, limit: int, as_json: bool) -> None:
         if as_json:
             click.echo(json_text(notice.model_dump_json()))
             continue
-        what = f"could not start: {notice.problem}" if notice.problem else notice.task
+        what = (
+            f"could not start: {notice.problem}"
+            if notice.problem
+            else f"run {notice.run_id} waits for a person: {notice.waits}"
+            if notice.waits
+            else notice.task
+        )
         click.echo(f"{local_iso(notice.slot_ms, 0)}  {one_line(notice.schedule)}  {cut_text(what)}")
     if not found and not as_json:
         click.echo("no notifications")
@@ -480,7 +496,8 @@ def _decides(found: Schedule) -> str:
         else f"asks for {', '.join(found.ask) or 'money only'}"
     )
     plan = "plan approved by the schedule" if found.approve_plan else "plan asks a person"
-    return f"{plan}; {asks} (money always asks)"
+    waits = {"wait": "", "notify": "; notifies when a run waits", "skip": "; never waits"}
+    return f"{plan}; {asks}{waits[found.on_wait]} (money always asks)"
 
 
 def _duration(ms: int) -> str:

@@ -33,7 +33,6 @@ from workers.engine.budget import Budget
 from workers.errors import RelayError
 from workers.settings import now_ms as clock
 from workers.store.runs import RunStore
-from workers.store.schedule_shards import ClusterSchedules
 
 __all__ = ["BACKFILL_FORCED_MAX", "BACKFILL_MAX", "FiringView", "Scheduling"]
 
@@ -69,10 +68,7 @@ class Scheduling:
     @cached_property
     def schedule_store(self) -> ScheduleStore:
         """The schedules of this Relay (its Redis, its key prefix)."""
-        store = self.store
-        cluster = store.keys.cluster
-        shards = ClusterSchedules(store.connection, store.shards) if cluster else None
-        return ScheduleStore(store.redis, store.keys.prefix, shards)
+        return self.store.schedules
 
     def schedule(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -65,6 +65,17 @@ def check_start(
     if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
         raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
     return files
+
+
+def checked_on_wait(given: object) -> Literal["wait", "notify", "skip"]:
+    """A start's `on_wait`, as given.
+
+    Raises:
+        RelayError: it is not "wait", "notify" or "skip".
+    """
+    if given == "wait" or given == "notify" or given == "skip":  # noqa: PLR1714 - narrows
+        return given
+    raise RelayError(f"on_wait is 'wait', 'notify' or 'skip', not {given!r}")
 
 
 def check_memory(name: object) -> str:
@@ -206,6 +217,7 @@ def new_run(
     recorded: tuple[str, ...] = (),
     fired_ms: int | None = None,
     approve_plan: bool = False,
+    on_wait: Literal["wait", "notify", "skip"] = "wait",
 ) -> NewRun:
     """Check what a start was given; return the new root run's record (its id made up
     unless given), its started agent's snapshot and its journal's start. With `memory`,
@@ -213,7 +225,8 @@ def new_run(
     `app`'s: only workers of the Relay app of that name run it. `routes`: the model
     routes its calls may take; `recorded`: the tools whose outcomes are recorded;
     `fired_ms`: the firing of `schedule` that starts it; `approve_plan`: its plan is
-    approved by the start, not a person.
+    approved by the start, not a person; `on_wait`: what it does when it would wait for a
+    person ("wait", "notify", "skip").
 
     Raises:
         RelayError: something given is refused (one line saying what).
@@ -233,6 +246,7 @@ def new_run(
         schedule=schedule,
         fired_ms=fired_ms,
         approve_plan=approve_plan,
+        on_wait=on_wait,
         created_ms=now,
         updated_ms=now,
         config=config,

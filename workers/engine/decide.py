@@ -37,7 +37,9 @@ from agent_core import (
     Outcome,
     Plan,
     Question,
+    Risk,
     Run,
+    Step,
     Stop,
     Summarize,
     ToolArgsError,
@@ -75,6 +77,7 @@ from workers.engine.working import Surroundings, Working, ran_data
 __all__ = ["decide", "finish", "forget_model_call", "sync_pending"]
 
 MAX_VERIFIER_REJECTIONS = 3
+NOBODY_THERE = "Nobody is there to answer: this run is unattended. Go on without an answer."
 FINAL_CHARS = 4_000
 """Characters of a run's summary its "done" stream event carries."""
 
@@ -299,11 +302,7 @@ def _settle(run: Working) -> None:
             _verifier_rejects(run, step.outcome) or steering.next_turn(run, step.outcome)
         ):
             continue
-        if isinstance(step, Plan) and run.record.approve_plan:
-            # An unattended run (a schedule's --approve plan): nobody is asked.
-            by = f"schedule {run.record.schedule}" if run.record.schedule else "the start"
-            run.note("decided", f"plan approved by {by}")
-            run.agent.approve_plan(True)
+        if _unattended(run, step):
             continue
         break
     wanted: list[Pending] = []
@@ -321,6 +320,33 @@ def _settle(run: Working) -> None:
         case Done(outcome=outcome):
             finish(run, outcome, run.agent.new_notes())
     sync_pending(run, wanted)
+
+
+def _unattended(run: Working, step: Step) -> bool:
+    """Decide, for nobody, what an unattended run would wait on: its plan (a schedule's
+    `approve_plan`), and with `on_wait` "skip" a question, a plan, or the calls that would
+    ask (never a MONEY call: that always waits for a person). True if the agent moved on."""
+    record = run.record
+    by = f"schedule {record.schedule}" if record.schedule else "the start"
+    skip = record.on_wait == "skip"
+    if isinstance(step, Plan) and (record.approve_plan or skip):
+        run.note("decided", f"plan {'approved' if record.approve_plan else 'declined'} by {by}")
+        run.agent.approve_plan(record.approve_plan)
+        return True
+    if isinstance(step, Question) and skip:
+        run.note("answered", f"by {by}: {NOBODY_THERE}")
+        run.agent.answer(NOBODY_THERE)
+        return True
+    if not (isinstance(step, Run) and skip):
+        return False
+    moved = False
+    for call in [step.call, *run.agent.queued()]:
+        if call.ask and call.risk is not Risk.MONEY and call.id not in run.calls:
+            reason = f"nobody is there to approve it: {by} does not wait for a person"
+            run.note("declined", reason, call_id=call.id, tool=call.tool)
+            run.agent.result(call.id, ToolOutput.declined(reason))
+            moved = True
+    return moved
 
 
 def _ask(run: Working, request: ModelRequest) -> list[Pending]:

@@ -173,6 +173,10 @@ class RunRecord(BaseModel):
     """The firing of `schedule` that started it (its time, UTC ms)."""
     approve_plan: bool = False
     """Its plan is approved when made, by the start (a schedule's `approve_plan`)."""
+    on_wait: Literal["wait", "notify", "skip"] = "wait"
+    """When it would wait for a person (a schedule's `on_wait`): wait; wait and notify the
+    schedule; or skip: decline the call, answer the question, decline the plan. A MONEY
+    call always waits."""
     created_ms: int
     updated_ms: int
     finished_ms: int | None = None

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from agent_core import Agent, AgentError
+from scheduler import Notification
 from workers.engine import endings
 from workers.engine.decide import decide
 from workers.engine.effects import Advanced, Message, OwnOutcome
@@ -121,6 +122,7 @@ class Steps:
         saved = self.store.save(advanced, version, own)
         if saved is Saved.SAVED:
             self.send(list(advanced.messages))
+            _notify_schedule(self.store, advanced)
         return saved
 
     def decide(
@@ -155,6 +157,28 @@ class Steps:
             problem = f"advancing it raised {type(error).__name__}: {error}"
             return endings.failed_run(record, loaded.snapshot, problem, around)
         return replace(advanced, stored=snapshots.write(stored, agent))
+
+
+def _notify_schedule(store: RunStore, advanced: Advanced) -> None:
+    """A scheduled run with `on_wait` "notify" that now waits for a person: say so in its
+    schedule's notifications, once per thing it waits on (sent after the save, so a worker
+    that dies between the two loses that one notification, never the decision)."""
+    record, added = advanced.record, advanced.effects.pending_add
+    if record.on_wait != "notify" or record.schedule is None or not added:
+        return
+    waits = "; ".join(f"{p.kind}: {p.summary}" for p in added)
+    notice = Notification(
+        schedule=record.schedule,
+        task=record.task,
+        slot_ms=record.fired_ms or record.created_ms,
+        at_ms=record.updated_ms,
+        run_id=record.id,
+        waits=waits[:2_000],
+    )
+    try:
+        store.schedules.notify(notice)
+    except Exception:  # noqa: BLE001 - the step is saved; a lost notification is only logged
+        log.warning("run %s: could not notify schedule %r", record.id, record.schedule)
 
 
 def _reopens(loaded: Loaded) -> bool:

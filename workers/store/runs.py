@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agent_core import ToolOutput
+from scheduler import ScheduleStore
 from workers.engine.budget import NO_ADMISSION, Admission, Over, TreeLimits
 from workers.engine.effects import Advanced, OwnOutcome
 from workers.engine.events import InboxEvent
@@ -51,6 +52,7 @@ from workers.store.hot_agents import HotAgent, HotAgents
 from workers.store.layout import TRACE_MAX, RunFields
 from workers.store.live import LiveStreams
 from workers.store.people import People
+from workers.store.schedule_shards import ClusterSchedules
 from workers.store.scripts import ClaimStatus, Recorded, Saved
 from workers.store.shards import RunCursor, Shards
 from workers.store.snapshots import split
@@ -97,6 +99,9 @@ class RunStore:
         """The trees' live streams (replies as they are written), and follow-ups."""
         self.hot = HotAgents()
         """The agents this process saved last (`store.hot_agents`): a load skips their restore."""
+        shards = ClusterSchedules(self.connection, self.shards) if cluster else None
+        self.schedules = ScheduleStore(self.redis, self.keys.prefix, shards)
+        """The schedules of this prefix (scheduler.ScheduleStore; on a cluster, in shards)."""
 
     def errors(self) -> Any:
         """Return a context manager that translates Redis errors for this store."""

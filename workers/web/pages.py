@@ -214,6 +214,7 @@ class _Pages:
             "next": _next_text(found),
             "overlap": found.overlap,
             "plan": "approved by the schedule" if found.approve_plan else "asks a person",
+            "when a run would wait": found.on_wait,
             "calls that ask": "the app's policy" if found.ask is None else ", ".join(found.ask),
             **({"paused": found.pause_note or "yes"} if found.paused else {}),
             "task": found.task(),
