@@ -190,10 +190,10 @@ class Schedule(BaseModel):
         # read back from Redis; `create` has already given the clear errors.
         check_name(self.name, "schedule")
         self.recipe.fill(self.values)
-        # A zone someone wrote into Redis by hand may not exist (or a cron may never
-        # fire again): refuse it here, so the store logs the schedule as unreadable
-        # and looks again later, instead of the tick failing on it.
-        _check_firing(self.name, self.trigger, self.last_run_ms, self.utc_offset_minutes)
+        # A zone someone wrote into Redis by hand may not exist: refuse it here, so the
+        # store logs the schedule as unreadable and looks again later, instead of the
+        # tick failing on it. (A cron with no firing left has ended: see next_due_ms.)
+        _check_zone(self.name, self.trigger, self.utc_offset_minutes)
         if self.ask is not None and not set(self.ask) <= RISK_NAMES:
             raise DefinitionError(
                 f"schedule {self.name!r}: ask names risks from {sorted(RISK_NAMES)}"
@@ -206,10 +206,10 @@ class Schedule(BaseModel):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def next_due_ms(self) -> int:
-        """When the next slot comes, in UTC ms: it fires at the first tick at or after it."""
-        return calendar.next_fire(
-            self.trigger, self.last_run_ms, utc_offset_minutes=self.utc_offset_minutes
-        )
+        """When the next slot comes, in UTC ms: it fires at the first tick at or after it.
+        NEVER_MS when there is none within the search window (a cron such as
+        `0 0 1 1 0` can wait 11 years after a firing): the schedule has ended."""
+        return _next_or_never(self.trigger, self.last_run_ms, self.utc_offset_minutes)
 
     @property
     def jitter_offset_ms(self) -> int:
@@ -226,7 +226,8 @@ class Schedule(BaseModel):
         """When the next firing happens: the slot plus the jitter, or NEVER_MS while
         paused or once the next slot lies past `end_ms`."""
         slot = self.next_due_ms
-        if self.paused or (self.end_ms is not None and slot > self.end_ms):
+        ended = slot == NEVER_MS or (self.end_ms is not None and slot > self.end_ms)
+        if self.paused or ended:
             return NEVER_MS
         return slot + self.jitter_offset_ms
 
@@ -256,9 +257,7 @@ class Schedule(BaseModel):
 
     def fired(self, slot_ms: int, now_ms: int) -> Schedule:
         """Return this schedule as it is once `slot_ms` fired at `now_ms`."""
-        following = calendar.next_fire(
-            self.trigger, slot_ms, utc_offset_minutes=self.utc_offset_minutes
-        )
+        following = _next_or_never(self.trigger, slot_ms, self.utc_offset_minutes)
         last = slot_ms if following > now_ms else now_ms
         return self.model_copy(update={"last_run_ms": max(last, self.last_run_ms)})
 
@@ -286,6 +285,33 @@ class Schedule(BaseModel):
         return local_iso(ms, self.utc_offset_minutes, self.tz)
 
 
+def _next_or_never(trigger: Trigger, after_ms: int, utc_offset_minutes: int) -> int:
+    try:
+        return calendar.next_fire(trigger, after_ms, utc_offset_minutes=utc_offset_minutes)
+    except DefinitionError:  # no firing within the search window, or before the year 10000
+        return NEVER_MS
+
+
+def _check_zone(name: str, trigger: Trigger, utc_offset_minutes: int) -> None:
+    """Check that the trigger's zone is one the zone data knows, and comes without an offset.
+
+    Raises:
+        DefinitionError: it is not, or it does not.
+    """
+    tz = None if isinstance(trigger, Every) else trigger.tz
+    if tz is None:
+        return
+    try:
+        calendar.zone(tz)
+    except SchedulerError as error:
+        raise DefinitionError(f"schedule {name!r}: {error}") from None
+    if utc_offset_minutes != 0:
+        # The zone would silently win; an offset given with it is a mistake.
+        raise DefinitionError(
+            f"schedule {name!r}: a trigger in a time zone ({tz}) takes no utc_offset_minutes"
+        )
+
+
 def _check_firing(name: str, trigger: Trigger, after_ms: int, utc_offset_minutes: int) -> None:
     """Check that `trigger` can say when it next fires after `after_ms` in its zone
     (or at the offset).
@@ -299,12 +325,7 @@ def _check_firing(name: str, trigger: Trigger, after_ms: int, utc_offset_minutes
     except SchedulerError as error:
         # Making a schedule reports DefinitionError, whatever part of it is wrong.
         raise DefinitionError(f"schedule {name!r}: {error}") from None
-    tz = None if isinstance(trigger, Every) else trigger.tz
-    if tz is not None and utc_offset_minutes != 0:
-        # The zone would silently win; an offset given with it is a mistake.
-        raise DefinitionError(
-            f"schedule {name!r}: a trigger in a time zone ({tz}) takes no utc_offset_minutes"
-        )
+    _check_zone(name, trigger, utc_offset_minutes)
 
 
 def first_error(error: ValidationError) -> str:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from agent_core import Daily, Every, Policy, Risk
+from agent_core import Cron, Daily, Every, Policy, Risk
 from scheduler import ScheduleStore, tick
 from scheduler.history import Firing
+from scheduler.schedules import NEVER_MS
 from scheduler.store import Queued, fire_id
 from tests.support.redis_cluster import redis_cluster
 from tests.support.schedule_host import (
@@ -260,3 +261,27 @@ def test_a_schedule_removed_with_queued_firings_starts_none_of_them(host: Record
 
 def _backfilled(slot: int) -> Queued:
     return Queued("backfill", slot)
+
+
+def test_a_cron_whose_next_firing_is_years_away_fires_then_ends(host: RecordingHost) -> None:
+    # New Year's Day on a Sunday (a day of week starting "*" ANDs with the day of month):
+    # 2051, then not until 2062, beyond the 8-year search: the schedule has ended.
+    new_year_2051 = 2_556_144_000_000  # 2051-01-01T00:00:00Z, a Sunday
+    host.schedule_store.put(make(trigger=Cron("0 0 1 1 */7"), at=new_year_2051 - HOUR))
+    assert tick(host, new_year_2051 + 1_000) == ["run-1"]
+    stored = host.schedule_store.get("daily-check")
+    assert stored is not None  # still readable, and ended
+    assert (stored.next_due_ms, stored.fire_at_ms) == (NEVER_MS, NEVER_MS)
+    assert tick(host, new_year_2051 + 400 * DAY) == []
+
+
+def test_a_clock_that_jumps_back_fires_nothing_early_and_nothing_twice(
+    host: RecordingHost,
+) -> None:
+    host.schedule_store.put(make(trigger=Every(5), overlap="allow_all"))
+    tick(host, T0 + 5 * MINUTE)  # fires the +5 slot
+    tick(host, T0 + MINUTE)  # the clock jumped back four minutes
+    tick(host, T0 + 5 * MINUTE)  # and forward again: the +5 slot fired already
+    assert [s.fired_ms for s in host.starts] == [T0 + 5 * MINUTE]
+    tick(host, T0 + 10 * MINUTE)
+    assert [s.fired_ms for s in host.starts] == [T0 + 5 * MINUTE, T0 + 10 * MINUTE]
