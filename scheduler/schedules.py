@@ -280,6 +280,13 @@ class Schedule(BaseModel):
             return self.trigger.describe()
         return f"{self.trigger.describe()} (UTC{format_offset(self.utc_offset_minutes)})"
 
+    def next_text(self) -> str:
+        """When it fires next on its own clock (jitter included), or "paused" / "ended"."""
+        if self.paused:
+            return "paused"
+        at = self.fire_at_ms
+        return "ended" if at == NEVER_MS else self.local_time(at)
+
     def local_time(self, ms: int) -> str:
         """Return UTC ms as ISO 8601 on the schedule's own clock (its zone, else its offset)."""
         return local_iso(ms, self.utc_offset_minutes, self.tz)

@@ -4,31 +4,19 @@ and a private Redis."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from agent_core import Cron, Daily, Recipe
-from tests.apps.notes import build
-from tests.support.redis_server import RedisServer
-from workers import Relay, Settings
-from workers.cli.schedule import parse_offset, schedule
+from tests.support.schedule_cli import relay, run
+from workers import Relay
+from workers.cli.schedule import parse_offset
 
-
-@pytest.fixture
-def relay(tmp_path: Path) -> Iterator[Relay]:
-    with RedisServer(tmp_path) as server:
-        yield build(Settings.from_env({"RELAY_REDIS_URL": server.url}))
-
-
-def run(relay: Relay, *args: str) -> Result:
-    # The `relay` group hands its subcommands an object with a `.relay`; so does this.
-    return CliRunner().invoke(schedule, list(args), obj=SimpleNamespace(relay=relay))
+__all__ = ["relay"]  # the fixture, used here
 
 
 def fails(result: Result, message: str) -> None:

@@ -4,34 +4,23 @@ through click's runner, on a real Relay (its real tick) and a private Redis."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner, Result
 
 from scheduler.store import fire_id
-from tests.apps.notes import build
-from tests.support.redis_server import RedisServer
-from workers import Relay, Settings
+from tests.support.schedule_cli import relay, run
+from workers import Relay
 from workers.cli.runs import show
-from workers.cli.schedule import parse_duration, parse_policy, schedule
+from workers.cli.schedule import parse_duration, parse_policy
 from workers.errors import RelayError
 from workers.settings import now_ms
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE
 
-
-@pytest.fixture
-def relay(tmp_path: Path) -> Iterator[Relay]:
-    with RedisServer(tmp_path) as server:
-        yield build(Settings.from_env({"RELAY_REDIS_URL": server.url}))
-
-
-def run(relay: Relay, *args: str) -> Result:
-    return CliRunner().invoke(schedule, list(args), obj=SimpleNamespace(relay=relay))
+__all__ = ["relay"]  # the fixture, used here
 
 
 def ok(result: Result) -> str:

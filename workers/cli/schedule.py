@@ -42,7 +42,7 @@ from agent_core import Cron, Daily, Every, Policy, Recipe, Risk, Trigger, Weekly
 from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
 from scheduler import Schedule, SchedulerError, calendar
-from scheduler.schedules import NEVER_MS, ON_WAITS, OVERLAPS, local_iso
+from scheduler.schedules import ON_WAITS, OVERLAPS, local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
@@ -346,7 +346,7 @@ def add(
             name, recipe, filled, trigger, offset, mode=mode, budget=budget, **options
         )
     verb = "replaced" if existed else "scheduled"
-    click.echo(one_line(f"{verb} {made.name}: {made.describe()}, next at {_next(made)}"))
+    click.echo(one_line(f"{verb} {made.name}: {made.describe()}, next at {made.next_text()}"))
 
 
 @schedule.command("list")
@@ -363,7 +363,7 @@ def list_(*, as_json: bool) -> None:
         return
     rows: list[tuple[str, ...]] = [("NAME", "WHEN", "MODE", "NEXT", "TASK")]
     rows += [
-        (one_line(s.name), one_line(s.describe()), s.mode, _next(s), cut_text(s.task()))
+        (one_line(s.name), one_line(s.describe()), s.mode, s.next_text(), cut_text(s.task()))
         for s in found
     ]
     click.echo(text_table(rows))
@@ -396,7 +396,7 @@ def show(name: str, *, as_json: bool) -> None:
         *([("cron", trigger.expression)] if isinstance(trigger, Cron) else []),
         ("time zone", found.time_zone),
         ("mode", found.mode),
-        ("next", f"{_next(found)}  ({utc_text(found.next_due_ms)})"),
+        ("next", _next_row(found)),
         ("last run", utc_text(found.last_run_ms)),
         ("tools", "all" if found.tools is None else ", ".join(found.tools) or "none"),
         *_running_rows(found),
@@ -466,12 +466,9 @@ def find_schedule(name: str) -> Schedule:
     return found
 
 
-def _next(found: Schedule) -> str:
-    if found.paused:
-        return "paused"
-    if found.fire_at_ms == NEVER_MS:
-        return "ended"
-    return found.local_time(found.fire_at_ms)
+def _next_row(found: Schedule) -> str:
+    shown = found.next_text()
+    return shown if shown in ("paused", "ended") else f"{shown}  ({utc_text(found.fire_at_ms)})"
 
 
 def _running_rows(found: Schedule) -> list[tuple[str, str]]:

@@ -27,8 +27,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from scheduler import Schedule
-from scheduler.schedules import NEVER_MS, local_iso
+from scheduler.schedules import local_iso
 from workers.engine.records import RUN_FILTERS
 from workers.errors import DecisionRefused, RelayError, RunNotFound
 from workers.settings import now_ms
@@ -182,7 +181,7 @@ class _Pages:
                 "name": found.name,
                 "describe": found.describe(),
                 "mode": found.mode,
-                "next": _next_text(found),
+                "next": found.next_text(),
                 "last_ms": found.last_run_ms,
                 "task": found.task(),
                 "runs": fired.get(found.name, []),
@@ -211,7 +210,7 @@ class _Pages:
         facts = {
             "when": found.describe(),
             "time zone": found.time_zone,
-            "next": _next_text(found),
+            "next": found.next_text(),
             "overlap": found.overlap,
             "plan": "approved by the schedule" if found.approve_plan else "asks a person",
             "when a run would wait": found.on_wait,
@@ -368,15 +367,6 @@ def _whole_call_seen(web: Web, run_id: str, call_id: str, seen: str) -> None:
 
 def _refused(web: Web, request: Request, why: str, status: int = 403) -> Response:
     return web.page(request, "refused.html", status, message=why)
-
-
-def _next_text(found: Schedule) -> str:
-    """When the schedule fires next, on its own clock (or why it does not)."""
-    if found.paused:
-        return "paused"
-    if found.fire_at_ms == NEVER_MS:
-        return "ended"
-    return found.local_time(found.fire_at_ms)
 
 
 def _fired_at(web: Web, tree: dict[str, Any]) -> str:
