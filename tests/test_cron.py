@@ -13,6 +13,7 @@ from datetime import UTC, date, datetime, time, timedelta, timezone
 from typing import Any
 
 import pytest
+from croniter import croniter
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
@@ -558,3 +559,42 @@ def test_daily_and_weekly_agree_with_their_cron(daily: Trigger, cron: Cron, offs
         slot = daily.next_after(last, offset)
         assert cron.next_after(last, offset) == slot
         last = slot + 1 if step % 2 else slot
+
+
+# --- against croniter, an independent reference (tests only) -------------------------------
+
+
+def _field(low: int, high: int, *, starred_steps: bool) -> st.SearchStrategy[str]:
+    number = st.integers(low, high)
+    # Distinct ends: croniter reads a one-value day-of-week range such as 0-0 as any day.
+    ranges = st.lists(number, min_size=2, max_size=2, unique=True).map(sorted)
+    shapes = [
+        st.just("*"),
+        number.map(str),
+        ranges.map(lambda r: f"{r[0]}-{r[1]}"),
+        st.lists(number, min_size=2, max_size=3, unique=True).map(lambda v: ",".join(map(str, v))),
+        st.tuples(ranges, st.integers(1, 5)).map(lambda p: f"{p[0][0]}-{p[0][1]}/{p[1]}"),
+    ]
+    if starred_steps:  # a day field starting with "*" is no restriction here, but is in croniter
+        shapes.append(st.integers(1, max(1, (high - low) // 2)).map(lambda k: f"*/{k}"))
+    return st.one_of(*shapes)
+
+
+CRON_EXPRESSIONS = st.tuples(
+    _field(0, 59, starred_steps=True),
+    _field(0, 23, starred_steps=True),
+    _field(1, 28, starred_steps=False),  # days every month has: no search past the window
+    _field(1, 12, starred_steps=True),
+    _field(0, 6, starred_steps=False),
+).map(" ".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    expression=CRON_EXPRESSIONS,
+    after=st.integers(at(2020, 1, 1), at(2035, 12, 31)),
+)
+def test_cron_next_after_agrees_with_croniter(expression: str, after: int) -> None:
+    start = datetime.fromtimestamp(after / 1000, UTC)
+    expected = croniter(expression, start).get_next(datetime)
+    assert Cron(expression).next_after(after, 0) == int(expected.timestamp() * 1000), expression
