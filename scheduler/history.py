@@ -18,9 +18,10 @@ HISTORY_MAX = 200
 """Entries kept per schedule, the newest."""
 
 FiringKind = Literal["fired", "notified", "skipped", "buffered", "missed", "paused", "resumed"]
-Source = Literal["schedule", "run now", "backfill", "buffer"]
+Source = Literal["schedule", "run now", "backfill", "buffer", "person"]
 """Who asked for the firing: the schedule's own time, `relay schedule run`, a backfill,
-or a firing buffered by `buffer_one` until the run before it ended."""
+or a firing buffered by `buffer_one` until the run before it ended; a person pauses
+and resumes."""
 
 
 class Firing(BaseModel):

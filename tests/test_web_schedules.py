@@ -47,7 +47,7 @@ def test_the_schedule_pages_tell_the_history_on_the_schedules_clock(tmp_path: Pa
         paused = html.unescape(web.client.get("/schedules/often").text)
         assert "<dt>paused</dt><dd>too chatty</dd>" in paused
         assert "<td>fired</td><td>run now</td>" in paused
-        assert "<td>paused</td><td>schedule</td>" in paused
+        assert "<td>paused</td><td>person</td>" in paused
 
         run_page = html.unescape(web.client.get(f"/runs/{run_id}").text)
         assert (

@@ -177,9 +177,8 @@ class Scheduling:
                 if was.paused and not paused:
                     changes["last_run_ms"] = max(was.last_run_ms, now)
                 changed = was.model_copy(update=changes)
-                entry = Firing(
-                    kind="paused" if paused else "resumed", slot_ms=now, at_ms=now, why=note
-                )
+                kind = "paused" if paused else "resumed"
+                entry = Firing(kind=kind, slot_ms=now, at_ms=now, source="person", why=note)
                 if self.schedule_store.update(read, changed, entry):
                     return changed
         raise RelayError(f"schedule {name!r} kept changing; try again")
