@@ -57,11 +57,13 @@ from workers.client.runs import RunsClient
 from workers.client.schedules import Scheduling
 from workers.client.start import (
     Recorded,
+    Unattended,
     checked_concurrency,
     checked_on_wait,
     checked_prices,
     new_run,
     recorded_stubs,
+    with_policy,
 )
 from workers.engine.budget import Budget, Price
 from workers.engine.effects import Message
@@ -338,29 +340,21 @@ class Relay:
         `route`: the model route(s) its calls take, in order (default: all). `recorded`:
         tools whose calls never run, each answered with the `Recorded` outcome for its
         arguments (or for any), else an error: what `relay eval` runs cases with.
-        `policy` replaces the config's (MONEY still asks); `approve_plan` approves the
-        run's plan when the model makes it (its calls still ask as the policy says);
-        `fired_ms`: the firing of `schedule` that starts it (the tick gives both);
-        `on_wait`: when it would wait for a person, "wait", "notify" (the schedule's
-        notifications say so) or "skip" (calls declined, questions answered that nobody
-        is there, a plan declined); a MONEY call always waits.
+        For a schedule's unattended runs (README): `policy`, `approve_plan`, `fired_ms`
+        (its firing) and `on_wait` ("notify" or "skip" instead of waiting for a person).
 
         Raises:
             RelayError: the task or attachments are too large, or a name is unusable.
             StoreUnavailable: Redis cannot be reached.
         """
         names, stubs = recorded_stubs(recorded, {t.name: t for t in self.tools})
-        config = config or self.config
-        if policy is not None:
-            if not isinstance(policy, Policy):
-                raise RelayError(f"policy must be an agent_core.Policy, not {policy!r}")
-            config = config.model_copy(update={"policy": policy})
         record, snapshot, start = new_run(
-            self.kit, task, context, config, remembered=self.memory,
+            self.kit, task, context, with_policy(config or self.config, policy),
+            remembered=self.memory,
             attachments=attachments, budget=budget, tools=tools, notes=notes, recipe=recipe,
             schedule=schedule, run_id=run_id, key=key, memory=memory, app=self.name,
             routes=checked_routes(route, [r.name for r in self.routes]), recorded=names,
-            fired_ms=fired_ms, approve_plan=approve_plan is True, on_wait=checked_on_wait(on_wait),
+            unattended=Unattended(fired_ms, approve_plan is True, checked_on_wait(on_wait)),
         )  # fmt: skip
         parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms

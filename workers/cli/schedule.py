@@ -311,17 +311,11 @@ def add(
     tz: str | None,
     utc_offset: str | None,
     notify: bool,
-    overlap: str,
-    approve: str | None,
-    on_wait: str,
-    policy: str | None,
-    catch_up: str | None,
-    jitter: str | None,
-    end: str | None,
     budget_tokens: int | None,
     budget_usd: float | None,
     budget_calls: int | None,
     deadline: float | None,
+    **unattended: str | None,
 ) -> None:
     """Add a schedule, or replace the one named NAME."""
     offset = _offset(utc_offset, tz)
@@ -333,15 +327,7 @@ def add(
         existed = any(s.name == name for s in relay.schedules())
         budget = budget_from(budget_tokens, budget_usd, budget_calls, deadline)
         mode: Literal["run", "notify"] = "notify" if notify else "run"
-        options: dict[str, Any] = {
-            "overlap": overlap,
-            "approve_plan": approve == "plan",
-            "on_wait": on_wait,
-            "ask": None if policy is None else parse_policy(policy),
-            "catch_up_ms": None if catch_up is None else parse_duration(catch_up, "--catch-up"),
-            "jitter_ms": 0 if jitter is None else parse_duration(jitter, "--jitter"),
-            "end_ms": None if end is None else parse_time(end, tz, offset, "--end"),
-        }
+        options = _unattended(tz, offset, **unattended)
         made = relay.schedule(
             name, recipe, filled, trigger, offset, mode=mode, budget=budget, **options
         )
@@ -464,6 +450,34 @@ def find_schedule(name: str) -> Schedule:
     if found is None:
         raise click.ClickException(f"no schedule named {name!r}")
     return found
+
+
+def _unattended(
+    tz: str | None,
+    offset: int,
+    *,
+    overlap: str | None,
+    approve: str | None,
+    on_wait: str | None,
+    policy: str | None,
+    catch_up: str | None,
+    jitter: str | None,
+    end: str | None,
+) -> dict[str, Any]:
+    """The schedule's fields from `add`'s options for running unattended.
+
+    Raises:
+        RelayError: a policy, duration or time that is not one.
+    """
+    return {
+        "overlap": overlap,
+        "approve_plan": approve == "plan",
+        "on_wait": on_wait,
+        "ask": None if policy is None else parse_policy(policy),
+        "catch_up_ms": None if catch_up is None else parse_duration(catch_up, "--catch-up"),
+        "jitter_ms": 0 if jitter is None else parse_duration(jitter, "--jitter"),
+        "end_ms": None if end is None else parse_time(end, tz, offset, "--end"),
+    }
 
 
 def _next_row(found: Schedule) -> str:

@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent_core import Agent, Attachment, Config, Tool, ToolArgsError, ToolOutput
+from agent_core import Agent, Attachment, Config, Policy, Tool, ToolArgsError, ToolOutput
 from agent_core.args import check_args
 from agent_core.errors import AgentError
 from workers.engine.budget import Budget, Price
@@ -65,6 +65,27 @@ def check_start(
     if run_id is not None and not (run_id.isascii() and run_id.isalnum() and len(run_id) <= 64):
         raise RelayError(f"a run id is 1 to 64 letters and digits, got {run_id!r}")
     return files
+
+
+class Unattended(NamedTuple):
+    """How a run a schedule started decides without a person (see `RunRecord`)."""
+
+    fired_ms: int | None = None
+    approve_plan: bool = False
+    on_wait: Literal["wait", "notify", "skip"] = "wait"
+
+
+def with_policy(config: Config, policy: object) -> Config:
+    """`config` with `policy` in place of its own (None: as it is).
+
+    Raises:
+        RelayError: `policy` is not an agent_core.Policy.
+    """
+    if policy is None:
+        return config
+    if not isinstance(policy, Policy):
+        raise RelayError(f"policy must be an agent_core.Policy, not {policy!r}")
+    return config.model_copy(update={"policy": policy})
 
 
 def checked_on_wait(given: object) -> Literal["wait", "notify", "skip"]:
@@ -215,18 +236,14 @@ def new_run(
     app: str,
     routes: tuple[str, ...] | None = None,
     recorded: tuple[str, ...] = (),
-    fired_ms: int | None = None,
-    approve_plan: bool = False,
-    on_wait: Literal["wait", "notify", "skip"] = "wait",
+    unattended: Unattended | None = None,
 ) -> NewRun:
     """Check what a start was given; return the new root run's record (its id made up
     unless given), its started agent's snapshot and its journal's start. With `memory`,
     the agent is shown the notes `remembered(memory)` returns, then `notes`. The run is
     `app`'s: only workers of the Relay app of that name run it. `routes`: the model
     routes its calls may take; `recorded`: the tools whose outcomes are recorded;
-    `fired_ms`: the firing of `schedule` that starts it; `approve_plan`: its plan is
-    approved by the start, not a person; `on_wait`: what it does when it would wait for a
-    person ("wait", "notify", "skip").
+    `unattended`: how a schedule's run decides without a person.
 
     Raises:
         RelayError: something given is refused (one line saying what).
@@ -244,9 +261,7 @@ def new_run(
         task=task[:2_000],
         recipe=recipe,
         schedule=schedule,
-        fired_ms=fired_ms,
-        approve_plan=approve_plan,
-        on_wait=on_wait,
+        **(unattended or Unattended())._asdict(),
         created_ms=now,
         updated_ms=now,
         config=config,
