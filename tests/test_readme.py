@@ -63,7 +63,7 @@ def test_every_relay_command_in_the_readme_is_a_verb() -> None:
     verbs = set(cli.commands) | {"schedule"}  # the schedule group is attached by the lead
     used = set()
     for code in blocks(language="bash"):
-        for line in code.splitlines():
+        for line in code.replace("\\\n", " ").splitlines():  # continued lines are one
             words = shlex.split(line.split("  #")[0].strip() or "#")
             while words and words[0] != "relay":
                 words = words[1:]

@@ -21,11 +21,12 @@ from redis.crc import key_slot
 
 from agent_core import Every, Recipe, Stop
 from scheduler import Schedule, ScheduleKeys, ScheduleStore, tick
+from scheduler.store import Queued
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet, fleet, on_cluster
 from tests.support.rabbitmq import require_rabbitmq
 from tests.support.redis_cluster import Cluster, redis_cluster
-from tests.test_scheduler_tick import RecordingHost
+from tests.support.schedule_host import RecordingHost
 from workers.settings import now_ms
 from workers.store.durability import Durability
 from workers.store.layout import Keys
@@ -264,7 +265,7 @@ def test_schedules_of_the_one_slot_layout_move_into_their_shards(redis_cluster: 
     assert [s.name for s in store.all()] == ["legacy"]  # the first use moves them
     assert redis.exists(old.schedules, old.due, old.firing, old.notifications) == 0
     assert [n.slot_ms for n in store.notifications()] == [3, 2, 1]  # newest first
-    assert store.stale_firings(T0 + 1) == [("legacy", 123)]
+    assert store.stale_firings(T0 + 1) == [("legacy", Queued("schedule", 123))]
     host = RecordingHost(store)
     next_due = T0 + 5 * 60_000
     assert len(tick(host, next_due)) == 2  # the firing slot, then the due one
