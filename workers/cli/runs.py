@@ -516,6 +516,6 @@ def _started_by(relay: Relay, status: RunStatus) -> str:
         return ""
     if status.fired_ms is None:
         return f"schedule {status.schedule}"
-    found = next((s for s in relay.schedules() if s.name == status.schedule), None)
+    found = relay.scheduling.get(status.schedule)
     fired = found.local_time(status.fired_ms) if found else local_iso(status.fired_ms, 0)
     return f"schedule {status.schedule}, firing at {fired}"

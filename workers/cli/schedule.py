@@ -42,7 +42,7 @@ from agent_core import Cron, Daily, Every, Policy, Recipe, Risk, Trigger, Weekly
 from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
 from scheduler import Schedule, SchedulerError, calendar
-from scheduler.schedules import ON_WAITS, OVERLAPS, local_iso
+from scheduler.schedules import ON_WAITS, OVERLAPS, first_error, local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
@@ -68,13 +68,7 @@ _TASK_SHOWN = 60
 
 
 def _one_line(error: BaseException) -> str:
-    if isinstance(error, ValidationError):
-        first = error.errors(include_url=False)[0]
-        where = ".".join(str(part) for part in first["loc"])
-        text = f"{where}: {first['msg']}" if where else first["msg"]
-    else:
-        text = str(error)
-    return one_line(text)
+    return one_line(first_error(error) if isinstance(error, ValidationError) else str(error))
 
 
 @contextmanager
@@ -446,7 +440,7 @@ def notifications(*, limit: int, as_json: bool) -> None:
 
 def find_schedule(name: str) -> Schedule:
     with schedule_errors():
-        found = next((s for s in current_relay().schedules() if s.name == name), None)
+        found = current_relay().scheduling.get(name)
     if found is None:
         raise click.ClickException(f"no schedule named {name!r}")
     return found

@@ -10,6 +10,7 @@
     relay.scheduling.run_now("standup")                 # fire once now, under its overlap policy
     relay.scheduling.backfill("standup", start_ms, end_ms)  # the firings in the range
     relay.scheduling.history("standup")                 # what each firing did, newest first
+    relay.scheduling.get("standup")                     # one schedule, or None
 
 The schedules themselves live in `scheduler.ScheduleStore`, on this Relay's
 Redis and key prefix (on a cluster, in shards: workers.store.schedule_shards); the beat's
@@ -232,9 +233,13 @@ class Scheduling:
             views.append(FiringView(firing=entry, state=state, stop=stop))
         return views
 
-    def _known(self, name: str) -> Schedule:
+    def get(self, name: str) -> Schedule | None:
+        """Return the schedule called `name`, or None (also when its stored text is unusable)."""
         with self.store.errors():
-            found = self.schedule_store.get(name)
+            return self.schedule_store.get(name)
+
+    def _known(self, name: str) -> Schedule:
+        found = self.get(name)
         if found is None:
             raise RelayError(f"no schedule named {name!r}")
         return found

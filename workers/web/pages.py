@@ -193,7 +193,7 @@ class _Pages:
 
     def schedule(self, request: Request) -> Response:
         web, name = self.web, request.path_params["name"]
-        found = next((s for s in web.relay.schedules() if s.name == name), None)
+        found = web.relay.scheduling.get(name)
         if found is None:
             return web.page(request, "missing.html", 404, message=f"no schedule named {name!r}")
         history = [
@@ -375,5 +375,5 @@ def _fired_at(web: Web, tree: dict[str, Any]) -> str:
     name, fired = tree.get("schedule"), tree.get("fired_ms")
     if not name or fired is None:
         return ""
-    found = next((s for s in web.relay.schedules() if s.name == name), None)
+    found = web.relay.scheduling.get(name)
     return found.local_time(fired) if found is not None else local_iso(fired, 0)
