@@ -12,6 +12,8 @@
     │                         ConnectionError and scheduler.StoreUnreachable)
     ├── ModelCallError        a model call failed; `retryable` says it was transient
     ├── CallTimedOut          a call ran past its time limit (it may still be running)
+    ├── CallCancelled         an async call was cancelled (its run was, or its lease lost)
+    ├── MCPServerError        an MCP server could not be started, listed or reached
     ├── StepFailed            a task's step ended its run in failure, or its call failed
     │                         (raised after the step is saved, so Flower shows FAILURE)
     └── EmbeddedError         the private Redis or worker of `relay run`/`demo` failed
@@ -27,9 +29,11 @@ from scheduler.errors import StoreUnreachable
 
 __all__ = [
     "AppNotFound",
+    "CallCancelled",
     "CallTimedOut",
     "DecisionRefused",
     "EmbeddedError",
+    "MCPServerError",
     "ModelCallError",
     "RelayError",
     "RunCorrupt",
@@ -110,6 +114,15 @@ class ModelCallError(RelayError):
 
 class CallTimedOut(RelayError):
     """Raised when a call did not finish within its time limit (it may still be running)."""
+
+
+class CallCancelled(RelayError):
+    """Raised when an async call was cancelled because its run was, or its lease was lost."""
+
+
+class MCPServerError(RelayError):
+    """Raised when an MCP server cannot be started, listed or reached, or lists other
+    tools than the app was built with. The message names the server, never its headers."""
 
 
 class StepFailed(RelayError):

@@ -7,8 +7,10 @@ RELAY_TEST_SKILLS set, the app offers the Agent Skills in that folder.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -166,6 +168,23 @@ def until_cancelled(context: ToolContext, seconds: float) -> str:
     return "finished"
 
 
+async def async_once(label: str, seconds: float = 0.0) -> str:
+    """Do something once, asynchronously (it must not run twice)."""
+    ledger(f"async_once start {label} on {threading.current_thread().name}")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        ledger(f"async_once cancelled {label}")
+        raise
+    ledger(f"async_once end {label}")
+    return f"did {label} asynchronously"
+
+
+async def async_wait(label: str, seconds: float) -> str:
+    """Wait, asynchronously (a time limit of 2 seconds)."""
+    return await async_once(label, seconds)
+
+
 TOOLS = [
     (read_note, Risk.READ),
     (write_note, Risk.CREATE),
@@ -179,6 +198,7 @@ TOOLS = [
     (until_cancelled, Risk.READ),
     (crunch_then_wait, Risk.READ),
     (unsure, Risk.READ),
+    (async_once, Risk.CREATE),
 ]
 
 
@@ -200,6 +220,7 @@ def build(
         relay.tool(risk=risk)(function)
     relay.tool(risk=Risk.CREATE)(crunch)
     relay.tool(risk=Risk.CREATE, lease_seconds=60)(crunch_long_lease)
+    relay.tool(risk=Risk.READ, timeout=2)(async_wait)
     return relay
 
 

@@ -303,7 +303,7 @@ def _after(relay: Relay, case: Case, run_id: str) -> Iterator[str]:
             continue
         context = ToolContext(run_id=run_id, call_id=f"eval-after-{number}")
         try:
-            value = spec.invoke(dict(after.args), context)
+            value = spec.call(dict(after.args), context)
         except Exception as error:  # noqa: BLE001 - the check fails, saying why
             yield f"{type(error).__name__}: {error}"
             continue

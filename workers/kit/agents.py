@@ -17,7 +17,7 @@ from workers.engine.records import RunRecord
 from workers.engine.working import Verifier
 from workers.errors import ToolRegistrationError
 from workers.kit.skills import skill_reader
-from workers.kit.tools import ToolSpec, describe_function
+from workers.kit.tools import ToolSpec, describe_function, is_async
 
 __all__ = ["AgentKit"]
 
@@ -93,7 +93,7 @@ class AgentKit:
                 raise ToolRegistrationError(f"tool {tool.name!r}: {what} must be > 0 seconds")
         safe = idempotent if idempotent is not None else tool.risk_class is Risk.READ
         self._specs[tool.name] = ToolSpec(
-            tool, fn, safe, timeout, context_param, lease_seconds=lease_seconds
+            tool, fn, safe, timeout, context_param, lease_seconds, asynchronous=is_async(fn)
         )
 
     # --- what the runtime reads ------------------------------------------------------------

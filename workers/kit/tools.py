@@ -21,8 +21,9 @@ from agent_core import Kind, Risk, Tool, ToolOutput
 from agent_core.errors import AgentError
 from agent_core.text import cut
 from workers.errors import ToolRegistrationError
+from workers.loop import run_blocking
 
-__all__ = ["ToolContext", "ToolSpec", "describe_function", "tool_output"]
+__all__ = ["ToolContext", "ToolSpec", "describe_function", "is_async", "tool_output"]
 
 _KINDS: dict[Any, Kind] = {
     str: Kind.TEXT,
@@ -89,13 +90,37 @@ class ToolSpec:
     context_param: str | None = None
     lease_seconds: float | None = None
     """How long a claim on one of its calls lasts between renewals (None: the default)."""
+    asynchronous: bool = False
+    """An `async def` tool: `invoke` returns a coroutine, run on the process's event loop."""
 
-    def invoke(self, args: dict[str, object], context: ToolContext) -> object:
-        """Call the tool's function with the call's arguments (and its context, if it asks)."""
+    def invoke(self, args: dict[str, object], context: ToolContext) -> Any:
+        """Call the tool's function with the call's arguments (and its context, if it asks);
+        for an async tool, return the coroutine."""
         kwargs = dict(args)
         if self.context_param:
             kwargs[self.context_param] = context
         return self.fn(**kwargs)
+
+    def call(self, args: dict[str, object], context: ToolContext) -> object:
+        """Return what the tool returns, waiting here for an async one (outside a call's
+        lease: a check run by the client, not a run's call)."""
+        value = self.invoke(args, context)
+        return run_blocking(value, self.timeout) if self.asynchronous else value
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether calling `fn` returns a coroutine (an `async def`, or an object whose
+    `__call__` is one).
+
+    Raises:
+        ToolRegistrationError: `fn` is an async generator, which gives no single result.
+    """
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an object's async __call__ counts
+    if inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(call):
+        raise ToolRegistrationError(
+            f"{getattr(fn, '__name__', fn)!r} is an async generator; a tool returns one text"
+        )
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
 def tool_output(tool: str, value: object, limit: int) -> ToolOutput:

@@ -46,7 +46,7 @@ from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.wire import Model, ModelReply, complete
 from workers.runtime.carrier import carrier, working_on
-from workers.runtime.leases import Lease, run_leased, save_holding
+from workers.runtime.leases import Lease, run_leased, run_leased_async, save_holding
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
 from workers.runtime.steps import Steps
 from workers.runtime.streaming import ReplyStream
@@ -466,9 +466,21 @@ class Calls:
         lease = self._tool_lease(call, spec)
         timeout = self.kit.timeout_of(tool_call.tool)
         try:
-            value = run_leased(lambda: spec.invoke(tool_call.args, context), lease, timeout, cancel)
+            if spec.asynchronous:
+                value = run_leased_async(
+                    lambda: spec.invoke(tool_call.args, context), lease, timeout, cancel
+                )
+            else:
+                value = run_leased(
+                    lambda: spec.invoke(tool_call.args, context), lease, timeout, cancel
+                )
         except CallTimedOut as error:
-            return ToolOutput.unknown(f"{error}; it was told to stop and may still finish")
+            after = (
+                "it was cancelled; what it did before that stands"
+                if spec.asynchronous
+                else "it was told to stop and may still finish"
+            )
+            return ToolOutput.unknown(f"{error}; {after}")
         except Exception as error:  # noqa: BLE001 - a tool's failure is told to the model
             return ToolOutput.error(f"{type(error).__name__}: {error}".removesuffix(": "))
         return tool_output(tool_call.tool, value, self.settings.tool_output_chars)

@@ -4,7 +4,9 @@
 renews the lease every third of its length, so a dead worker's lease lapses
 quickly while a live one keeps it however long the call takes, and watches for a
 cancel and the time limit. A call that finishes at once costs no Redis round
-trip and no thread start.
+trip and no thread start. `run_leased_async` is the same wait for a coroutine,
+run on the process's event loop (`workers.loop`); a cancel, a lost lease or the
+time limit cancels the coroutine itself.
 
 `save_holding`: a call that finished while Redis was away must not lose its
 outcome (a tool that ran would be reported "outcome unknown", or run again; a
@@ -18,7 +20,9 @@ still holds one, which outcomes it loses (`held`).
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import concurrent.futures
 import contextvars
 import logging
 import os
@@ -26,15 +30,16 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
-from workers.errors import CallTimedOut, StoreUnavailable
+from workers.errors import CallCancelled, CallTimedOut, StoreUnavailable
+from workers.loop import process_loop
 from workers.model.wire import backoff_seconds
 
-__all__ = ["Lease", "held", "run_leased", "save_holding"]
+__all__ = ["Lease", "held", "run_leased", "run_leased_async", "save_holding"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -125,21 +130,76 @@ def run_leased(
     """
     job = _Job(partial(contextvars.copy_context().run, fn))  # (what it works on, for the logs)
     _pool().submit(job)
+    _wait(job.done, lease, timeout_s, cancel)
+    if job.error is not None:
+        raise job.error
+    return cast(T, job.value)
+
+
+def run_leased_async(
+    make: Callable[[], Awaitable[T]],
+    lease: Lease,
+    timeout_s: float | None,
+    cancel: threading.Event,
+) -> T:
+    """Return what the coroutine `make()` returns, run on this process's event loop,
+    renewing `lease` meanwhile; as `run_leased`, but a cancel, a lost lease or the
+    time limit also cancels the coroutine (at its next await).
+
+    Raises:
+        CallTimedOut: `timeout_s` passed first (the coroutine was cancelled).
+        CallCancelled: the run was cancelled or the lease lost, and the coroutine with it.
+        Exception: whatever the coroutine raised.
+    """
+    context = contextvars.copy_context()
+
+    async def in_context() -> T:
+        for var, value in context.items():  # the log context of the task's thread
+            var.set(value)
+        return await make()
+
+    future = process_loop().submit(in_context())
+    done = threading.Event()
+    future.add_done_callback(lambda _future: done.set())
+    try:
+        _wait(done, lease, timeout_s, cancel, stop=future.cancel)
+    except CallTimedOut:
+        future.cancel()
+        raise
+    try:
+        return future.result()
+    except (concurrent.futures.CancelledError, asyncio.CancelledError):
+        raise CallCancelled(
+            "it was cancelled: its run was cancelled, or another attempt took the call over"
+        ) from None
+
+
+def _wait(
+    done: threading.Event,
+    lease: Lease,
+    timeout_s: float | None,
+    cancel: threading.Event,
+    stop: Callable[[], object] | None = None,
+) -> None:
+    """Wait for `done`, renewing `lease`; `stop()` once `cancel` is set, if given.
+
+    Raises:
+        CallTimedOut: `timeout_s` passed first (`cancel` is set).
+    """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     interval = max(lease.length_s / 3, 0.05)
     while True:
         wait = (
             interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
         )
-        if job.done.wait(wait):
-            break
+        if done.wait(wait):
+            return
         if deadline is not None and time.monotonic() >= deadline:
             cancel.set()
             raise CallTimedOut(f"it did not finish within {timeout_s:g} s")
         _keep(lease, cancel)
-    if job.error is not None:
-        raise job.error
-    return cast(T, job.value)
+        if stop is not None and cancel.is_set():
+            stop()
 
 
 def _keep(lease: Lease, cancel: threading.Event) -> None:
