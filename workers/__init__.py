@@ -6,9 +6,11 @@ from workers.engine.budget import Budget, Price
 from workers.engine.records import Pending, RunStatus, StreamEvent, TraceEntry, Usage
 from workers.errors import (
     AppNotFound,
+    CallCancelled,
     CallTimedOut,
     DecisionRefused,
     EmbeddedError,
+    MCPServerError,
     ModelCallError,
     RelayError,
     RunCorrupt,
@@ -20,6 +22,7 @@ from workers.errors import (
     WaitTimeout,
 )
 from workers.kit.tools import ToolContext
+from workers.mcp.config import MCPServer
 from workers.model.endpoints import ModelRoute
 from workers.model.limits import RouteState
 from workers.model.wire import ModelReply
@@ -29,10 +32,13 @@ from workers.settings import Settings
 __all__ = [
     "AppNotFound",
     "Budget",
+    "CallCancelled",
     "CallTimedOut",
     "DecisionRefused",
     "Diff",
     "EmbeddedError",
+    "MCPServer",
+    "MCPServerError",
     "ModelCallError",
     "ModelReply",
     "ModelRoute",

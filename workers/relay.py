@@ -72,6 +72,8 @@ from workers.engine.working import Verifier
 from workers.errors import DecisionRefused, RelayError
 from workers.kit.agents import AgentKit
 from workers.kit.skills import gather_skills
+from workers.mcp.config import MCPServer, checked_servers, load_servers
+from workers.mcp.toolset import MCPToolset
 from workers.model.endpoints import ModelRoute, checked_routes, routes_from
 from workers.model.limits import RouteLimits, RouteState
 from workers.model.pricing import load_prices
@@ -116,6 +118,7 @@ class Relay:
         prices: Mapping[str, Price] | None = None,
         models: Sequence[ModelRoute] | None = None,
         key_concurrency: int | None = None,
+        mcp: Sequence[MCPServer] | None = None,
     ) -> None:
         self.name = name
         self.settings = settings if settings is not None else Settings.from_env()
@@ -142,6 +145,13 @@ class Relay:
         self._lock = threading.Lock()
         self._parts: _Parts | None = None
         self._runtime: Runtime | None = None
+        servers = checked_servers(mcp) or (
+            load_servers(self.settings.mcp) if self.settings.mcp else ()
+        )
+        self.mcp = MCPToolset(name, servers, self.settings.tool_output_chars) if servers else None
+        """The MCP servers whose tools the agents may call (`mcp`, or RELAY_MCP's)."""
+        if self.mcp is not None:
+            self.kit.defer(self._add_mcp_tools)
 
     @property
     def specialists(self) -> tuple[Specialist, ...]:
@@ -224,6 +234,15 @@ class Relay:
             context_param=context_param,
             lease_seconds=lease_seconds,
         )
+
+    def _add_mcp_tools(self, *, refresh: bool = False) -> None:
+        """Add the MCP servers' tools to the kit, as Redis keeps their listings (listed
+        from the servers when it keeps none, or with `refresh`)."""
+        assert self.mcp is not None
+        listings = self.mcp.listings(self.store.redis, self.settings.prefix, refresh=refresh)
+        for made, call in self.mcp.tools(listings, taken=sorted(self.kit.names())):
+            server = call.server
+            self.kit.add(made.tool, call, idempotent=made.idempotent, timeout=server.timeout)
 
     def verifier(self, fn: Verifier) -> Verifier:
         """Register a check of each final answer: return a problem to send it back, or None."""

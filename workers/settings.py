@@ -22,6 +22,7 @@
     RELAY_MODEL_MAX_TOKENS       a reply's cap in tokens, sent as max_tokens; 0 = none (4096)
     RELAY_PRICES                 a JSON or TOML file of prices per model (optional)
     RELAY_MODELS                 a JSON or TOML file of model routes (optional)
+    RELAY_MCP                    a JSON or TOML file of MCP servers (optional)
     RELAY_KEY_CONCURRENCY        each key's model calls in flight, fleet-wide; 0 = no cap (0)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
@@ -367,6 +368,8 @@ class Settings(BaseModel):
     """The reply's cap in tokens (0: none): what admission reserves for a reply."""
     models: Annotated[str | None, BeforeValidator(_path)] = None
     """A JSON or TOML file of model routes (RELAY_MODELS), for apps that give none."""
+    mcp: Annotated[str | None, BeforeValidator(_path)] = None
+    """A JSON or TOML file of MCP servers (RELAY_MCP), for apps that give none."""
     key_concurrency: Annotated[int, BeforeValidator(_count(0))] = 0
     """Each key's model calls in flight at once, across the fleet (0: no cap), for apps
     that set none (`Relay(key_concurrency=...)`)."""

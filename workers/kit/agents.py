@@ -8,6 +8,7 @@ function behind each tool call.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,6 +46,29 @@ class AgentKit:
         """Seconds a tool may run unless it says otherwise (RELAY_TOOL_TIMEOUT)."""
         self._specs: dict[str, ToolSpec] = {}
         self._skill_reader = skill_reader(self.skills, tool_output_chars) if skills else None
+        self._loaders: list[Callable[[], None]] = []
+        self._load_lock = threading.RLock()
+        self._loading = False
+
+    def defer(self, load: Callable[[], None]) -> None:
+        """Have `load` add tools when they are first read (an MCP server's, whose listing
+        needs Redis or the server itself: never while an app module is imported)."""
+        self._loaders.append(load)
+
+    def _loaded(self) -> None:
+        """Run the deferred loaders, once; one that fails stays to be tried again."""
+        if not self._loaders:
+            return
+        with self._load_lock:  # re-entered by the loader's own reads, on this thread
+            if self._loading:
+                return
+            self._loading = True
+            try:
+                while self._loaders:
+                    self._loaders[0]()
+                    self._loaders.pop(0)
+            finally:
+                self._loading = False
 
     # --- registering ----------------------------------------------------------------------
 
@@ -101,15 +125,18 @@ class AgentKit:
     @property
     def tools(self) -> list[Tool]:
         """The registered tools, in the order they were registered."""
+        self._loaded()
         return [spec.tool for spec in self._specs.values()]
 
     def names(self) -> set[str]:
+        self._loaded()
         return set(self._specs)
 
     def spec(self, name: str) -> ToolSpec | None:
         """The function behind a tool call (the agent's own `read_skill_file` included)."""
         if name == READ_SKILL_FILE:  # a reserved name, never registered
             return self._skill_reader
+        self._loaded()
         return self._specs.get(name)
 
     def timeout_of(self, name: str) -> float:
@@ -143,6 +170,7 @@ class AgentKit:
         return Agent.restore(record.config, self._named(record.tools), snapshot)
 
     def _named(self, names: Sequence[str] | None) -> list[Tool]:
+        self._loaded()
         if names is None:
             return self.tools
         wanted = set(names)

@@ -1,0 +1,283 @@
+"""Tools from MCP servers on a real fleet: real servers over stdio and HTTP, real workers.
+
+The notes app with RELAY_MCP naming three servers: npm's filesystem server over
+a folder, PyPI's time server, and our faults server (tests/support/mcp_faults.py)
+for what a real server does only by accident: die mid-call, hang, answer hugely,
+lie about its schema, change its listing under the fleet.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent_core import Risk, Stop
+from tests.support.brain import call, final
+from tests.support.fleet import Fleet, fleet
+from tests.support.mcp_servers import faults, npm_bin, pypi_bin, write_servers
+from tests.support.waiting import pending_for
+from workers import MCPServer
+
+
+def _servers(directory: Path) -> list[MCPServer]:
+    files = directory / "files"
+    files.mkdir(exist_ok=True)
+    return [
+        MCPServer("fs", command=[npm_bin("mcp-server-filesystem"), str(files)]),
+        MCPServer("time", command=[pypi_bin("mcp-server-time")]),
+        faults(directory, timeout=5),
+    ]
+
+
+@pytest.fixture(scope="module")
+def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    directory = tmp_path_factory.mktemp("mcp")
+    servers = write_servers(directory / "mcp.json", _servers(directory))
+    with fleet(directory, extra_env={"RELAY_MCP": str(servers)}) as running:
+        running.worker("--concurrency", "2", "--pool", "threads")
+        yield running
+
+
+def _results(f: Fleet, run_id: str) -> list[tuple[str, str]]:
+    return [(e.status, e.text) for e in f.relay.trace(run_id) if e.kind == "result"]
+
+
+def _forge(f: Fleet, run_id: str, call_id: str) -> None:
+    """Send a `relay.run_tool` straight to the broker, as anyone with access to it could."""
+    queue = f.relay.queues.named("tools")
+    f.relay.celery.send_task("relay.run_tool", args=[run_id, call_id], queue=queue)
+
+
+def test_the_servers_tools_are_the_apps_with_risk_from_their_annotations(f: Fleet) -> None:
+    tools = {t.name: t for t in f.relay.tools}
+    # Python tools keep theirs; fs and faults tools join under their own names.
+    assert {"read_note", "read_text_file", "write_file", "get_current_time", "charge"} <= set(tools)
+    assert tools["read_text_file"].risk_class is Risk.READ  # readOnlyHint
+    assert tools["write_file"].risk_class is Risk.WRITE  # destructive
+    assert tools["create_directory"].risk_class is Risk.CREATE  # destructiveHint: false
+    assert tools["post"].risk_class is Risk.OUTSIDE  # openWorldHint
+    assert tools["charge"].risk_class is Risk.CREATE  # the team's override, over WRITE
+    spec = f.relay.kit.spec("charge")
+    assert spec is not None
+    assert (spec.asynchronous, spec.idempotent, spec.timeout) == (True, False, 5)
+    [arg] = tools["union"].args  # a schema the core cannot say: one object, passed through
+    assert arg.name == "arguments"
+    assert "anyOf" in arg.help
+
+
+def test_a_run_reads_a_file_and_its_write_waits_for_a_person(f: Fleet) -> None:
+    files = f.directory / "files"
+    (files / "in.txt").write_text("the quarterly numbers")
+    f.brain.script(
+        "MCP-COPY:",
+        {
+            0: call("read_text_file", path=str(files / "in.txt")),
+            1: call("write_file", path=str(files / "out.txt"), content="copied: numbers"),
+            2: final("copied"),
+        },
+    )
+    run_id = f.relay.start("MCP-COPY: copy in.txt to out.txt")
+    pending = pending_for(f, run_id)
+    assert (pending.call_id, pending.tool) == ("call-2", "write_file")
+    assert _results(f, run_id) == [("ok", "the quarterly numbers")]
+    # A forged task for the waiting call runs nothing.
+    _forge(f, run_id, "call-2")
+    _forge(f, run_id, "call-2")
+    f.until(lambda: f.full_logs().count(f"refused tool call call-2 of run {run_id}") >= 2, 30)
+    assert not (files / "out.txt").exists()
+    assert [p.call_id for p in f.relay.pending() if p.run_id == run_id] == ["call-2"]
+
+    f.relay.approve(run_id, "call-2")
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+    assert (files / "out.txt").read_text() == "copied: numbers"
+    assert _results(f, run_id)[1][0] == "ok"
+
+
+def test_a_pypi_server_answers_and_its_error_is_a_tool_error(f: Fleet) -> None:
+    f.brain.script(
+        "MCP-TIME:",
+        {
+            0: call("get_current_time", timezone="Europe/Berlin"),
+            1: call("get_current_time", timezone="Nowhere/Atlantis"),
+            2: final("told"),
+        },
+    )
+    run_id = f.relay.start("MCP-TIME: what time is it in Berlin")
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+    [(ok, said), (failed, why)] = _results(f, run_id)
+    assert ok == "ok"
+    assert '"timezone": "Europe/Berlin"' in said
+    assert failed == "error"  # isError: the model sees it as the tool's error
+    assert "Nowhere/Atlantis" in why
+
+
+def test_the_server_killed_mid_call_is_restarted_and_the_next_call_works(f: Fleet) -> None:
+    pid_file = f.directory / "faults.pid"
+    f.brain.script(
+        "MCP-DIE:",
+        {
+            0: call("charge", label="die", seconds=2.5),
+            1: call("charge", label="after"),
+            2: final("done"),
+        },
+    )
+    run_id = f.relay.start("MCP-DIE: charge twice")
+    f.until(lambda: "charge start die" in f.ledger(), 30, what="the call to start")
+    first = int(pid_file.read_text())
+    os.kill(first, signal.SIGKILL)
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+    [(died, why), (ok, said)] = _results(f, run_id)
+    assert died == "unknown"  # not idempotent: whether it charged is not known
+    assert "MCP server faults stopped mid-call" in why
+    assert (ok, said) == ("ok", "charged after")
+    assert int(pid_file.read_text()) != first  # a new server process
+    assert "charge end die" not in f.ledger()
+
+
+def test_a_server_that_hangs_times_out_and_is_replaced(f: Fleet) -> None:
+    f.brain.script(
+        "MCP-HANG:",
+        {0: call("freeze", label="hang"), 1: call("charge", label="thawed"), 2: final("ok")},
+    )
+    run_id = f.relay.start("MCP-HANG: freeze, then charge")
+    assert f.relay.wait(run_id, 90).stop is Stop.DONE, f.logs()
+    [(hung, why), (ok, said)] = _results(f, run_id)
+    assert hung == "unknown"
+    assert "did not finish within 5 s; it was cancelled" in why
+    assert (ok, said) == ("ok", "charged thawed")  # on a server started anew
+    assert "MCP server faults did not answer within 2 s; starting it again" in f.full_logs()
+
+
+def test_a_huge_result_is_cut_and_a_lying_schema_is_the_servers_error(f: Fleet) -> None:
+    f.brain.script(
+        "MCP-ODD:",
+        {
+            0: call("huge", size=3_000_000),
+            1: call("liar", count=2),
+            2: call("union", arguments={"value": 7, "extra": [1, 2]}),
+            3: final("seen"),
+        },
+    )
+    run_id = f.relay.start("MCP-ODD: odd answers")
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+    [(ok, _big), (failed, why), (passed, through)] = _results(f, run_id)
+    assert ok == "ok"
+    # Its output was cut to RELAY_TOOL_OUTPUT_CHARS, saying how much was left out.
+    [made, *_] = f.relay.tool_calls(run_id)
+    assert made.output is not None
+    limit = f.relay.settings.tool_output_chars
+    assert limit - 100 < len(made.output.text) <= limit
+    hidden = re.search(r"\[… cut: (\d+) more characters\]", made.output.text)
+    assert hidden is not None
+    assert int(hidden.group(1)) > 3_000_000 - limit
+    assert (failed, why) == ("error", "Error executing tool liar")  # what the server says
+    assert (passed, through) == ("ok", "value=7 extra=[1, 2]")
+
+
+def test_a_worker_killed_mid_call_to_a_non_idempotent_mcp_tool_leaves_it_unknown(
+    tmp_path: Path,
+) -> None:
+    servers = write_servers(tmp_path / "mcp.json", [faults(tmp_path)])
+    with fleet(tmp_path, extra_env={"RELAY_MCP": str(servers)}) as k:
+        k.brain.script(
+            "MCP-KILL:", {0: call("charge", label="card", seconds=5), 1: final("handled")}
+        )
+        first = k.worker("--concurrency", "2")
+        run_id = k.relay.start("MCP-KILL: charge the card once")
+        k.until(lambda: "charge start card" in k.ledger(), 30, what="the call to start")
+        server_pid = int((tmp_path / "faults.pid").read_text())
+        first.kill()
+        k.worker("--concurrency", "2", name="second")
+        assert k.relay.wait(run_id, 90).stop is Stop.DONE, k.logs()
+        assert k.ledger().count("charge start card") == 1  # never run twice
+        assert [s for s, _ in _results(k, run_id)] == ["unknown"]
+        # The dead worker's server went with it (its stdin closed), not left behind.
+        k.until(lambda: not _alive(server_pid), 20, what="the orphaned server to exit")
+
+
+def test_a_server_that_lists_other_tools_than_the_app_was_built_with_is_refused(
+    tmp_path: Path,
+) -> None:
+    servers = write_servers(tmp_path / "mcp.json", [faults(tmp_path)])
+    with fleet(tmp_path, extra_env={"RELAY_MCP": str(servers)}) as k:
+        assert "extra" not in {t.name for t in k.relay.tools}  # listed, kept in Redis
+        (tmp_path / "faults-extra").write_text("")  # the server the workers start differs
+        k.worker("--concurrency", "2")
+        k.brain.script("MCP-OTHER:", {0: call("charge", label="x"), 1: final("refused")})
+        run_id = k.relay.start("MCP-OTHER: charge")
+        assert k.relay.wait(run_id, 60).stop is Stop.DONE, k.logs()
+        [(status, why)] = _results(k, run_id)
+        assert status == "error"
+        assert "lists other tools than this app was built with; nothing was run" in why
+        assert "charge start x" not in k.ledger()
+
+
+def test_a_server_behind_streamable_http_with_a_bearer_token_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from tests.support.redis_server import free_port  # noqa: PLC0415
+
+    port = free_port()
+    token = "s3cret-token"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.mcp_faults", str(tmp_path), "--http", str(port)],
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "FAULTS_TOKEN": token},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        http = MCPServer(
+            "remote",
+            url=url,
+            headers={"Authorization": "env:REMOTE_TOKEN"},
+            risk={"charge": Risk.CREATE},
+        )
+        servers = write_servers(tmp_path / "mcp.json", [http])
+        env = {"RELAY_MCP": str(servers), "REMOTE_TOKEN": f"Bearer {token}"}
+        _wait_for_port(port)
+        os.environ["REMOTE_TOKEN"] = env["REMOTE_TOKEN"]  # the client lists the tools too
+        try:
+            with fleet(tmp_path, extra_env=env) as k:
+                k.worker("--concurrency", "2", env={"REMOTE_TOKEN": env["REMOTE_TOKEN"]})
+                k.brain.script("MCP-HTTP:", {0: call("charge", label="http"), 1: final("ok")})
+                run_id = k.relay.start("MCP-HTTP: charge over HTTP")
+                assert k.relay.wait(run_id, 60).stop is Stop.DONE, k.logs()
+                assert _results(k, run_id) == [("ok", "charged http")]
+                assert token not in k.full_logs()  # the header is never printed
+        finally:
+            del os.environ["REMOTE_TOKEN"]
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie has exited: its parent (the dead worker) is gone too
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for_port(port: int) -> None:
+    import socket  # noqa: PLC0415
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")

@@ -1,0 +1,177 @@
+"""`MCPServer`: one Model Context Protocol server whose tools a Relay's agents may call.
+
+    MCPServer("fs", command=["npx", "@modelcontextprotocol/server-filesystem", "/data"])
+    MCPServer("tickets", url="https://tickets.internal/mcp",
+              headers={"Authorization": "env:TICKETS_TOKEN"})
+
+A stdio server is a command line each tool worker process starts when it first
+needs it (and again after it dies); a streamable-HTTP server is a URL. A header
+value `env:NAME` is read from the environment where the connection is made, so
+the secret lives in the worker's environment, never in the app's code, a file
+or a log: `repr` shows header names only. `RELAY_MCP` names a JSON or TOML file
+of servers (`{"servers": [...]}`, a list, or TOML `[[servers]]`), read when the
+app gives none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agent_core import Risk
+from workers.errors import MCPServerError, SettingsError
+
+__all__ = ["ENV_PREFIX", "MCPServer", "checked_servers", "load_servers"]
+
+ENV_PREFIX = "env:"
+"""A header value read from the environment: `env:TICKETS_TOKEN`."""
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _server_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError("an MCP server's name is 1 to 32 letters, digits, '_' or '-'")
+    return value
+
+
+def _url(value: str | None) -> str | None:
+    if value is not None and not re.match(r"https?://[^\s/]+", value):
+        raise ValueError("an MCP server's url is an http:// or https:// URL")
+    return value
+
+
+def _headers(value: dict[str, str]) -> dict[str, str]:
+    for name, given in value.items():
+        if not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+        if given.startswith(ENV_PREFIX) and not _ENV_NAME.fullmatch(given[len(ENV_PREFIX) :]):
+            raise ValueError(f"header {name}: {ENV_PREFIX} must name an environment variable")
+    return value
+
+
+class MCPServer(BaseModel):
+    """An MCP server: `command` (stdio) or `url` (streamable HTTP), and how Relay takes
+    its tools."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: Annotated[str, AfterValidator(_server_name)]
+    command: tuple[str, ...] | None = None
+    """The command line of a stdio server (its first word is the program)."""
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Extra environment of a stdio server (over the MCP SDK's safe defaults)."""
+    cwd: str | None = None
+    url: Annotated[str | None, AfterValidator(_url)] = None
+    """The endpoint of a streamable-HTTP server."""
+    headers: Annotated[dict[str, str], AfterValidator(_headers)] = Field(
+        default_factory=dict, repr=False
+    )
+    """HTTP headers; a value `env:NAME` is read from the environment when connecting."""
+    timeout: float | None = Field(default=None, gt=0, le=86_400, allow_inf_nan=False)
+    """Seconds one call may take (default RELAY_TOOL_TIMEOUT)."""
+    connect_timeout: float = Field(default=30.0, gt=0, le=3600, allow_inf_nan=False)
+    """Seconds to start (or reach) the server and list its tools."""
+    risk: dict[str, Risk] = Field(default_factory=dict)
+    """Risk by tool name, over what its annotations say (`{"pay": "money"}`)."""
+    idempotent: dict[str, bool] = Field(default_factory=dict)
+    """Idempotency by tool name, over its `idempotentHint`."""
+
+    def __init__(self, name: str | None = None, /, **fields: Any) -> None:
+        super().__init__(**fields if name is None else {**fields, "name": name})
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give an MCP server either a command (stdio) or a url (HTTP)")
+        if self.command is not None and (not self.command or not self.command[0]):
+            raise ValueError("an MCP server's command names a program")
+        return self
+
+    @property
+    def where(self) -> str:
+        """The server as a log line may name it: its program or URL, never a header."""
+        return self.url if self.url is not None else " ".join((self.command or ())[:4])
+
+    def identity(self) -> dict[str, object]:
+        """What makes this server the same server to every process (not its secrets):
+        its listing is kept in Redis under a digest of this."""
+        return {
+            "name": self.name,
+            "command": list(self.command or ()),
+            "cwd": self.cwd,
+            "url": self.url,
+        }
+
+    def resolved_headers(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The headers to send, `env:` values read now.
+
+        Raises:
+            MCPServerError: a header names an environment variable that is not set.
+        """
+        env = os.environ if environ is None else environ
+        resolved = {}
+        for name, given in self.headers.items():
+            variable = given[len(ENV_PREFIX) :] if given.startswith(ENV_PREFIX) else None
+            if variable is not None and not env.get(variable):
+                raise MCPServerError(
+                    f"MCP server {self.name}: header {name} is read from {variable},"
+                    " which is not set in this process's environment"
+                )
+            resolved[name] = env[variable] if variable is not None else given
+        return resolved
+
+
+def load_servers(path: str | Path) -> tuple[MCPServer, ...]:
+    """Read MCP servers from a JSON or TOML file (RELAY_MCP).
+
+    Raises:
+        SettingsError: the file cannot be read, or a server is not one (one line).
+    """
+    where = Path(path)
+    try:
+        text = where.read_text(encoding="utf-8")
+        data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as error:
+        raise SettingsError(f"RELAY_MCP: cannot read {where}: {error}") from error
+    listed = data.get("servers") if isinstance(data, dict) else data
+    if not isinstance(listed, list) or not listed:
+        raise SettingsError(f"RELAY_MCP: {where} lists no servers")
+    servers: list[MCPServer] = []
+    for n, item in enumerate(listed, start=1):
+        if not isinstance(item, dict):
+            raise SettingsError(f"RELAY_MCP: {where}: server {n} is not a table of fields")
+        try:
+            servers.append(MCPServer.model_validate(item))
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in first["loc"]) or "the server"
+            raise SettingsError(
+                f"RELAY_MCP: {where}: server {n}: {field}: {first['msg']}"
+            ) from None
+    return checked_servers(servers)
+
+
+def checked_servers(servers: object) -> tuple[MCPServer, ...]:
+    """`servers` as a tuple of MCPServer, their names distinct.
+
+    Raises:
+        SettingsError: an entry is not an MCPServer, or two share a name.
+    """
+    if servers is None:
+        return ()
+    if not isinstance(servers, list | tuple) or not all(isinstance(s, MCPServer) for s in servers):
+        raise SettingsError("mcp takes a list of workers.MCPServer")
+    names = [s.name for s in servers]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SettingsError(f"two MCP servers are named {twice[0]!r}")
+    return tuple(servers)

@@ -1,0 +1,237 @@
+"""An MCP server's tool listing as Relay tools: names, arguments, risk and idempotency.
+
+    readOnlyHint: true                 -> READ
+    destructiveHint: false             -> CREATE (it only adds)
+    otherwise                          -> WRITE
+    openWorldHint: true (not read-only) -> OUTSIDE
+    the server's `risk` override       -> that (MONEY always asks a person)
+    idempotentHint (or the override)   -> whether a crash mid-call may run it again
+
+An annotation the server leaves out counts as not given: a tool is OUTSIDE only
+when it says so (MCP's own default would make every unannotated tool OUTSIDE).
+Annotations are hints from the server; the override is the team's word.
+
+Arguments: each property of an input schema the core can say (string, integer,
+number, boolean, array, object; `[T, "null"]` or `anyOf [T, null]` as an
+optional T; a string enum as text with its choices) becomes an argument. A
+schema the core cannot express (a union, a `$ref`, no properties list) is passed
+through whole: the tool takes one object, `arguments`, described by the schema's
+text, and the server validates it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent_core import Kind, Risk, Tool
+from agent_core.errors import AgentError
+from agent_core.text import cut
+from workers.errors import MCPServerError
+from workers.mcp.config import MCPServer
+
+__all__ = ["PASSTHROUGH", "Listed", "MCPTool", "digest", "relay_tools", "risk_of"]
+
+PASSTHROUGH = "arguments"
+"""The one argument of a tool whose schema is passed through."""
+
+_KINDS = {
+    "string": Kind.TEXT,
+    "integer": Kind.INTEGER,
+    "number": Kind.NUMBER,
+    "boolean": Kind.BOOLEAN,
+    "array": Kind.LIST,
+    "object": Kind.OBJECT,
+}
+_DESCRIPTION_CHARS = 2000
+_SCHEMA_HELP_CHARS = 1500
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One tool as the server listed it (the fields Relay reads, as sent)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+            "annotations": self.annotations,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Listed:
+        schema, annotations = data.get("inputSchema"), data.get("annotations")
+        return cls(
+            name=str(data.get("name", "")),
+            description=str(data.get("description") or ""),
+            input_schema=schema if isinstance(schema, dict) else {},
+            annotations=annotations if isinstance(annotations, dict) else {},
+        )
+
+
+def digest(listed: Sequence[Listed]) -> str:
+    """A digest of a listing: two processes agree on a server's tools iff theirs match."""
+    canonical = json.dumps(
+        sorted((t.as_json() for t in listed), key=lambda t: str(t["name"])),
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class MCPTool:
+    """A tool of an MCP server as a Relay tool."""
+
+    server: str
+    remote: str
+    """Its name on the server."""
+    tool: Tool
+    idempotent: bool
+    passthrough: bool
+    """Its arguments are one object, `arguments`, sent as they are."""
+
+    def arguments(self, args: Mapping[str, object]) -> dict[str, object]:
+        """The arguments to send the server for a call's checked `args`."""
+        if self.passthrough:
+            given = args.get(PASSTHROUGH)
+            return dict(given) if isinstance(given, dict) else {}
+        return dict(args)
+
+
+def risk_of(annotations: Mapping[str, Any]) -> Risk:
+    """The risk a tool's annotations say (see the module's table)."""
+    if annotations.get("readOnlyHint") is True:
+        return Risk.READ
+    if annotations.get("openWorldHint") is True:
+        return Risk.OUTSIDE
+    if annotations.get("destructiveHint") is False:
+        return Risk.CREATE
+    return Risk.WRITE
+
+
+def relay_tools(
+    servers: Sequence[tuple[MCPServer, Sequence[Listed]]], taken: Iterable[str]
+) -> list[MCPTool]:
+    """The Relay tools of every server's listing, in order.
+
+    A tool keeps its own name unless another server lists the same one or a Relay
+    tool has it, then it is `<server>_<name>`; a name the core cannot take is
+    spelled with `_` for each other character. A tool the core cannot describe at
+    all is left out (its name and why go to the caller's log through the error).
+
+    Raises:
+        MCPServerError: two tools would still share a name.
+    """
+    seen: dict[str, int] = {}
+    for _server, listed in servers:
+        for entry in listed:
+            local = _spelled(entry.name)
+            seen[local] = seen.get(local, 0) + 1
+    used = set(taken)
+    made: list[MCPTool] = []
+    for server, listed in servers:
+        for entry in listed:
+            local = _spelled(entry.name)
+            if seen[local] > 1 or local in used:
+                local = _spelled(f"{server.name}_{entry.name}")
+            if local in used:
+                raise MCPServerError(
+                    f"MCP server {server.name}: its tool {entry.name!r} would be named"
+                    f" {local!r}, which another tool has"
+                )
+            made.append(_relay_tool(server, entry, local))
+            used.add(local)
+    return made
+
+
+def _spelled(name: str) -> str:
+    spelled = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_"
+    if not (spelled[0].isascii() and (spelled[0].isalpha() or spelled[0] == "_")):
+        spelled = f"_{spelled}"
+    return spelled[:64]
+
+
+def _relay_tool(server: MCPServer, entry: Listed, local: str) -> MCPTool:
+    description = cut(
+        entry.description or f"{entry.name} (from MCP server {server.name})", _DESCRIPTION_CHARS
+    )
+    risk = server.risk.get(entry.name, server.risk.get(local, risk_of(entry.annotations)))
+    idempotent = server.idempotent.get(
+        entry.name, entry.annotations.get("idempotentHint") is True or risk is Risk.READ
+    )
+    if risk is Risk.MONEY:
+        idempotent = server.idempotent.get(entry.name, False)
+    tool = Tool(local, description).risk(risk)
+    try:
+        tool = _with_arguments(tool, entry.input_schema)
+        passthrough = False
+    except (_Unexpressible, AgentError):
+        tool = (
+            Tool(local, description).risk(risk).arg(PASSTHROUGH, Kind.OBJECT, _schema_help(entry))
+        )
+        passthrough = True
+    return MCPTool(server.name, entry.name, tool, idempotent, passthrough)
+
+
+class _Unexpressible(Exception):
+    """An input schema the core's argument kinds cannot say."""
+
+
+def _with_arguments(tool: Tool, schema: Mapping[str, Any]) -> Tool:
+    if schema.get("type", "object") != "object" or "$ref" in schema:
+        raise _Unexpressible
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        raise _Unexpressible
+    for name, prop in properties.items():
+        if not isinstance(prop, dict):
+            raise _Unexpressible
+        kind, optional, choices = _kind(prop)
+        help_text = " ".join(t for t in (str(prop.get("description") or ""), choices) if t)
+        if name in required and not optional:
+            tool = tool.arg(name, kind, cut(help_text, 500))
+        else:
+            tool = tool.opt(name, kind, cut(help_text, 500))
+    return tool
+
+
+def _kind(prop: Mapping[str, Any]) -> tuple[Kind, bool, str]:
+    """The kind of one property, whether null is allowed, and its choices."""
+    types = prop.get("type")
+    optional = False
+    if types is None and isinstance(prop.get("anyOf"), list):
+        types = [branch.get("type") for branch in prop["anyOf"] if isinstance(branch, dict)]
+        if len(types) != len(prop["anyOf"]) or any(
+            len(branch) != 1 for branch in prop["anyOf"] if branch.get("type") != "null"
+        ):
+            raise _Unexpressible
+    if isinstance(types, list):
+        named = [t for t in types if t != "null"]
+        optional = len(named) < len(types)
+        if len(named) != 1:
+            raise _Unexpressible
+        types = named[0]
+    if types not in _KINDS or "$ref" in prop:
+        raise _Unexpressible
+    choices = ""
+    enum = prop.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(c, str) for c in enum):
+        choices = "one of: " + ", ".join(enum)
+    return _KINDS[types], optional, choices
+
+
+def _schema_help(entry: Listed) -> str:
+    text = json.dumps(entry.input_schema, separators=(",", ":"), sort_keys=True)
+    return "an object of this JSON schema (the server checks it): " + cut(text, _SCHEMA_HELP_CHARS)
