@@ -19,10 +19,13 @@ from workers.errors import RelayError
 WORKERS = [
     "AppNotFound",
     "Budget",
+    "CallCancelled",
     "CallTimedOut",
     "DecisionRefused",
     "Diff",
     "EmbeddedError",
+    "MCPServer",
+    "MCPServerError",
     "ModelCallError",
     "ModelReply",
     "ModelRoute",

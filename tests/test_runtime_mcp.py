@@ -8,6 +8,7 @@ lie about its schema, change its listing under the fleet.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,11 +19,15 @@ from pathlib import Path
 import pytest
 
 from agent_core import Risk, Stop
+from tests.apps.notes import build
 from tests.support.brain import call, final
+from tests.support.cli import clean_env, relay
 from tests.support.fleet import Fleet, fleet
 from tests.support.mcp_servers import faults, npm_bin, pypi_bin, write_servers
 from tests.support.waiting import pending_for
 from workers import MCPServer
+
+APP = "tests.apps.notes:relay"
 
 
 def _servers(directory: Path) -> list[MCPServer]:
@@ -69,6 +74,27 @@ def test_the_servers_tools_are_the_apps_with_risk_from_their_annotations(f: Flee
     [arg] = tools["union"].args  # a schema the core cannot say: one object, passed through
     assert arg.name == "arguments"
     assert "anyOf" in arg.help
+
+
+def test_relay_tools_shows_each_tool_as_the_workers_run_it(f: Fleet) -> None:
+    shown = relay("--app", APP, "tools", "--json", env=clean_env(**f.env))
+    assert shown.returncode == 0, shown.stderr
+    rows = {row["tool"]: row for row in json.loads(shown.stdout)}
+    assert rows["charge"] == {
+        "tool": "charge",
+        "risk": "create",
+        "idempotent": False,
+        "source": "mcp faults",
+        "timeout": 5,
+        "arguments": ["label", "seconds?"],
+    }
+    assert (rows["read_note"]["source"], rows["write_file"]["source"]) == ("python", "mcp fs")
+    table = relay("--app", APP, "tools", env=clean_env(**f.env))
+    assert table.returncode == 0, table.stderr
+    shown_rows = {
+        line.split()[0]: line.split() for line in table.stdout.splitlines() if line.strip()
+    }
+    assert shown_rows["get_current_time"][:5] == ["get_current_time", "read", "yes", "mcp", "time"]
 
 
 def test_a_run_reads_a_file_and_its_write_waits_for_a_person(f: Fleet) -> None:
@@ -216,6 +242,19 @@ def test_a_server_that_lists_other_tools_than_the_app_was_built_with_is_refused(
         assert status == "error"
         assert "lists other tools than this app was built with; nothing was run" in why
         assert "charge start x" not in k.ledger()
+
+        # The way out the refusal names: list again, restart the workers.
+        listed = relay("--app", APP, "tools", "--refresh", env=clean_env(**k.env, COLUMNS="200"))
+        assert listed.returncode == 0, listed.stderr
+        assert "Listed 7 tools from 1 MCP server(s)" in listed.stdout
+        assert "extra" in [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+        k.processes[0].stop()
+        k.worker("--concurrency", "2", name="restarted")
+        k.brain.script("MCP-AGAIN:", {0: call("charge", label="y"), 1: final("charged")})
+        again = build(k.relay.settings)  # a client built now reads the new listing
+        run_id = again.start("MCP-AGAIN: charge")
+        assert again.wait(run_id, 60).stop is Stop.DONE, k.logs()
+        assert _results(k, run_id) == [("ok", "charged y")]
 
 
 def test_a_server_behind_streamable_http_with_a_bearer_token_from_the_environment(

@@ -73,7 +73,8 @@ from workers.errors import DecisionRefused, RelayError
 from workers.kit.agents import AgentKit
 from workers.kit.skills import gather_skills
 from workers.mcp.config import MCPServer, checked_servers, load_servers
-from workers.mcp.toolset import MCPToolset
+from workers.mcp.mapping import MCPTool
+from workers.mcp.toolset import MCPCall, MCPToolset
 from workers.model.endpoints import ModelRoute, checked_routes, routes_from
 from workers.model.limits import RouteLimits, RouteState
 from workers.model.pricing import load_prices
@@ -235,14 +236,38 @@ class Relay:
             lease_seconds=lease_seconds,
         )
 
-    def _add_mcp_tools(self, *, refresh: bool = False) -> None:
+    def _add_mcp_tools(self) -> None:
         """Add the MCP servers' tools to the kit, as Redis keeps their listings (listed
-        from the servers when it keeps none, or with `refresh`)."""
+        from the servers when it keeps none)."""
         assert self.mcp is not None
-        listings = self.mcp.listings(self.store.redis, self.settings.prefix, refresh=refresh)
+        listings = self.mcp.listings(self.store.redis, self.settings.prefix)
         for made, call in self.mcp.tools(listings, taken=sorted(self.kit.names())):
             server = call.server
             self.kit.add(made.tool, call, idempotent=made.idempotent, timeout=server.timeout)
+
+    def refresh_mcp(self) -> list[tuple[MCPTool, MCPCall]]:
+        """List every MCP server again and keep what each lists now in Redis, for every
+        process of the app; this Relay offers them from now on, and they are returned.
+        Running workers keep the
+        listing they started with (and refuse calls to a server that now lists other
+        tools) until they restart.
+
+        Raises:
+            MCPServerError: a server could not be started or reached (nothing is replaced).
+        """
+        if self.mcp is None:
+            return []
+        listings = self.mcp.listings(self.store.redis, self.settings.prefix, refresh=True)
+        before = [t.name for t in self.kit.tools if isinstance(self._fn_of(t.name), MCPCall)]
+        self.kit.drop(before)
+        made = self.mcp.tools(listings, taken=sorted(self.kit.names()))
+        for tool, call in made:
+            self.kit.add(tool.tool, call, idempotent=tool.idempotent, timeout=call.server.timeout)
+        return made
+
+    def _fn_of(self, tool: str) -> object:
+        spec = self.kit.spec(tool)
+        return None if spec is None else spec.fn
 
     def verifier(self, fn: Verifier) -> Verifier:
         """Register a check of each final answer: return a problem to send it back, or None."""

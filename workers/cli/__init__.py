@@ -7,6 +7,7 @@
     relay runs | show RUN | watch RUN | pending | approve RUN [CALL] | deny | answer | cancel
     relay extend RUN --usd 1.00                 # raise a run tree's budget
     relay routes                                # the model routes: limits, circuits, errors
+    relay tools [--refresh]                     # the tools: risk, idempotent, Python or MCP
     relay send RUN "text" | pause RUN | resume RUN | reply RUN "next request"
     relay skills list|check PATH                # the Agent Skills in a folder
 
@@ -39,6 +40,7 @@ from workers.cli.serve import beat, flower, ping, worker
 from workers.cli.skills import skills
 from workers.cli.steer import pause, reply, resume, send
 from workers.cli.terminal import one_line
+from workers.cli.tools import tools
 from workers.cli.web import web
 from workers.errors import RelayError
 from workers.settings import SettingsError
@@ -111,6 +113,7 @@ VERBS = (
     cancel,
     extend,
     routes,
+    tools,
     send,
     pause,
     resume,

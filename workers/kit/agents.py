@@ -120,6 +120,11 @@ class AgentKit:
             tool, fn, safe, timeout, context_param, lease_seconds, asynchronous=is_async(fn)
         )
 
+    def drop(self, names: Sequence[str]) -> None:
+        """Remove the tools named (an MCP server's, about to be listed again)."""
+        for name in names:
+            self._specs.pop(name, None)
+
     # --- what the runtime reads ------------------------------------------------------------
 
     @property

@@ -8,7 +8,7 @@ A stdio server is a command line each tool worker process starts when it first
 needs it (and again after it dies); a streamable-HTTP server is a URL. A header
 value `env:NAME` is read from the environment where the connection is made, so
 the secret lives in the worker's environment, never in the app's code, a file
-or a log: `repr` shows header names only. `RELAY_MCP` names a JSON or TOML file
+or a log: `repr` shows neither headers nor env. `RELAY_MCP` names a JSON or TOML file
 of servers (`{"servers": [...]}`, a list, or TOML `[[servers]]`), read when the
 app gives none.
 """
@@ -44,7 +44,7 @@ def _server_name(value: str) -> str:
 
 
 def _url(value: str | None) -> str | None:
-    if value is not None and not re.match(r"https?://[^\s/]+", value):
+    if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
         raise ValueError("an MCP server's url is an http:// or https:// URL")
     return value
 
@@ -62,7 +62,8 @@ class MCPServer(BaseModel):
     """An MCP server: `command` (stdio) or `url` (streamable HTTP), and how Relay takes
     its tools."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A validation error never quotes what it was given: headers and env hold secrets.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     name: Annotated[str, AfterValidator(_server_name)]
     command: tuple[str, ...] | None = None

@@ -13,8 +13,9 @@ Annotations are hints from the server; the override is the team's word.
 
 Arguments: each property of an input schema the core can say (string, integer,
 number, boolean, array, object; `[T, "null"]` or `anyOf [T, null]` as an
-optional T; a string enum as text with its choices) becomes an argument. A
-schema the core cannot express (a union, a `$ref`, no properties list) is passed
+optional T; a string enum as text with its choices) becomes an argument (an
+object schema with no properties: a tool without arguments). A schema the core
+cannot express (a union, a `$ref`, properties that are not a table) is passed
 through whole: the tool takes one object, `arguments`, described by the schema's
 text, and the server validates it.
 """
@@ -31,6 +32,7 @@ from typing import Any
 from agent_core import Kind, Risk, Tool
 from agent_core.errors import AgentError
 from agent_core.text import cut
+from agent_core.tools import RESERVED_TOOL_NAMES
 from workers.errors import MCPServerError
 from workers.mcp.config import MCPServer
 
@@ -125,8 +127,9 @@ def relay_tools(
 ) -> list[MCPTool]:
     """The Relay tools of every server's listing, in order.
 
-    A tool keeps its own name unless another server lists the same one or a Relay
-    tool has it, then it is `<server>_<name>`; a name the core cannot take is
+    A tool keeps its own name unless another server lists the same one, a Relay
+    tool has it or the agent keeps it for its own (`ask_user`, ...), then it is
+    `<server>_<name>`; a name the core cannot take is
     spelled with `_` for each other character. A tool the core cannot describe at
     all is left out (its name and why go to the caller's log through the error).
 
@@ -138,7 +141,7 @@ def relay_tools(
         for entry in listed:
             local = _spelled(entry.name)
             seen[local] = seen.get(local, 0) + 1
-    used = set(taken)
+    used = set(taken) | RESERVED_TOOL_NAMES  # the agent's own tools' names, too
     made: list[MCPTool] = []
     for server, listed in servers:
         for entry in listed:

@@ -179,6 +179,9 @@ class _Connection:
         except BaseException as error:
             closing.set()
             owner.cancel()
+            # Wait (briefly) for the SDK to stop what it started: a one-shot command that
+            # exits next must not leave a server process behind.
+            await asyncio.wait({owner}, timeout=5)
             if isinstance(error, asyncio.CancelledError):
                 raise
             raise _not_opened(self.server, error) from None

@@ -14,6 +14,7 @@ The MCP SDK is imported on first use only (it costs half a second to import).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Sequence
@@ -96,25 +97,30 @@ class MCPToolset:
         return f"{prefix}mcp-tools:{self.app}:{server.name}:{who}"
 
     def listings(self, redis: _Redis, prefix: str, *, refresh: bool = False) -> list[Listing]:
-        """Each server's listing: kept in Redis, else (or with `refresh`) listed now and kept.
+        """Each server's listing: kept in Redis, else (or if `refresh`) listed now and kept.
+        Servers to list are listed at once; with `refresh`, nothing is replaced unless every
+        server answered.
 
         Raises:
             MCPServerError: a server that must be listed cannot be started or reached.
         """
-        found = []
-        for server in self.servers:
-            key = self.key(prefix, server)
-            kept = None if refresh else _read(redis.get(key), server)
-            if kept is None:
-                listed = tuple(run_blocking(_list(server), server.connect_timeout + 10))
-                fresh = Listing(server, listed, digest(listed))
-                if refresh:
-                    redis.set(key, fresh.as_json())
-                elif not redis.set(key, fresh.as_json(), nx=True):
-                    fresh = _read(redis.get(key), server) or fresh  # another process was first
-                kept = fresh
-            found.append(kept)
-        return found
+        kept = {
+            s.name: None if refresh else _read(redis.get(self.key(prefix, s)), s)
+            for s in self.servers
+        }
+        missing = [s for s in self.servers if kept[s.name] is None]
+        if missing:
+            wait = max(s.connect_timeout for s in missing) + 10
+            listed = run_blocking(_list_all(missing), wait)
+            for server, tools in zip(missing, listed, strict=True):
+                made = Listing(server, tuple(tools), digest(tools))
+                key = self.key(prefix, server)
+                if refresh or redis.get(key) is not None:  # asked to, or what it kept is unreadable
+                    redis.set(key, made.as_json())
+                elif not redis.set(key, made.as_json(), nx=True):
+                    made = _read(redis.get(key), server) or made  # another process was first
+                kept[server.name] = made
+        return [found for s in self.servers if (found := kept[s.name]) is not None]
 
     def tools(
         self, listings: Sequence[Listing], taken: Sequence[str]
@@ -136,10 +142,11 @@ class MCPToolset:
         ]
 
 
-async def _list(server: MCPServer) -> list[Listed]:
+async def _list_all(servers: Sequence[MCPServer]) -> list[list[Listed]]:
+    """Every server's listing, listed side by side (the first failure is raised)."""
     from workers.mcp.sessions import list_tools  # noqa: PLC0415 - see MCPCall
 
-    return await list_tools(server)
+    return list(await asyncio.gather(*(list_tools(server) for server in servers)))
 
 
 def _read(raw: object, server: MCPServer) -> Listing | None:
