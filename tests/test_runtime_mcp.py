@@ -12,6 +12,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from tests.support.brain import call, final
 from tests.support.cli import clean_env, relay
 from tests.support.fleet import Fleet, fleet
 from tests.support.mcp_servers import faults, npm_bin, pypi_bin, write_servers
+from tests.support.redis_server import free_port
 from tests.support.waiting import pending_for
 from workers import MCPServer
 
@@ -33,9 +36,14 @@ APP = "tests.apps.notes:relay"
 def _servers(directory: Path) -> list[MCPServer]:
     files = directory / "files"
     files.mkdir(exist_ok=True)
+    repo = directory / "repo"
+    repo.mkdir(exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "draft.txt").write_text("a draft\n")
     return [
         MCPServer("fs", command=[npm_bin("mcp-server-filesystem"), str(files)]),
         MCPServer("time", command=[pypi_bin("mcp-server-time")]),
+        MCPServer("git", command=[pypi_bin("mcp-server-git"), "--repository", str(repo)]),
         faults(directory, timeout=5),
     ]
 
@@ -141,6 +149,23 @@ def test_a_pypi_server_answers_and_its_error_is_a_tool_error(f: Fleet) -> None:
     assert '"timezone": "Europe/Berlin"' in said
     assert failed == "error"  # isError: the model sees it as the tool's error
     assert "Nowhere/Atlantis" in why
+
+
+def test_the_git_server_reads_the_repository_it_was_given(f: Fleet) -> None:
+    repo = f.directory / "repo"
+    f.brain.script(
+        "MCP-GIT:", {0: call("git_status", repo_path=str(repo)), 1: final("one untracked file")}
+    )
+    run_id = f.relay.start("MCP-GIT: what is the state of the repository")
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+    [(ok, said)] = _results(f, run_id)
+    assert ok == "ok"
+    assert "draft.txt" in said
+    tools = {t.name: t for t in f.relay.tools}
+    assert (tools["git_status"].risk_class, tools["git_commit"].risk_class) == (
+        Risk.READ,
+        Risk.CREATE,  # destructiveHint: false
+    )
 
 
 def test_the_server_killed_mid_call_is_restarted_and_the_next_call_works(f: Fleet) -> None:
@@ -260,11 +285,6 @@ def test_a_server_that_lists_other_tools_than_the_app_was_built_with_is_refused(
 def test_a_server_behind_streamable_http_with_a_bearer_token_from_the_environment(
     tmp_path: Path,
 ) -> None:
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    from tests.support.redis_server import free_port  # noqa: PLC0415
-
     port = free_port()
     token = "s3cret-token"
     server = subprocess.Popen(
@@ -294,6 +314,48 @@ def test_a_server_behind_streamable_http_with_a_bearer_token_from_the_environmen
                 assert token not in k.full_logs()  # the header is never printed
         finally:
             del os.environ["REMOTE_TOKEN"]
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_a_real_server_behind_streamable_http_answers_with_text_an_image_and_links(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    loopback = Path(__file__).resolve().parent / "support" / "node_loopback.cjs"
+    env = {**os.environ, "PORT": str(port), "NODE_OPTIONS": f"--require {loopback}"}
+    server = subprocess.Popen(
+        [npm_bin("mcp-server-everything"), "streamableHttp"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_port(port)
+        everything = MCPServer("everything", url=f"http://127.0.0.1:{port}/mcp")
+        servers = write_servers(tmp_path / "mcp.json", [everything])
+        with fleet(tmp_path, extra_env={"RELAY_MCP": str(servers)}) as k:
+            k.worker("--concurrency", "2")
+            k.brain.script(
+                "MCP-EVERY:",
+                {
+                    0: call("echo", message="over HTTP"),
+                    1: call("get-tiny-image"),
+                    2: call("get-resource-links", count=2),
+                    3: call("get-structured-content", location="Chicago"),
+                    4: final("seen"),
+                },
+            )
+            run_id = k.relay.start("MCP-EVERY: show me")
+            assert k.relay.wait(run_id, 60).stop is Stop.DONE, k.logs()
+            [echo, image, links, structured] = _results(k, run_id)
+        assert echo == ("ok", "Echo: over HTTP")
+        # An image is described by its type and size, never its bytes.
+        assert re.search(r"\[image: image/png, [\d,]+ bytes\]", image[1])
+        assert "base64" not in image[1]
+        assert links[1].count("[resource link ") == 2
+        assert '"temperature"' in structured[1]  # structured content, with no text beside it
     finally:
         server.terminate()
         server.wait(10)
