@@ -555,13 +555,13 @@ class Relay:
         """Decline a call that waits for approval (the model is told)."""
         self.runs_client.deny(run_id, call_id, reason)
 
-    def approve_plan(self, run_id: str, yes: bool = True) -> None:
-        """Decide the plan a run waits on."""
-        self.runs_client.approve_plan(run_id, yes)
+    def approve_plan(self, run_id: str, yes: bool = True, *, by: str = "") -> None:
+        """Decide the plan a run waits on (`by`: who decided, as the trace says)."""
+        self.runs_client.approve_plan(run_id, yes, by=by)
 
-    def answer(self, run_id: str, text: str) -> None:
-        """Answer the question a run waits on."""
-        self.runs_client.answer(run_id, text)
+    def answer(self, run_id: str, text: str, *, by: str = "") -> None:
+        """Answer the question a run waits on (`by`: who answered, as the trace says)."""
+        self.runs_client.answer(run_id, text, by=by)
 
     def extend(self, run_id: str, more: Budget) -> int:
         """Raise the tree's budget by `more` and let its parked runs go on (see RunsClient)."""

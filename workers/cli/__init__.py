@@ -8,6 +8,7 @@
     relay extend RUN --usd 1.00                 # raise a run tree's budget
     relay routes                                # the model routes: limits, circuits, errors
     relay tools [--refresh]                     # the tools: risk, idempotent, Python or MCP
+    relay mcp [--http PORT] [--allow-decisions] # the fleet as an MCP server
     relay send RUN "text" | pause RUN | resume RUN | reply RUN "next request"
     relay skills list|check PATH                # the Agent Skills in a folder
 
@@ -32,6 +33,7 @@ from workers.cli import schedule_control  # registers pause, resume, run, backfi
 from workers.cli.budget import extend
 from workers.cli.common import Context, Failure
 from workers.cli.evals import evaluate
+from workers.cli.mcp_serve import mcp_serve
 from workers.cli.replays import diff, fork, replay
 from workers.cli.routes import routes
 from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
@@ -114,6 +116,7 @@ VERBS = (
     extend,
     routes,
     tools,
+    mcp_serve,
     send,
     pause,
     resume,

@@ -241,12 +241,12 @@ class RunsClient:
         event = PlanDecision(seq=seq, yes=yes, by=str(by)[:200])
         self._decide(run_id, "plan", str(seq), event, "a plan")
 
-    def answer(self, run_id: str, text: str) -> None:
-        """Answer the question a run waits on (refused like `approve`)."""
+    def answer(self, run_id: str, text: str, *, by: str = "") -> None:
+        """Answer the question a run waits on (refused like `approve`; `by`: who answered)."""
         if not isinstance(text, str):
             raise DecisionRefused("an answer must be text")
         seq = self._pending_seq(run_id, "question")
-        event = Answer(seq=seq, text=text[:20_000])
+        event = Answer(seq=seq, text=text[:20_000], by=str(by)[:200])
         self._decide(run_id, "question", str(seq), event, "a question")
 
     def _pending_seq(self, run_id: str, kind: str) -> int:

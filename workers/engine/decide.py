@@ -200,6 +200,8 @@ def _on_plan_decision(run: Working, event: PlanDecision) -> None:
 
 def _on_answer(run: Working, event: Answer) -> None:
     if event.seq == run.seq and isinstance(run.agent.resume(), Question):
+        if event.by:
+            run.note("decided", f"question answered by {event.by}")
         run.agent.answer(event.text)
 
 

@@ -134,6 +134,8 @@ class Answer(BaseModel):
     kind: Literal["answer"] = "answer"
     seq: int
     text: str
+    by: str = Field(default="", exclude_if=lambda by: not by)
+    """Who answered, when told (an answer stored before this field had none)."""
 
 
 class BudgetReached(BaseModel):
