@@ -36,7 +36,7 @@ from workers.errors import MCPServerError
 from workers.mcp.config import MCPServer
 from workers.mcp.mapping import Listed, digest
 
-__all__ = ["MAX_TOOLS", "ServerDied", "call_tool", "list_tools"]
+__all__ = ["MAX_TOOLS", "ServerDied", "call_tool", "close_all", "list_tools"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,14 @@ async def call_tool(
         raise
     dumped: dict[str, Any] = result.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped
+
+
+async def close_all() -> None:
+    """Close this process's connections (each stdio server's process ends with its own)."""
+    connections = _connections()
+    for connection in list(connections.values()):
+        await connection.close()
+    connections.clear()
 
 
 _by_process: dict[int, dict[str, _Connection]] = {}
