@@ -83,6 +83,20 @@ def test_cancelling_the_run_cancels_the_coroutine(f: Fleet) -> None:
     assert "async_once end stop" not in f.ledger()
 
 
+def test_an_interrupting_reply_cancels_the_coroutine(f: Fleet) -> None:
+    f.brain.script(
+        "ASYNC-INTERRUPT:",
+        {0: call("async_once", label="interrupted", seconds=60), 1: final("said hi instead")},
+    )
+    run_id = f.relay.start("ASYNC-INTERRUPT: start something long")
+    f.until(lambda: _lines(f, "async_once start interrupted"), 30, what="the call to start")
+    f.relay.reply(run_id, "Forget that, say hi", strategy="interrupt")
+    # Its lease is fenced off: the next renewal fails, and the coroutine is cancelled.
+    f.until(lambda: "async_once cancelled interrupted" in f.ledger(), 30, what="the cancel")
+    assert f.relay.wait(run_id, 60).summary == "said hi instead"
+    assert "async_once end interrupted" not in f.ledger()
+
+
 def test_a_worker_killed_during_an_async_call_leaves_it_unknown(tmp_path: Path) -> None:
     with fleet(tmp_path) as f:
         f.brain.script(
