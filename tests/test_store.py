@@ -630,18 +630,18 @@ def test_wait_never_returns_the_turn_a_follow_up_is_reopening(store: RunStore) -
     store.create(_record(), "snap", due_ms=5_000)
     _save(store, _record(state="finished", outcome=march))
     store.redis.hset(store.keys.run("r1"), "fu", 1)  # as REPLY leaves it
-    reads = store.redis.hmget
+    commands = store.redis.execute_command
     landed: list[str] = []
 
     def read_then_reopen(*args: object, **kwargs: object) -> object:
-        found = reads(*args, **kwargs)
-        if not landed:  # the follow-up's save, then its turn's end, come in between
+        found = commands(*args, **kwargs)
+        if args[0] == "HMGET" and not landed:  # the follow-up's save, then its turn's end
             landed.append("reopened")
             _save(store, _record(state="running"), follow_up_taken=True)
             _save(store, _record(state="finished", outcome=april), trace=(_line(),))
         return found
 
-    store.redis.hmget = read_then_reopen
+    store.redis.execute_command = read_then_reopen
     client = RunsClient(store, lambda _messages: None, Settings.from_env({}).timing)
     assert client.wait("r1", timeout=10).summary == "April"
     assert landed == ["reopened"]

@@ -15,6 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.exceptions import ClusterDownError, TryAgainError
@@ -24,6 +26,7 @@ __all__ = [
     "PatientCluster",
     "cluster_url",
     "connect",
+    "connect_async",
     "key_slot",
     "node_client",
     "plain_url",
@@ -48,6 +51,15 @@ def plain_url(url: str) -> str:
     parts = urlsplit(url)
     scheme = _SCHEMES.get(parts.scheme, parts.scheme)
     return urlunsplit((scheme, parts.netloc, "", parts.query, parts.fragment))
+
+
+def connect_async(url: str, *, cluster: bool) -> Any:
+    """The `redis.asyncio` client for run state, as `connect` makes the sync one (a
+    cluster's async client follows failovers with redis-py's own retries)."""
+    options: dict[str, Any] = {"socket_connect_timeout": 5, "socket_timeout": 30}
+    if cluster or cluster_url(url):
+        return AsyncRedisCluster.from_url(plain_url(url), **options)
+    return AsyncRedis.from_url(url, health_check_interval=30, **options)
 
 
 def connect(url: str, *, cluster: bool) -> Any:

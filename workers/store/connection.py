@@ -20,9 +20,10 @@ from workers.errors import StoreUnavailable
 from workers.redact import redact_url
 from workers.store.cluster import cluster_url, connect
 from workers.store.layout import Keys
+from workers.store.ops import Batch, Emit, Op, Steps, answer_of
 from workers.store.scripts import ScriptCall, lua
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "redis_errors"]
 
 A = TypeVar("A")
 
@@ -63,9 +64,54 @@ class Connection:
                 script = self._scripts[key] = client.register_script(lua(name))
         return script
 
+    def drive(self, steps: Steps[A]) -> A:
+        """Run `steps` (workers.store.ops) on this client: each operation in turn, its
+        answer sent back; return what they return. Values they emit are dropped."""
+        answer: Any = None
+        with self.errors():
+            while True:
+                try:
+                    op = steps.send(answer)
+                except StopIteration as done:
+                    result: A = done.value
+                    return result
+                answer = None if isinstance(op, Emit) else answer_of(op, self.execute(op))
+
+    def iterate(self, steps: Steps[A]) -> Iterator[Any]:
+        """Run `steps` as `drive` does, yielding each value they emit as it comes."""
+        answer: Any = None
+        while True:
+            with self.errors():
+                try:
+                    op = steps.send(answer)
+                except StopIteration:
+                    return
+                if not isinstance(op, Emit):
+                    answer = answer_of(op, self.execute(op))
+                    continue
+            answer = None
+            yield op.value  # outside the errors' context: the consumer's own code runs here
+
+    def execute(self, op: Op) -> Any:
+        """What the client answers to one operation (a script's answer not yet read)."""
+        if isinstance(op, ScriptCall):
+            return self._script(op.name, self.redis)(keys=op.keys, args=op.args)
+        if isinstance(op, Batch):
+            pipe = self.redis.pipeline(transaction=op.transaction)
+            for command in op.commands:
+                pipe.execute_command(*command.args)
+            return pipe.execute()
+        assert not isinstance(op, Emit)
+        return self.redis.execute_command(*op.args)
+
     def ping(self) -> None:
         with self.errors():
             self.redis.ping()
+
+
+def redis_errors(url: str) -> AbstractContextManager[None]:
+    """A context in which redis-py's errors (sync or asyncio) become `StoreUnavailable`."""
+    return _redis_errors(url)
 
 
 @contextmanager

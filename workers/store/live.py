@@ -15,8 +15,7 @@ import re
 
 from workers.engine.events import FollowUp
 from workers.engine.records import StreamEvent
-from workers.store import scripts
-from workers.store.codec import as_text
+from workers.store import reads, scripts
 from workers.store.connection import Connection
 from workers.store.layout import STREAM_IDLE_S, STREAM_MAX
 from workers.store.scripts import ReplyAnswer
@@ -53,23 +52,8 @@ class LiveStreams:
     def read(self, run_id: str, after: str, block_ms: int | None) -> list[StreamEvent]:
         """Return the events of `run_id`'s tree after id `after` (waiting up to `block_ms`
         for one; None: not at all), oldest first, at most 1,000."""
-        connection = self._connection
-        key = connection.keys.live(run_id)
-        with connection.errors():
-            answer = connection.redis.xread({key: after}, count=1_000, block=block_ms)
-        found = []
-        for _, entries in answer or []:
-            for entry_id, data in entries:
-                kind = as_text(data.get(b"k", b""))
-                found.append(
-                    StreamEvent(
-                        id=as_text(entry_id),
-                        kind=kind if kind in _KINDS else "text",
-                        run_id=as_text(data.get(b"r", b"")),
-                        text=as_text(data.get(b"t", b"")),
-                    )
-                )
-        return found
+        keys = self._connection.keys
+        return self._connection.drive(reads.live_events(keys, run_id, after, block_ms))
 
     def reply(self, run_id: str, event: FollowUp, due_ms: int) -> ReplyAnswer:
         """Put a follow-up in a root run's inbox unless its strategy refuses; return REPLY's

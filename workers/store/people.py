@@ -10,17 +10,15 @@ way in; `workers.store.layout` maps the keys.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-from pydantic import ValidationError
 
 from workers.engine.events import InboxEvent
-from workers.engine.ids import PendingKind, pending_parts
+from workers.engine.ids import PendingKind
 from workers.engine.records import Pending
 from workers.errors import RunNotFound
 from workers.store import scripts
 from workers.store.codec import as_text
 from workers.store.connection import Connection
+from workers.store.reads import pending_of, readable
 from workers.store.scripts import Decided
 from workers.store.shards import Shards
 
@@ -62,17 +60,7 @@ class People:
         """Return the pending entries named (in their order; one gone is skipped)."""
         if not members:
             return []
-        shards = self._shards.by_shard((pending_parts(m)[0], m) for m in members)
-        values: dict[str, Any] = {}
-        connection = self._connection
-        with connection.errors():
-            pipe = connection.redis.pipeline(transaction=False)
-            groups = list(shards)
-            for shard, group in groups:
-                pipe.hmget(shard.pending_data, group)
-            for (_, group), found in zip(groups, pipe.execute(), strict=True):
-                values.update(zip(group, found, strict=True))
-        return _readable([values[member] for member in members])
+        return self._connection.drive(pending_of(self._connection.keys, members))
 
     def pending_members_of(self, run_id: str) -> tuple[str, ...]:
         """Return the pending entries a run holds, found by their names (for a lost record)."""
@@ -115,17 +103,4 @@ class People:
             data = connection.keys.index(root).pending_data
             found = connection.redis.hscan_iter(data, match=f"{root}*|{kind}|*", count=1_000)
             values = [value for _, value in found]
-        return [p for p in _readable(values) if p.root_id == root]
-
-
-def _readable(values: list[Any]) -> list[Pending]:
-    """The pending entries that can be read (a missing or broken one is skipped)."""
-    found: list[Pending] = []
-    for value in values:
-        if value is None:
-            continue
-        try:
-            found.append(Pending.model_validate_json(value))
-        except ValidationError:
-            continue
-    return found
+        return [p for p in readable(values) if p.root_id == root]

@@ -32,19 +32,15 @@ from workers.engine.events import InboxEvent
 from workers.engine.ids import OutboxMember
 from workers.engine.journal import start_text
 from workers.engine.records import RunList, RunRecord, TraceEntry, Usage
-from workers.errors import RunCorrupt
-from workers.store import scripts
+from workers.store import reads, scripts
 from workers.store.cluster import node_client
 from workers.store.codec import (
     Loaded,
     StoredRun,
-    as_int,
     as_text,
-    corrupt,
     inbox_of,
     loaded,
     trace_line,
-    usage_of,
 )
 from workers.store.connection import Connection
 from workers.store.durability import Durability, probe, wait_durable
@@ -182,17 +178,7 @@ class RunStore:
         Raises:
             RunCorrupt: the stored record cannot be read.
         """
-        with self.errors():
-            meta, *totals = self.redis.hmget(
-                self.keys.run(run_id), [RunFields.RECORD, *RunFields.USAGE]
-            )
-        if meta is None:
-            return None
-        try:
-            record = RunRecord.model_validate_json(meta)
-        except ValidationError as error:
-            raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
-        return record, usage_of(totals)
+        return self.connection.drive(reads.read(self.keys, run_id))
 
     def briefs(self, run_ids: Sequence[str]) -> list[tuple[str, str | None] | None]:
         """Return each run's state and stop (None: not stopped) in one round trip: None
@@ -218,43 +204,18 @@ class RunStore:
 
     def outcome(self, run_id: str) -> tuple[RunRecord, bool] | None:
         """Return the run's record and whether a follow-up is on its way to it (its
-        outcome is then not its last), read together in one command: a save that
-        reopens the run lands before or after both. None if there is no run.
+        outcome is then not its last), read together in one command. None if there is
+        no run.
 
         Raises:
             RunCorrupt: the stored record cannot be read.
         """
-        with self.errors():
-            meta, follow_up = self.redis.hmget(
-                self.keys.run(run_id), [RunFields.RECORD, RunFields.FOLLOW_UP]
-            )
-        if meta is None:
-            return None
-        try:
-            record = RunRecord.model_validate_json(meta)
-        except ValidationError as error:
-            raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
-        return record, follow_up is not None
+        return self.connection.drive(reads.outcome(self.keys, run_id))
 
     def limits(self, root: str) -> TreeLimits | None:
         """Return the tree's budget as it stands (extensions included), and what its
         calls in flight reserved; None if the tree has no limits (or no root)."""
-        fields = [
-            RunFields.LIMIT_TOKENS,
-            RunFields.LIMIT_COST,
-            RunFields.LIMIT_CALLS,
-            RunFields.DEADLINE,
-            RunFields.RESERVED_TOKENS,
-            RunFields.RESERVED_COST,
-            RunFields.RESERVED_CALLS,
-        ]
-        with self.errors():
-            values = self.redis.hmget(self.keys.run(root), fields)
-        if all(v is None for v in values[:4]):
-            return None
-        tokens, cost, calls, deadline = (None if v is None else int(v) for v in values[:4])
-        reserved = (as_int(values[4]), as_int(values[5]), as_int(values[6]))
-        return TreeLimits(tokens, cost, calls, deadline, reserved)
+        return self.connection.drive(reads.limits(self.keys, root))
 
     def snapshot(self, run_id: str) -> str | None:
         """Return the run's agent snapshot as stored (not validated), or None if no run."""
@@ -377,17 +338,8 @@ class RunStore:
         self, run_id: str, event: InboxEvent, due_ms: int, *, cancel_flag: bool = False
     ) -> bool:
         """Append `event` to a live run's inbox and schedule its advance; False if no such run."""
-        k = self.keys
-        with self.errors():
-            if not self.redis.hexists(k.run(run_id), RunFields.VERSION):
-                return False
-            pipe = self.redis.pipeline(transaction=True)
-            if cancel_flag:
-                pipe.hset(k.run(run_id), RunFields.CANCEL, 1)
-            pipe.xadd(k.inbox(run_id), {"e": event.model_dump_json()})
-            pipe.zadd(k.index(run_id).outbox, {OutboxMember.advance(run_id): due_ms})
-            pipe.execute()
-        return True
+        steps = reads.append(self.keys, run_id, event, due_ms, cancel_flag=cancel_flag)
+        return self.connection.drive(steps)
 
     # --- saving ------------------------------------------------------------------------------
 
@@ -416,27 +368,16 @@ class RunStore:
         Positions count every line the run ever wrote; the oldest of a long run's
         lines may have been dropped (TRACE_MAX), and are skipped.
         """
-        end, lines = self.connection.run(scripts.read_trace(self.keys, run_id=run_id, start=start))
-        return end, [TraceEntry.model_validate_json(line) for line in lines]
+        return self.connection.drive(reads.trace(self.keys, run_id, start))
 
     def activity_cursor(self, run_id: str) -> str:
         """Return the newest entry id of the run's activity stream (where a follower begins)."""
-        with self.errors():
-            newest = self.redis.xrevrange(self.keys.index(run_id).activity, "+", "-", count=1)
-        return as_text(newest[0][0]) if newest else "0-0"
+        return self.connection.drive(reads.activity_cursor(self.keys, run_id))
 
     def wait_activity(self, run_id: str, cursor: str, block_ms: int) -> tuple[str, set[str]]:
         """Wait up to `block_ms` for runs whose trace grew after `cursor`, in the activity
         stream `run_id` writes to (on a cluster: its slot's); return (cursor, runs)."""
-        activity = self.keys.index(run_id).activity
-        with self.errors():
-            answer = self.redis.xread({activity: cursor}, block=block_ms, count=10_000)
-        runs: set[str] = set()
-        for _, entries in answer or []:
-            for entry_id, data in entries:
-                cursor = as_text(entry_id)
-                runs.add(as_text(data[b"r"]))
-        return cursor, runs
+        return self.connection.drive(reads.wait_activity(self.keys, run_id, cursor, block_ms))
 
     def add_trace(self, run_id: str, entry: TraceEntry) -> None:
         lines = [trace_line(entry)]

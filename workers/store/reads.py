@@ -1,0 +1,189 @@
+"""The store's reads and small writes that clients make, as steps (`workers.store.ops`):
+written once, driven by `Connection` (the sync client) and `AsyncConnection`.
+
+Each function takes the key map and returns steps: the commands it sends, the
+reading of what comes back, and what it finds. `RunStore`, `People` and
+`LiveStreams` run them with `Connection.drive`; `AsyncRelay` awaits the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from workers.engine.budget import TreeLimits
+from workers.engine.events import InboxEvent
+from workers.engine.ids import OutboxMember, pending_parts
+from workers.engine.records import Pending, RunRecord, StreamEvent, TraceEntry, Usage
+from workers.errors import RunCorrupt
+from workers.store import scripts
+from workers.store.codec import as_int, as_text, corrupt, usage_of
+from workers.store.layout import Keys, RunFields
+from workers.store.ops import Batch, Command, Steps
+
+__all__ = [
+    "LIVE_READ_MAX",
+    "activity_cursor",
+    "append",
+    "limits",
+    "live_events",
+    "outcome",
+    "pending_of",
+    "read",
+    "readable",
+    "trace",
+    "wait_activity",
+]
+
+LIVE_READ_MAX = 1_000
+_KINDS = frozenset({"text", "step", "restarted", "done"})
+
+
+def _record(run_id: str, meta: bytes) -> RunRecord:
+    try:
+        return RunRecord.model_validate_json(meta)
+    except ValidationError as error:
+        raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
+
+
+def read(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, Usage] | None]:
+    """The run's record and what it and its descendants used (no snapshot); None if
+    there is no run. Raises RunCorrupt for a record that cannot be read."""
+    meta, *totals = yield Command(("HMGET", keys.run(run_id), RunFields.RECORD, *RunFields.USAGE))
+    if meta is None:
+        return None
+    return _record(run_id, meta), usage_of(totals)
+
+
+def outcome(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, bool] | None]:
+    """The run's record and whether a follow-up is on its way to it, read in one command
+    (a save that reopens the run lands before or after both); None if there is no run."""
+    meta, follow_up = yield Command(
+        ("HMGET", keys.run(run_id), RunFields.RECORD, RunFields.FOLLOW_UP)
+    )
+    if meta is None:
+        return None
+    return _record(run_id, meta), follow_up is not None
+
+
+_LIMIT_FIELDS = (
+    RunFields.LIMIT_TOKENS,
+    RunFields.LIMIT_COST,
+    RunFields.LIMIT_CALLS,
+    RunFields.DEADLINE,
+    RunFields.RESERVED_TOKENS,
+    RunFields.RESERVED_COST,
+    RunFields.RESERVED_CALLS,
+)
+
+
+def limits(keys: Keys, root: str) -> Steps[TreeLimits | None]:
+    """The tree's budget as it stands (extensions included), and what its calls in
+    flight reserved; None if the tree has no limits (or no root)."""
+    values = yield Command(("HMGET", keys.run(root), *_LIMIT_FIELDS))
+    if all(v is None for v in values[:4]):
+        return None
+    tokens, cost, calls, deadline = (None if v is None else int(v) for v in values[:4])
+    reserved = (as_int(values[4]), as_int(values[5]), as_int(values[6]))
+    return TreeLimits(tokens, cost, calls, deadline, reserved)
+
+
+def trace(keys: Keys, run_id: str, start: int = 0) -> Steps[tuple[int, list[TraceEntry]]]:
+    """(The position after the last line, the run's lines from position `start` on)."""
+    end, lines = yield scripts.read_trace(keys, run_id=run_id, start=start)
+    return end, [TraceEntry.model_validate_json(line) for line in lines]
+
+
+def activity_cursor(keys: Keys, run_id: str) -> Steps[str]:
+    """The newest entry id of the run's activity stream (where a follower begins)."""
+    newest = yield Command(("XREVRANGE", keys.index(run_id).activity, "+", "-", "COUNT", 1))
+    return as_text(newest[0][0]) if newest else "0-0"
+
+
+def wait_activity(
+    keys: Keys, run_id: str, cursor: str, block_ms: int
+) -> Steps[tuple[str, set[str]]]:
+    """Wait up to `block_ms` for runs whose trace grew after `cursor`, in the activity
+    stream `run_id` writes to (on a cluster: its slot's); return (cursor, those runs)."""
+    activity = keys.index(run_id).activity
+    answer = yield Command(
+        ("XREAD", "COUNT", 10_000, "BLOCK", block_ms, "STREAMS", activity, cursor)
+    )
+    runs: set[str] = set()
+    for _, entries in answer or []:
+        for entry_id, data in entries:
+            cursor = as_text(entry_id)
+            runs.add(as_text(data[b"r"]))
+    return cursor, runs
+
+
+def live_events(
+    keys: Keys, run_id: str, after: str, block_ms: int | None
+) -> Steps[list[StreamEvent]]:
+    """The events of `run_id`'s tree after id `after` (waiting up to `block_ms` for one;
+    None: not at all), oldest first, at most LIVE_READ_MAX."""
+    block = () if block_ms is None else ("BLOCK", block_ms)
+    answer = yield Command(
+        ("XREAD", "COUNT", LIVE_READ_MAX, *block, "STREAMS", keys.live(run_id), after)
+    )
+    found = []
+    for _, entries in answer or []:
+        for entry_id, data in entries:
+            kind = as_text(data.get(b"k", b""))
+            found.append(
+                StreamEvent(
+                    id=as_text(entry_id),
+                    kind=kind if kind in _KINDS else "text",
+                    run_id=as_text(data.get(b"r", b"")),
+                    text=as_text(data.get(b"t", b"")),
+                )
+            )
+    return found
+
+
+def append(
+    keys: Keys, run_id: str, event: InboxEvent, due_ms: int, *, cancel_flag: bool = False
+) -> Steps[bool]:
+    """Append `event` to a live run's inbox and schedule its advance; False if no such run."""
+    exists = yield Command(("HEXISTS", keys.run(run_id), RunFields.VERSION))
+    if not exists:
+        return False
+    commands = [
+        Command(("XADD", keys.inbox(run_id), "*", "e", event.model_dump_json())),
+        Command(("ZADD", keys.index(run_id).outbox, due_ms, OutboxMember.advance(run_id))),
+    ]
+    if cancel_flag:
+        commands.insert(0, Command(("HSET", keys.run(run_id), RunFields.CANCEL, 1)))
+    yield Batch(tuple(commands), transaction=True)
+    return True
+
+
+def pending_of(keys: Keys, members: Sequence[str]) -> Steps[list[Pending]]:
+    """The pending entries named (in their order; one gone or unreadable is skipped),
+    read from their shards in one round trip."""
+    if not members:
+        return []
+    groups: dict[str, list[str]] = {}
+    for member in members:
+        groups.setdefault(keys.index(pending_parts(member)[0]).pending_data, []).append(member)
+    listed = list(groups.items())
+    answers = yield Batch(tuple(Command(("HMGET", key, *group)) for key, group in listed))
+    values: dict[str, Any] = {}
+    for (_, group), found in zip(listed, answers, strict=True):
+        values.update(zip(group, found, strict=True))
+    return readable([values[member] for member in members])
+
+
+def readable(values: Sequence[Any]) -> list[Pending]:
+    """The pending entries that can be read (a missing or broken one is skipped)."""
+    found: list[Pending] = []
+    for value in values:
+        if value is None:
+            continue
+        try:
+            found.append(Pending.model_validate_json(value))
+        except ValidationError:
+            continue
+    return found
