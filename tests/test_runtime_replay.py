@@ -20,7 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent_core import Config, Policy, Risk, Stop, prompts
-from tests.apps.notes import SPECIALISTS, TOOLS, build, crunch, crunch_long_lease
+from tests.apps.notes import (
+    SPECIALISTS,
+    TOOLS,
+    async_wait,
+    build,
+    crunch,
+    crunch_long_lease,
+)
 from tests.support.brain import batch, call, final
 from tests.support.cli import clean_env
 from tests.support.cli import relay as relay_command
@@ -172,6 +179,7 @@ def _variant(f: Fleet, *, without: str = "", changed: Callable[..., str] | None 
         relay.tool(risk=risk)(new)
     relay.tool(risk=Risk.CREATE)(crunch)
     relay.tool(risk=Risk.CREATE, lease_seconds=60)(crunch_long_lease)
+    relay.tool(risk=Risk.READ, timeout=2)(async_wait)
     return relay
 
 

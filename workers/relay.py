@@ -56,6 +56,7 @@ from workers.client.replays import Diff, MadeCall, ReplayReport, Replays
 from workers.client.runs import RunsClient
 from workers.client.schedules import Scheduling
 from workers.client.start import (
+    PreparedRun,
     Recorded,
     Unattended,
     checked_concurrency,
@@ -63,13 +64,14 @@ from workers.client.start import (
     checked_prices,
     new_run,
     recorded_stubs,
+    start_steps,
     with_policy,
 )
 from workers.engine.budget import Budget, Price
 from workers.engine.effects import Message
 from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
 from workers.engine.working import Verifier
-from workers.errors import DecisionRefused, RelayError
+from workers.errors import DecisionRefused
 from workers.kit.agents import AgentKit
 from workers.kit.skills import gather_skills
 from workers.mcp.config import MCPServer, checked_servers, load_servers
@@ -391,23 +393,55 @@ class Relay:
             RelayError: the task or attachments are too large, or a name is unusable.
             StoreUnavailable: Redis cannot be reached.
         """
+        made = self.prepare_run(
+            task, context, config=config, attachments=attachments, budget=budget,
+            tools=tools, notes=notes, recipe=recipe, schedule=schedule, run_id=run_id,
+            key=key, memory=memory, route=route, recorded=recorded, policy=policy,
+            approve_plan=approve_plan, fired_ms=fired_ms, on_wait=on_wait,
+            remembered=self.memory,
+        )  # fmt: skip
+        parts = self._built()
+        return parts.store.connection.drive(
+            start_steps(parts.store.keys, made, enlisted=parts.store.shards.enlist),
+            on_emit=lambda sent: parts.send(sent.messages),
+        )
+
+    def prepare_run(
+        self,
+        task: str,
+        context: str = "",
+        *,
+        remembered: Callable[[str], list[str]],
+        config: Config | None = None,
+        attachments: Iterable[Attachment] | None = None,
+        budget: Budget | int | None = None,
+        tools: Sequence[str] | None = None,
+        notes: Sequence[str] | None = None,
+        recipe: str | None = None,
+        schedule: str | None = None,
+        run_id: str | None = None,
+        key: str | None = None,
+        memory: str | None = None,
+        route: str | Sequence[str] | None = None,
+        recorded: Mapping[str, Sequence[Recorded]] | None = None,
+        policy: Policy | None = None,
+        approve_plan: bool = False,
+        fired_ms: int | None = None,
+        on_wait: str = "wait",
+    ) -> PreparedRun:
+        """The run `start` would create, not yet stored (`AsyncRelay.start` stores it on its
+        own transport); `remembered(name)` gives a memory's notes. Raises as `start`."""
         names, stubs = recorded_stubs(recorded, {t.name: t for t in self.tools})
         record, snapshot, start = new_run(
             self.kit, task, context, with_policy(config or self.config, policy),
-            remembered=self.memory,
+            remembered=remembered,
             attachments=attachments, budget=budget, tools=tools, notes=notes, recipe=recipe,
             schedule=schedule, run_id=run_id, key=key, memory=memory, app=self.name,
             routes=checked_routes(route, [r.name for r in self.routes]), recorded=names,
             unattended=Unattended(fired_ms, approve_plan is True, checked_on_wait(on_wait)),
         )  # fmt: skip
-        parts = self._built()
         due = record.created_ms + self.settings.timing.grace_ms
-        created = parts.store.create(record, snapshot, due, stubs, start=start)
-        if not created and run_id is None:  # 64 random bits: never
-            raise RelayError(f"a run with id {record.id} exists already")
-        if created:
-            parts.send([Message("advance", record.id)])
-        return record.id
+        return PreparedRun(record, snapshot, start, stubs, due, named=run_id is not None)
 
     # --- going back into runs: replay, fork, diff -------------------------------------------
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from agent_core import Outcome
 from workers.engine.budget import Budget
-from workers.engine.effects import Message
+from workers.engine.effects import Message, Outgoing
 from workers.engine.events import (
     Answer,
     CallDecision,
@@ -43,12 +43,32 @@ from workers.engine.records import (
 )
 from workers.errors import DecisionRefused, RelayError, RunCorrupt, RunNotFound, WaitTimeout
 from workers.settings import Timing, now_ms
-from workers.store.codec import as_text
+from workers.store import reads, scripts
+from workers.store.layout import Keys
 from workers.store.live import stream_id
+from workers.store.ops import Emit, Steps
 from workers.store.runs import RunStore
 from workers.store.scripts import Decided, ReplyAnswer
 
-__all__ = ["MESSAGE_CHARS", "RunsClient", "page_cursor", "parse_cursor"]
+__all__ = [
+    "MESSAGE_CHARS",
+    "RunsClient",
+    "answer_steps",
+    "cancel_steps",
+    "decide_steps",
+    "page_cursor",
+    "parse_cursor",
+    "plan_steps",
+    "reply_steps",
+    "status_steps",
+    "steer_steps",
+    "stream_steps",
+    "trace_steps",
+    "wait_steps",
+    "watch_steps",
+]
+
+A = TypeVar("A")
 
 MESSAGE_CHARS = 20_000
 """A person's message or follow-up is cut to this (the agent shows less of it)."""
@@ -66,10 +86,16 @@ class RunsClient:
         self._timing = timing
 
     def _record(self, run_id: str) -> tuple[RunRecord, Usage]:
-        found = self.store.read(run_id)
-        if found is None:
-            raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
-        return found
+        return self._drive(record_steps(self.store.keys, run_id))
+
+    def _drive(self, steps: Steps[A]) -> A:
+        """Run a client command's steps on the store's connection, sending the broker
+        messages they emit."""
+        return self.store.connection.drive(steps, on_emit=self._deliver)
+
+    def _deliver(self, value: object) -> None:
+        if isinstance(value, Outgoing):
+            self._send(value.messages)
 
     def held_calls(self, run_id: str) -> list[str]:
         """The run's calls a worker holds now (its lease is live): its model call, its
@@ -90,59 +116,11 @@ class RunsClient:
 
     def _outcome(self, run_id: str) -> tuple[RunRecord, bool]:
         """The run's record, and whether a follow-up is on its way to it (one read)."""
-        found = self.store.outcome(run_id)
-        if found is None:
-            raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
-        return found
+        return self._drive(outcome_steps(self.store.keys, run_id))
 
     def status(self, run_id: str) -> RunStatus:
         """Return where the run is: its state, what it waits for, usage, outcome, children."""
-        record, total = self._record(run_id)
-        return RunStatus(
-            id=record.id,
-            state=record.state,
-            waiting_for=record.waiting_for,
-            task=record.task,
-            parent=record.parent,
-            root=record.root,
-            children=record.children,
-            recipe=record.recipe,
-            schedule=record.schedule,
-            fired_ms=record.fired_ms,
-            usage=record.usage,
-            total_usage=total,
-            budget=self._budget(record),
-            key=record.key,
-            usage_by_route=record.usage_by_route,
-            created_ms=record.created_ms,
-            updated_ms=record.updated_ms,
-            finished_ms=record.finished_ms,
-            outcome=record.outcome,
-            ending=None if record.outcome is None else ending_of(record.outcome.stop),
-            unknown_calls=record.unknown_calls,
-            pending=tuple(self.store.people.pending_of(record.pending)),
-            paused=record.paused,
-            queued=record.queued,
-            forked_from=record.forked_from,
-        )
-
-    def _budget(self, record: RunRecord) -> Budget | None:
-        """The tree's budget as it stands now (extensions included)."""
-        limits = self.store.limits(record.root)
-        if limits is None:
-            return None
-        started = record.created_ms
-        if record.root != record.id and limits.deadline_ms is not None:
-            root = self.store.read(record.root)
-            started = root[0].created_ms if root is not None else started
-        return Budget(
-            tokens=limits.tokens,
-            usd=None if limits.cost_micro is None else limits.cost_micro / 1_000_000,
-            model_calls=limits.model_calls,
-            seconds=None
-            if limits.deadline_ms is None
-            else max(limits.deadline_ms - started, 1) / 1000,
-        )
+        return self._drive(status_steps(self.store.keys, run_id))
 
     def extend(self, run_id: str, more: Budget) -> int:
         """Raise the tree's limits by `more` and let its runs parked at the budget go on;
@@ -175,25 +153,7 @@ class RunsClient:
             WaitTimeout: it did not finish within `timeout` seconds.
             RunNotFound: there is no such run.
         """
-        deadline = time.monotonic() + timeout
-        cursor = self.store.activity_cursor(run_id)
-        while True:
-            record, reopening = self._outcome(run_id)
-            if record.outcome is not None and not reopening:
-                return record.outcome
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WaitTimeout(
-                    f"run {run_id} did not finish within {timeout:g} s (it is {record.state})"
-                )
-            # Wake when this run's trace grows (the save that ends a run writes a line),
-            # and look at the record at least every second whatever else is busy.
-            until = time.monotonic() + min(left, 1.0)
-            while (now := time.monotonic()) < until:
-                block_ms = max(1, int((until - now) * 1000))
-                cursor, grew = self.store.wait_activity(run_id, cursor, block_ms)
-                if run_id in grew:
-                    break
+        return self._drive(wait_steps(self.store.keys, run_id, timeout))
 
     def pending(self) -> list[Pending]:
         """Return what waits on a person: plans, calls and questions, oldest first."""
@@ -228,7 +188,8 @@ class RunsClient:
         event = CallDecision(
             call=call_id, yes=yes, reason=str(reason)[:2_000], by=str(by)[:200], args=args
         )
-        self._decide(run_id, "call", call_id, event, f"call {call_id}")
+        keys, due = self.store.keys, self._due()
+        self._drive(decide_steps(keys, due, run_id, "call", call_id, event=event))
 
     def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
         """Decline a call that waits for approval (the model is told)."""
@@ -237,116 +198,35 @@ class RunsClient:
     def approve_plan(self, run_id: str, yes: bool = True, *, by: str = "") -> None:
         """Decide the plan a run waits on (refused like `approve`)."""
         _check_yes(yes)
-        seq = self._pending_seq(run_id, "plan")
-        event = PlanDecision(seq=seq, yes=yes, by=str(by)[:200])
-        self._decide(run_id, "plan", str(seq), event, "a plan")
+        self._drive(plan_steps(self.store.keys, self._due(), run_id, yes, by))
 
     def answer(self, run_id: str, text: str, *, by: str = "") -> None:
         """Answer the question a run waits on (refused like `approve`; `by`: who answered)."""
         if not isinstance(text, str):
             raise DecisionRefused("an answer must be text")
-        seq = self._pending_seq(run_id, "question")
-        event = Answer(seq=seq, text=text[:20_000], by=str(by)[:200])
-        self._decide(run_id, "question", str(seq), event, "a question")
+        self._drive(answer_steps(self.store.keys, self._due(), run_id, text, by))
 
-    def _pending_seq(self, run_id: str, kind: str) -> int:
-        record, _ = self._record(run_id)
-        for member in record.pending:
-            _, pending_kind, what = pending_parts(member)
-            if pending_kind == kind:
-                return int(what)
-        state = (
-            "finished"
-            if record.state == "finished"
-            else f"{record.state}, waiting for {record.waiting_for}"
-        )
-        raise DecisionRefused(f"run {run_id} is not waiting for {kind} ({state})")
-
-    def _decide(
-        self, run_id: str, kind: PendingKind, what: str, event: InboxEvent, named: str
-    ) -> None:
-        now = now_ms()
-        decided = self.store.people.decide(
-            run_id,
-            kind,
-            what,
-            event,
-            expired=expiry_event(kind, what),
-            due_ms=now + self._timing.grace_ms,
-        )
-        if decided in (Decided.APPLIED, Decided.EXPIRED):
-            self._send([Message("advance", run_id)])
-        if decided is Decided.APPLIED:
-            return
-        if decided is Decided.GONE:
-            self._record(run_id)  # RunNotFound (or RunCorrupt)
-        if decided is Decided.EXPIRED:
-            outcome = "declined" if kind != "question" else "left unanswered"
-            raise DecisionRefused(
-                f"{named} of run {run_id} waited too long: its time ran out before this"
-                f" decision, so it was {outcome}"
-            )
-        if decided is Decided.DECIDED:
-            raise DecisionRefused(f"{named} of run {run_id} was decided already")
-        raise DecisionRefused(f"{named} of run {run_id} is not waiting for a decision")
+    def _due(self) -> int:
+        """When a woken run's advance is due again, should its message be lost."""
+        return now_ms() + self._timing.grace_ms
 
     def cancel(self, run_id: str, reason: str = "") -> bool:
         """Stop a run (parked or running) and its children; False if it had finished already.
 
         A run whose record cannot be read is woken too, so it fails and frees what it held.
         """
-        try:
-            record, _ = self._record(run_id)
-        except RunCorrupt:
-            record = None
-        if record is not None and record.state == "finished":
-            return False
-        event = CancelRun(reason=reason[:2_000] or "Cancelled by a person.")
-        due = now_ms() + self._timing.grace_ms
-        if not self.store.append(run_id, event, due, cancel_flag=True):
-            raise RunNotFound(f"no run {run_id!r}")
-        self._send([Message("advance", run_id)])
-        return True
+        return self._drive(cancel_steps(self.store.keys, self._due(), run_id, reason))
 
     def trace(self, run_id: str) -> list[TraceEntry]:
         """Return the run's trace so far (its own events; children have their own)."""
-        self._record(run_id)
-        return self.store.trace(run_id)[1]
+        return self._drive(trace_steps(self.store.keys, run_id))
 
     def watch(self, run_id: str, *, timeout: float | None = None) -> Iterator[TraceEntry]:
         """Yield the trace of a run and its descendants as it happens, until the run finishes.
 
         A run that finished already yields its whole trace, its specialists' included.
         """
-        self._record(run_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        cursor = self.store.activity_cursor(run_id)
-        positions = {run_id: 0}
-        due = {run_id}
-        finished = False
-        look_again = time.monotonic() + 2.0
-        while True:
-            while due:  # read every run that grew, and each child as soon as it is named
-                run = due.pop()
-                positions[run], entries = self.store.trace(run, positions[run])
-                for entry in entries:
-                    child = entry.data.get("child") if entry.kind == "child" else None
-                    if isinstance(child, str) and child not in positions:
-                        positions[child] = 0
-                        due.add(child)
-                    yield entry
-                if run == run_id and entries:  # a reopened run goes on after a "finished"
-                    finished = entries[-1].kind == "finished"
-            if finished or (deadline is not None and time.monotonic() > deadline):
-                return
-            cursor, grew = self.store.wait_activity(run_id, cursor, 500)
-            due = grew & positions.keys()
-            if time.monotonic() >= look_again:
-                # Whatever else is busy (a busy activity stream can drop entries),
-                # read every run followed now and then.
-                look_again = time.monotonic() + 2.0
-                finished = self._record(run_id)[0].state == "finished"
-                due = set(positions)
+        yield from self.store.connection.iterate(watch_steps(self.store.keys, run_id, timeout))
 
     # --- live: the stream, and steering -------------------------------------------------
 
@@ -365,40 +245,8 @@ class RunsClient:
             RelayError: `after` is not a stream id.
             RunNotFound: there is no such run.
         """
-        cursor = stream_id(after)
-        if cursor is None:
-            raise RelayError("after must be a stream id such as '0' or '1700000000000-0'")
-        self._record(run_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        look_again = time.monotonic() + 1.0
-        done = False  # the run's last event read is its "done"
-        while deadline is None or time.monotonic() < deadline:
-            events = self.store.live.read(run_id, cursor, block_ms=500)
-            for event in events:
-                cursor = event.id
-                if in_tree(event.run_id, run_id):
-                    yield event
-                done = event.kind == "done" if event.run_id == run_id else done
-            if events and not (done and self._ended(run_id, cursor)):
-                continue
-            if not done and time.monotonic() < look_again:
-                continue
-            look_again = time.monotonic() + 1.0
-            record, _ = self._record(run_id)
-            if record.outcome is not None and self._ended(run_id, cursor):
-                if not done:  # its stream is gone, or never was
-                    yield StreamEvent(
-                        id=cursor, kind="done", run_id=run_id, text=record.outcome.summary
-                    )
-                return
-
-    def _ended(self, run_id: str, cursor: str) -> bool:
-        """Whether the run is finished and its tree's stream holds nothing after `cursor`
-        (a follow-up may have reopened it since the "done" read)."""
-        if self.store.live.read(run_id, cursor, block_ms=None):
-            return False
-        record, reopening = self._outcome(run_id)
-        return record.state == "finished" and not reopening
+        steps = stream_steps(self.store.keys, run_id, after, timeout)
+        yield from self.store.connection.iterate(steps)
 
     def send(self, run_id: str, text: str) -> None:
         """Give the run a person's message, shown to the model at its next call (kept while
@@ -423,19 +271,7 @@ class RunsClient:
         return self._steer(run_id, ResumeRun(), "")
 
     def _steer(self, run_id: str, event: Told | PauseRun | ResumeRun, refuse: str) -> bool:
-        """Append a person's event to a live run's inbox and wake it; False for a finished
-        run (or DecisionRefused, naming what was refused, when `refuse` says it)."""
-        record, _ = self._record(run_id)
-        if record.state == "finished":
-            if refuse:
-                raise DecisionRefused(
-                    f"cannot {refuse} run {run_id}: it has finished (reply to it to go on)"
-                )
-            return False
-        if not self.store.append(run_id, event, now_ms() + self._timing.grace_ms):
-            raise RunNotFound(f"no run {run_id!r}")
-        self._send([Message("advance", run_id)])
-        return True
+        return self._drive(steer_steps(self.store.keys, self._due(), run_id, event, refuse))
 
     def reply(self, run_id: str, text: str, strategy: ReplyStrategy = "enqueue") -> None:
         """Continue a run with a person's next request: a new turn, with its history.
@@ -453,29 +289,11 @@ class RunsClient:
             RelayError: the text is blank, the strategy unknown, or the run a specialist's.
             RunNotFound: there is no such run.
         """
-        _check_text(text, "a reply")
-        if strategy not in STRATEGIES:
-            raise RelayError(f"strategy is one of {', '.join(STRATEGIES)}, got {strategy!r}")
-        event = FollowUp(text=text[:MESSAGE_CHARS], strategy=strategy)
-        answer = self.store.live.reply(run_id, event, now_ms() + self._timing.grace_ms)
-        if answer is ReplyAnswer.SENT:
-            self._send([Message("advance", run_id)])
-            return
-        if answer is ReplyAnswer.BUSY:
-            raise DecisionRefused(
-                f"run {run_id} is still working: reply with strategy='enqueue' to go on when"
-                " it finishes, or 'interrupt' to stop this turn"
-            )
-        if answer is ReplyAnswer.SPECIALIST:
-            raise RelayError(f"run {run_id} is a specialist's: reply to the run that started it")
-        self._record(run_id)  # RunNotFound or RunCorrupt
-        raise RunCorrupt(f"run {run_id}: its record cannot be read")
+        self._drive(reply_steps(self.store.keys, self._due(), run_id, text, strategy))
 
     def memory(self, name: str) -> list[str]:
         """Return the notes kept under a memory's name, oldest first."""
-        with self.store.errors():
-            found = self.store.redis.lrange(self.store.keys.memory(name), 0, -1)
-        return [as_text(note) for note in found]
+        return self._drive(reads.memory(self.store.keys, name))
 
     def runs(self, limit: int = 100, state: str = "", before: str = "") -> list[RunStatus]:
         """Return the newest runs first (those not yet expired): those in `state` if given
@@ -498,6 +316,291 @@ class RunsClient:
         """How many runs are in `state` (all runs if ""), expired ones the tick has not
         pruned yet included."""
         return self.store.count_runs(lists_of(state))
+
+
+# --- the commands, as steps: written once, driven by RunsClient and AsyncRelay -------------
+
+
+def record_steps(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, Usage]]:
+    """The run's record and usage. Raises RunNotFound (or RunCorrupt)."""
+    found = yield from reads.read(keys, run_id)
+    if found is None:
+        raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
+    return found
+
+
+def outcome_steps(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, bool]]:
+    """The run's record, and whether a follow-up is on its way to it (one read)."""
+    found = yield from reads.outcome(keys, run_id)
+    if found is None:
+        raise RunNotFound(f"no run {run_id!r} (it never existed, or it finished and expired)")
+    return found
+
+
+def status_steps(keys: Keys, run_id: str) -> Steps[RunStatus]:
+    """Where the run is: its state, what it waits for, usage, outcome, children."""
+    record, total = yield from record_steps(keys, run_id)
+    pending = yield from reads.pending_of(keys, record.pending)
+    budget = yield from budget_steps(keys, record)
+    return RunStatus(
+        id=record.id,
+        state=record.state,
+        waiting_for=record.waiting_for,
+        task=record.task,
+        parent=record.parent,
+        root=record.root,
+        children=record.children,
+        recipe=record.recipe,
+        schedule=record.schedule,
+        fired_ms=record.fired_ms,
+        usage=record.usage,
+        total_usage=total,
+        budget=budget,
+        key=record.key,
+        usage_by_route=record.usage_by_route,
+        created_ms=record.created_ms,
+        updated_ms=record.updated_ms,
+        finished_ms=record.finished_ms,
+        outcome=record.outcome,
+        ending=None if record.outcome is None else ending_of(record.outcome.stop),
+        unknown_calls=record.unknown_calls,
+        pending=tuple(pending),
+        paused=record.paused,
+        queued=record.queued,
+        forked_from=record.forked_from,
+    )
+
+
+def budget_steps(keys: Keys, record: RunRecord) -> Steps[Budget | None]:
+    """The tree's budget as it stands now (extensions included)."""
+    limits = yield from reads.limits(keys, record.root)
+    if limits is None:
+        return None
+    started = record.created_ms
+    if record.root != record.id and limits.deadline_ms is not None:
+        root = yield from reads.read(keys, record.root)
+        started = root[0].created_ms if root is not None else started
+    return Budget(
+        tokens=limits.tokens,
+        usd=None if limits.cost_micro is None else limits.cost_micro / 1_000_000,
+        model_calls=limits.model_calls,
+        seconds=None if limits.deadline_ms is None else max(limits.deadline_ms - started, 1) / 1000,
+    )
+
+
+def wait_steps(keys: Keys, run_id: str, timeout: float) -> Steps[Outcome]:
+    """The run's outcome once it finishes (a run a reply is on its way to finishes again
+    first). Raises WaitTimeout, RunNotFound."""
+    deadline = time.monotonic() + timeout
+    cursor = yield from reads.activity_cursor(keys, run_id)
+    while True:
+        record, reopening = yield from outcome_steps(keys, run_id)
+        if record.outcome is not None and not reopening:
+            return record.outcome
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout(
+                f"run {run_id} did not finish within {timeout:g} s (it is {record.state})"
+            )
+        # Wake when this run's trace grows (the save that ends a run writes a line),
+        # and look at the record at least every second whatever else is busy.
+        until = time.monotonic() + min(left, 1.0)
+        while (now := time.monotonic()) < until:
+            block_ms = max(1, int((until - now) * 1000))
+            cursor, grew = yield from reads.wait_activity(keys, run_id, cursor, block_ms)
+            if run_id in grew:
+                break
+
+
+def decide_steps(
+    keys: Keys, due_ms: int, run_id: str, kind: PendingKind, what: str, *, event: InboxEvent
+) -> Steps[None]:
+    """Apply a decision for a pending entry and wake the run; refused (DecisionRefused)
+    unless it is pending, not decided and not expired."""
+    named = f"call {what}" if kind == "call" else f"a {kind}"
+    decided = yield scripts.decide(
+        keys, run_id=run_id, kind=kind, what=what, event=event,
+        expired=expiry_event(kind, what), due_ms=due_ms,
+    )  # fmt: skip
+    if decided in (Decided.APPLIED, Decided.EXPIRED):
+        yield Emit(Outgoing([Message("advance", run_id)]))
+    if decided is Decided.APPLIED:
+        return
+    if decided is Decided.GONE:
+        yield from record_steps(keys, run_id)  # RunNotFound (or RunCorrupt)
+    if decided is Decided.EXPIRED:
+        outcome = "declined" if kind != "question" else "left unanswered"
+        raise DecisionRefused(
+            f"{named} of run {run_id} waited too long: its time ran out before this"
+            f" decision, so it was {outcome}"
+        )
+    if decided is Decided.DECIDED:
+        raise DecisionRefused(f"{named} of run {run_id} was decided already")
+    raise DecisionRefused(f"{named} of run {run_id} is not waiting for a decision")
+
+
+def pending_seq_steps(keys: Keys, run_id: str, kind: str) -> Steps[int]:
+    """The step of the plan or question the run waits on; DecisionRefused if none."""
+    record, _ = yield from record_steps(keys, run_id)
+    for member in record.pending:
+        _, pending_kind, what = pending_parts(member)
+        if pending_kind == kind:
+            return int(what)
+    state = (
+        "finished"
+        if record.state == "finished"
+        else f"{record.state}, waiting for {record.waiting_for}"
+    )
+    raise DecisionRefused(f"run {run_id} is not waiting for {kind} ({state})")
+
+
+def plan_steps(keys: Keys, due_ms: int, run_id: str, yes: bool, by: str) -> Steps[None]:
+    """Decide the plan a run waits on."""
+    seq = yield from pending_seq_steps(keys, run_id, "plan")
+    event = PlanDecision(seq=seq, yes=yes, by=str(by)[:200])
+    yield from decide_steps(keys, due_ms, run_id, "plan", str(seq), event=event)
+
+
+def answer_steps(keys: Keys, due_ms: int, run_id: str, text: str, by: str) -> Steps[None]:
+    """Answer the question a run waits on."""
+    seq = yield from pending_seq_steps(keys, run_id, "question")
+    event = Answer(seq=seq, text=text[:20_000], by=str(by)[:200])
+    yield from decide_steps(keys, due_ms, run_id, "question", str(seq), event=event)
+
+
+def cancel_steps(keys: Keys, due_ms: int, run_id: str, reason: str) -> Steps[bool]:
+    """Stop a run and its children; False if it had finished already."""
+    try:
+        record: RunRecord | None = (yield from record_steps(keys, run_id))[0]
+    except RunCorrupt:
+        record = None
+    if record is not None and record.state == "finished":
+        return False
+    event = CancelRun(reason=reason[:2_000] or "Cancelled by a person.")
+    if not (yield from reads.append(keys, run_id, event, due_ms, cancel_flag=True)):
+        raise RunNotFound(f"no run {run_id!r}")
+    yield Emit(Outgoing([Message("advance", run_id)]))
+    return True
+
+
+def steer_steps(
+    keys: Keys, due_ms: int, run_id: str, event: Told | PauseRun | ResumeRun, refuse: str
+) -> Steps[bool]:
+    """Append a person's event to a live run's inbox and wake it; False for a finished
+    run (or DecisionRefused, naming what was refused, when `refuse` says it)."""
+    record, _ = yield from record_steps(keys, run_id)
+    if record.state == "finished":
+        if refuse:
+            raise DecisionRefused(
+                f"cannot {refuse} run {run_id}: it has finished (reply to it to go on)"
+            )
+        return False
+    if not (yield from reads.append(keys, run_id, event, due_ms)):
+        raise RunNotFound(f"no run {run_id!r}")
+    yield Emit(Outgoing([Message("advance", run_id)]))
+    return True
+
+
+def reply_steps(
+    keys: Keys, due_ms: int, run_id: str, text: str, strategy: ReplyStrategy
+) -> Steps[None]:
+    """Continue a run with a person's next request (see `RunsClient.reply`)."""
+    _check_text(text, "a reply")
+    if strategy not in STRATEGIES:
+        raise RelayError(f"strategy is one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    event = FollowUp(text=text[:MESSAGE_CHARS], strategy=strategy)
+    answer = yield scripts.reply(keys, run_id=run_id, event=event, due_ms=due_ms)
+    if answer is ReplyAnswer.SENT:
+        yield Emit(Outgoing([Message("advance", run_id)]))
+        return
+    if answer is ReplyAnswer.BUSY:
+        raise DecisionRefused(
+            f"run {run_id} is still working: reply with strategy='enqueue' to go on when"
+            " it finishes, or 'interrupt' to stop this turn"
+        )
+    if answer is ReplyAnswer.SPECIALIST:
+        raise RelayError(f"run {run_id} is a specialist's: reply to the run that started it")
+    yield from record_steps(keys, run_id)  # RunNotFound or RunCorrupt
+    raise RunCorrupt(f"run {run_id}: its record cannot be read")
+
+
+def trace_steps(keys: Keys, run_id: str) -> Steps[list[TraceEntry]]:
+    """The run's trace so far (its own events; children have their own)."""
+    yield from record_steps(keys, run_id)
+    _, lines = yield from reads.trace(keys, run_id)
+    return lines
+
+
+def watch_steps(keys: Keys, run_id: str, timeout: float | None) -> Steps[None]:
+    """Emit the trace of a run and its descendants as it happens, until the run finishes."""
+    yield from record_steps(keys, run_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    cursor = yield from reads.activity_cursor(keys, run_id)
+    positions = {run_id: 0}
+    due = {run_id}
+    finished = False
+    look_again = time.monotonic() + 2.0
+    while True:
+        while due:  # read every run that grew, and each child as soon as it is named
+            run = due.pop()
+            positions[run], entries = yield from reads.trace(keys, run, positions[run])
+            for entry in entries:
+                child = entry.data.get("child") if entry.kind == "child" else None
+                if isinstance(child, str) and child not in positions:
+                    positions[child] = 0
+                    due.add(child)
+                yield Emit(entry)
+            if run == run_id and entries:  # a reopened run goes on after a "finished"
+                finished = entries[-1].kind == "finished"
+        if finished or (deadline is not None and time.monotonic() > deadline):
+            return
+        cursor, grew = yield from reads.wait_activity(keys, run_id, cursor, 500)
+        due = grew & positions.keys()
+        if time.monotonic() >= look_again:
+            # Whatever else is busy (a busy activity stream can drop entries),
+            # read every run followed now and then.
+            look_again = time.monotonic() + 2.0
+            finished = (yield from record_steps(keys, run_id))[0].state == "finished"
+            due = set(positions)
+
+
+def stream_steps(keys: Keys, run_id: str, after: str, timeout: float | None) -> Steps[None]:
+    """Emit the live events of a run and its specialists after the id `after` until it
+    finishes, or `timeout` passes (see `RunsClient.stream`)."""
+    cursor = stream_id(after)
+    if cursor is None:
+        raise RelayError("after must be a stream id such as '0' or '1700000000000-0'")
+    yield from record_steps(keys, run_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    look_again = time.monotonic() + 1.0
+    done = False  # the run's last event read is its "done"
+    while deadline is None or time.monotonic() < deadline:
+        events = yield from reads.live_events(keys, run_id, cursor, 500)
+        for event in events:
+            cursor = event.id
+            if in_tree(event.run_id, run_id):
+                yield Emit(event)
+            done = event.kind == "done" if event.run_id == run_id else done
+        if events and not (done and (yield from _ended_steps(keys, run_id, cursor))):
+            continue
+        if not done and time.monotonic() < look_again:
+            continue
+        look_again = time.monotonic() + 1.0
+        record, _ = yield from record_steps(keys, run_id)
+        if record.outcome is not None and (yield from _ended_steps(keys, run_id, cursor)):
+            if not done:  # its stream is gone, or never was
+                summary = record.outcome.summary
+                yield Emit(StreamEvent(id=cursor, kind="done", run_id=run_id, text=summary))
+            return
+
+
+def _ended_steps(keys: Keys, run_id: str, cursor: str) -> Steps[bool]:
+    """Whether the run is finished and its tree's stream holds nothing after `cursor`
+    (a follow-up may have reopened it since the "done" read)."""
+    if (yield from reads.live_events(keys, run_id, cursor, None)):
+        return False
+    record, reopening = yield from outcome_steps(keys, run_id)
+    return record.state == "finished" and not reopening
 
 
 def page_cursor(status: RunStatus) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -16,11 +17,15 @@ from agent_core import Agent, Attachment, Config, Policy, Tool, ToolArgsError, T
 from agent_core.args import check_args
 from agent_core.errors import AgentError
 from workers.engine.budget import Budget, Price
+from workers.engine.effects import Message, Outgoing
 from workers.engine.journal import any_call_digest, call_digest, start_text
 from workers.engine.records import RunRecord
 from workers.errors import RelayError
 from workers.kit.agents import AgentKit
 from workers.settings import now_ms
+from workers.store import reads
+from workers.store.layout import Keys
+from workers.store.ops import Emit, Steps
 
 __all__ = [
     "MAX_ATTACHMENT_BYTES",
@@ -35,6 +40,7 @@ __all__ = [
     "new_run",
     "recorded_stubs",
     "start_budget",
+    "start_steps",
     "started_agent",
 ]
 
@@ -275,3 +281,41 @@ def new_run(
     )
     snapshot = agent.snapshot()
     return NewRun(record, snapshot, start_text(record, snapshot, agent.offered()))
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run made but not yet stored: what CREATE takes (`Relay.prepare_run`)."""
+
+    record: RunRecord
+    snapshot: str
+    start: str
+    """The journal's first entry."""
+    stubs: dict[str, str]
+    due_ms: int
+    """When its first advance is due again, should the message be lost."""
+    named: bool
+    """Its id was given: a start whose run exists already returns that id."""
+
+
+def start_steps(
+    keys: Keys, made: PreparedRun, *, enlisted: Callable[[str], None] | None = None
+) -> Steps[str]:
+    """Store the run and send its first advance; return its id (steps: any transport).
+    `enlisted(run_id)` lists its slot through a sync store's cache (None: the steps do).
+
+    Raises:
+        RelayError: a run with its (random) id exists already.
+    """
+    record = made.record
+    if enlisted is not None:
+        enlisted(record.id)
+    created = yield from reads.create(
+        keys, record, made.snapshot, made.due_ms, stubs=made.stubs, start=made.start,
+        enlist=enlisted is None,
+    )  # fmt: skip
+    if not created and not made.named:  # 64 random bits: never
+        raise RelayError(f"a run with id {record.id} exists already")
+    if created:
+        yield Emit(Outgoing([Message("advance", record.id)]))
+    return record.id

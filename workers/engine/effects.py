@@ -26,6 +26,7 @@ __all__ = [
     "Effects",
     "KeptNotes",
     "Message",
+    "Outgoing",
     "OwnOutcome",
     "Reservation",
     "Send",
@@ -66,6 +67,14 @@ class Message:
             case ("t", run, call):
                 return cls("run_tool", run, call=call)
         return None
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """Task messages a client command sends (emitted by its steps, `workers.store.ops`:
+    the client that drives them sends them on its own transport)."""
+
+    messages: list[Message]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ written once; this only awaits them. Made inside the event loop that uses it
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from workers.store.cluster import cluster_url, connect_async
@@ -32,17 +32,25 @@ class AsyncConnection:
             self.redis: Any = connect_async(url, cluster=self.keys.cluster)
         self._scripts: dict[str, Any] = {}
 
-    async def drive(self, steps: Steps[A]) -> A:
-        """Run `steps` as `Connection.drive` does, awaiting each operation."""
+    async def drive(
+        self, steps: Steps[A], on_emit: Callable[[Any], Awaitable[object]] | None = None
+    ) -> A:
+        """Run `steps` as `Connection.drive` does, awaiting each operation (and
+        `on_emit` for each value they emit)."""
         answer: Any = None
-        with redis_errors(self.url):
-            while True:
+        while True:
+            with redis_errors(self.url):
                 try:
                     op = steps.send(answer)
                 except StopIteration as done:
                     result: A = done.value
                     return result
-                answer = None if isinstance(op, Emit) else answer_of(op, await self.execute(op))
+                if not isinstance(op, Emit):
+                    answer = answer_of(op, await self.execute(op))
+                    continue
+            answer = None
+            if on_emit is not None:
+                await on_emit(op.value)
 
     async def iterate(self, steps: Steps[A]) -> AsyncIterator[Any]:
         """Run `steps` as `Connection.iterate` does, yielding each value they emit."""

@@ -9,7 +9,7 @@ runs a Lua script call built by `workers.store.scripts`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
@@ -64,18 +64,24 @@ class Connection:
                 script = self._scripts[key] = client.register_script(lua(name))
         return script
 
-    def drive(self, steps: Steps[A]) -> A:
+    def drive(self, steps: Steps[A], on_emit: Callable[[Any], object] | None = None) -> A:
         """Run `steps` (workers.store.ops) on this client: each operation in turn, its
-        answer sent back; return what they return. Values they emit are dropped."""
+        answer sent back; return what they return. A value they emit goes to `on_emit`
+        (dropped without one)."""
         answer: Any = None
-        with self.errors():
-            while True:
+        while True:
+            with self.errors():
                 try:
                     op = steps.send(answer)
                 except StopIteration as done:
                     result: A = done.value
                     return result
-                answer = None if isinstance(op, Emit) else answer_of(op, self.execute(op))
+                if not isinstance(op, Emit):
+                    answer = answer_of(op, self.execute(op))
+                    continue
+            answer = None
+            if on_emit is not None:
+                on_emit(op.value)  # outside the errors' context: not Redis's doing
 
     def iterate(self, steps: Steps[A]) -> Iterator[Any]:
         """Run `steps` as `drive` does, yielding each value they emit as it comes."""

@@ -8,7 +8,7 @@ reading of what comes back, and what it finds. `RunStore`, `People` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -16,19 +16,23 @@ from pydantic import ValidationError
 from workers.engine.budget import TreeLimits
 from workers.engine.events import InboxEvent
 from workers.engine.ids import OutboxMember, pending_parts
+from workers.engine.journal import start_text
 from workers.engine.records import Pending, RunRecord, StreamEvent, TraceEntry, Usage
 from workers.errors import RunCorrupt
 from workers.store import scripts
 from workers.store.codec import as_int, as_text, corrupt, usage_of
 from workers.store.layout import Keys, RunFields
 from workers.store.ops import Batch, Command, Steps
+from workers.store.snapshots import split
 
 __all__ = [
     "LIVE_READ_MAX",
     "activity_cursor",
     "append",
+    "create",
     "limits",
     "live_events",
+    "memory",
     "outcome",
     "pending_of",
     "read",
@@ -158,6 +162,41 @@ def append(
         commands.insert(0, Command(("HSET", keys.run(run_id), RunFields.CANCEL, 1)))
     yield Batch(tuple(commands), transaction=True)
     return True
+
+
+def create(
+    keys: Keys,
+    record: RunRecord,
+    snapshot: str,
+    due_ms: int,
+    *,
+    stubs: Mapping[str, str] | None = None,
+    start: str | None = None,
+    enlist: bool = True,
+) -> Steps[bool]:
+    """Create a run (see `RunStore.create`); False if one with that id exists. With
+    `enlist`, on a cluster, its tree's slot is listed first (a sync store lists it
+    through its own cache of the slots it listed, and passes False)."""
+    if enlist and keys.cluster:
+        yield Command(("SADD", keys.index_slots, keys.slot(record.id)))
+    head, history = split(snapshot)  # stored as CREATE keeps it: head, entries
+    made = yield scripts.create(
+        keys,
+        record=record,
+        head=head,
+        history=history,
+        due_ms=due_ms,
+        start=start or start_text(record, snapshot),
+        stubs=stubs,
+    )
+    created: bool = made
+    return created
+
+
+def memory(keys: Keys, name: str) -> Steps[list[str]]:
+    """The notes kept under a memory's name, oldest first."""
+    found = yield Command(("LRANGE", keys.memory(name), 0, -1))
+    return [as_text(note) for note in found]
 
 
 def pending_of(keys: Keys, members: Sequence[str]) -> Steps[list[Pending]]:

@@ -30,7 +30,6 @@ from workers.engine.budget import NO_ADMISSION, Admission, Over, TreeLimits
 from workers.engine.effects import Advanced, OwnOutcome
 from workers.engine.events import InboxEvent
 from workers.engine.ids import OutboxMember
-from workers.engine.journal import start_text
 from workers.engine.records import RunList, RunRecord, TraceEntry, Usage
 from workers.store import reads, scripts
 from workers.store.cluster import node_client
@@ -51,7 +50,6 @@ from workers.store.people import People
 from workers.store.schedule_shards import ClusterSchedules
 from workers.store.scripts import ClaimStatus, Recorded, Saved
 from workers.store.shards import RunCursor, Shards
-from workers.store.snapshots import split
 from workers.store.upkeep import Upkeep
 
 __all__ = ["Claim", "Loaded", "RunStore"]
@@ -119,18 +117,11 @@ class RunStore:
         """Create a run (its budget, if any, becomes its tree's limits; its journal begins
         with `start`, default `record` and `snapshot`; a fork's `stubs`: call digest ->
         ToolOutput JSON); False if one with that id exists."""
-        head, history = split(snapshot)  # stored as CREATE keeps it: head, entries
-        self.shards.enlist(record.id)
-        create = scripts.create(
-            self.keys,
-            record=record,
-            head=head,
-            history=history,
-            due_ms=due_ms,
-            start=start or start_text(record, snapshot),
-            stubs=stubs,
+        self.shards.enlist(record.id)  # through this process's cache of listed slots
+        steps = reads.create(
+            self.keys, record, snapshot, due_ms, stubs=stubs, start=start, enlist=False
         )
-        return self.connection.run(create)
+        return self.connection.drive(steps)
 
     def journal(self, run_id: str, start: int = 0) -> list[bytes]:
         """The run's journal as stored, from entry `start` on (entry 0 is its start);
