@@ -18,6 +18,7 @@ from workers.errors import RelayError
 
 WORKERS = [
     "AppNotFound",
+    "AsyncRelay",
     "Budget",
     "CallCancelled",
     "CallTimedOut",

@@ -1,5 +1,6 @@
 """workers: the distributed runtime — the Relay object, its Celery app, tasks and client API."""
 
+from workers.aio import AsyncRelay
 from workers.client.replays import Diff, ReplayReport
 from workers.client.start import Recorded
 from workers.engine.budget import Budget, Price
@@ -31,6 +32,7 @@ from workers.settings import Settings
 
 __all__ = [
     "AppNotFound",
+    "AsyncRelay",
     "Budget",
     "CallCancelled",
     "CallTimedOut",

@@ -316,6 +316,10 @@ class Relay:
     def store(self) -> RunStore:
         return self._built().store
 
+    def send_messages(self, messages: list[Message]) -> None:
+        """Send task messages to the workers (through the app's Celery producer)."""
+        self._built().send(messages)
+
     @property
     def celery(self) -> Celery:
         """The Celery app: `celery -A mymodule:app worker` with `app = relay.celery`."""
@@ -569,7 +573,13 @@ class Relay:
             DecisionRefused: the call is not pending, this app does not know its tool, or
                 the arguments are refused (the message says why).
         """
-        pending = [p for p in self.status(run_id).pending if p.call_id == call_id]
+        return self.edit_checked(self.status(run_id), call_id, args)
+
+    def edit_checked(self, status: RunStatus, call_id: str, args: object) -> dict[str, Any]:
+        """`args` checked as the edited arguments of the call `call_id` that the run in
+        `status` waits on (`checked_edit`, with the status read already)."""
+        run_id = status.id
+        pending = [p for p in status.pending if p.call_id == call_id]
         if not pending or pending[0].kind != "call" or pending[0].tool is None:
             raise DecisionRefused(f"call {call_id} of run {run_id} is not waiting for approval")
         spec = self.kit.spec(pending[0].tool)

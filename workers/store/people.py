@@ -15,7 +15,7 @@ from workers.engine.events import InboxEvent
 from workers.engine.ids import PendingKind
 from workers.engine.records import Pending
 from workers.errors import RunNotFound
-from workers.store import scripts
+from workers.store import reads, scripts
 from workers.store.codec import as_text
 from workers.store.connection import Connection
 from workers.store.reads import pending_of, readable
@@ -53,8 +53,7 @@ class People:
 
     def pending(self, limit: int = 1_000) -> list[Pending]:
         """Return what waits on a person, oldest expiry first."""
-        found = self._shards.in_range("pending", float("-inf"), float("inf"), limit)
-        return self.pending_of([member for member, _ in found])
+        return self._connection.drive(reads.pending(self._connection.keys, limit))
 
     def pending_of(self, members: Sequence[str]) -> list[Pending]:
         """Return the pending entries named (in their order; one gone is skipped)."""

@@ -34,6 +34,7 @@ __all__ = [
     "live_events",
     "memory",
     "outcome",
+    "pending",
     "pending_of",
     "read",
     "readable",
@@ -197,6 +198,31 @@ def memory(keys: Keys, name: str) -> Steps[list[str]]:
     """The notes kept under a memory's name, oldest first."""
     found = yield Command(("LRANGE", keys.memory(name), 0, -1))
     return [as_text(note) for note in found]
+
+
+PENDING_MAX = 1_000
+
+
+def pending(keys: Keys, limit: int = PENDING_MAX) -> Steps[list[Pending]]:
+    """What waits on a person across the fleet, oldest expiry first: the pending index
+    (one shard on a single Redis; each listed slot's on a cluster, read in one round trip
+    per node), then the entries it names."""
+    shards = [keys.index("")]
+    if keys.cluster:
+        slots = yield Command(("SMEMBERS", keys.index_slots))
+        shards = [keys.shard(int(slot)) for slot in sorted(slots, key=int)]
+    ranges = tuple(
+        Command(("ZRANGEBYSCORE", s.pending, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, limit))
+        for s in shards
+    )
+    found: list[tuple[float, str]] = []
+    for entries in (yield Batch(ranges)) if ranges else []:
+        # WITHSCORES through execute_command: member, score, member, score, ...
+        pairs = zip(entries[0::2], entries[1::2], strict=True)
+        found.extend((float(score), as_text(member)) for member, score in pairs)
+    found.sort()
+    members = [member for _, member in found[:limit]]
+    return (yield from pending_of(keys, members))
 
 
 def pending_of(keys: Keys, members: Sequence[str]) -> Steps[list[Pending]]:

@@ -1,0 +1,201 @@
+"""`AsyncRelay` in an asyncio app: a FastAPI app (served in process through httpx's ASGI
+transport) starts 100 runs at once and streams one; every command of the client API,
+awaited, against a real fleet (real Redis, real workers, a real model server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
+
+from agent_core import Stop
+from tests.support.brain import call, final
+from tests.support.fleet import Fleet
+from tests.support.waiting import shared_fleet
+from workers import AsyncRelay, DecisionRefused, RelayError, RunNotFound, WaitTimeout
+
+
+@pytest.fixture(scope="module")
+def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    args = ("--pool", "threads", "--concurrency", "8")
+    with shared_fleet(tmp_path_factory.mktemp("aio"), *args) as running:
+        yield running
+
+
+def _app(arelay: AsyncRelay) -> FastAPI:
+    """What a team's FastAPI app does with Relay: start runs, read them, stream one."""
+    app = FastAPI()
+
+    @app.post("/runs")
+    async def start(body: dict[str, str]) -> dict[str, str]:
+        return {"run_id": await arelay.start(body["task"])}
+
+    @app.get("/runs/{run_id}")
+    async def status(run_id: str) -> dict[str, object]:
+        found = await arelay.status(run_id)
+        return {"state": found.state, "ending": found.ending}
+
+    @app.get("/runs/{run_id}/stream")
+    async def stream(run_id: str, after: str = "0") -> StreamingResponse:
+        async def lines() -> AsyncIterator[str]:
+            async for event in arelay.stream(run_id, after, timeout=60):
+                yield json.dumps(event.model_dump(mode="json")) + "\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    return app
+
+
+def test_a_fastapi_app_starts_100_runs_at_once_and_streams_one(f: Fleet) -> None:
+    f.brain.script("AIO-MANY:", {0: call("read_note", name="a.txt"), 1: final("read it")})
+
+    async def drive() -> tuple[list[str], list[str], list[dict[str, object]], float]:
+        async with AsyncRelay(f.relay) as arelay:
+            transport = httpx.ASGITransport(app=_app(arelay))
+            async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+                began = time.monotonic()
+                answers = await asyncio.gather(
+                    *(http.post("/runs", json={"task": f"AIO-MANY: {n}"}) for n in range(100))
+                )
+                took = time.monotonic() - began
+                ids = [answer.json()["run_id"] for answer in answers]
+                outcomes = await asyncio.gather(*(arelay.wait(run_id, 120) for run_id in ids))
+                streamed = await http.get(f"/runs/{ids[0]}/stream")
+                events = [json.loads(line) for line in streamed.text.splitlines()]
+                status = await http.get(f"/runs/{ids[-1]}")
+                assert status.json() == {"state": "finished", "ending": "done"}
+        return ids, [o.summary for o in outcomes], events, took
+
+    ids, summaries, events, took = asyncio.run(drive())
+    assert len(set(ids)) == 100
+    assert summaries == ["read it"] * 100
+    assert all(f.relay.status(run_id).ending == "done" for run_id in ids[:5])
+    # The stream: each model call's reply as it was written, then the run's "done".
+    assert [e["kind"] for e in events].count("step") == 2
+    assert events[-1]["kind"] == "done"
+    assert events[-1]["text"] == "read it"
+    text = "".join(e["text"] for e in events if e["kind"] == "text")
+    assert '"final": "read it"' in text
+    assert took < 60  # (generous: a start is two round trips and a broker message)
+
+
+def test_waiting_does_not_block_the_event_loop(f: Fleet) -> None:
+    f.brain.script("AIO-SLOW:", {0: call("sleep", seconds=2), 1: final("slept")})
+
+    async def drive() -> tuple[str, int]:
+        arelay = AsyncRelay(f.relay)
+        run_id = await arelay.start("AIO-SLOW: take your time")
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        beat = asyncio.create_task(ticker())
+        outcome = await arelay.wait(run_id, 60)
+        beat.cancel()
+        await arelay.aclose()
+        return outcome.summary, ticks
+
+    summary, ticks = asyncio.run(drive())
+    assert summary == "slept"
+    # Two seconds of waiting on Redis; a blocking client would have let no tick through.
+    assert ticks >= 10
+
+
+def test_every_decision_and_steering_command_awaited(f: Fleet) -> None:
+    f.brain.script(
+        "AIO-DECIDE:",
+        {
+            0: call("delete_note", name="one.txt"),
+            1: call("delete_note", name="two.txt"),
+            2: final("decided"),
+        },
+    )
+    f.brain.script(
+        "AIO-STEER:", {0: call("sleep", seconds=1), 1: final("March"), 2: final("April")}
+    )
+
+    async def drive() -> dict[str, object]:
+        seen: dict[str, object] = {}
+        async with AsyncRelay(f.relay) as arelay:
+            run_id = await arelay.start("AIO-DECIDE: delete two notes")
+            await _until(arelay, run_id, "call", call="call-1")
+            with pytest.raises(DecisionRefused, match="is not waiting for a decision"):
+                await arelay.approve(run_id, "call-9")
+            with pytest.raises(DecisionRefused, match="refused"):
+                await arelay.approve(run_id, "call-1", args={"title": "x"})
+            await arelay.approve(run_id, "call-1", by="a coroutine")
+            await _until(arelay, run_id, "call", call="call-2")
+            await arelay.deny(run_id, "call-2", "not that one")
+            seen["decided"] = (await arelay.wait(run_id, 60)).summary
+            seen["trace"] = [e.kind for e in await arelay.trace(run_id)]
+
+            steered = await arelay.start("AIO-STEER: work")
+            await arelay.send(steered, "Use March")
+            assert await arelay.pause(steered)
+            await _until(arelay, steered, "pause")
+            assert await arelay.resume(steered)
+            seen["first"] = (await arelay.wait(steered, 60)).summary
+            await arelay.reply(steered, "Now April")
+            seen["second"] = (await arelay.wait(steered, 60)).summary
+            seen["watched"] = [e.kind async for e in arelay.watch(steered, timeout=30)]
+            assert not await arelay.pause(steered)  # finished: nothing to pause
+            assert not await arelay.cancel(steered)
+            with pytest.raises(RunNotFound):
+                await arelay.status("no-such-run")
+            late = await arelay.start("AIO-STEER: again")
+            with pytest.raises(WaitTimeout):
+                await arelay.wait(late, 0.2)
+            assert await arelay.cancel(late, "not needed")
+            seen["cancelled"] = (await arelay.wait(late, 60)).stop
+            with pytest.raises(RelayError, match="stream id"):
+                async for _ in arelay.stream(late, after="not an id"):
+                    pass
+        return seen
+
+    seen = asyncio.run(drive())
+    assert seen["decided"] == "decided"
+    assert "delete_note one.txt" in f.ledger()
+    assert "delete_note two.txt" not in f.ledger()
+    assert {"approved", "declined"} <= set(seen["trace"])  # type: ignore[arg-type]
+    assert (seen["first"], seen["second"]) == ("March", "April")
+    watched = seen["watched"]
+    assert isinstance(watched, list)
+    assert watched.count("paused") == 1
+    assert watched.count("resumed") == 1
+    assert seen["cancelled"] is Stop.CANCELLED
+
+
+async def _until(arelay: AsyncRelay, run_id: str, waiting_for: str, *, call: str = "") -> None:
+    for _ in range(300):
+        status = await arelay.status(run_id)
+        calls = [p.call_id for p in status.pending]
+        if status.waiting_for == waiting_for and (not call or call in calls):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"run {run_id} never waited for {waiting_for} {call}")
+
+
+def test_pending_lists_what_waits_for_a_person_as_the_sync_client_does(f: Fleet) -> None:
+    f.brain.script("AIO-PENDING:", {0: call("delete_note", name="p.txt"), 1: final("ok")})
+    run_id = f.relay.start("AIO-PENDING: delete")
+
+    async def drive() -> list[str]:
+        async with AsyncRelay(f.relay) as arelay:
+            await _until(arelay, run_id, "call")
+            return [p.model_dump_json() for p in await arelay.pending() if p.run_id == run_id]
+
+    listed = asyncio.run(drive())
+    assert listed == [p.model_dump_json() for p in f.relay.pending() if p.run_id == run_id]
+    assert len(listed) == 1
+    f.relay.deny(run_id, "call-1")
