@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import socket
 import statistics
 import subprocess
 import sys
@@ -147,7 +146,7 @@ def _kinds(stack: ExitStack, work: Path) -> list[Kind]:
     """
     import redis  # noqa: PLC0415
 
-    from tests.support.redis_server import RedisServer, free_port  # noqa: PLC0415
+    from tests.support.redis_server import RedisServer, free_port, wait_for_port  # noqa: PLC0415
     from workers.mcp.config import MCPServer  # noqa: PLC0415
     from workers.mcp.toolset import MCPToolset  # noqa: PLC0415
     from workers.runtime.leases import Lease  # noqa: PLC0415
@@ -157,7 +156,7 @@ def _kinds(stack: ExitStack, work: Path) -> list[Kind]:
     command = [sys.executable, "-m", "bench.tool_calls"]
     http = subprocess.Popen([*command, "--serve-http", str(port)], cwd=ROOT)
     stack.callback(_stop, http)
-    _wait_for_port(port)
+    wait_for_port(port)
     servers = [
         MCPServer("stdio", command=[*command, "--serve-stdio"], cwd=str(ROOT)),
         MCPServer("http", url=f"http://127.0.0.1:{port}/mcp"),
@@ -192,16 +191,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
-
-
-def _wait_for_port(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"the HTTP echo server did not listen on {port} within 30 s")
 
 
 def _measure(kinds: list[Kind], calls: int) -> None:

@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from tests.support.brain import call, final
 from tests.support.cli import clean_env, relay
 from tests.support.fleet import Fleet, fleet
 from tests.support.mcp_servers import faults, npm_bin, pypi_bin, write_servers
-from tests.support.redis_server import free_port
+from tests.support.redis_server import free_port, wait_for_port
 from tests.support.waiting import pending_for
 from workers import MCPServer
 
@@ -302,7 +301,7 @@ def test_a_server_behind_streamable_http_with_a_bearer_token_from_the_environmen
         )
         servers = write_servers(tmp_path / "mcp.json", [http])
         env = {"RELAY_MCP": str(servers), "REMOTE_TOKEN": f"Bearer {token}"}
-        _wait_for_port(port)
+        wait_for_port(port)
         os.environ["REMOTE_TOKEN"] = env["REMOTE_TOKEN"]  # the client lists the tools too
         try:
             with fleet(tmp_path, extra_env=env) as k:
@@ -332,7 +331,7 @@ def test_a_real_server_behind_streamable_http_answers_with_text_an_image_and_lin
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_for_port(port)
+        wait_for_port(port)
         everything = MCPServer("everything", url=f"http://127.0.0.1:{port}/mcp")
         servers = write_servers(tmp_path / "mcp.json", [everything])
         with fleet(tmp_path, extra_env={"RELAY_MCP": str(servers)}) as k:
@@ -370,15 +369,3 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
-
-
-def _wait_for_port(port: int) -> None:
-    import socket  # noqa: PLC0415
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"nothing listens on {port}")

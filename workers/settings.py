@@ -50,13 +50,16 @@ what one model client needs: the endpoint RELAY_MODEL_URL names, or a route's.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 import time
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -550,3 +553,39 @@ def _describe(error: ValidationError, given: Mapping[str, str]) -> str:
         return line
     shown = redact_url(value) if field in _URL_FIELDS else value
     return f"{line}, got {shown!r}"
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_entries(
+    path: str | os.PathLike[str], model: type[M], *, variable: str, what: str
+) -> tuple[M, ...]:
+    """Read a JSON or TOML file of entries (`RELAY_MODELS`' routes, `RELAY_MCP`'s
+    servers): a list of tables, or a table with the list under `what` + "s".
+
+    Raises:
+        SettingsError: the file cannot be read, lists none, or an entry is not one (one
+            line naming the variable, the file, the entry's number and its field).
+    """
+    where = Path(path)
+    try:
+        text = where.read_text(encoding="utf-8")
+        data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as error:
+        raise SettingsError(f"{variable}: cannot read {where}: {error}") from error
+    listed = data.get(f"{what}s") if isinstance(data, dict) else data
+    if not isinstance(listed, list) or not listed:
+        raise SettingsError(f"{variable}: {where} lists no {what}s")
+    entries = []
+    for n, item in enumerate(listed, start=1):
+        if not isinstance(item, dict):
+            raise SettingsError(f"{variable}: {where}: {what} {n} is not a table of fields")
+        try:
+            entries.append(model.model_validate(item))
+        except ValidationError as error:
+            first = error.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in first["loc"]) or f"the {what}"
+            problem = f"{what} {n}: {field}: {first['msg']}"
+            raise SettingsError(f"{variable}: {where}: {problem}") from None
+    return tuple(entries)

@@ -11,13 +11,24 @@ from types import TracebackType
 
 import redis
 
-__all__ = ["RedisServer", "free_port"]
+__all__ = ["RedisServer", "free_port", "wait_for_port"]
 
 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 30) -> None:
+    """Return once something listens on 127.0.0.1:`port`; AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listened on 127.0.0.1:{port} within {timeout:g} s")
 
 
 class RedisServer:

@@ -15,18 +15,17 @@ app gives none.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from agent_core import Risk
 from workers.errors import MCPServerError, SettingsError
+from workers.settings import load_entries
 
 __all__ = ["ENV_PREFIX", "MCPServer", "checked_servers", "load_servers"]
 
@@ -137,28 +136,7 @@ def load_servers(path: str | Path) -> tuple[MCPServer, ...]:
     Raises:
         SettingsError: the file cannot be read, or a server is not one (one line).
     """
-    where = Path(path)
-    try:
-        text = where.read_text(encoding="utf-8")
-        data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as error:
-        raise SettingsError(f"RELAY_MCP: cannot read {where}: {error}") from error
-    listed = data.get("servers") if isinstance(data, dict) else data
-    if not isinstance(listed, list) or not listed:
-        raise SettingsError(f"RELAY_MCP: {where} lists no servers")
-    servers: list[MCPServer] = []
-    for n, item in enumerate(listed, start=1):
-        if not isinstance(item, dict):
-            raise SettingsError(f"RELAY_MCP: {where}: server {n} is not a table of fields")
-        try:
-            servers.append(MCPServer.model_validate(item))
-        except ValidationError as error:
-            first = error.errors(include_url=False)[0]
-            field = ".".join(str(p) for p in first["loc"]) or "the server"
-            raise SettingsError(
-                f"RELAY_MCP: {where}: server {n}: {field}: {first['msg']}"
-            ) from None
-    return checked_servers(servers)
+    return checked_servers(load_entries(path, MCPServer, variable="RELAY_MCP", what="server"))
 
 
 def checked_servers(servers: object) -> tuple[MCPServer, ...]:

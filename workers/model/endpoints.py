@@ -14,19 +14,23 @@ or TOML file of routes (a list of them, or `{"routes": [...]}`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 
 from workers.engine.budget import Price
 from workers.errors import RelayError, SettingsError
-from workers.settings import ModelProtocol, ModelSettings, Settings, chat_completions_url
+from workers.settings import (
+    ModelProtocol,
+    ModelSettings,
+    Settings,
+    chat_completions_url,
+    load_entries,
+)
 
 __all__ = ["ModelRoute", "checked_routes", "load_routes", "routes_from"]
 
@@ -117,27 +121,7 @@ def load_routes(path: str | Path) -> tuple[ModelRoute, ...]:
     Raises:
         SettingsError: the file cannot be read, or a route is not one (one line).
     """
-    where = Path(path)
-    try:
-        text = where.read_text(encoding="utf-8")
-        data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as error:
-        raise SettingsError(f"RELAY_MODELS: cannot read {where}: {error}") from error
-    listed = data.get("routes") if isinstance(data, dict) else data
-    if not isinstance(listed, list) or not listed:
-        raise SettingsError(f"RELAY_MODELS: {where} lists no routes")
-    routes = []
-    for n, item in enumerate(listed):
-        if not isinstance(item, dict):
-            raise SettingsError(f"RELAY_MODELS: {where}: route {n + 1} is not a table of fields")
-        try:
-            routes.append(ModelRoute.model_validate(item))
-        except ValidationError as error:
-            first = error.errors(include_url=False)[0]
-            field = ".".join(str(p) for p in first["loc"]) or "the route"
-            problem = f"route {n + 1}: {field}: {first['msg']}"
-            raise SettingsError(f"RELAY_MODELS: {where}: {problem}") from None
-    return tuple(routes)
+    return load_entries(path, ModelRoute, variable="RELAY_MODELS", what="route")
 
 
 def checked_routes(
