@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -188,6 +189,19 @@ def test_the_server_killed_mid_call_is_restarted_and_the_next_call_works(f: Flee
     assert (ok, said) == ("ok", "charged after")
     assert int(pid_file.read_text()) != first  # a new server process
     assert "charge end die" not in f.ledger()
+
+
+def test_a_server_that_died_between_calls_is_started_again_before_the_next(f: Fleet) -> None:
+    pid_file = f.directory / "faults.pid"
+    f.brain.script("MCP-BEFORE:", {0: call("charge", label="before"), 1: final("ok")})
+    assert f.relay.wait(f.relay.start("MCP-BEFORE: charge"), 60).stop is Stop.DONE
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)  # while no call is in flight
+    time.sleep(1.5)  # quiet for longer than IDLE_S
+    f.brain.script("MCP-AFTER:", {0: call("charge", label="after-death"), 1: final("ok")})
+    run_id = f.relay.start("MCP-AFTER: charge")
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+    # Not "unknown": the dead connection was found before the call was sent.
+    assert _results(f, run_id) == [("ok", "charged after-death")]
 
 
 def test_a_server_that_hangs_times_out_and_is_replaced(f: Fleet) -> None:

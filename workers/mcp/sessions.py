@@ -2,18 +2,20 @@
 
 A connection is opened on the first call that needs it: a stdio server is
 started, an HTTP one reached, and its tools listed. The listing's digest must
-be the one the app was built with (kept in Redis, `workers.mcp.listings`); if
+be the one the app was built with (kept in Redis, `workers.mcp.toolset`); if
 the server now lists other tools, every call is refused with a line saying so,
 and nothing else is run in its place.
 
 A server that dies (its process killed, its connection closed) fails the calls
 in flight with `ServerDied` and is started again on the next call. A call that
 was cancelled (its time limit, its run's cancel) makes the connection suspect:
-it is asked for its tools at once and, if it does not answer within two seconds, started
-anew; the next call waits for that check. A server that hangs is replaced
-instead of hanging every call after it.
+it is asked for its tools at once and, if it does not answer within two seconds,
+started anew; the next call waits for that check. A connection quiet for a second is
+asked the same before its next call, so a server that died between calls is started
+again first. A server that hangs is replaced instead of hanging every call after it.
 
-The MCP SDK is imported here only: an app without MCP servers never loads it.
+The MCP SDK is imported here (and by the toolset's call, lazily): an app without MCP
+servers never loads it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any, TextIO
@@ -44,6 +47,10 @@ MAX_TOOLS = 1000
 """Tools one server may list (a listing beyond it is refused, not cut)."""
 PING_S = 2.0
 """How long a suspect server has to answer before it is started again."""
+IDLE_S = 1.0
+"""A connection quiet this long is asked for its tools before the next call: a server
+that died between calls is then started again before the call is sent, instead of the
+call failing with an outcome it cannot know."""
 
 
 class ServerDied(Exception):
@@ -77,10 +84,13 @@ async def call_tool(
     """
     connection = _connections().get(server.name)
     if connection is None or connection.server != server or connection.expected != expected:
+        if connection is not None:
+            connection.retire()  # the app's view of the server changed: a new connection
         connection = _connections()[server.name] = _Connection(server, expected)
     client = await connection.ready()
     try:
         result = await client.call_tool(name, arguments)
+        connection.heard = time.monotonic()
     except MCPError as error:
         if error.code == CONNECTION_CLOSED:
             connection.retire()
@@ -118,6 +128,8 @@ class _Connection:
         self.expected = expected
         self.listed: list[Listed] = []
         self.suspect = False
+        self.heard = 0.0
+        """When the server last answered (time.monotonic())."""
         self._client: Client | None = None
         self._closing: asyncio.Event | None = None
         self._owner: asyncio.Task[None] | None = None
@@ -127,7 +139,8 @@ class _Connection:
     async def ready(self) -> Client:
         """The open client, (re)opened if it is not, checked if it is suspect."""
         async with self._lock:
-            if self._client is not None and self.suspect:
+            quiet = time.monotonic() - self.heard > IDLE_S
+            if self._client is not None and (self.suspect or quiet):
                 self.suspect = False
                 if not await self._answers():
                     log.warning(
@@ -167,6 +180,7 @@ class _Connection:
             await asyncio.wait_for(self._client.list_tools(cache_mode="bypass"), PING_S)
         except Exception:  # noqa: BLE001 - any failure to answer means it is not usable
             return False
+        self.heard = time.monotonic()
         return True
 
     async def open(self) -> None:
@@ -194,6 +208,7 @@ class _Connection:
                 raise
             raise _not_opened(self.server, error) from None
         self._client, self.listed, self._closing, self._owner = client, listed, closing, owner
+        self.heard = time.monotonic()
         log.info(
             "MCP server %s (%s): connected, %d tools",
             self.server.name,
