@@ -19,7 +19,7 @@ from agent_core import Stop
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet
 from tests.support.waiting import shared_fleet
-from workers import AsyncRelay, DecisionRefused, RelayError, RunNotFound, WaitTimeout
+from workers import AsyncRelay, Budget, DecisionRefused, RelayError, RunNotFound, WaitTimeout
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +199,23 @@ def test_pending_lists_what_waits_for_a_person_as_the_sync_client_does(f: Fleet)
     assert listed == [p.model_dump_json() for p in f.relay.pending() if p.run_id == run_id]
     assert len(listed) == 1
     f.relay.deny(run_id, "call-1")
+
+
+def test_a_tree_parked_at_its_budget_goes_on_once_extended_awaited(f: Fleet) -> None:
+    f.brain.script("AIO-BUDGET:", {0: call("read_note", name="a"), 1: final("read")})
+
+    async def drive() -> tuple[str, int, Budget | None, str]:
+        async with AsyncRelay(f.relay) as arelay:
+            # One model call fits; two do not.
+            run_id = await arelay.start("AIO-BUDGET: read", budget=Budget(model_calls=1))
+            await _until(arelay, run_id, "budget")
+            with pytest.raises(RelayError, match="extend needs a Budget"):
+                await arelay.extend(run_id, Budget())
+            woken = await arelay.extend(run_id, Budget(model_calls=1))
+            outcome = await arelay.wait(run_id, 60)
+            status = await arelay.status(run_id)
+            return outcome.summary, woken, status.budget, status.ending or ""
+
+    summary, woken, budget, ending = asyncio.run(drive())
+    assert (summary, woken, ending) == ("read", 1, "done")
+    assert budget == Budget(model_calls=2)

@@ -33,6 +33,7 @@ from workers.client.runs import (
     answer_steps,
     cancel_steps,
     decide_steps,
+    extend_steps,
     plan_steps,
     reply_steps,
     status_steps,
@@ -177,9 +178,9 @@ class AsyncRelay:
         await self._drive(answer_steps(self._keys, self._due(), run_id, text, by))
 
     async def extend(self, run_id: str, more: Budget) -> int:
-        """Raise the tree's budget by `more` (`Relay.extend`), on a thread: it is a rare
-        operator's action that scans the tree's parked runs."""
-        return await asyncio.to_thread(self.relay.extend, run_id, more)
+        """Raise the tree's budget by `more` and let its runs parked at the budget go on;
+        return how many were woken (`Relay.extend`)."""
+        return await self._drive(extend_steps(self._keys, self._due(), run_id, more))
 
     # --- steering ------------------------------------------------------------------------
 

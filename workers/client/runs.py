@@ -56,6 +56,7 @@ __all__ = [
     "answer_steps",
     "cancel_steps",
     "decide_steps",
+    "extend_steps",
     "page_cursor",
     "parse_cursor",
     "plan_steps",
@@ -130,20 +131,7 @@ class RunsClient:
             RelayError: `more` raises nothing the tree has a limit for.
             RunNotFound: there is no such run.
         """
-        if not isinstance(more, Budget) or more.empty:
-            raise RelayError("extend needs a Budget that raises at least one limit")
-        record, _ = self._record(run_id)
-        parked = self.store.people.pending_in_tree(record.root, "budget")
-        seconds = None if more.seconds is None else int(more.seconds * 1000)
-        raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
-        due = now_ms() + self._timing.grace_ms
-        raised, woken = self.store.people.extend(record.root, raise_by, parked, due)
-        if not raised:
-            raise RelayError(
-                f"the budget of run {record.root} has no limit that {more.describe()} raises"
-            )
-        self._send([Message("advance", p.run_id) for p in parked])
-        return woken
+        return self._drive(extend_steps(self.store.keys, self._due(), run_id, more))
 
     def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
         """Return the run's outcome once it finishes (a run a reply is on its way to
@@ -386,6 +374,27 @@ def budget_steps(keys: Keys, record: RunRecord) -> Steps[Budget | None]:
         model_calls=limits.model_calls,
         seconds=None if limits.deadline_ms is None else max(limits.deadline_ms - started, 1) / 1000,
     )
+
+
+def extend_steps(keys: Keys, due_ms: int, run_id: str, more: Budget) -> Steps[int]:
+    """Raise the tree's limits by `more` and wake its runs parked at the budget; return
+    how many were woken (see `RunsClient.extend`)."""
+    if not isinstance(more, Budget) or more.empty:
+        raise RelayError("extend needs a Budget that raises at least one limit")
+    record, _ = yield from record_steps(keys, run_id)
+    parked = yield from reads.pending_in_tree(keys, record.root, "budget")
+    seconds = None if more.seconds is None else int(more.seconds * 1000)
+    raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
+    extend = scripts.extend(keys, root=record.root, raise_by=raise_by, parked=parked, due_ms=due_ms)
+    extended = yield extend
+    if extended is None:
+        raise RunNotFound(f"no run {record.root!r} (it never existed, or it finished and expired)")
+    if not extended.raised:
+        raise RelayError(
+            f"the budget of run {record.root} has no limit that {more.describe()} raises"
+        )
+    yield Emit(Outgoing([Message("advance", p.run_id) for p in parked]))
+    return int(extended.woken)
 
 
 def wait_steps(keys: Keys, run_id: str, timeout: float) -> Steps[Outcome]:

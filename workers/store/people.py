@@ -18,7 +18,7 @@ from workers.errors import RunNotFound
 from workers.store import reads, scripts
 from workers.store.codec import as_text
 from workers.store.connection import Connection
-from workers.store.reads import pending_of, readable
+from workers.store.reads import pending_of
 from workers.store.scripts import Decided
 from workers.store.shards import Shards
 
@@ -97,9 +97,5 @@ class People:
 
     def pending_in_tree(self, root: str, kind: PendingKind) -> list[Pending]:
         """Return the pending entries of one kind held by the runs of a tree."""
-        connection = self._connection
-        with connection.errors():
-            data = connection.keys.index(root).pending_data
-            found = connection.redis.hscan_iter(data, match=f"{root}*|{kind}|*", count=1_000)
-            values = [value for _, value in found]
-        return [p for p in readable(values) if p.root_id == root]
+        keys = self._connection.keys
+        return self._connection.drive(reads.pending_in_tree(keys, root, kind))

@@ -35,6 +35,7 @@ __all__ = [
     "memory",
     "outcome",
     "pending",
+    "pending_in_tree",
     "pending_of",
     "read",
     "readable",
@@ -239,6 +240,20 @@ def pending_of(keys: Keys, members: Sequence[str]) -> Steps[list[Pending]]:
     for (_, group), found in zip(listed, answers, strict=True):
         values.update(zip(group, found, strict=True))
     return readable([values[member] for member in members])
+
+
+def pending_in_tree(keys: Keys, root: str, kind: str) -> Steps[list[Pending]]:
+    """The pending entries of one kind held by the runs of a tree (an HSCAN of its
+    shard's entries, page by page)."""
+    data, cursor, values = keys.index(root).pending_data, 0, list[Any]()
+    while True:
+        cursor, page = yield Command(
+            ("HSCAN", data, cursor, "MATCH", f"{root}*|{kind}|*", "COUNT", 1_000)
+        )
+        values += list(page.values()) if isinstance(page, dict) else list(page[1::2])
+        cursor = int(cursor)
+        if cursor == 0:
+            return [p for p in readable(values) if p.root_id == root]
 
 
 def readable(values: Sequence[Any]) -> list[Pending]:
