@@ -925,3 +925,9 @@ def test_importing_workers_does_not_import_the_mcp_sdk() -> None:
         check=True,
     )
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_a_password_in_a_servers_url_is_masked_where_it_is_named() -> None:
+    server = MCPServer("t", url="https://bot:hunter22@tickets.internal/mcp")
+    assert "hunter22" not in server.where
+    assert "tickets.internal/mcp" in server.where

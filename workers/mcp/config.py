@@ -25,6 +25,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from agent_core import Risk
 from workers.errors import MCPServerError, SettingsError
+from workers.redact import redact_url
 from workers.settings import load_entries
 
 __all__ = ["ENV_PREFIX", "MCPServer", "checked_servers", "load_servers"]
@@ -98,8 +99,11 @@ class MCPServer(BaseModel):
 
     @property
     def where(self) -> str:
-        """The server as a log line may name it: its program or URL, never a header."""
-        return self.url if self.url is not None else " ".join((self.command or ())[:4])
+        """The server as a log line may name it: its program or URL (a password in it
+        masked), never a header."""
+        if self.url is not None:
+            return redact_url(self.url)
+        return " ".join((self.command or ())[:4])
 
     def identity(self) -> dict[str, object]:
         """What makes this server the same server to every process (not its secrets):
