@@ -115,10 +115,6 @@ class RunsClient:
             live = pipe.execute()
         return [call for call, up in zip(calls, live, strict=True) if up]
 
-    def _outcome(self, run_id: str) -> tuple[RunRecord, bool]:
-        """The run's record, and whether a follow-up is on its way to it (one read)."""
-        return self._drive(outcome_steps(self.store.keys, run_id))
-
     def status(self, run_id: str) -> RunStatus:
         """Return where the run is: its state, what it waits for, usage, outcome, children."""
         return self._drive(status_steps(self.store.keys, run_id))
