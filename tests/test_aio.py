@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 
+import anyio
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -19,7 +21,10 @@ from agent_core import Stop
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet
 from tests.support.waiting import shared_fleet
+from tests.support.web import form_of
 from workers import AsyncRelay, Budget, DecisionRefused, RelayError, RunNotFound, WaitTimeout
+from workers.web.app import build_app
+from workers.web.auth import WebSettings
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +224,94 @@ def test_a_tree_parked_at_its_budget_goes_on_once_extended_awaited(f: Fleet) -> 
     summary, woken, budget, ending = asyncio.run(drive())
     assert (summary, woken, ending) == ("read", 1, "done")
     assert budget == Budget(model_calls=2)
+
+
+def test_runs_are_listed_and_counted_as_the_sync_client_lists_them(f: Fleet) -> None:
+    f.brain.script("AIO-LIST:", {0: final("listed")})
+    started = [f.relay.start(f"AIO-LIST: {n}") for n in range(5)]
+    for run_id in started:
+        f.relay.wait(run_id, 60)
+
+    async def drive() -> tuple[list[list[str]], int, int]:
+        async with AsyncRelay(f.relay) as arelay:
+            pages, before = [], ""
+            for _ in range(3):  # the newest six runs, two a page, each page after the last
+                found = await arelay.runs(limit=2, state="done", before=before)
+                pages.append([status.id for status in found])
+                before = f"{found[-1].created_ms}:{found[-1].id}"
+            with pytest.raises(ValueError, match="a run's state is one of"):
+                await arelay.runs(state="green")
+            with pytest.raises(ValueError, match="a page cursor"):
+                await arelay.runs(before="yesterday")
+            return pages, await arelay.count_runs("done"), await arelay.count_runs()
+
+    pages, done, every = asyncio.run(drive())
+    synced, before = [], ""
+    for _ in range(3):
+        found = f.relay.runs(limit=2, state="done", before=before)
+        synced.append([status.id for status in found])
+        before = f"{found[-1].created_ms}:{found[-1].id}"
+    assert pages == synced
+    assert [run_id for page in pages for run_id in page][:5] == started[::-1]
+    assert (done, every) == (f.relay.count_runs("done"), f.relay.count_runs())
+    assert done >= 5
+
+
+def test_relay_web_serves_runs_and_decisions_with_no_thread_free(f: Fleet) -> None:
+    """relay web's run pages, its API and its decisions await AsyncRelay: with the one
+    thread Starlette may use held, they still answer; a page still on a thread waits."""
+    f.brain.script("AIO-WEB:", {0: call("delete_note", name="web.txt"), 1: final("web done")})
+    by_form, by_api = f.relay.start("AIO-WEB: one"), f.relay.start("AIO-WEB: two")
+    app = build_app(f.relay, WebSettings.of("alice", "a-long-password"))
+    auth = ("alice", "a-long-password")
+
+    async def drive() -> dict[str, object]:
+        seen: dict[str, object] = {}
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens, held = 1, threading.Event()
+        holder = asyncio.create_task(anyio.to_thread.run_sync(held.wait))
+        transport = httpx.ASGITransport(app=app)
+        try:
+            async with (
+                app.router.lifespan_context(app),
+                AsyncRelay(f.relay) as arelay,
+                httpx.AsyncClient(transport=transport, base_url="http://web", auth=auth) as web,
+            ):
+                await _until(arelay, by_form, "call", call="call-1")
+                await _until(arelay, by_api, "call", call="call-1")
+                for path in (
+                    "/", "/runs", f"/runs/{by_form}", "/approvals", "/api/runs",
+                    f"/api/runs/{by_form}", f"/api/runs/{by_form}/trace",
+                    f"/api/runs/{by_form}/live", "/api/pending",
+                ):  # fmt: skip
+                    answer = await asyncio.wait_for(web.get(path), 20)
+                    seen[path] = answer.status_code
+                page = (await web.get("/approvals")).text
+                form = {**form_of(page, by_form, "call-1"), "decision": "approve"}
+                decided = await asyncio.wait_for(web.post("/approvals/decide", data=form), 20)
+                seen["form"] = decided.status_code
+                replayed = await asyncio.wait_for(web.post("/approvals/decide", data=form), 20)
+                seen["replayed"] = replayed.status_code
+                path = f"/api/runs/{by_api}/calls/call-1/decision"
+                denied = await asyncio.wait_for(web.post(path, json={"approve": False}), 20)
+                seen["api"] = denied.json()
+                with pytest.raises(TimeoutError):  # (the control: this one needs a thread)
+                    await asyncio.wait_for(web.get("/routes"), 1)
+        finally:
+            held.set()
+            await holder
+            limiter.total_tokens = 40
+        return seen
+
+    seen = asyncio.run(drive())
+    assert {k: v for k, v in seen.items() if k.startswith("/")} == {
+        path: 200 if path != "/" else 303 for path in seen if path.startswith("/")
+    }
+    assert len([k for k in seen if k.startswith("/")]) == 9
+    assert (seen["form"], seen["replayed"]) == (303, 403)
+    assert seen["api"] == {"done": f"denied call-1 of run {by_api}"}
+    assert f.relay.wait(by_form, 60).summary == "web done"
+    assert any(e.kind == "approved" and e.text == "by alice" for e in f.relay.trace(by_form))
+    assert f.relay.wait(by_api, 60).summary == "web done"
+    assert "delete_note web.txt" in f.ledger()
+    assert any(e.kind == "declined" for e in f.relay.trace(by_api))

@@ -11,6 +11,7 @@ finishing on the replica that took its place.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from tests.support.fleet import Fleet, fleet, on_cluster
 from tests.support.rabbitmq import require_rabbitmq
 from tests.support.redis_cluster import Cluster, redis_cluster
 from tests.support.schedule_host import RecordingHost
+from workers import AsyncRelay, Relay
 from workers.settings import now_ms
 from workers.store.durability import Durability
 from workers.store.layout import Keys
@@ -134,6 +136,10 @@ def test_index_shards_spread_over_the_masters_and_the_tick_reads_every_one(
         pass
     assert f.relay.count_runs("running") == 60
     assert f.relay.runs(limit=1, state="running")[0].id == started[-1]
+    # AsyncRelay lists the shards `index-slots` names, the same pages.
+    pages = asyncio.run(_async_pages(f.relay))
+    assert pages == ([s.id for s in f.relay.runs(limit=25, state="running")], 60)
+    assert pages[0][0] == started[-1]
     started_at = time.perf_counter()
     # What each tick reads, as of the first start (later, on a busy machine, the
     # first runs' grace may have passed already).
@@ -320,3 +326,9 @@ def test_the_listed_slots_are_read_again_when_they_grow_or_are_lost(
     later.all()
     assert here.all() == [5, 7, 9, 11]
     run_store.redis.close()
+
+
+async def _async_pages(relay: Relay) -> tuple[list[str], int]:
+    async with AsyncRelay(relay) as arelay:
+        found = await arelay.runs(limit=25, state="running")
+        return [status.id for status in found], await arelay.count_runs("running")

@@ -1,7 +1,7 @@
 """`AsyncRelay`: a Relay's client API for asyncio apps (FastAPI, Starlette, aiohttp).
 
     relay = Relay("notes", ...)
-    arelay = AsyncRelay(relay)          # or relay.aio
+    arelay = AsyncRelay(relay)
 
     @app.post("/runs")
     async def start(task: str) -> dict[str, str]:
@@ -36,6 +36,7 @@ from workers.client.runs import (
     extend_steps,
     plan_steps,
     reply_steps,
+    runs_steps,
     status_steps,
     steer_steps,
     stream_steps,
@@ -47,12 +48,20 @@ from workers.client.start import start_steps
 from workers.engine.budget import Budget
 from workers.engine.effects import Outgoing
 from workers.engine.events import CallDecision, PauseRun, ResumeRun, Told
-from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
+from workers.engine.records import (
+    Pending,
+    ReplyStrategy,
+    RunStatus,
+    StreamEvent,
+    TraceEntry,
+    lists_of,
+)
 from workers.errors import DecisionRefused, RelayError
 from workers.relay import Relay
 from workers.settings import now_ms
 from workers.store import reads
 from workers.store.aconnection import AsyncConnection
+from workers.store.layout import Keys
 from workers.store.ops import Steps
 
 __all__ = ["AsyncRelay"]
@@ -93,7 +102,10 @@ class AsyncRelay:
     async def __aexit__(self, *_exc: object) -> None:
         await self.aclose()
 
-    async def _drive(self, steps: Steps[A]) -> A:
+    async def drive(self, steps: Steps[A]) -> A:
+        """Await `steps` (`workers.store.ops`: a read of `workers.store.reads`, say) on this
+        loop's client, sending the broker messages they emit: for what the methods below
+        do not cover (relay web reads a trace from a position, a journal's tail)."""
         return await self.connection.drive(steps, on_emit=self._deliver)
 
     async def _deliver(self, value: object) -> None:
@@ -105,7 +117,8 @@ class AsyncRelay:
         return now_ms() + self.relay.settings.timing.grace_ms
 
     @property
-    def _keys(self) -> Any:
+    def keys(self) -> Keys:
+        """The key map of this loop's client."""
         return self.connection.keys
 
     # --- starting and reading runs ---------------------------------------------------
@@ -113,25 +126,34 @@ class AsyncRelay:
     async def start(self, task: str, context: str = "", **options: Any) -> str:
         """Start a run and return its id, as `Relay.start` (the same options)."""
         memory = options.get("memory")
-        notes = await self._drive(reads.memory(self._keys, memory)) if memory else []
+        notes = await self.drive(reads.memory(self.keys, memory)) if memory else []
         made = self.relay.prepare_run(task, context, remembered=lambda _name: notes, **options)
-        return await self._drive(start_steps(self._keys, made))
+        return await self.drive(start_steps(self.keys, made))
 
     async def status(self, run_id: str) -> RunStatus:
         """Where the run is (`Relay.status`)."""
-        return await self._drive(status_steps(self._keys, run_id))
+        return await self.drive(status_steps(self.keys, run_id))
 
     async def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
         """The run's outcome once it finishes (`Relay.wait`; WaitTimeout after `timeout`)."""
-        return await self._drive(wait_steps(self._keys, run_id, timeout))
+        return await self.drive(wait_steps(self.keys, run_id, timeout))
 
     async def trace(self, run_id: str) -> list[TraceEntry]:
         """The run's trace so far (`Relay.trace`)."""
-        return await self._drive(trace_steps(self._keys, run_id))
+        return await self.drive(trace_steps(self.keys, run_id))
+
+    async def runs(self, limit: int = 100, state: str = "", before: str = "") -> list[RunStatus]:
+        """The newest runs first, in `state` if given, before the cursor `before` if given
+        (`Relay.runs`; ValueError for a state or a cursor that is none)."""
+        return await self.drive(runs_steps(self.keys, limit, state, before))
+
+    async def count_runs(self, state: str = "") -> int:
+        """How many runs are in `state` (every run if ""; `Relay.count_runs`)."""
+        return await self.drive(reads.count_runs(self.keys, lists_of(state)))
 
     async def pending(self) -> list[Pending]:
         """What waits on a person (`Relay.pending`)."""
-        return await self._drive(reads.pending(self._keys))
+        return await self.drive(reads.pending(self.keys))
 
     # --- deciding ----------------------------------------------------------------------
 
@@ -158,9 +180,7 @@ class AsyncRelay:
         event = CallDecision(
             call=call_id, yes=yes, reason=str(reason)[:2_000], by=str(by)[:200], args=args
         )
-        await self._drive(
-            decide_steps(self._keys, self._due(), run_id, "call", call_id, event=event)
-        )
+        await self.drive(decide_steps(self.keys, self._due(), run_id, "call", call_id, event=event))
 
     async def deny(self, run_id: str, call_id: str, reason: str = "") -> None:
         """Decline a call that waits for approval (the model is told)."""
@@ -169,43 +189,43 @@ class AsyncRelay:
     async def approve_plan(self, run_id: str, yes: bool = True, *, by: str = "") -> None:
         """Decide the plan a run waits on."""
         _check_yes(yes)
-        await self._drive(plan_steps(self._keys, self._due(), run_id, yes, by))
+        await self.drive(plan_steps(self.keys, self._due(), run_id, yes, by))
 
     async def answer(self, run_id: str, text: str, *, by: str = "") -> None:
         """Answer the question a run waits on."""
         if not isinstance(text, str):
             raise DecisionRefused("an answer must be text")
-        await self._drive(answer_steps(self._keys, self._due(), run_id, text, by))
+        await self.drive(answer_steps(self.keys, self._due(), run_id, text, by))
 
     async def extend(self, run_id: str, more: Budget) -> int:
         """Raise the tree's budget by `more` and let its runs parked at the budget go on;
         return how many were woken (`Relay.extend`)."""
-        return await self._drive(extend_steps(self._keys, self._due(), run_id, more))
+        return await self.drive(extend_steps(self.keys, self._due(), run_id, more))
 
     # --- steering ------------------------------------------------------------------------
 
     async def cancel(self, run_id: str, reason: str = "") -> bool:
         """Stop a run and its children; False if it had finished already."""
-        return await self._drive(cancel_steps(self._keys, self._due(), run_id, reason))
+        return await self.drive(cancel_steps(self.keys, self._due(), run_id, reason))
 
     async def send(self, run_id: str, text: str) -> None:
         """Tell a run something (`Relay.send`)."""
         if not isinstance(text, str) or not text.strip():
             raise RelayError("a message must be non-empty text")
         event = Told(text=text[:MESSAGE_CHARS])
-        await self._drive(steer_steps(self._keys, self._due(), run_id, event, "send a message to"))
+        await self.drive(steer_steps(self.keys, self._due(), run_id, event, "send a message to"))
 
     async def pause(self, run_id: str) -> bool:
         """Pause a run and its specialists at their next step; False if it had finished."""
-        return await self._drive(steer_steps(self._keys, self._due(), run_id, PauseRun(), ""))
+        return await self.drive(steer_steps(self.keys, self._due(), run_id, PauseRun(), ""))
 
     async def resume(self, run_id: str) -> bool:
         """Let a paused run go on; False if it had finished."""
-        return await self._drive(steer_steps(self._keys, self._due(), run_id, ResumeRun(), ""))
+        return await self.drive(steer_steps(self.keys, self._due(), run_id, ResumeRun(), ""))
 
     async def reply(self, run_id: str, text: str, strategy: ReplyStrategy = "enqueue") -> None:
         """Continue a run with a new request (`Relay.reply`)."""
-        await self._drive(reply_steps(self._keys, self._due(), run_id, text, strategy))
+        await self.drive(reply_steps(self.keys, self._due(), run_id, text, strategy))
 
     # --- following -----------------------------------------------------------------------
 
@@ -214,16 +234,14 @@ class AsyncRelay:
     ) -> AsyncIterator[StreamEvent]:
         """The run's live events after the id `after` until it finishes (`Relay.stream`):
         pass the last id seen as `after` to resume."""
-        async for event in self.connection.iterate(
-            stream_steps(self._keys, run_id, after, timeout)
-        ):
+        async for event in self.connection.iterate(stream_steps(self.keys, run_id, after, timeout)):
             yield event
 
     async def watch(
         self, run_id: str, *, timeout: float | None = None
     ) -> AsyncIterator[TraceEntry]:
         """The trace of a run and its descendants as it happens (`Relay.watch`)."""
-        async for entry in self.connection.iterate(watch_steps(self._keys, run_id, timeout)):
+        async for entry in self.connection.iterate(watch_steps(self.keys, run_id, timeout)):
             yield entry
 
 

@@ -11,7 +11,7 @@ message; none waits on a worker. A person's steering (`send`, `pause`, `resume`,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from agent_core import Outcome
@@ -44,7 +44,7 @@ from workers.engine.records import (
 from workers.errors import DecisionRefused, RelayError, RunCorrupt, RunNotFound, WaitTimeout
 from workers.settings import Timing, now_ms
 from workers.store import reads, scripts
-from workers.store.layout import Keys
+from workers.store.layout import IndexKeys, Keys
 from workers.store.live import stream_id
 from workers.store.ops import Emit, Steps
 from workers.store.runs import RunStore
@@ -287,14 +287,8 @@ class RunsClient:
         Raises:
             ValueError: `state` is no state, or `before` no cursor.
         """
-        lists = lists_of(state)
-        found = []
-        for run_id in self.store.runs(limit, lists, parse_cursor(before) if before else None):
-            try:
-                found.append(self.status(run_id))
-            except RunNotFound:
-                continue
-        return found
+        shards = self.store.shards.all()  # (through this process's cache of listed slots)
+        return self._drive(runs_steps(self.store.keys, limit, state, before, shards))
 
     def count_runs(self, state: str = "") -> int:
         """How many runs are in `state` (all runs if ""), expired ones the tick has not
@@ -353,6 +347,31 @@ def status_steps(keys: Keys, run_id: str) -> Steps[RunStatus]:
         queued=record.queued,
         forked_from=record.forked_from,
     )
+
+
+def runs_steps(
+    keys: Keys,
+    limit: int,
+    state: str = "",
+    before: str = "",
+    within: Sequence[IndexKeys] | None = None,
+) -> Steps[list[RunStatus]]:
+    """The newest runs first, as `RunsClient.runs` lists them (read from the shards
+    `within`, default every listed shard); a run that expired since it was listed is
+    left out.
+
+    Raises:
+        ValueError: `state` is no state, or `before` no cursor.
+    """
+    lists, cursor = lists_of(state), parse_cursor(before) if before else None
+    newest = yield from reads.newest_runs(keys, limit, lists, cursor, within)
+    found = []
+    for run_id, _ in newest:
+        try:
+            found.append((yield from status_steps(keys, run_id)))
+        except RunNotFound:
+            continue
+    return found
 
 
 def budget_steps(keys: Keys, record: RunRecord) -> Steps[Budget | None]:

@@ -70,6 +70,11 @@ class AgentKit:
             finally:
                 self._loading = False
 
+    def any_tools(self) -> bool:
+        """Whether a tool is registered, or deferred (an MCP server's): without listing
+        them (which may start a server)."""
+        return bool(self._specs or self._loaders)
+
     # --- registering ----------------------------------------------------------------------
 
     def register(

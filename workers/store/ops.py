@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from workers.store.scripts import ScriptCall
 
-__all__ = ["Batch", "Command", "Emit", "Op", "Steps", "answer_of", "just"]
+__all__ = ["Batch", "Command", "Emit", "Op", "Steps", "answer_of", "command_steps", "just"]
 
 T = TypeVar("T")
 
@@ -62,6 +62,12 @@ def just(value: T) -> Steps[T]:
     """Steps that ask nothing and return `value` (for a branch with nothing to read)."""
     return value
     yield  # a generator, though it never yields  # type: ignore[unreachable]
+
+
+def command_steps(*args: Any) -> Steps[Any]:
+    """Steps of one command (`command_steps("SET", key, 1, "NX")`): its answer."""
+    answer = yield Command(args)
+    return answer
 
 
 def answer_of(op: Op, raw: Any) -> Any:

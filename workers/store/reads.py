@@ -17,28 +17,42 @@ from workers.engine.budget import TreeLimits
 from workers.engine.events import InboxEvent
 from workers.engine.ids import OutboxMember, pending_parts
 from workers.engine.journal import start_text
-from workers.engine.records import Pending, RunRecord, StreamEvent, TraceEntry, Usage
+from workers.engine.records import (
+    Pending,
+    RunList,
+    RunRecord,
+    StreamEvent,
+    TraceEntry,
+    Usage,
+)
 from workers.errors import RunCorrupt
 from workers.store import scripts
 from workers.store.codec import as_int, as_text, corrupt, usage_of
-from workers.store.layout import Keys, RunFields
+from workers.store.layout import IndexKeys, Keys, RunFields
 from workers.store.ops import Batch, Command, Steps
 from workers.store.snapshots import split
 
 __all__ = [
     "LIVE_READ_MAX",
+    "SAME_MS_SLACK",
+    "RunCursor",
     "activity_cursor",
     "append",
+    "count_runs",
     "create",
+    "journal_tail",
     "limits",
     "live_events",
     "memory",
+    "newest_first",
+    "newest_runs",
     "outcome",
     "pending",
     "pending_in_tree",
     "pending_of",
     "read",
     "readable",
+    "shards",
     "trace",
     "wait_activity",
 ]
@@ -208,13 +222,9 @@ def pending(keys: Keys, limit: int = PENDING_MAX) -> Steps[list[Pending]]:
     """What waits on a person across the fleet, oldest expiry first: the pending index
     (one shard on a single Redis; each listed slot's on a cluster, read in one round trip
     per node), then the entries it names."""
-    shards = [keys.index("")]
-    if keys.cluster:
-        slots = yield Command(("SMEMBERS", keys.index_slots))
-        shards = [keys.shard(int(slot)) for slot in sorted(slots, key=int)]
     ranges = tuple(
         Command(("ZRANGEBYSCORE", s.pending, "-inf", "+inf", "WITHSCORES", "LIMIT", 0, limit))
-        for s in shards
+        for s in (yield from shards(keys))
     )
     found: list[tuple[float, str]] = []
     for entries in (yield Batch(ranges)) if ranges else []:
@@ -267,3 +277,94 @@ def readable(values: Sequence[Any]) -> list[Pending]:
         except ValidationError:
             continue
     return found
+
+
+def shards(keys: Keys) -> Steps[list[IndexKeys]]:
+    """Every shard of the index that may hold entries: the one on a single Redis; on a
+    cluster, each slot listed in `index-slots`."""
+    if not keys.cluster:
+        return [keys.index("")]
+    slots = yield Command(("SMEMBERS", keys.index_slots))
+    return [keys.shard(int(slot)) for slot in sorted(slots, key=int)]
+
+
+RunCursor = tuple[int, str]
+"""Where a page of runs ended: the last run's (created ms, id)."""
+SAME_MS_SLACK = 64
+"""Runs read past a page's cursor for those created in its very millisecond: a page
+whose cursor shares its millisecond with more runs than this may miss some."""
+
+
+def newest_runs(
+    keys: Keys,
+    limit: int,
+    lists: Sequence[RunList] = (),
+    before: RunCursor | None = None,
+    within: Sequence[IndexKeys] | None = None,
+) -> Steps[list[tuple[str, int]]]:
+    """The newest `limit` runs, newest first, as (run id, created ms): of the lists
+    `lists` (all runs if none), created before `before` if given; read from the shards
+    `within` (default: every listed shard), each shard's newest in one round trip.
+
+    A client's page is small (at most a thousand): a cluster's shards each send theirs
+    and they are merged here. (A scrape of ten thousand reads `Shards.newest_runs`,
+    which cuts each node's share to `limit` in a script.)"""
+    found_shards = list(within) if within is not None else (yield from shards(keys))
+    names = [
+        key
+        for shard in found_shards
+        for key in ([shard.listed(which) for which in lists] if lists else [shard.runs])
+    ]
+    high = "+inf" if before is None else before[0]
+    slack = 0 if before is None else SAME_MS_SLACK
+    ranges = tuple(
+        Command(("ZREVRANGEBYSCORE", key, high, 0, "WITHSCORES", "LIMIT", 0, limit + slack))
+        for key in names
+    )
+    found: list[tuple[str, float]] = []
+    for entries in (yield Batch(ranges)) if ranges else []:
+        pairs = zip(entries[0::2], entries[1::2], strict=True)
+        found.extend((as_text(member), float(score)) for member, score in pairs)
+    return newest_first(found, before, limit)
+
+
+def newest_first(
+    found: Sequence[tuple[str, float]], before: RunCursor | None, limit: int
+) -> list[tuple[str, int]]:
+    """(run id, created ms) of `found` (member, score pairs read from the shards),
+    newest first (by creation, then by id), below `before` if given, cut to `limit`."""
+    ordered = sorted(
+        (
+            (int(score), run_id)
+            for run_id, score in found
+            if before is None or (int(score), run_id) < before
+        ),
+        reverse=True,
+    )
+    return [(run_id, created) for created, run_id in ordered[:limit]]
+
+
+def count_runs(
+    keys: Keys, lists: Sequence[RunList] = (), within: Sequence[IndexKeys] | None = None
+) -> Steps[int]:
+    """How many runs the lists `lists` (all runs if none) hold in the shards `within`
+    (default: every listed shard), those expired but not yet pruned by the tick too."""
+    found_shards = list(within) if within is not None else (yield from shards(keys))
+    counts = tuple(
+        Command(("ZCARD", key))
+        for shard in found_shards
+        for key in ([shard.listed(which) for which in lists] if lists else [shard.runs])
+    )
+    return sum(int(n) for n in (yield Batch(counts))) if counts else 0
+
+
+def journal_tail(keys: Keys, run_id: str, shown: int) -> Steps[tuple[int, list[bytes]]]:
+    """(The number of the first entry read, the run's newest `shown` journal steps as
+    stored): its start (entry 0) is never among them, and a long journal is not read
+    whole."""
+    length = int((yield Command(("LLEN", keys.journal(run_id)))))
+    first = max(1, length - shown)
+    if length <= 1:
+        return first, []
+    stored = yield Command(("LRANGE", keys.journal(run_id), first, -1))
+    return first, list(stored)

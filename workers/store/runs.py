@@ -47,9 +47,10 @@ from workers.store.hot_agents import HotAgent, HotAgents
 from workers.store.layout import TRACE_MAX, RunFields
 from workers.store.live import LiveStreams
 from workers.store.people import People
+from workers.store.reads import RunCursor
 from workers.store.schedule_shards import ClusterSchedules
 from workers.store.scripts import ClaimStatus, Recorded, Saved
-from workers.store.shards import RunCursor, Shards
+from workers.store.shards import Shards
 from workers.store.upkeep import Upkeep
 
 __all__ = ["Claim", "Loaded", "RunStore"]

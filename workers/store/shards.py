@@ -24,19 +24,14 @@ from typing import Any, Literal
 
 from workers.engine.effects import KeptNotes
 from workers.engine.records import RunList
-from workers.store import scripts
+from workers.store import reads, scripts
 from workers.store.codec import as_text, notes_key
 from workers.store.connection import Connection
 from workers.store.layout import NOTES_MAX, IndexKeys
+from workers.store.reads import SAME_MS_SLACK, RunCursor, newest_first
 
 Mode = Literal["due", "newest"]
-RunCursor = tuple[int, str]
-"""Where a page of runs ended: the last run's (created ms, id)."""
-SAME_MS_SLACK = 64
-"""Runs read past a page's cursor for those created in its very millisecond: a page
-whose cursor shares its millisecond with more runs than this may miss some."""
-
-__all__ = ["SAME_MS_SLACK", "RunCursor", "Shards", "SlotSet"]
+__all__ = ["Shards", "SlotSet"]
 
 
 class SlotSet:
@@ -148,24 +143,12 @@ class Shards:
         high = float("inf") if before is None else before[0]
         # Runs created in the cursor's very millisecond may come before it: read past them.
         slack = 0 if before is None else SAME_MS_SLACK
-        found = [
-            (int(score), run_id)
-            for run_id, score in self.read(keys, "newest", (0, high, limit + slack))
-            if before is None or (int(score), run_id) < before
-        ]
-        found.sort(reverse=True)
-        return [(run_id, created) for created, run_id in found[:limit]]
+        return newest_first(self.read(keys, "newest", (0, high, limit + slack)), before, limit)
 
     def count_runs(self, lists: Sequence[RunList] = ()) -> int:
         """How many runs the lists `lists` (all runs if none) hold, in every shard (those
         expired but not yet pruned by the tick included)."""
-        redis = self._connection.redis
-        with self._connection.errors():
-            pipe = redis.pipeline(transaction=False)
-            for shard in self.all():
-                for key in [shard.listed(which) for which in lists] if lists else [shard.runs]:
-                    pipe.zcard(key)
-            return sum(int(n) for n in pipe.execute())
+        return self._connection.drive(reads.count_runs(self._connection.keys, lists, self.all()))
 
     def in_range(self, index: str, low: float, high: float, limit: int) -> list[tuple[str, float]]:
         """Up to `limit` (member, score) of the shards' `index` ("outbox", "pending",

@@ -24,7 +24,6 @@ import json
 from typing import Any
 from urllib.parse import urlencode
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -32,6 +31,7 @@ from starlette.routing import Route
 from workers.engine.ids import in_tree
 from workers.errors import DecisionRefused, RunNotFound
 from workers.settings import now_ms
+from workers.store import reads
 from workers.store.live import stream_id
 from workers.web.auth import cross_site, whole_number
 from workers.web.site import Web
@@ -53,14 +53,14 @@ class _Api:
     def __init__(self, web: Web) -> None:
         self.web = web
 
-    def runs(self, request: Request) -> Response:
+    async def runs(self, request: Request) -> Response:
         query = request.query_params
         limit = whole_number(query.get("limit", "100"), 1_000)
         if not limit:
             return _error("limit is a number from 1 to 1000", 400)
         state, before = query.get("state", ""), query.get("before", "")
         try:
-            page = runs_page(self.web.relay, state, limit, before, now_ms())
+            page = await runs_page(self.web.arelay, state, limit, before, now_ms())
         except ValueError as error:
             return _error(str(error), 400)
         headers = {"X-Total-Count": str(page.total)}
@@ -69,48 +69,49 @@ class _Api:
             headers["Link"] = f'</api/runs?{more}>; rel="next"'
         return JSONResponse(page.rows, headers=headers)
 
-    def run(self, request: Request) -> Response:
-        relay = self.web.relay
+    async def run(self, request: Request) -> Response:
+        relay = self.web.arelay
         try:
-            status = relay.status(request.path_params["run_id"])
+            status = await relay.status(request.path_params["run_id"])
         except RunNotFound as error:
             return _error(str(error), 404)
-        return JSONResponse(run_tree(relay, status, now_ms()))
+        return JSONResponse(await run_tree(relay, status, now_ms()))
 
-    def trace(self, request: Request) -> Response:
-        relay = self.web.relay
+    async def trace(self, request: Request) -> Response:
+        relay = self.web.arelay
         run_id = request.path_params["run_id"]
         after = whole_number(request.query_params.get("after", "0"), TRACE_POSITION_MAX)
         if after is None:
             return _error("after is a trace position (a whole number)", 400)
         try:
-            status = relay.status(run_id)
+            status = await relay.status(run_id)
         except RunNotFound as error:
             return _error(str(error), 404)
-        position, entries = relay.store.trace(run_id, after)
+        position, entries = await relay.drive(reads.trace(relay.keys, run_id, after))
         rows = [trace_row(entry, self.web.settings.flower_url) for entry in entries]
         return JSONResponse(
             {"next": position, "entries": rows, "state": status.state,
              "waiting_for": status.waiting_for or "", "tokens": status.total_usage.total_tokens}
         )  # fmt: skip
 
-    def live(self, request: Request) -> Response:
+    async def live(self, request: Request) -> Response:
+        relay = self.web.arelay
         run_id = request.path_params["run_id"]
         after = stream_id(request.query_params.get("after", "0"))
         if after is None:
             return _error("after is a stream id such as 0 or 1700000000000-0", 400)
         try:
-            self.web.relay.status(run_id)
+            await relay.status(run_id)
         except RunNotFound as error:
             return _error(str(error), 404)
-        events = self.web.relay.store.live.read(run_id, after, block_ms=None)
+        events = await relay.drive(reads.live_events(relay.keys, run_id, after, None))
         mine = [e for e in events if in_tree(e.run_id, run_id)]
         next_id = events[-1].id if events else after
         return JSONResponse({"next": next_id, "events": [e.model_dump() for e in mine]})
 
-    def pending(self, _: Request) -> Response:
+    async def pending(self, _: Request) -> Response:
         now = now_ms()
-        return JSONResponse([pending_row(p, now) for p in self.web.relay.pending()])
+        return JSONResponse([pending_row(p, now) for p in await self.web.arelay.pending()])
 
     async def decision(self, request: Request) -> Response:
         body = await _json_body(request)
@@ -128,8 +129,8 @@ class _Api:
             return _error('"args" is an object, and goes with approving a call', 400)
         user = self.web.user(request)
         try:
-            said = await run_in_threadpool(
-                self.web.decide, user, kind, run_id, what, yes=approve, reason=reason, args=args
+            said = await self.web.decide(
+                user, kind, run_id, what, yes=approve, reason=reason, args=args
             )
         except RunNotFound as error:
             return _error(str(error), 404)

@@ -3,17 +3,24 @@
     build_app(relay, WebSettings.of(user, password))   -> a Starlette (ASGI) app
 
 Starlette routes each request; pages are Jinja2 templates (autoescaped), and a
-few lines of our own JavaScript (`static/relay.js`) follow a run's trace. The
-client API is synchronous (redis-py), so handlers run it in Starlette's thread
-pool. `workers.web.site` is what every route shares, `workers.web.pages` holds
-the HTML pages, `workers.web.api` the JSON API for scripts, `workers.web.exporter`
-/metrics; every route needs basic auth.
+few lines of our own JavaScript (`static/relay.js`) follow a run's trace.
+
+The routes of runs, approvals and the API await an `AsyncRelay` (redis.asyncio) on
+the server's event loop: a page that reads a hundred runs, or a script polling a
+run's trace, holds no thread. What other rooms read with redis-py only (the schedule
+store, the route states, the metrics collector) and what replays runs (a fork, a
+diff) runs in Starlette's thread pool.
+
+`workers.web.site` is what every route shares, `workers.web.pages` holds the HTML
+pages, `workers.web.api` the JSON API for scripts, `workers.web.exporter` /metrics;
+every route needs basic auth.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from prometheus_client.exposition import choose_encoder
@@ -26,9 +33,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from workers.aio import AsyncRelay
 from workers.relay import Relay
 from workers.runtime.metrics import FleetMetrics
 from workers.settings import now_ms
+from workers.store.ops import command_steps
 from workers.web import api, pages
 from workers.web.auth import BasicAuth, FormTokens, WebSettings
 from workers.web.exporter import registry_for
@@ -40,12 +49,10 @@ __all__ = ["build_app"]
 HERE = Path(__file__).parent
 
 
-def _claim_nonce(relay: Relay) -> Any:
-    store = relay.store
-
-    def claim(nonce: str, ttl_s: int) -> bool:
-        with store.errors():
-            return bool(store.redis.set(store.keys.web_used(nonce), 1, nx=True, ex=ttl_s))
+def _claim_nonce(arelay: AsyncRelay) -> Callable[[str, int], Awaitable[bool]]:
+    async def claim(nonce: str, ttl_s: int) -> bool:
+        key = arelay.keys.web_used(nonce)
+        return bool(await arelay.drive(command_steps("SET", key, 1, "NX", "EX", ttl_s)))
 
     return claim
 
@@ -57,10 +64,12 @@ def build_app(relay: Relay, settings: WebSettings) -> Starlette:
         autoescape=select_autoescape(default=True),
     )
     environment.globals["marks"] = MARKS
+    arelay = AsyncRelay(relay)
     web = Web(
         relay=relay,
+        arelay=arelay,
         settings=settings,
-        tokens=FormTokens(settings.secret, _claim_nonce(relay)),
+        tokens=FormTokens(settings.secret, _claim_nonce(arelay)),
         templates=Jinja2Templates(env=environment),
         registry=registry_for(
             FleetMetrics(relay.store.connection, relay.store.shards, relay.store.people),
@@ -82,4 +91,10 @@ def build_app(relay: Relay, settings: WebSettings) -> Starlette:
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [Middleware(BasicAuth, user=settings.user, password=settings.password)]
-    return Starlette(routes=routes, middleware=middleware)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await arelay.aclose()
+
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)

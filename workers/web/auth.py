@@ -26,7 +26,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -136,11 +136,14 @@ def cross_site(headers: Headers) -> bool:
 class FormTokens:
     """Tokens for approval forms: bound to a user and to what is decided, used once.
 
-    `claim(nonce, ttl_s)` records a nonce as used and says whether it was new.
+    `await claim(nonce, ttl_s)` records a nonce as used and says whether it was new.
     """
 
     def __init__(
-        self, secret: bytes, claim: Callable[[str, int], bool], ttl_s: int = TOKEN_TTL_S
+        self,
+        secret: bytes,
+        claim: Callable[[str, int], Awaitable[bool]],
+        ttl_s: int = TOKEN_TTL_S,
     ) -> None:
         self._secret = secret
         self._claim = claim
@@ -156,7 +159,7 @@ class FormTokens:
         expires = now_s + self._ttl_s
         return f"{nonce}.{expires}.{self._mac(user, what, nonce, expires)}"
 
-    def refusal(self, token: str, user: str, what: tuple[str, ...], now_s: int) -> str:
+    async def refusal(self, token: str, user: str, what: tuple[str, ...], now_s: int) -> str:
         """Return why `token` may not decide `what` for `user` ('' if it may: it is now used)."""
         nonce, _, rest = token.partition(".")
         expires_text, _, mac = rest.partition(".")
@@ -167,6 +170,6 @@ class FormTokens:
             return "this form was not made for this decision (or for you)"
         if expires < now_s:
             return "this form is too old; open the page again"
-        if not self._claim(nonce, max(1, expires - now_s)):
+        if not await self._claim(nonce, max(1, expires - now_s)):
             return "this form was used already"
         return ""

@@ -27,10 +27,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from scheduler.schedules import local_iso
+from scheduler.schedules import Schedule, local_iso
+from scheduler.store import Notification
 from workers.engine.records import RUN_FILTERS
 from workers.errors import DecisionRefused, RelayError, RunNotFound
 from workers.settings import now_ms
+from workers.store import reads
 from workers.web.auth import cross_site, same_text
 from workers.web.site import Web
 from workers.web.views import (
@@ -67,15 +69,15 @@ class _Pages:
     def __init__(self, web: Web) -> None:
         self.web = web
 
-    def home(self, _: Request) -> Response:
+    async def home(self, _: Request) -> Response:
         return RedirectResponse("/runs", status_code=303)
 
-    def runs(self, request: Request) -> Response:
+    async def runs(self, request: Request) -> Response:
         web = self.web
         state = request.query_params.get("state", "")
         before = request.query_params.get("before", "")
         try:
-            page = runs_page(web.relay, state, PAGE_RUNS, before, now_ms())
+            page = await runs_page(web.arelay, state, PAGE_RUNS, before, now_ms())
         except ValueError as error:
             return web.page(request, "missing.html", 400, heading="Bad request", message=str(error))
         # A run's tokens and cost include its specialists': a tree counts once, on its
@@ -101,13 +103,13 @@ class _Pages:
             by_key=keys,
         )
 
-    def run(self, request: Request) -> Response:
-        web = self.web
+    async def run(self, request: Request) -> Response:
+        web, relay = self.web, self.web.arelay
         run_id = request.path_params["run_id"]
         now = now_ms()
         try:
-            tree = run_tree(web.relay, web.relay.status(run_id), now)
-            position, entries = web.relay.store.trace(run_id)
+            tree = await run_tree(relay, await relay.status(run_id), now)
+            position, entries = await relay.drive(reads.trace(relay.keys, run_id))
         except RunNotFound as error:
             return web.page(request, "missing.html", 404, message=str(error))
         plans = [entry.text for entry in entries if entry.kind == "plan"]
@@ -118,16 +120,17 @@ class _Pages:
         stop = {"kind": "cancel", "run_id": run_id, "what": "run"}
         cancel = (stop, web.form_token(user, stop)) if tree["state"] != "finished" else None
         plan = [step.strip() for step in plans[-1].splitlines() if step.strip()] if plans else []
-        forks = bool(web.relay.tools)  # replaying a run needs the app's tools
+        forks = web.relay.kit.any_tools()  # replaying a run needs the app's tools
+        journal = await relay.drive(reads.journal_tail(relay.keys, run_id, STEPS_SHOWN))
         steps = [
             (row, _fork_token(web, user, run_id, row["step"]) if forks else "")
-            for row in journal_rows(web.relay, run_id, STEPS_SHOWN)
+            for row in journal_rows(*journal)
         ]
         return web.page(
             request,
             "run.html",
             run=tree,
-            fired_at=_fired_at(web, tree),
+            fired_at=await run_in_threadpool(_fired_at, web, tree) if tree["schedule"] else "",
             trace=trace,
             after=position,
             plan=plan,
@@ -138,11 +141,11 @@ class _Pages:
             routes=[route.name for route in web.relay.routes],
         )
 
-    def diff(self, request: Request) -> Response:
+    async def diff(self, request: Request) -> Response:
         web = self.web
         a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
         try:
-            found = web.relay.diff(a, b)
+            found = await run_in_threadpool(web.relay.diff, a, b)
         except RelayError as error:
             return web.page(request, "missing.html", 404, message=str(error))
         return web.page(request, "diff.html", diff=found, cost=cost_of)
@@ -170,12 +173,13 @@ class _Pages:
         query = urlencode({"said": said, "sig": web.signed(said)})
         return RedirectResponse(f"/runs/{quote(new_id, safe='')}?{query}", status_code=303)
 
-    def schedules(self, request: Request) -> Response:
+    async def schedules(self, request: Request) -> Response:
         web, now = self.web, now_ms()
         fired: dict[str, list[dict[str, Any]]] = {}
-        for status in web.relay.runs(limit=SCHEDULE_RUNS_READ):
+        for status in await web.arelay.runs(limit=SCHEDULE_RUNS_READ):
             if status.schedule and len(fired.setdefault(status.schedule, [])) < FIRINGS_SHOWN:
                 fired[status.schedule].append(run_row(status, now))
+        found_schedules, notes = await run_in_threadpool(_schedules_and_notes, web)
         rows = [
             {
                 "name": found.name,
@@ -186,9 +190,8 @@ class _Pages:
                 "task": found.task(),
                 "runs": fired.get(found.name, []),
             }
-            for found in web.relay.schedules()
+            for found in found_schedules
         ]
-        notes = web.relay.notifications(limit=20)
         return web.page(request, "schedules.html", schedules=rows, notifications=notes)
 
     def schedule(self, request: Request) -> Response:
@@ -223,12 +226,12 @@ class _Pages:
     def routes(self, request: Request) -> Response:
         return web_routes(self.web, request)
 
-    def approvals(self, request: Request) -> Response:
+    async def approvals(self, request: Request) -> Response:
         web = self.web
         user, now = web.user(request), now_ms()
-        rows = [pending_row(p, now) for p in web.relay.pending()]
+        rows = [pending_row(p, now) for p in await web.arelay.pending()]
         forms = [(row, _token(web, user, row)) for row in rows]
-        tasks = _tasks(web, {str(row["run_id"]) for row in rows})
+        tasks = await _tasks(web, {str(row["run_id"]) for row in rows})
         said = _said(web, request)
         return web.page(request, "approvals.html", pending=forms, said=said, tasks=tasks)
 
@@ -250,10 +253,8 @@ class _Pages:
         reason = form.get("reason", "").strip()[:2_000]
         try:
             if yes and kind == "call" and edited is None:
-                await run_in_threadpool(_whole_call_seen, web, run_id, what, form.get("seen", ""))
-            said = await run_in_threadpool(
-                web.decide, user, kind, run_id, what, yes=yes, reason=reason, args=edited
-            )
+                await _whole_call_seen(web, run_id, what, form.get("seen", ""))
+            said = await web.decide(user, kind, run_id, what, yes=yes, reason=reason, args=edited)
         except (DecisionRefused, RunNotFound) as error:
             return _refused(web, request, str(error), status=409)
         query = urlencode({"said": said, "sig": web.signed(said)})
@@ -314,7 +315,7 @@ async def _form_refused(
 ) -> str:
     """Why the form's token is refused for `user` and `what` ("" if not: it is used now)."""
     token = form.get("token", "")
-    return await run_in_threadpool(web.tokens.refusal, token, user, what, int(time.time()))
+    return await web.tokens.refusal(token, user, what, int(time.time()))
 
 
 def _fork_token(web: Web, user: str, run_id: str, step: int) -> str:
@@ -328,12 +329,12 @@ def _said(web: Web, request: Request) -> str:
     return said if same_text(request.query_params.get("sig", ""), web.signed(said)) else ""
 
 
-def _tasks(web: Web, runs: set[str]) -> dict[str, str]:
+async def _tasks(web: Web, runs: set[str]) -> dict[str, str]:
     """The task of each of `runs` (those still there)."""
     found = {}
     for run_id in sorted(runs)[:500]:
         try:
-            found[run_id] = web.relay.status(run_id).task
+            found[run_id] = (await web.arelay.status(run_id)).task
         except RunNotFound:
             continue
     return found
@@ -350,10 +351,10 @@ def _edited(text: str) -> dict[str, Any] | str:
     return args
 
 
-def _whole_call_seen(web: Web, run_id: str, call_id: str, seen: str) -> None:
+async def _whole_call_seen(web: Web, run_id: str, call_id: str, seen: str) -> None:
     """Refuse an approval of a call too long to show whole unless the page it came from
     had its whole arguments opened (the page sends their digest back only then)."""
-    pending = [p for p in web.relay.status(run_id).pending if p.call_id == call_id]
+    pending = [p for p in (await web.arelay.status(run_id)).pending if p.call_id == call_id]
     if not pending:
         return  # deciding it says what is wrong
     if len(args_text(pending[0].args)) > LONG_ARGS_CHARS and not same_text(
@@ -363,6 +364,11 @@ def _whole_call_seen(web: Web, run_id: str, call_id: str, seen: str) -> None:
             f"open the whole call ({len(args_text(pending[0].args)):,} characters) before"
             " approving it"
         )
+
+
+def _schedules_and_notes(web: Web) -> tuple[list[Schedule], list[Notification]]:
+    """Every schedule and the newest notifications (the schedule store reads redis-py)."""
+    return web.relay.schedules(), web.relay.notifications(limit=20)
 
 
 def _refused(web: Web, request: Request, why: str, status: int = 403) -> Response:

@@ -1,5 +1,5 @@
-"""What every route of one relay web shares: the Relay, the settings, the form tokens,
-the templates and the metrics registry; and deciding in a person's name."""
+"""What every route of one relay web shares: the Relay and its AsyncRelay, the settings,
+the form tokens, the templates and the metrics registry; and deciding in a person's name."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
+from workers.aio import AsyncRelay
 from workers.errors import DecisionRefused
 from workers.relay import Relay
 from workers.web.auth import FormTokens, WebSettings
@@ -26,6 +27,8 @@ class Web:
     """What every route of one relay web shares."""
 
     relay: Relay
+    arelay: AsyncRelay
+    """The routes' client: its reads and decisions are awaited on the server's loop."""
     settings: WebSettings
     tokens: FormTokens
     templates: Jinja2Templates
@@ -39,7 +42,7 @@ class Web:
         context.update(user=self.user(request), flower_url=self.settings.flower_url)
         return self.templates.TemplateResponse(request, name, context, status_code=status)
 
-    def decide(
+    async def decide(
         self,
         user: str,
         kind: str,
@@ -58,24 +61,24 @@ class Web:
                 edited arguments are refused (the call stays pending).
             RunNotFound: there is no such run.
         """
-        verb, client = ("approved" if yes else "denied"), self.relay.runs_client
+        verb, relay = ("approved" if yes else "denied"), self.arelay
         if kind == "call":
             why = reason or f"denied by {user} in relay web"
-            self.relay.approve(
+            await relay.approve(
                 run_id, what, yes, "" if yes else why, args=args if yes else None, by=user
             )
             edited = " with edited arguments" if yes and args is not None else ""
             return f"{verb} {what} of run {run_id}{edited}"
         if kind == "cancel":
             why = reason or f"cancelled by {user} in relay web"
-            if not self.relay.cancel(run_id, why):
+            if not await relay.cancel(run_id, why):
                 raise DecisionRefused(f"run {run_id} had finished already")
             return f"cancelling run {run_id} (its specialists stop too)"
         if kind == "plan":
-            pending = [p for p in self.relay.status(run_id).pending if p.kind == "plan"]
+            pending = [p for p in (await relay.status(run_id)).pending if p.kind == "plan"]
             if not pending or str(pending[0].seq) != what:
                 raise DecisionRefused(f"the plan of run {run_id} you saw is no longer pending")
-            client.approve_plan(run_id, yes=yes, by=user)
+            await relay.approve_plan(run_id, yes=yes, by=user)
             return f"{verb} the plan of run {run_id}"
         raise DecisionRefused(f"relay web decides calls and plans and cancels runs, not {kind!r}")
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from workers.aio import AsyncRelay
 from workers.client.runs import page_cursor
 from workers.engine.journal import JournalError, read_entry
 from workers.engine.records import Pending, RunStatus, TraceEntry, run_list
 from workers.errors import RunNotFound
-from workers.relay import Relay
 
 __all__ = [
     "LONG_ARGS_CHARS",
@@ -147,12 +147,9 @@ _STEP_WORDS = {
 """What a run does after a journal step, as its page says it."""
 
 
-def journal_rows(relay: Relay, run_id: str, shown: int) -> list[dict[str, Any]]:
-    """The run's journal steps (the newest `shown`), each as "its kind and tools"; an
-    entry that cannot be read says so."""
-    length = relay.store.journal_length(run_id)  # (a long run's whole journal is not read)
-    first = max(1, length - shown)
-    stored = relay.store.journal(run_id, start=first) if length > 1 else []
+def journal_rows(first: int, stored: list[bytes]) -> list[dict[str, Any]]:
+    """Journal steps as stored (`workers.store.reads.journal_tail`: the first numbered
+    `first`), each as "its kind and tools"; an entry that cannot be read says so."""
     rows = []
     for number, text in enumerate(stored, start=first):
         try:
@@ -174,16 +171,18 @@ class RunsPage:
     """`before=` of the next page ("" if this is the last)."""
 
 
-def runs_page(relay: Relay, state: str, limit: int, before: str, now_ms: int) -> RunsPage:
+async def runs_page(
+    relay: AsyncRelay, state: str, limit: int, before: str, now_ms: int
+) -> RunsPage:
     """The runs in `state` ("" for all) created before the cursor `before` ("" from the
     newest), at most `limit`: filtered by the index of `state`, then cut.
 
     Raises:
         ValueError: `state` is no state, or `before` no cursor.
     """
-    found = relay.runs(limit=limit, state=state, before=before)
+    found = await relay.runs(limit=limit, state=state, before=before)
     rows = [run_row(status, now_ms) for status in found]
-    total = relay.count_runs(state)
+    total = await relay.count_runs(state)
     more = len(found) == limit and bool(found)
     return RunsPage(nested(rows), total, rows[-1]["cursor"] if more else "")
 
@@ -311,11 +310,11 @@ def _made(data: dict[str, Any]) -> str:
     return " ".join(part for part in parts if part)
 
 
-def run_tree(relay: Relay, status: RunStatus, now_ms: int) -> dict[str, Any]:
+async def run_tree(relay: AsyncRelay, status: RunStatus, now_ms: int) -> dict[str, Any]:
     """The run with its specialists under it, as deep as they go (at most MAX_TREE_RUNS)."""
     seen = 0
 
-    def grow(node: RunStatus) -> dict[str, Any]:
+    async def grow(node: RunStatus) -> dict[str, Any]:
         nonlocal seen
         row = run_row(node, now_ms)
         row["specialists"] = []
@@ -324,9 +323,9 @@ def run_tree(relay: Relay, status: RunStatus, now_ms: int) -> dict[str, Any]:
                 break
             seen += 1
             try:
-                row["specialists"].append(grow(relay.status(child_id)))
+                row["specialists"].append(await grow(await relay.status(child_id)))
             except RunNotFound:
                 continue
         return row
 
-    return grow(status)
+    return await grow(status)
