@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from workers.engine.events import BudgetExtended, CallDecision, ToolDone, expiry
 from workers.engine.ids import pending_member as member_of
 from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
 from workers.settings import now_ms
+from workers.store import scripts
 from workers.store.runs import Claim, RunStore
 from workers.store.scripts import ClaimStatus, Decided, Recorded, Saved
 
@@ -418,8 +420,14 @@ def test_extending_raises_the_limits_it_has_and_wakes_the_parked_runs(store: Run
     child = _record("root.call-1", parent="root", root="root", pending=(pending_member(parked),))
     _save(store, child, pending_add=(parked,))
     assert store.people.pending_in_tree("root", "budget") == [parked]
-    raised, woken = store.people.extend("root", (500, 7_000, None, 5_000), [parked], due_ms=9)
-    assert (raised, woken) == (True, 1)
+
+    def extend(raise_by: Any, parked: list[Pending]) -> tuple[bool, int]:
+        call = scripts.extend(store.keys, root="root", raise_by=raise_by, parked=parked, due_ms=9)
+        extended = store.connection.run(call)
+        assert extended is not None
+        return extended.raised, extended.woken
+
+    assert extend((500, 7_000, None, 5_000), [parked]) == (True, 1)
     limits = store.limits("root")
     assert limits is not None
     # The tokens and the deadline were raised; the tree had no dollar limit: still none.
@@ -429,8 +437,12 @@ def test_extending_raises_the_limits_it_has_and_wakes_the_parked_runs(store: Run
     assert loaded is not None
     assert [e for _, e in loaded.inbox] == [BudgetExtended(seq=1)]
     # Used once: a second extension raises the limits but wakes nobody.
-    assert store.people.extend("root", (1, None, None, None), [parked], due_ms=9) == (True, 0)
-    assert store.people.extend("root", (None, 1, None, None), [], due_ms=9) == (False, 0)
+    assert extend((1, None, None, None), [parked]) == (True, 0)
+    assert extend((None, 1, None, None), []) == (False, 0)
+    gone = scripts.extend(
+        store.keys, root="nope", raise_by=(1, None, None, None), parked=[], due_ms=9
+    )
+    assert store.connection.run(gone) is None  # (extend_steps says RunNotFound first)
 
 
 def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:

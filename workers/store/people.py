@@ -3,8 +3,9 @@
 A plan, a call, a question or a tree's budget waits on a person as a pending
 entry (`pending`, scored by its expiry; `pending:data`). A decision settles one
 with the DECIDE script (used once; refused when too late), and an extension of
-a tree's budget settles its parked runs with EXTEND. `RunStore.people` is the
-way in; `workers.store.layout` maps the keys.
+a tree's budget settles its parked runs with EXTEND (sent by the clients'
+`extend_steps`). `RunStore.people` is the way in for the tick and the sync
+client; `workers.store.layout` maps the keys.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Sequence
 from workers.engine.events import InboxEvent
 from workers.engine.ids import PendingKind
 from workers.engine.records import Pending
-from workers.errors import RunNotFound
 from workers.store import reads, scripts
 from workers.store.codec import as_text
 from workers.store.connection import Connection
@@ -72,28 +72,6 @@ class People:
     def expired_pending(self, now_ms: int, limit: int = 500) -> list[Pending]:
         found = self._shards.in_range("pending", 0, now_ms, limit)
         return self.pending_of([member for member, _ in found])
-
-    def extend(
-        self,
-        root: str,
-        raise_by: tuple[int | None, int | None, int | None, int | None],
-        parked: Sequence[Pending],
-        due_ms: int,
-    ) -> tuple[bool, int]:
-        """Raise the tree's limits (tokens, micro-dollars, model calls, deadline ms; None:
-        leave it) and wake each run parked at the budget (`parked`: their pending
-        entries). Return (whether a limit was raised, how many runs were woken).
-
-        Raises:
-            RunNotFound: there is no such root.
-        """
-        extend = scripts.extend(
-            self._connection.keys, root=root, raise_by=raise_by, parked=parked, due_ms=due_ms
-        )
-        extended = self._connection.run(extend)
-        if extended is None:
-            raise RunNotFound(f"no run {root!r} (it never existed, or it finished and expired)")
-        return extended.raised, extended.woken
 
     def pending_in_tree(self, root: str, kind: PendingKind) -> list[Pending]:
         """Return the pending entries of one kind held by the runs of a tree."""
