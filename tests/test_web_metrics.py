@@ -106,7 +106,8 @@ def test_metrics_show_the_fleet(tmp_path: Path) -> None:
 def test_cost_and_tokens_are_counted_by_model_and_key(tmp_path: Path) -> None:
     with RedisServer(tmp_path) as server:
         store = RunStore(server.url, "relay:")
-        metrics = FleetMetrics(store.connection, store.shards, store.people)
+        # Held in the process (one write for them all), until the flush.
+        metrics = FleetMetrics(store.connection, store.shards, store.people, flush_ms=60_000)
         for key, micro in (("tenant-a", 1_250), ("tenant-a", 750), ("tenant-b", 40)):
             usage = Usage(prompt_tokens=100, completion_tokens=20, cost_micro=micro)
             took_2s = (0, 2_000_000_000)
@@ -115,6 +116,8 @@ def test_cost_and_tokens_are_counted_by_model_and_key(tmp_path: Path) -> None:
             )
             metrics.count("call_model", Report("model call m1 replied", call=facts))
         metrics.count("call_model", Report("m2: waits 900 ms for a model route", waited=True))
+        assert metrics.totals().steps == {}
+        metrics.flush()
         text = generate_latest(registry_for(metrics, lambda: 0)).decode()
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -132,3 +135,46 @@ def test_cost_and_tokens_are_counted_by_model_and_key(tmp_path: Path) -> None:
     assert samples[("relay_rate_limit_waits_total", (("task", "call_model"),))] == 1
     waiting = (("outcome", "waiting"), ("task", "call_model"))
     assert samples[("relay_steps_total", waiting)] == 1
+
+
+@pytest.mark.parametrize("flush_ms", [0, 100])
+def test_counts_are_written_within_the_flush_interval(tmp_path: Path, flush_ms: int) -> None:
+    with RedisServer(tmp_path) as server:
+        store = RunStore(server.url, "relay:")
+        metrics = FleetMetrics(store.connection, store.shards, store.people, flush_ms=flush_ms)
+        for _ in range(3):
+            metrics.count("advance", Report("advanced"))
+        if flush_ms == 0:  # each task writes its own
+            assert metrics.totals().steps[("advance", "ok")] == 3
+            return
+        give_up = time.monotonic() + 50 * flush_ms / 1000  # (a busy machine: 50 intervals)
+        while metrics.totals().steps[("advance", "ok")] < 3 and time.monotonic() < give_up:
+            time.sleep(0.02)
+        assert metrics.totals().steps[("advance", "ok")] == 3
+        server.stop()  # a write that fails is logged and dropped; the thread goes on
+        metrics.count("advance", Report("advanced"))
+        time.sleep(3 * flush_ms / 1000)
+        server.start()  # (no persistence: it starts empty)
+        metrics.count("advance", Report("advanced"))
+        give_up = time.monotonic() + 50 * flush_ms / 1000
+        while metrics.totals().steps[("advance", "ok")] < 1 and time.monotonic() < give_up:
+            time.sleep(0.02)
+        assert metrics.totals().steps[("advance", "ok")] in (1, 2)
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_worker_that_stops_writes_the_counts_it_held(tmp_path: Path, pool: str) -> None:
+    with fleet(tmp_path) as f:
+        # Held for a minute: only the worker's stopping can write them in this test.
+        worker = f.worker("--pool", pool, "-c", "2", env={"RELAY_METRICS_FLUSH_MS": "60000"})
+        f.brain.script("HELD", {0: call("read_note", name="a.txt"), 1: final("read it")})
+        run_id = f.relay.start("HELD: read a note")
+        assert f.relay.wait(run_id, timeout=30).summary == "read it"
+        store = f.relay.store
+        metrics = FleetMetrics(store.connection, store.shards, store.people)
+        assert metrics.totals().tools == {}
+        worker.stop()
+        totals = metrics.totals()
+    assert totals.tools == {("read_note", "ok"): 1}
+    assert sum(n for labels, n in totals.calls.items() if labels[-1] == "ok") == 2
+    assert sum(n for (task, _), n in totals.steps.items() if task == "run_tool") == 1

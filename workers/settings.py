@@ -40,6 +40,9 @@
     RELAY_EVENTS                 Celery task events for Flower: 1 or 0 (1)
     RELAY_INLINE_MS              a worker continues a run's next step in the same task
                                  (no broker hop) for up to this many ms; 0 = off (250)
+    RELAY_METRICS_FLUSH_MS       a worker process writes its tasks' counters at most
+                                 this many ms after they end, all in one round trip;
+                                 0 = each task writes its own (500)
 
 A variable that is unset or blank takes its default; surrounding spaces are
 ignored. A bad value raises `SettingsError` with one line naming the variable.
@@ -393,6 +396,9 @@ class Settings(BaseModel):
     inline_ms: Annotated[int, BeforeValidator(_count(0))] = 250
     """How long a task may go on with its run's next step in place of publishing it (the
     slice, from the task's start); 0: every step is published (`workers.runtime.continuation`)."""
+    metrics_flush_ms: Annotated[int, BeforeValidator(_count(0))] = 500
+    """How long a worker process holds its tasks' counters before it writes them (0: each
+    task writes its own; `workers.runtime.metrics`)."""
 
     @model_validator(mode="before")
     @classmethod

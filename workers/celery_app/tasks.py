@@ -22,7 +22,14 @@ from typing import Any, Protocol
 import click
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
-from celery.signals import beat_init, worker_init, worker_process_init, worker_shutting_down
+from celery.signals import (
+    beat_init,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_shutdown,
+    worker_shutting_down,
+)
 
 from workers.celery_app.control import guard_remote_control
 from workers.celery_app.sending import model_task_id, tool_task_id
@@ -42,6 +49,7 @@ class RuntimeLike(Protocol):
 
     def task(self, message: Message, hard_limit_s: float | None = None) -> Report: ...
     def tick(self) -> None: ...
+    def flush(self) -> None: ...
     def start_ticking(self) -> Callable[[], None]: ...
 
 
@@ -62,6 +70,10 @@ class _Built:
                     self._runtime = self._build()
                 runtime = self._runtime
         return runtime
+
+    def built(self) -> RuntimeLike | None:
+        """The runtime if it was built (None: never build one to stop it)."""
+        return self._runtime
 
 
 def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
@@ -119,10 +131,20 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     _connect_signals(app, runtime)
 
 
-def _connect_signals(app: Celery, runtime: Callable[[], RuntimeLike]) -> None:
+def _connect_signals(app: Celery, runtime: _Built) -> None:
     """What a worker (or a beat) of `app` does as it starts and stops."""
     worker_process_init.connect(_in_prefork_child, weak=False, dispatch_uid="relay-prefork")
     worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
+
+    def flush(**_: Any) -> None:
+        # What the process counted since its last flush (a prefork child's, or a
+        # threads or solo pool's): written as it stops, not lost with it.
+        built = runtime.built()
+        if built is not None:
+            built.flush()
+
+    for stopping in (worker_process_shutdown, worker_shutdown):
+        stopping.connect(flush, weak=False, dispatch_uid=f"relay-flush-{id(app)}")
 
     def build_runtime(sender: Any, **_: Any) -> None:
         if getattr(sender, "app", None) is app:  # a worker of this app (not of another)

@@ -85,7 +85,9 @@ class Runtime:
         )
         self.ticker = Ticker(store.upkeep, tick, settings.tick_interval, clock)
         self.healing = Healing(store, send, timing)
-        self.metrics = FleetMetrics(store.connection, store.shards, store.people)
+        self.metrics = FleetMetrics(
+            store.connection, store.shards, store.people, settings.metrics_flush_ms
+        )
         self.telemetry = Telemetry(settings.model_url)
         self._route_models = {route.name: route.model for route in routed}
         self._key = key
@@ -114,6 +116,10 @@ class Runtime:
         if report.call is not None:
             self.telemetry.record(report.call)
         return report
+
+    def flush(self) -> None:
+        """Write what this process counted and has not written yet (as it stops)."""
+        self.metrics.flush()
 
     def tick(self) -> None:
         """Tick unless another process ticked in this interval (the `relay.tick` task)."""

@@ -1,7 +1,10 @@
 """The fleet's numbers, kept in Redis so one exporter (`relay web`'s /metrics) sees them all.
 
-Counters are added to by every worker after each task, in one pipelined round
-trip (`FleetMetrics.count`), into the `metrics` hash (`workers.store.layout`):
+Counters are added up by every worker process as its tasks end (`FleetMetrics.count`)
+and written at most RELAY_METRICS_FLUSH_MS later (500), each process's in one
+pipelined round trip, into the `metrics` hash (`workers.store.layout`): a step makes
+no round trip of its own for them. A worker that stops writes what it holds; one
+killed loses what it counted in its last flush interval (counts, never a run's state):
 
     steps|<task>|<outcome>                        tasks by name: ok, failed, idle (nothing
                                                   to do) or waiting (for a route's capacity)
@@ -20,8 +23,12 @@ is logged and dropped: it never fails a task.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import os
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,13 +89,23 @@ class FleetState:
 class FleetMetrics:
     """Adds to the fleet's counters after each task, and reads them back."""
 
-    def __init__(self, connection: Connection, shards: Shards, people: People) -> None:
+    def __init__(
+        self, connection: Connection, shards: Shards, people: People, flush_ms: int = 500
+    ) -> None:
         self._connection = connection
+        self._flush_s = flush_ms / 1000
+        """How long counts are held before they are written (0: at once)."""
         self._shards = shards
         self._people = people
+        self._lock = threading.Lock()
+        self._adds: Counter[str] = Counter()
+        self._sums: Counter[str] = Counter()
+        self._flusher: tuple[int, threading.Thread] | None = None
+        """(pid, thread) of the thread that flushes: a forked child starts its own."""
 
     def count(self, task: str, report: Report) -> None:
-        """Count one task (`advance`, `call_model`, `run_tool`) and its call, if it made one."""
+        """Count one task (`advance`, `call_model`, `run_tool`) and its call, if it made
+        one: held in this process, written within the flush interval."""
         outcome = "failed" if report.failed else "idle" if report.idle else "ok"
         outcome = "waiting" if report.waited else outcome
         adds: dict[str, int] = {f"steps|{task}|{outcome}": 1}
@@ -97,6 +114,33 @@ class FleetMetrics:
         sums: dict[str, float] = {}
         if report.call is not None:
             _add_call(report.call, adds, sums)
+        with self._lock:
+            self._adds.update(adds)
+            self._sums.update(sums)
+            if self._flush_s and (self._flusher is None or self._flusher[0] != os.getpid()):
+                self._start_flusher()
+        if not self._flush_s:
+            self.flush()
+
+    def _start_flusher(self) -> None:
+        thread = threading.Thread(target=self._flush_often, name="relay-metrics", daemon=True)
+        self._flusher = (os.getpid(), thread)
+        thread.start()
+        atexit.register(self.flush)
+
+    def _flush_often(self) -> None:
+        me = os.getpid()
+        while self._flusher is not None and self._flusher[0] == me:
+            time.sleep(self._flush_s)
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the counts this process holds, now."""
+        with self._lock:
+            adds, sums = self._adds, self._sums
+            if not adds and not sums:
+                return
+            self._adds, self._sums = Counter(), Counter()
         connection = self._connection
         try:
             with connection.errors():
@@ -107,8 +151,8 @@ class FleetMetrics:
                 for name, total in sums.items():
                     pipe.hincrbyfloat(key, name, total)
                 pipe.execute()
-        except StoreUnavailable as error:
-            log.warning("could not count a %s task in the metrics: %s", task, error)
+        except StoreUnavailable as error:  # (sent again, a write that landed would count twice)
+            log.warning("could not write %d metrics counts: %s", len(adds) + len(sums), error)
 
     def totals(self) -> Totals:
         """Return every counter."""
