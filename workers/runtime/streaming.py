@@ -10,7 +10,9 @@ mid-reply), so a reader never glues two replies together.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from collections import deque
 
 from workers.engine.ids import model_call
 from workers.errors import StoreUnavailable
@@ -26,15 +28,50 @@ CLOSE_SECONDS = 2.0
 """How long a call that ended waits for its last pieces to reach the stream."""
 
 
+class _Writer:
+    """The writer thread of this process, shared by every call that streams: it
+    writes each stream whose pieces are queued, one STREAM each, in the order they
+    became due. (A thread of its own per call cost a thread start each call; one
+    shared thread costs nothing while no reply streams.)"""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Begin anew: in a forked child, the parent's thread and lock are not its own."""
+        self._ready = threading.Condition()
+        self._due: deque[ReplyStream] = deque()
+        self._serving = False
+
+    def schedule(self, stream: ReplyStream) -> None:
+        with self._ready:
+            self._due.append(stream)
+            if not self._serving:  # the first stream of this process
+                self._serving = True
+                threading.Thread(target=self._serve, name="relay-live", daemon=True).start()
+            self._ready.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._ready:
+                while not self._due:
+                    self._ready.wait()
+                stream = self._due.popleft()
+            stream.write_queued()
+
+
+_WRITER = _Writer()
+os.register_at_fork(after_in_child=_WRITER.reset)
+
+
 class ReplyStream:
     """The `on_text` of one model call: its pieces go to the tree's live stream.
 
-    The call's thread only queues a piece; a writer thread of the call's own
-    (started by the first piece) sends what has queued in one STREAM, so the
-    reply is never held up by Redis, the first piece goes at once, and pieces that
-    arrive while a write is under way go together, as one "text" event. `close()`
-    (the call ended) waits for the last write, so the text is in the stream
-    before the reply is saved with the run.
+    The call's thread only queues a piece; the process's writer thread (`_Writer`)
+    sends what has queued in one STREAM, so the reply is never held up by Redis,
+    the first piece goes at once, and pieces that arrive while a write is under way
+    go together, as one "text" event. `close()` (the call ended) waits for the last
+    write, so the text is in the stream before the reply is saved with the run.
 
     Best effort: the reply itself is saved with the run whatever happens here. At
     most STREAM_CALL_CHARS characters of a reply are written; if Redis fails, or the
@@ -49,11 +86,13 @@ class ReplyStream:
         self._begun = False
         self._chars = 0
         self._lock = threading.Lock()
-        self._due = threading.Event()
         self._queued: list[tuple[str, str]] = []
-        self._closed = False
+        self._scheduled = False
+        """Due with the writer (from a queued piece until its write begins)."""
+        self._settled = threading.Event()
+        """Set while nothing is queued or being written: what `close` waits for."""
+        self._settled.set()
         self._stopped = False
-        self._writer: threading.Thread | None = None
 
     def __call__(self, piece: str) -> None:
         events = self._events(piece)
@@ -65,10 +104,10 @@ class ReplyStream:
                     self._queued[-1] = ("text", self._queued[-1][1] + text)  # one event for both
                 else:
                     self._queued.append((kind, text))
-            self._due.set()
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write, name="relay-live", daemon=True)
-                self._writer.start()
+            self._settled.clear()
+            schedule, self._scheduled = not self._scheduled, True
+        if schedule:
+            _WRITER.schedule(self)
 
     def _events(self, piece: str) -> list[tuple[str, str]]:
         """The stream events a piece makes (a mark first when the reply begins or restarts)."""
@@ -86,30 +125,24 @@ class ReplyStream:
         self._begun = True
         return [("restarted" if self._again else "step", self._call), ("text", piece)]
 
-    def _write(self) -> None:
-        while True:
-            self._due.wait()
-            with self._lock:
-                batch, self._queued = self._queued, []
-                self._due.clear()
-                closed = self._closed
-            if batch and not self._stopped:
-                try:
-                    self._stopped = not self._live.add(self._run, batch)
-                except StoreUnavailable as error:
-                    log.warning("streaming %s of run %s stopped: %s", self._call, self._run, error)
-                    self._stopped = True
-            if closed:
-                return
+    def write_queued(self) -> None:
+        """Write what is queued, in one STREAM (on the writer's thread)."""
+        with self._lock:
+            batch, self._queued = self._queued, []
+            self._scheduled = False  # a piece queued from now on is due again
+        if batch and not self._stopped:
+            try:
+                self._stopped = not self._live.add(self._run, batch)
+            except StoreUnavailable as error:
+                log.warning("streaming %s of run %s stopped: %s", self._call, self._run, error)
+                self._stopped = True
+        with self._lock:
+            if not self._scheduled:
+                self._settled.set()
 
     def close(self, timeout: float = CLOSE_SECONDS) -> None:
         """The call ended: wait (up to `timeout`) until what it wrote is in the stream."""
-        with self._lock:
-            self._closed = True
-            self._due.set()
-            writer = self._writer
-        if writer is not None:
-            writer.join(timeout)
+        self._settled.wait(timeout)
 
     def __enter__(self) -> ReplyStream:
         return self

@@ -1,0 +1,113 @@
+"""`ReplyStream`: a model call's pieces reach its tree's live stream through the
+process's one writer thread, in order, batched while a write is under way, each
+stream's failure its own, and in a forked child too."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections.abc import Sequence
+
+from workers.errors import StoreUnavailable
+from workers.runtime.streaming import ReplyStream
+from workers.store.live import LiveStreams
+
+
+class FakeLive:
+    """What `LiveStreams.add` was given, per run; `gate` holds writes while it is clear."""
+
+    def __init__(self, *, failing: Sequence[str] = ()) -> None:
+        self.batches: dict[str, list[list[tuple[str, str]]]] = {}
+        self.gate = threading.Event()
+        self.gate.set()
+        self.failing = set(failing)
+        self.writers: set[str] = set()
+
+    def add(self, run_id: str, events: list[tuple[str, str]]) -> bool:
+        self.writers.add(threading.current_thread().name)
+        self.gate.wait(10)
+        if run_id in self.failing:
+            raise StoreUnavailable("Redis went away")
+        self.batches.setdefault(run_id, []).append(list(events))
+        return True
+
+    def text(self, run_id: str) -> str:
+        return "".join(t for batch in self.batches.get(run_id, []) for k, t in batch if k == "text")
+
+
+def _stream(live: FakeLive, run_id: str) -> ReplyStream:
+    fake: LiveStreams = live  # type: ignore[assignment]
+    return ReplyStream(fake, run_id, seq=1, attempt=1)
+
+
+def test_pieces_queued_during_a_write_go_together_and_close_waits_for_them() -> None:
+    live = FakeLive()
+    stream = _stream(live, "r1")
+    live.gate.clear()  # the first write is held
+    stream("Hel")
+    time.sleep(0.05)
+    stream("lo, ")
+    stream("world")
+    live.gate.set()
+    stream.close()
+    assert live.batches["r1"][0] == [("step", "m1"), ("text", "Hel")]
+    assert live.batches["r1"][1:] == [[("text", "lo, world")]]  # one event for both
+
+
+def test_many_calls_share_one_writer_and_keep_their_order() -> None:
+    live = FakeLive()
+    streams = [_stream(live, f"run{n}") for n in range(40)]
+
+    def speak(stream: ReplyStream, n: int) -> None:
+        for i in range(200):
+            stream(f"{n}.{i} ")
+        stream.close()
+
+    threads = [threading.Thread(target=speak, args=(s, n)) for n, s in enumerate(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for n in range(40):
+        assert live.text(f"run{n}") == "".join(f"{n}.{i} " for i in range(200))
+    assert live.writers == {"relay-live"}
+    assert sum(t.name == "relay-live" for t in threading.enumerate()) == 1
+
+
+def test_a_stream_whose_write_fails_stops_and_the_others_go_on() -> None:
+    live = FakeLive(failing=["broken"])
+    broken, fine = _stream(live, "broken"), _stream(live, "fine")
+    broken("lost")
+    fine("kept ")
+    broken.close()
+    broken("after the failure")  # dropped: this call's streaming stopped
+    fine("too")
+    began = time.monotonic()
+    broken.close()
+    fine.close()
+    assert time.monotonic() - began < 5
+    assert "broken" not in live.batches
+    assert live.text("fine") == "kept too"
+
+
+def _in_child(answer: multiprocessing.SimpleQueue[str]) -> None:
+    live = FakeLive()
+    stream = _stream(live, "child")
+    stream("from the child")
+    stream.close()
+    answer.put(live.text("child"))
+
+
+def test_a_forked_child_streams_through_a_writer_of_its_own() -> None:
+    live = FakeLive()
+    parent = _stream(live, "parent")
+    parent("the parent's writer runs")
+    parent.close()
+    context = multiprocessing.get_context("fork")
+    answer: multiprocessing.SimpleQueue[str] = context.SimpleQueue()
+    child = context.Process(target=_in_child, args=(answer,))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    assert answer.get() == "from the child"
