@@ -40,6 +40,9 @@
     RELAY_EVENTS                 Celery task events for Flower: 1 or 0 (1)
     RELAY_INLINE_MS              a worker continues a run's next step in the same task
                                  (no broker hop) for up to this many ms; 0 = off (250)
+    RELAY_MODEL_CARRIED          model calls a worker process carries past their tasks
+                                 (the task claims the call and ends; a thread makes
+                                 it); 0 = each call holds its task's slot (0)
     RELAY_METRICS_FLUSH_MS       a worker process writes its tasks' counters at most
                                  this many ms after they end, all in one round trip;
                                  0 = each task writes its own (500)
@@ -396,6 +399,9 @@ class Settings(BaseModel):
     inline_ms: Annotated[int, BeforeValidator(_count(0))] = 250
     """How long a task may go on with its run's next step in place of publishing it (the
     slice, from the task's start); 0: every step is published (`workers.runtime.continuation`)."""
+    model_carried: Annotated[int, BeforeValidator(_count(0))] = 0
+    """Model calls a worker process carries past their tasks at once (0: none; each call
+    holds its task's pool slot; `workers.runtime.carried`)."""
     metrics_flush_ms: Annotated[int, BeforeValidator(_count(0))] = 500
     """How long a worker process holds its tasks' counters before it writes them (0: each
     task writes its own; `workers.runtime.metrics`)."""

@@ -179,6 +179,10 @@ class ModelServer:
         """Calls answered 429 because they passed the server's own rate limit."""
         self.failed = 0
         """Calls answered with the status of `fail_with`."""
+        self.delaying = 0
+        """Calls waiting out their reply's `delay` now."""
+        self.most_delaying = 0
+        """The most calls that waited out their `delay` at once (calls in flight)."""
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.owner = self
         self._thread = threading.Thread(
@@ -222,6 +226,18 @@ class ModelServer:
         self.stop()
         if error is None and self._errors:
             raise AssertionError("the responder failed") from self._errors[0]
+
+    def _delay(self, seconds: float) -> bool:
+        """Wait out a reply's delay, counted among the calls in flight; True if the server
+        is stopping."""
+        with self._lock:
+            self.delaying += 1
+            self.most_delaying = max(self.most_delaying, self.delaying)
+        try:
+            return self._stopping.wait(seconds)
+        finally:
+            with self._lock:
+                self.delaying -= 1
 
     # --- limits and faults a test turns on ---
 
@@ -471,7 +487,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(refused[0], _error_body(_phrase(refused[0])), refused[1])
             return
         reply = owner._reply_to(call)
-        stopped = owner._stopping.wait(reply.delay) if reply.delay > 0 else False
+        stopped = owner._delay(reply.delay) if reply.delay > 0 else False
         if reply.hang:
             stopped = owner._stopping.wait()
         if stopped or reply.close:

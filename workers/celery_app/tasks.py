@@ -49,7 +49,7 @@ class RuntimeLike(Protocol):
 
     def task(self, message: Message, hard_limit_s: float | None = None) -> Report: ...
     def tick(self) -> None: ...
-    def flush(self) -> None: ...
+    def stop(self) -> None: ...
     def start_ticking(self) -> Callable[[], None]: ...
 
 
@@ -136,15 +136,15 @@ def _connect_signals(app: Celery, runtime: _Built) -> None:
     worker_process_init.connect(_in_prefork_child, weak=False, dispatch_uid="relay-prefork")
     worker_shutting_down.connect(_say_what_is_held, weak=False, dispatch_uid="relay-held")
 
-    def flush(**_: Any) -> None:
-        # What the process counted since its last flush (a prefork child's, or a
-        # threads or solo pool's): written as it stops, not lost with it.
+    def stop(**_: Any) -> None:
+        # A prefork child's, or a threads or solo pool's process: the calls it carries
+        # end, and what it counted since its last flush is written, not lost with it.
         built = runtime.built()
         if built is not None:
-            built.flush()
+            built.stop()
 
     for stopping in (worker_process_shutdown, worker_shutdown):
-        stopping.connect(flush, weak=False, dispatch_uid=f"relay-flush-{id(app)}")
+        stopping.connect(stop, weak=False, dispatch_uid=f"relay-stop-{id(app)}")
 
     def build_runtime(sender: Any, **_: Any) -> None:
         if getattr(sender, "app", None) is app:  # a worker of this app (not of another)

@@ -28,6 +28,7 @@ from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelSource
 from workers.runtime.calls import Calls
+from workers.runtime.carried import Carrier
 from workers.runtime.carrier import name_runs_in_logs
 from workers.runtime.continuation import Continuation, Reach
 from workers.runtime.metrics import FleetMetrics
@@ -80,9 +81,12 @@ class Runtime:
                 lease_ms=timing.lease_ms,
                 clock=clock,
             )
+        carried = settings.model_carried
+        self.carrier = Carrier(carried, self._carried_done) if carried else None
         self.calls = Calls(
-            self.steps, settings, model=models.get, pricing=pricing, router=router, key=key
-        )
+            self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,
+            carrier=self.carrier,
+        )  # fmt: skip
         self.ticker = Ticker(store.upkeep, tick, settings.tick_interval, clock)
         self.healing = Healing(store, send, timing)
         self.metrics = FleetMetrics(
@@ -108,17 +112,31 @@ class Runtime:
             report = self.calls.run_tool(message.run, message.call)
         else:
             report = self.steps.advance(message.run)
+        return report if report.carried else self._counted(message.kind, report)
+
+    def _carried_done(self, report: Report) -> None:
+        """A carried model call ended (on its carrier's thread): count and trace it."""
+        self._counted("call_model", report)
+
+    def _counted(self, kind: str, report: Report) -> Report:
+        """`report`, its call named by the model that served it (the app's key unless the
+        run has one), counted in the metrics and recorded as a span."""
         facts = report.call
-        if facts is not None:  # the model that served it; the app's key unless the run has one
+        if facts is not None:
             name = self._route_models.get(facts.route) or facts.name or self._model
             report = replace(report, call=replace(facts, name=name, key=facts.key or self._key))
-        self.metrics.count(message.kind, report)
+        self.metrics.count(kind, report)
         if report.call is not None:
             self.telemetry.record(report.call)
         return report
 
-    def flush(self) -> None:
-        """Write what this process counted and has not written yet (as it stops)."""
+    def stop(self) -> None:
+        """This process stops: let the model calls it carries end (up to
+        `carried.STOP_WAIT_S`), then write what it counted and has not written yet."""
+        if self.carrier is not None:
+            left = self.carrier.wait_idle()
+            if left:
+                log.warning("stopping with %d carried model calls: their leases lapse", left)
         self.metrics.flush()
 
     def tick(self) -> None:

@@ -45,6 +45,7 @@ from workers.model.endpoints import ModelRoute
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.wire import Model, ModelReply, complete
+from workers.runtime.carried import Carrier
 from workers.runtime.carrier import carrier, working_on
 from workers.runtime.leases import Lease, run_leased, run_leased_async, save_holding
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
@@ -179,8 +180,11 @@ class Calls:
         pricing: Pricing,
         router: ModelRouter | None = None,
         key: str = "relay",
+        carrier: Carrier | None = None,
     ) -> None:
         self.steps = steps
+        self.carrier = carrier
+        """Where model calls go past their tasks (RELAY_MODEL_CARRIED), if anywhere."""
         self.store = steps.store
         self.kit = steps.kit
         self.settings = settings
@@ -228,6 +232,11 @@ class Calls:
         if not_here is not None:
             return not_here
         with working_on(asked.run_id, asked.what):
+            if asked.seq is not None and self.carrier is not None:
+                carried = self.carrier.take(lambda: self._made(call, produce))
+                if carried is not None:
+                    line = f"{asked.what}: carried by this worker ({carried} in flight)"
+                    return Report(line, carried=True)
             return self._made(call, produce)
 
     def _made(self, call: Claimed, produce: Produce) -> Report:

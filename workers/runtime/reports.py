@@ -89,6 +89,9 @@ class Report:
     (a second delivery), or it was never due (refused)."""
     waited: bool = False
     """The call waits for a model route's capacity (rate limits): it is sent again later."""
+    carried: bool = False
+    """The task claimed its call and handed it to the process's carrier
+    (`workers.runtime.carried`): it is counted when the call ends."""
 
     def then(self, after: Report) -> Report:
         """This report followed by what came after it (the run's state once saved)."""

@@ -1,0 +1,87 @@
+"""Model calls carried past their tasks (`RELAY_MODEL_CARRIED`): a worker holds more
+calls in flight than its pool has slots, a crash loses none of them, and a worker
+that stops lets them end first. Real Redis, real workers, a real model server whose
+replies take their time.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agent_core import Stop
+from tests.support.brain import final
+from tests.support.fleet import Fleet, fleet
+from tests.support.model_server import Reply
+from workers.runtime.metrics import FleetMetrics
+
+
+def _slow(f: Fleet, marker: str, seconds: float) -> None:
+    f.brain.script(marker, {0: Reply(text=final("answered slowly"), delay=seconds)})
+
+
+def _resent(f: Fleet, run_id: str) -> int:
+    return sum(entry.kind == "resent" for entry in f.relay.trace(run_id))
+
+
+def test_a_worker_carries_more_calls_than_its_pool_has_slots(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        worker = f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100"})
+        _slow(f, "CARRIED", 1.5)
+        runs = [f.relay.start(f"CARRIED-{n}: answer") for n in range(30)]
+        outcomes = [f.relay.wait(run_id, timeout=120) for run_id in runs]
+        assert [o.summary for o in outcomes] == ["answered slowly"] * 30, f.logs()
+        # Two slots, yet the calls waited on the model side by side.
+        assert f.model.most_delaying >= 20
+        status = f.relay.status(runs[0])
+        assert status.total_usage.total_tokens > 0  # its usage saved with the run
+        assert "carried by this worker" in f.full_logs()
+        assert all(_resent(f, run_id) == 0 for run_id in runs)
+        worker.stop()
+        store = f.relay.store
+        totals = FleetMetrics(store.connection, store.shards, store.people).totals()
+    # Each call counted once, when it ended (not again for its hand-off).
+    assert sum(n for labels, n in totals.calls.items() if labels[-1] == "ok") == 30
+    assert sum(n for (task, _), n in totals.steps.items() if task == "call_model") == 30
+
+
+def test_without_carrying_the_slots_bound_the_calls_in_flight(tmp_path: Path) -> None:
+    # The control for the test above: the same load, RELAY_MODEL_CARRIED at its default.
+    with fleet(tmp_path) as f:
+        f.worker("--pool", "prefork", "-c", "2")
+        _slow(f, "SLOTTED", 0.5)
+        runs = [f.relay.start(f"SLOTTED-{n}: answer") for n in range(8)]
+        assert all(f.relay.wait(run_id, timeout=120).stop is Stop.DONE for run_id in runs)
+        assert f.model.most_delaying <= 2
+        assert "carried by this worker" not in f.full_logs()
+
+
+def test_calls_carried_by_a_worker_that_dies_are_made_again(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        first = f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100"})
+        _slow(f, "ORPHANED", 3.0)
+        runs = [f.relay.start(f"ORPHANED-{n}: answer") for n in range(10)]
+        f.until(lambda: f.model.delaying >= 10, 30, what="ten calls in flight")
+        first.kill()  # SIGKILL, with ten calls carried and two slots
+        f.worker("--pool", "threads", "-c", "2", name="second")
+        outcomes = [f.relay.wait(run_id, timeout=120) for run_id in runs]
+        assert [o.summary for o in outcomes] == ["answered slowly"] * 10, f.logs()
+        # Each call's lease lapsed; the tick sent it again; the trace says so.
+        assert all(_resent(f, run_id) == 1 for run_id in runs)
+
+
+def test_a_worker_that_stops_lets_its_carried_calls_end_first(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        worker = f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100"})
+        _slow(f, "STOPPING", 2.0)
+        runs = [f.relay.start(f"STOPPING-{n}: answer") for n in range(6)]
+        f.until(lambda: f.model.delaying >= 6, 30, what="six calls in flight")
+        began = time.monotonic()
+        worker.stop()  # a warm shutdown (SIGTERM), with no other worker to take over
+        assert time.monotonic() - began < 30
+        for run_id in runs:  # each saved by the worker that carried it, before it went
+            status = f.relay.status(run_id)
+            assert status.state == "finished", f.logs()
+            assert status.outcome is not None
+            assert status.outcome.summary == "answered slowly"
+            assert _resent(f, run_id) == 0
