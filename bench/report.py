@@ -414,6 +414,28 @@ def _live(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _inflight(r: dict[str, Any]) -> list[Row]:
+    rows = []
+    shapes = (("carried", "prefork -c 2, RELAY_MODEL_CARRIED"), ("slots", "threads -c 64"))
+    for name, what in shapes:
+        v = r[name]
+        rows.append(
+            Row(
+                "12 inflight",
+                f"{what}: {v['runs']:,} runs, {r['seconds_per_reply']:g} s a reply",
+                f"{v['most_in_flight']:,} calls in flight, {v['runs_per_s']:,} runs/s"
+                f" ({v['took_over_allowed']} x what the model allows),"
+                f" {v['worker_cores_busy']} cores busy, {v['kb_per_call_in_flight']:,} KB"
+                f" a call, Redis {v['redis_us_per_step']} us a step",
+                ">= 1,000 in flight, < 1 core" if name == "carried" else "beside",
+                _check(v["most_in_flight"] >= 1_000 and v["worker_cores_busy"] < 1.0)
+                if name == "carried"
+                else "",
+            )
+        )
+    return rows
+
+
 def _routes(r: dict[str, Any]) -> list[Row]:
     spaced, unspaced, admit = r["with_route_limit"], r["without"], r["admission"]
     limit = f"{r['limit']} calls in any {r['window_s']:.0f} s"
@@ -514,6 +536,7 @@ _ROWS = {
     "admission": _admission,
     "routes": _routes,
     "live": _live,
+    "inflight": _inflight,
 }
 
 

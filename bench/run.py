@@ -24,6 +24,7 @@ from bench import (
     batch,
     evals,
     growth,
+    inflight,
     journal,
     live,
     many,
@@ -55,6 +56,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "live": live.run,
     "journal": journal.run,
     "evals": evals.run,
+    "inflight": inflight.run,
 }
 
 

@@ -182,7 +182,13 @@ class ModelClient:
         timeout = httpx.Timeout(
             settings.read_timeout, connect=settings.connect_timeout, pool=settings.connect_timeout
         )
-        self._http = httpx.Client(headers=headers, timeout=timeout, transport=transport)
+        # No cap of httpx's own (100 connections): the pool's slots and RELAY_MODEL_CARRIED
+        # bound the calls a process makes at once, and a call past httpx's cap would wait
+        # for a connection, then fail.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        self._http = httpx.Client(
+            headers=headers, timeout=timeout, transport=transport, limits=limits
+        )
         # What no error may show: the key, and the secrets in the URL's query string.
         # (A value of a few characters would garble every message, and hides nothing.)
         secrets = [s for s in url_secrets(settings.url) if len(s) >= 4]
