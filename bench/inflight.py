@@ -122,10 +122,13 @@ def _load(b: Bench, worker: Worker, stats_url: str, runs: int, marker: str) -> d
     }
 
 
-def _variant(b: Bench, name: str, runs: int, args: tuple[str, ...], env: dict[str, str]) -> Any:
+def _variant(
+    b: Bench, name: str, runs: int, args: tuple[str, ...], env: dict[str, str], *, pieces: int = 10
+) -> Any:
     port = free_port()
+    serve = ["--port", str(port), "--seconds", str(SECONDS), "--pieces", str(pieces)]
     model = subprocess.Popen(  # its own process: its CPU is not the worker's or ours
-        [sys.executable, "-m", "bench.slow_model", "--port", str(port), "--seconds", str(SECONDS)],
+        [sys.executable, "-m", "bench.slow_model", *serve],
         stdout=subprocess.DEVNULL,
         start_new_session=True,
     )
