@@ -13,11 +13,21 @@ from agent_core import Stop
 from tests.support.brain import final
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
+from tests.support.worker_process import RelayProcess
 from workers.runtime.metrics import FleetMetrics
 
 
 def _slow(f: Fleet, marker: str, seconds: float) -> None:
     f.brain.script(marker, {0: Reply(text=final("answered slowly"), delay=seconds)})
+
+
+def _carrying(f: Fleet, marker: str, seconds: float, count: int) -> tuple[RelayProcess, list[str]]:
+    """A worker that carries model calls, with `count` runs' calls in flight on it."""
+    worker = f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100"})
+    _slow(f, marker, seconds)
+    runs = [f.relay.start(f"{marker}-{n}: answer") for n in range(count)]
+    f.until(lambda: f.model.delaying >= count, 30, what=f"{count} calls in flight")
+    return worker, runs
 
 
 def _resent(f: Fleet, run_id: str) -> int:
@@ -58,10 +68,7 @@ def test_without_carrying_the_slots_bound_the_calls_in_flight(tmp_path: Path) ->
 
 def test_calls_carried_by_a_worker_that_dies_are_made_again(tmp_path: Path) -> None:
     with fleet(tmp_path) as f:
-        first = f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100"})
-        _slow(f, "ORPHANED", 3.0)
-        runs = [f.relay.start(f"ORPHANED-{n}: answer") for n in range(10)]
-        f.until(lambda: f.model.delaying >= 10, 30, what="ten calls in flight")
+        first, runs = _carrying(f, "ORPHANED", 3.0, 10)
         first.kill()  # SIGKILL, with ten calls carried and two slots
         f.worker("--pool", "threads", "-c", "2", name="second")
         outcomes = [f.relay.wait(run_id, timeout=120) for run_id in runs]
@@ -72,10 +79,7 @@ def test_calls_carried_by_a_worker_that_dies_are_made_again(tmp_path: Path) -> N
 
 def test_a_worker_that_stops_lets_its_carried_calls_end_first(tmp_path: Path) -> None:
     with fleet(tmp_path) as f:
-        worker = f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100"})
-        _slow(f, "STOPPING", 2.0)
-        runs = [f.relay.start(f"STOPPING-{n}: answer") for n in range(6)]
-        f.until(lambda: f.model.delaying >= 6, 30, what="six calls in flight")
+        worker, runs = _carrying(f, "STOPPING", 2.0, 6)
         began = time.monotonic()
         worker.stop()  # a warm shutdown (SIGTERM), with no other worker to take over
         assert time.monotonic() - began < 30
