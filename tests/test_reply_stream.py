@@ -15,7 +15,8 @@ from workers.store.live import LiveStreams
 
 
 class FakeLive:
-    """What `LiveStreams.add` was given, per run; `gate` holds writes while it is clear."""
+    """What `LiveStreams.add_many` was given, per run; `gate` holds writes while it is
+    clear."""
 
     def __init__(self, *, failing: Sequence[str] = ()) -> None:
         self.batches: dict[str, list[list[tuple[str, str]]]] = {}
@@ -23,14 +24,25 @@ class FakeLive:
         self.gate.set()
         self.failing = set(failing)
         self.writers: set[str] = set()
+        self.round_trips = 0
+        self.widest = 0
+        """The most streams one round trip wrote."""
 
-    def add(self, run_id: str, events: list[tuple[str, str]]) -> bool:
+    def add_many(
+        self, batches: Sequence[tuple[str, list[tuple[str, str]]]]
+    ) -> list[bool | StoreUnavailable]:
         self.writers.add(threading.current_thread().name)
         self.gate.wait(10)
-        if run_id in self.failing:
-            raise StoreUnavailable("Redis went away")
-        self.batches.setdefault(run_id, []).append(list(events))
-        return True
+        self.round_trips += 1
+        self.widest = max(self.widest, len(batches))
+        answers: list[bool | StoreUnavailable] = []
+        for run_id, events in batches:
+            if run_id in self.failing:
+                answers.append(StoreUnavailable("Redis went away"))
+                continue
+            self.batches.setdefault(run_id, []).append(list(events))
+            answers.append(True)
+        return answers
 
     def text(self, run_id: str) -> str:
         return "".join(t for batch in self.batches.get(run_id, []) for k, t in batch if k == "text")
@@ -73,6 +85,23 @@ def test_many_calls_share_one_writer_and_keep_their_order() -> None:
         assert live.text(f"run{n}") == "".join(f"{n}.{i} " for i in range(200))
     assert live.writers == {"relay-live"}
     assert sum(t.name == "relay-live" for t in threading.enumerate()) == 1
+
+
+def test_streams_due_together_are_written_in_one_round_trip() -> None:
+    live = FakeLive()
+    first = _stream(live, "first")
+    live.gate.clear()
+    first("held")  # the writer waits in this write: the others queue meanwhile
+    time.sleep(0.05)
+    others = [_stream(live, f"run{n}") for n in range(30)]
+    for stream in others:
+        stream("piece")
+    live.gate.set()
+    for stream in [first, *others]:
+        stream.close()
+    assert all(live.text(f"run{n}") == "piece" for n in range(30))
+    assert live.widest == 30
+    assert live.round_trips == 2
 
 
 def test_a_stream_whose_write_fails_stops_and_the_others_go_on() -> None:

@@ -11,7 +11,7 @@ import pytest
 from agent_core import Config, Outcome, Stop, ToolOutput
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
-from workers import RelayError, Settings
+from workers import RelayError, Settings, StoreUnavailable
 from workers.client.runs import RunsClient
 from workers.engine.budget import Admission, Budget
 from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, Reservation, UsageAdd
@@ -661,3 +661,20 @@ def test_wait_never_returns_the_turn_a_follow_up_is_reopening(store: RunStore) -
 
 def _line() -> TraceEntry:
     return TraceEntry(at_ms=1, run="r1", kind="finished", text="April")
+
+
+def test_live_events_of_many_runs_go_in_one_round_trip_each_answered_alone(
+    store: RunStore,
+) -> None:
+    store.create(_record("r1"), "snap", due_ms=5_000)
+    store.create(_record("r2"), "snap", due_ms=5_000)
+    answers = store.live.add_many(
+        [("r1", [("text", "one")]), ("gone", [("text", "lost")]), ("r2", [("text", "two")])]
+    )
+    assert answers == [True, False, True]  # a tree that is gone writes nothing
+    assert [e.text for e in store.live.read("r1", "0", None)] == ["one"]
+    store.redis.set(store.keys.live("r1"), "not a stream")  # this one's write fails alone
+    first, second = store.live.add_many([("r1", [("text", "x")]), ("r2", [("text", "y")])])
+    assert isinstance(first, StoreUnavailable)
+    assert second is True
+    assert [e.text for e in store.live.read("r2", "0", None)] == ["two", "y"]

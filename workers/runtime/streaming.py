@@ -29,10 +29,11 @@ CLOSE_SECONDS = 2.0
 
 
 class _Writer:
-    """The writer thread of this process, shared by every call that streams: it
-    writes each stream whose pieces are queued, one STREAM each, in the order they
-    became due. (A thread of its own per call cost a thread start each call; one
-    shared thread costs nothing while no reply streams.)"""
+    """The writer thread of this process, shared by every call that streams: it takes
+    every stream whose pieces are queued (at most WRITE_MOST at once, in the order they
+    became due) and writes them in one round trip, one STREAM each. (A thread of its
+    own per call cost a thread start each call; one shared thread costs nothing while
+    no reply streams, and many replies at once share their round trips.)"""
 
     def __init__(self) -> None:
         self.reset()
@@ -56,10 +57,29 @@ class _Writer:
             with self._ready:
                 while not self._due:
                     self._ready.wait()
-                stream = self._due.popleft()
-            stream.write_queued()
+                streams = [self._due.popleft() for _ in range(min(WRITE_MOST, len(self._due)))]
+            _write(streams)
 
 
+def _write(streams: list[ReplyStream]) -> None:
+    """Write what each of `streams` has queued, all in one round trip (streams of one
+    LiveStreams, as a process has: those of another store go in a round trip of their own)."""
+    taken = [(stream, stream.take_queued()) for stream in streams]
+    by_store: dict[int, list[tuple[ReplyStream, list[tuple[str, str]]]]] = {}
+    for stream, batch in taken:
+        by_store.setdefault(id(stream.live), []).append((stream, batch))
+    for group in by_store.values():
+        live = group[0][0].live
+        writing = [(stream, batch) for stream, batch in group if batch and not stream.stopped]
+        answers = live.add_many([(stream.run, batch) for stream, batch in writing])
+        for (stream, _), answer in zip(writing, answers, strict=True):
+            stream.written(answer)
+        for stream, _ in group:
+            stream.settle()
+
+
+WRITE_MOST = 256
+"""Streams written in one round trip, at most."""
 _WRITER = _Writer()
 os.register_at_fork(after_in_child=_WRITER.reset)
 
@@ -125,17 +145,35 @@ class ReplyStream:
         self._begun = True
         return [("restarted" if self._again else "step", self._call), ("text", piece)]
 
-    def write_queued(self) -> None:
-        """Write what is queued, in one STREAM (on the writer's thread)."""
+    @property
+    def live(self) -> LiveStreams:
+        return self._live
+
+    @property
+    def run(self) -> str:
+        return self._run
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def take_queued(self) -> list[tuple[str, str]]:
+        """What is queued, for the writer to write (on its thread)."""
         with self._lock:
             batch, self._queued = self._queued, []
             self._scheduled = False  # a piece queued from now on is due again
-        if batch and not self._stopped:
-            try:
-                self._stopped = not self._live.add(self._run, batch)
-            except StoreUnavailable as error:
-                log.warning("streaming %s of run %s stopped: %s", self._call, self._run, error)
-                self._stopped = True
+        return batch
+
+    def written(self, answer: bool | StoreUnavailable) -> None:
+        """What writing the taken pieces came to: False (the tree's root has finished) or
+        an error stops this call's streaming."""
+        if isinstance(answer, StoreUnavailable):
+            log.warning("streaming %s of run %s stopped: %s", self._call, self._run, answer)
+        self._stopped = answer is not True
+
+    def settle(self) -> None:
+        """The writer is done with this stream for now: `close` may return, unless more
+        was queued meanwhile."""
         with self._lock:
             if not self._scheduled:
                 self._settled.set()

@@ -9,7 +9,7 @@ runs a Lua script call built by `workers.store.scripts`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
@@ -53,6 +53,32 @@ class Connection:
         with self.errors():
             answer = script(keys=call.keys, args=call.args)
         return call.read(answer)
+
+    def run_many(self, calls: Sequence[ScriptCall[A]]) -> list[A | StoreUnavailable]:
+        """Run script calls in one round trip (a pipeline, not a transaction; one at a time
+        on a cluster, whose pipelines do not load scripts); each one's answer, read, or
+        the StoreUnavailable that refused it (all of them, if Redis cannot be reached)."""
+        if self.keys.cluster or len(calls) < 2:
+            found: list[A | StoreUnavailable] = []
+            for call in calls:
+                try:
+                    found.append(self.run(call))
+                except StoreUnavailable as error:
+                    found.append(error)
+            return found
+        try:
+            with self.errors():
+                pipe = self.redis.pipeline(transaction=False)
+                for call in calls:
+                    script = self._script(call.name, self.redis)
+                    script(keys=call.keys, args=call.args, client=pipe)
+                answers = pipe.execute(raise_on_error=False)
+        except StoreUnavailable as error:
+            return [error] * len(calls)
+        return [
+            StoreUnavailable(str(answer)) if isinstance(answer, Exception) else call.read(answer)
+            for call, answer in zip(calls, answers, strict=True)
+        ]
 
     def _script(self, name: str, client: Any) -> Any:
         # A script is registered once per client: no round trip (EVALSHA, and the

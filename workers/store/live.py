@@ -12,9 +12,11 @@ the stream as `StreamEvent`s, and sends follow-ups (REPLY).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from workers.engine.events import FollowUp
 from workers.engine.records import StreamEvent
+from workers.errors import StoreUnavailable
 from workers.store import reads, scripts
 from workers.store.connection import Connection
 from workers.store.layout import STREAM_IDLE_S, STREAM_MAX
@@ -40,14 +42,20 @@ class LiveStreams:
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
 
-    def add(self, run_id: str, events: list[tuple[str, str]]) -> bool:
-        """Append (kind, text) events of `run_id` to its tree's stream; False if the tree's
-        root has finished (or is gone), and nothing was written."""
-        stream = scripts.stream(
-            self._connection.keys, run_id=run_id, events=events, keep=STREAM_MAX,
-            idle_s=STREAM_IDLE_S,
-        )  # fmt: skip
-        return self._connection.run(stream)
+    def add_many(
+        self, batches: Sequence[tuple[str, list[tuple[str, str]]]]
+    ) -> list[bool | StoreUnavailable]:
+        """Append each run's (kind, text) events to its tree's stream, all in one round
+        trip. For each: True if written; False if the tree's root has finished (or is
+        gone) and nothing was written; or the StoreUnavailable that kept it out."""
+        keys = self._connection.keys
+        calls = [
+            scripts.stream(
+                keys, run_id=run_id, events=events, keep=STREAM_MAX, idle_s=STREAM_IDLE_S
+            )
+            for run_id, events in batches
+        ]
+        return self._connection.run_many(calls)
 
     def read(self, run_id: str, after: str, block_ms: int | None) -> list[StreamEvent]:
         """Return the events of `run_id`'s tree after id `after` (waiting up to `block_ms`
