@@ -421,7 +421,7 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
         v = r[name]
         rows.append(
             Row(
-                "12 inflight",
+                "14 inflight",
                 f"{what}: {v['runs']:,} runs, {r['seconds_per_reply']:g} s a reply",
                 f"{v['most_in_flight']:,} calls in flight, {v['runs_per_s']:,} runs/s"
                 f" ({v['took_over_allowed']} x what the model allows),"
