@@ -50,9 +50,8 @@ def _claims_ms(store: RunStore, ids: list[str], admission: Admission) -> list[fl
     for run_id in ids:
         started = time.perf_counter()
         store.claim(
-            run_id, "m1", seq=1, member=f"m|{run_id}|1", token="t", lease_ms=60_000,
-            now_ms=2_000, root=run_id.split(".", 1)[0], admission=admission,
-        )  # fmt: skip
+            run_id, "m1", seq=1, token="t", lease_ms=60_000, now_ms=2_000, admission=admission
+        )
         took.append((time.perf_counter() - started) * 1000)
     return took
 
