@@ -140,3 +140,26 @@ def test_a_forked_child_streams_through_a_writer_of_its_own() -> None:
     child.join(30)
     assert child.exitcode == 0
     assert answer.get() == "from the child"
+
+
+class BrokenLive(FakeLive):
+    def add_many(
+        self, batches: Sequence[tuple[str, list[tuple[str, str]]]]
+    ) -> list[bool | StoreUnavailable]:
+        if any(run_id == "bug" for run_id, _ in batches):
+            raise ValueError("a bug in the store")
+        return super().add_many(batches)
+
+
+def test_a_write_that_raises_stops_its_streams_and_the_writer_serves_the_next() -> None:
+    live = BrokenLive()
+    broken = _stream(live, "bug")
+    broken("never written")
+    began = time.monotonic()
+    broken.close()
+    assert time.monotonic() - began < 1  # settled at once, not after CLOSE_SECONDS
+    later = _stream(live, "later")
+    later("still written")
+    later.close()
+    assert live.text("later") == "still written"
+    assert "bug" not in live.batches

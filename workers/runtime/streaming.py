@@ -58,7 +58,13 @@ class _Writer:
                 while not self._due:
                     self._ready.wait()
                 streams = [self._due.popleft() for _ in range(min(WRITE_MOST, len(self._due)))]
-            _write(streams)
+            try:
+                _write(streams)
+            except Exception as error:  # noqa: BLE001 - the thread serves every later call too
+                log.warning("streaming stopped for %d calls: %s", len(streams), error)
+                for stream in streams:
+                    stream.written(False)
+                    stream.settle()
 
 
 def _write(streams: list[ReplyStream]) -> None:
