@@ -89,3 +89,7 @@ def test_a_worker_that_stops_lets_its_carried_calls_end_first(tmp_path: Path) ->
             assert status.outcome is not None
             assert status.outcome.summary == "answered slowly"
             assert _resent(f, run_id) == 0
+        store = f.relay.store
+        totals = FleetMetrics(store.connection, store.shards, store.people).totals()
+        # Counted, and written as the worker went: no call's count lost with it.
+        assert sum(n for labels, n in totals.calls.items() if labels[-1] == "ok") == 6

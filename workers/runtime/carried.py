@@ -79,16 +79,17 @@ class Carrier:
 
     def _carry(self, work: Callable[[], Report]) -> None:
         try:
-            report = work()
-        except Exception as error:  # noqa: BLE001 - its lease lapses and the tick sends it again
-            log.warning("a carried call failed before its outcome was saved: %s", error)
-            report = Report(f"failed before its outcome was saved ({error})", failed=True)
+            try:
+                report = work()
+            except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
+                log.warning("a carried call failed before its outcome was saved: %s", error)
+                report = Report(f"failed before its outcome was saved ({error})", failed=True)
+            try:
+                self._done(report)
+            except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
+                log.warning("could not count a carried call: %s", error)
         finally:
-            self._release()
-        try:
-            self._done(report)
-        except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
-            log.warning("could not count a carried call: %s", error)
+            self._release()  # after it is counted: a stopping worker writes the count
 
     def _release(self) -> None:
         with self._lock:
