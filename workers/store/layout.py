@@ -132,6 +132,7 @@ upgrade keep working. On a cluster every Lua script touches one slot:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -287,6 +288,10 @@ class IndexKeys:
     def listed(self, which: RunList) -> str:
         """The index of the runs on the list `which` (running, waiting, failed, ...)."""
         return self.lists[RUN_LISTS.index(which)]
+
+    def run_indexes(self, lists: Sequence[RunList]) -> list[str]:
+        """The indexes a listing of `lists` reads in this shard (every run's if none)."""
+        return [self.listed(which) for which in lists] if lists else [self.runs]
 
 
 @dataclass(frozen=True)

@@ -310,11 +310,7 @@ def newest_runs(
     and they are merged here. (A scrape of ten thousand reads `Shards.newest_runs`,
     which cuts each node's share to `limit` in a script.)"""
     found_shards = list(within) if within is not None else (yield from shards(keys))
-    names = [
-        key
-        for shard in found_shards
-        for key in ([shard.listed(which) for which in lists] if lists else [shard.runs])
-    ]
+    names = [key for shard in found_shards for key in shard.run_indexes(lists)]
     high = "+inf" if before is None else before[0]
     slack = 0 if before is None else SAME_MS_SLACK
     ranges = tuple(
@@ -351,9 +347,7 @@ def count_runs(
     (default: every listed shard), those expired but not yet pruned by the tick too."""
     found_shards = list(within) if within is not None else (yield from shards(keys))
     counts = tuple(
-        Command(("ZCARD", key))
-        for shard in found_shards
-        for key in ([shard.listed(which) for which in lists] if lists else [shard.runs])
+        Command(("ZCARD", key)) for shard in found_shards for key in shard.run_indexes(lists)
     )
     return sum(int(n) for n in (yield Batch(counts))) if counts else 0
 

@@ -135,11 +135,7 @@ class Shards:
         """The newest `limit` runs of every shard, newest first, as (run id, created ms):
         of the lists `lists` (all runs if none), created before `before` if given (runs
         are ordered by creation time, then by id, both newest first)."""
-        keys = [
-            (shard.slot, key)
-            for shard in self.all()
-            for key in ([shard.listed(which) for which in lists] if lists else [shard.runs])
-        ]
+        keys = [(shard.slot, key) for shard in self.all() for key in shard.run_indexes(lists)]
         high = float("inf") if before is None else before[0]
         # Runs created in the cursor's very millisecond may come before it: read past them.
         slack = 0 if before is None else SAME_MS_SLACK
