@@ -80,13 +80,18 @@ class _Pool:
     """Daemon threads that run calls, started as needed and kept for the next call.
 
     Starting a thread per call costs more than a small tool does; a call that
-    outlives its time limit keeps its thread, and the pool simply grows.
+    outlives its time limit keeps its thread, and the pool simply grows. A thread
+    left idle for `idle_s` ends, so a burst (a thousand carried model calls) does not
+    leave a thousand threads behind it.
     """
+
+    idle_s = 60.0
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[_Job[Any]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
+        """Threads waiting for a job that no submitted job is meant for yet."""
 
     def submit(self, job: _Job[Any]) -> None:
         with self._lock:
@@ -99,7 +104,15 @@ class _Pool:
 
     def _serve(self) -> None:
         while True:
-            self._jobs.get().run()
+            try:
+                job = self._jobs.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # no job is meant for this thread: it ends
+                        self._idle -= 1
+                        return
+                continue  # a job was submitted for it as the wait ran out: take it
+            job.run()
             with self._lock:
                 self._idle += 1
 
