@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 from workers.runtime.leases import _Job, _Pool
 
@@ -36,10 +37,10 @@ def test_a_burst_of_calls_leaves_no_idle_threads_behind_and_the_pool_still_serve
 
     # Calls that come while the threads are still idle reuse them: no new thread.
     again = [_Job(lambda: 7) for _ in range(10)]
-    for job in again:
-        pool.submit(job)
-    assert all(job.done.wait(10) for job in again)
-    assert [job.value for job in again] == [7] * 10
+    for seven in again:
+        pool.submit(seven)
+    assert all(seven.done.wait(10) for seven in again)
+    assert [seven.value for seven in again] == [7] * 10
     assert _calls_threads() <= before + 40
 
     assert _wait_for(lambda: _calls_threads() <= before), "idle threads did not end"
@@ -53,7 +54,7 @@ def test_a_call_submitted_as_an_idle_thread_gives_up_is_still_run() -> None:
     pool = _Pool()
     pool.idle_s = 0.01  # threads time out all the time: submits race their ends
     for round_ in range(300):
-        job = _Job(lambda round_=round_: round_)
+        job = _Job(partial(int, round_))
         pool.submit(job)
         assert job.done.wait(5), f"call {round_} was never run"
         assert job.value == round_
