@@ -282,3 +282,74 @@ def test_hot_agents_keep_the_most_recently_used_runs() -> None:
     assert hot.get("b", "2", b"{}") is None  # another version never uses it
     assert hot.get("b", "1", b"{ }") is None  # nor another record
     assert hot.get("b", "1", b"{}") is not None
+
+
+# --- the record's fixed fields, kept apart ---------------------------------------------------
+
+
+def _bytes_in(store: RunStore) -> int:
+    return int(store.redis.info("stats")["total_net_input_bytes"])
+
+
+def test_a_step_writes_the_fields_that_change_and_not_the_fixed_ones_again(
+    store: RunStore,
+) -> None:
+    long_task = "Summarise the attached report. " * 4_000  # ~120 KB, in the record only
+    record = _record().model_copy(update={"task": long_task, "key": "tenant-a", "memory": "m"})
+    agent = _started()
+    assert store.create(record, agent.snapshot(), due_ms=5_000)
+    key = store.keys.run("r1")
+    assert len(store.redis.hget(key, "fixed") or b"") > len(long_task)
+    assert b"Summarise" not in (store.redis.hget(key, "meta") or b"")
+
+    for n in range(3):
+        loaded = store.load("r1")
+        assert loaded is not None
+        assert loaded.record is not None
+        assert loaded.record.task == long_task  # read back whole
+        assert loaded.fixed_stored
+        _move(agent, n)
+        step = Advanced(
+            loaded.record.model_copy(update={"seq": n + 1, "updated_ms": 2_000 + n}),
+            agent.snapshot(),
+            Effects(),
+            stored=write(agent.history() if loaded.apart else None, agent),
+            fixed_stored=loaded.fixed_stored,
+        )
+        before = _bytes_in(store)
+        assert store.save(step, loaded.version) is Saved.SAVED
+        assert _bytes_in(store) - before < 20_000  # the task is not sent again
+    again = store.read("r1")
+    assert again is not None
+    assert again[0].task == long_task
+    assert (again[0].seq, again[0].key, again[0].memory) == (3, "tenant-a", "m")
+
+
+def test_a_run_from_before_the_fixed_fields_were_apart_keeps_them_apart_from_its_next_save(
+    store: RunStore,
+) -> None:
+    record = _record().model_copy(update={"key": "tenant-a", "app": "shop"})
+    agent = _started()
+    key = store.keys.run("r1")
+    # As the previous code wrote runs: the whole record in `meta`, no `fixed`.
+    head, entries = split(agent.snapshot())
+    store.redis.hset(key, mapping={"v": 4, "meta": record.model_dump_json(), "sf": 2, "head": head})
+    if entries:
+        store.redis.rpush(store.keys.history("r1"), *entries)
+    loaded = store.load("r1")
+    assert loaded is not None
+    assert loaded.record == record
+    assert not loaded.fixed_stored
+    _move(agent, 0)
+    changed = record.model_copy(update={"seq": 1, "updated_ms": 2_000})
+    stored = write(agent.history(), agent)
+    step = Advanced(changed, agent.snapshot(), Effects(), stored=stored, fixed_stored=False)
+    assert store.save(step, loaded.version) is Saved.SAVED
+    meta = json.loads(store.redis.hget(key, "meta") or b"{}")
+    fixed = json.loads(store.redis.hget(key, "fixed") or b"{}")
+    assert (fixed["task"], fixed["key"], fixed["app"]) == ("read", "tenant-a", "shop")
+    assert not {"id", "task", "key", "app", "config"} & set(meta)
+    again = store.load("r1", hot=False)
+    assert again is not None
+    assert again.record == changed
+    assert again.fixed_stored

@@ -218,3 +218,6 @@ class Advanced:
     messages: tuple[Message, ...] = ()
     stored: SnapshotWrite | None = None
     """How the save changes the stored snapshot; None: it writes `snapshot` whole."""
+    fixed_stored: bool = False
+    """Whether the store holds the record's fixed fields already (the save leaves them);
+    False: the save writes them too."""

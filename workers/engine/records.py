@@ -17,6 +17,7 @@ from workers.engine.budget import Budget
 from workers.engine.ids import PendingKind
 
 __all__ = [
+    "FIXED_FIELDS",
     "RUN_FILTERS",
     "RUN_LISTS",
     "CallTrack",
@@ -237,6 +238,19 @@ class RunRecord(BaseModel):
     recorded: tuple[str, ...] = ()
     """Tools whose calls never run: each gets the outcome recorded for its arguments
     (`Relay.start(recorded=...)`, an eval's recorded tools), else an error."""
+
+
+FIXED_FIELDS = frozenset(
+    {
+        "id", "parent", "root", "ancestors", "parent_call", "depth", "task", "recipe",
+        "schedule", "fired_ms", "approve_plan", "on_wait", "created_ms", "key", "app",
+        "budget", "config", "tools", "memory", "forked_from", "routes", "stubbed",
+        "recorded",
+    }
+)  # fmt: skip
+"""The fields of a `RunRecord` that are set when the run is made and never change (a step
+changes only the others: `engine.working.Working.decided`). The store keeps them apart,
+written once, so a step does not write the task and config again each time."""
 
 
 class TraceEntry(BaseModel):

@@ -156,7 +156,8 @@ class Steps:
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"
             return endings.failed_run(record, loaded.snapshot, problem, around)
-        return replace(advanced, stored=snapshots.write(stored, agent))
+        written = snapshots.write(stored, agent)
+        return replace(advanced, stored=written, fixed_stored=loaded.fixed_stored)
 
 
 def _notify_schedule(store: RunStore, advanced: Advanced) -> None:

@@ -28,7 +28,7 @@ from workers.engine.effects import (
 from workers.engine.events import InboxEvent, inbox_event
 from workers.engine.ids import OutboxMember, pending_member
 from workers.engine.journal import JOURNAL_MAX
-from workers.engine.records import Pending, RunRecord, TraceEntry, Usage
+from workers.engine.records import FIXED_FIELDS, Pending, RunRecord, TraceEntry, Usage
 from workers.store.layout import (
     NOTES_MAX,
     STREAM_IDLE_S,
@@ -47,11 +47,14 @@ __all__ = [
     "as_int",
     "as_text",
     "corrupt",
+    "fixed_json",
     "inbox_of",
     "loaded",
     "notes_key",
     "pending_json",
     "record_json",
+    "record_of",
+    "record_text",
     "save_effects",
     "trace_line",
     "usage_of",
@@ -78,6 +81,9 @@ class StoredRun(NamedTuple):
     caller keeps the agent of this version."""
     history: list[Any]
     inbox: list[Any]
+    fixed: Any = b""
+    """The record's fixed fields (`RunFields.FIXED`); empty for a run saved before they
+    were kept apart, and when the caller keeps the agent of this version."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,9 @@ class Loaded:
     its next save writes it apart)."""
     hot: Agent | None = None
     """The agent in exactly this version's state, kept by this process (`store.hot_agents`)."""
+    fixed_stored: bool = False
+    """Whether the record's fixed fields are stored apart already (a save then leaves
+    them); False for a run saved before they were, or one whose record is unreadable."""
 
     def agent(self, restore: Callable[[RunRecord, str], Agent]) -> Agent:
         """Return the run's agent to advance: a copy of the hot one, else `restore`d
@@ -107,8 +116,40 @@ class Loaded:
         return restore(self.record, self.snapshot)
 
 
+_FIXED = set(FIXED_FIELDS)  # (pydantic's include and exclude take a set)
+
+
 def record_json(record: RunRecord) -> str:
-    return record.model_dump_json(exclude_defaults=True)
+    """The record's fields that a step may change (RunFields.RECORD)."""
+    return record.model_dump_json(exclude_defaults=True, exclude=_FIXED)
+
+
+def fixed_json(record: RunRecord) -> str:
+    """The record's fields that never change (RunFields.FIXED), written once."""
+    return record.model_dump_json(exclude_defaults=True, include=_FIXED)
+
+
+def record_text(meta: bytes | str, fixed: bytes | str | None) -> bytes:
+    """The whole record's JSON from its two stored parts (a run saved before the fixed
+    fields were kept apart has them all in `meta`, and no `fixed`)."""
+    changing = meta.encode() if isinstance(meta, str) else meta
+    if not fixed:
+        return changing
+    kept = fixed.encode() if isinstance(fixed, str) else fixed
+    # Both are JSON objects written by the codec: the fields of one, then the other's.
+    # Anything else makes text the record's validation refuses (a corrupt record).
+    if changing == b"{}":
+        return kept
+    return kept[:-1] + b"," + changing[1:]
+
+
+def record_of(meta: bytes | str, fixed: bytes | str | None) -> RunRecord:
+    """The record read from its two stored parts.
+
+    Raises:
+        ValidationError: they do not make a record.
+    """
+    return RunRecord.model_validate_json(record_text(meta, fixed))
 
 
 def pending_json(pending: Pending) -> str:
@@ -133,17 +174,18 @@ def loaded(stored: StoredRun) -> Loaded | None:
     The snapshot is the head, with the history its entries, when the form says the
     history is stored apart; else the whole snapshot.
     """
-    version, meta, form, snap, history, entries = stored
+    version, meta, form, snap, history, entries, fixed = stored
     if not version:
         return None
     apart = form == HISTORY_APART
     text = as_text(snap or b"")
     snapshot = join(text, [as_text(h) for h in history]) if apart else text
     try:
-        record = RunRecord.model_validate_json(meta or b"")
+        record = record_of(meta or b"", fixed)
     except ValidationError as error:
         return Loaded(as_text(version), None, snapshot, inbox_of(entries), corrupt(error), apart)
-    return Loaded(as_text(version), record, snapshot, inbox_of(entries), apart=apart)
+    inbox = inbox_of(entries)
+    return Loaded(as_text(version), record, snapshot, inbox, apart=apart, fixed_stored=bool(fixed))
 
 
 def inbox_of(entries: list[Any]) -> list[tuple[str, InboxEvent | None]]:
@@ -192,6 +234,8 @@ def save_effects(keys: Keys, advanced: Advanced, own: OwnOutcome | None) -> str:
             "token": own.token,
             "member": own.member,
         }
+    if not advanced.fixed_stored:  # a run saved before they were apart, or unreadable
+        effects["fixed"] = fixed_json(advanced.record)
     return json.dumps(effects)
 
 
@@ -318,6 +362,7 @@ def _child(keys: Keys, child: ChildRun) -> list[Any]:
         keys.history(record.id),
         keys.journal(record.id),
         child.start,
+        fixed_json(record),
         *entries,
     ]
 

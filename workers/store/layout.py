@@ -181,7 +181,12 @@ class RunFields:
     VERSION = "v"
     """Counts saves; SAVE is a compare-and-set on it."""
     RECORD = "meta"
-    """The RunRecord JSON (fields equal to their default left out)."""
+    """The RunRecord JSON (fields equal to their default left out), but for the fields in
+    FIXED (a run saved before they were kept apart has them all here)."""
+    FIXED = "fixed"
+    """The RunRecord's fields that never change (`engine.records.FIXED_FIELDS`: its id,
+    task, config, ...) as JSON, written when the run is made; RECORD holds the rest.
+    A reader joins the two (`store.codec.record_text`)."""
     FORM = "sf"
     """How the agent's snapshot is stored: 2, its head in HEAD and its history entries
     in `hist:<id>`; absent, whole in SNAPSHOT (runs saved before; their next save

@@ -27,7 +27,7 @@ from workers.engine.records import (
 )
 from workers.errors import RunCorrupt
 from workers.store import scripts
-from workers.store.codec import as_int, as_text, corrupt, usage_of
+from workers.store.codec import as_int, as_text, corrupt, record_of, usage_of
 from workers.store.layout import IndexKeys, Keys, RunFields
 from workers.store.ops import Batch, Command, Steps
 from workers.store.snapshots import split
@@ -61,9 +61,9 @@ LIVE_READ_MAX = 1_000
 _KINDS = frozenset({"text", "step", "restarted", "done"})
 
 
-def _record(run_id: str, meta: bytes) -> RunRecord:
+def _record(run_id: str, meta: bytes, fixed: bytes | None) -> RunRecord:
     try:
-        return RunRecord.model_validate_json(meta)
+        return record_of(meta, fixed)
     except ValidationError as error:
         raise RunCorrupt(f"run {run_id}: {corrupt(error)}") from None
 
@@ -71,21 +71,23 @@ def _record(run_id: str, meta: bytes) -> RunRecord:
 def read(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, Usage] | None]:
     """The run's record and what it and its descendants used (no snapshot); None if
     there is no run. Raises RunCorrupt for a record that cannot be read."""
-    meta, *totals = yield Command(("HMGET", keys.run(run_id), RunFields.RECORD, *RunFields.USAGE))
+    meta, fixed, *totals = yield Command(
+        ("HMGET", keys.run(run_id), RunFields.RECORD, RunFields.FIXED, *RunFields.USAGE)
+    )
     if meta is None:
         return None
-    return _record(run_id, meta), usage_of(totals)
+    return _record(run_id, meta, fixed), usage_of(totals)
 
 
 def outcome(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, bool] | None]:
     """The run's record and whether a follow-up is on its way to it, read in one command
     (a save that reopens the run lands before or after both); None if there is no run."""
-    meta, follow_up = yield Command(
-        ("HMGET", keys.run(run_id), RunFields.RECORD, RunFields.FOLLOW_UP)
+    meta, fixed, follow_up = yield Command(
+        ("HMGET", keys.run(run_id), RunFields.RECORD, RunFields.FIXED, RunFields.FOLLOW_UP)
     )
     if meta is None:
         return None
-    return _record(run_id, meta), follow_up is not None
+    return _record(run_id, meta, fixed), follow_up is not None
 
 
 _LIMIT_FIELDS = (

@@ -39,6 +39,7 @@ from workers.store.codec import (
     as_text,
     inbox_of,
     loaded,
+    record_of,
     trace_line,
 )
 from workers.store.connection import Connection
@@ -160,7 +161,11 @@ class RunStore:
                 self.hot.forget(run_id)
                 return self.load(run_id, hot=False)
             inbox = inbox_of(stored.inbox)
-            return Loaded(known, found.record, "", inbox, apart=True, hot=found.agent)
+            # (Its fixed fields are stored: the save that made this version left them,
+            # or wrote them.)
+            return Loaded(
+                known, found.record, "", inbox, apart=True, hot=found.agent, fixed_stored=True
+            )
         return loaded(stored)
 
     def read(self, run_id: str) -> tuple[RunRecord, Usage] | None:
@@ -178,15 +183,15 @@ class RunStore:
         with self.errors():
             pipe = self.redis.pipeline(transaction=False)
             for run_id in run_ids:
-                pipe.hget(self.keys.run(run_id), RunFields.RECORD)
+                pipe.hmget(self.keys.run(run_id), RunFields.RECORD, RunFields.FIXED)
             found = pipe.execute()
         briefs: list[tuple[str, str | None] | None] = []
-        for meta in found:
+        for meta, fixed in found:
             if meta is None:
                 briefs.append(None)
                 continue
             try:
-                record = RunRecord.model_validate_json(meta)
+                record = record_of(meta, fixed)
             except ValidationError:
                 briefs.append(("finished", None))  # it will never run again
                 continue

@@ -29,7 +29,7 @@ from workers.engine.events import BudgetExtended, FollowUp, InboxEvent
 from workers.engine.ids import OutboxMember, PendingKind, pending_member, root_of
 from workers.engine.records import RUN_LISTS, Pending, RunRecord, ending_of, run_list
 from workers.store import codec
-from workers.store.codec import StoredRun, as_text, record_json
+from workers.store.codec import StoredRun, as_text, fixed_json, record_json
 from workers.store.layout import TRACE_MAX, IndexKeys, Keys, RunFields
 
 __all__ = [
@@ -225,7 +225,7 @@ def create(
     stubbed = {RunFields.stub(digest): output for digest, output in (stubs or {}).items()}
     args: list[Any] = [record.id, record_json(record), head, record.created_ms]
     args += [OutboxMember.advance(record.id), due_ms, *_limits(record), start]
-    args += [json.dumps(stubbed) if stubbed else "", *history]
+    args += [json.dumps(stubbed) if stubbed else "", fixed_json(record), *history]
     return ScriptCall("create", script_keys, args, lambda answer: _word(answer) == "created")
 
 
@@ -270,9 +270,9 @@ def claim(
     args += [admission.input_micro, admission.output_micro, known_version, task]
 
     def read(answer: Any) -> ClaimAnswer:
-        status, attempts, over, cap, *run, before = answer
+        status, attempts, over, cap, *run, before, fixed = answer
         claimed = ClaimStatus(as_text(status))
-        stored = StoredRun(*run) if claimed is ClaimStatus.CLAIMED else None
+        stored = StoredRun._make([*run, fixed]) if claimed is ClaimStatus.CLAIMED else None
         over_limit, task_before = _over(as_text(over)), as_text(before)
         return ClaimAnswer(claimed, int(attempts), over_limit, int(cap), stored, task_before)
 

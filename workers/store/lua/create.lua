@@ -13,22 +13,23 @@
 -- KEYS[1] run hash  KEYS[2] runs index  KEYS[3] outbox  KEYS[4] deadlines index
 -- KEYS[5] history list  KEYS[6] the runs index of its list (runs:running)
 -- KEYS[7] journal list
--- ARGV[1] run id  ARGV[2] record JSON  ARGV[3] snapshot head  ARGV[4] created (ms)
+-- ARGV[1] run id  ARGV[2] record JSON (the fields a step changes)  ARGV[3] snapshot head
+-- ARGV[4] created (ms)
 -- ARGV[5] its advance member  ARGV[6] when to send it again (ms)
 -- ARGV[7..10] the tokens, micro-dollar, model-call and deadline limits, or ''
 -- ARGV[11] the journal's start  ARGV[12] stubbed outcomes: a JSON object field -> output, or ''
--- ARGV[13..] the history entries
+-- ARGV[13] the record's fixed fields (JSON)  ARGV[14..] the history entries
 -- Returns: created, or exists.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
-redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'sf', 2, 'head', ARGV[3], 'tp', 0, 'tc', 0,
-  'tt', 0)
+redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'fixed', ARGV[13], 'sf', 2, 'head', ARGV[3],
+  'tp', 0, 'tc', 0, 'tt', 0)
 redis.call('DEL', KEYS[5])
 redis.call('DEL', KEYS[7])
 redis.call('RPUSH', KEYS[7], ARGV[11])
 if ARGV[12] ~= '' then
   for field, output in pairs(cjson.decode(ARGV[12])) do redis.call('HSET', KEYS[1], field, output) end
 end
-for i = 13, #ARGV, 1000 do
+for i = 14, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[5], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 local limits = {'lt', 'lu', 'lc', 'ld'}

@@ -15,6 +15,10 @@ local meta = redis.call('HGET', KEYS[1], 'meta')
 if not meta or redis.call('HEXISTS', KEYS[1], 'v') == 0 then return 'gone' end
 local ok, record = pcall(cjson.decode, meta)
 if not ok or type(record) ~= 'table' then return 'corrupt' end
+-- (Who its parent is never changes: it is with the fixed fields, if they are apart.)
+local fixed = redis.call('HGET', KEYS[1], 'fixed')
+if fixed then ok, record.parent = pcall(function() return cjson.decode(fixed).parent end) end
+if not ok then return 'corrupt' end
 if record.parent ~= nil and record.parent ~= cjson.null then return 'specialist' end
 local working = record.state ~= 'finished' or redis.call('HEXISTS', KEYS[1], 'fu') == 1
 if working and ARGV[2] == 'reject' then return 'busy' end

@@ -19,6 +19,10 @@
 -- waiting, done, failed, ...: engine.records.RunList) moves between those indexes
 -- (fx.relist); specialists made here join the running list (fx.running_list).
 --
+-- The record is written without its fixed fields (id, task, config, ...: `fixed`, written
+-- when the run was made); fx.fixed writes them for a run saved before they were kept
+-- apart, or one whose record could not be read.
+--
 -- The step's journal entry (ARGV[7]) is appended to the run's journal, which keeps its
 -- newest JOURNAL_MAX entries (workers.engine.journal); a specialist made here gets its
 -- journal's start.
@@ -26,7 +30,8 @@
 -- KEYS[1] run hash  KEYS[2] inbox  KEYS[3] trace  KEYS[4] outbox
 -- KEYS[5] pending index  KEYS[6] pending data  KEYS[7] runs index  KEYS[8] history list
 -- KEYS[9] journal list
--- ARGV[1] expected version  ARGV[2] record JSON  ARGV[3] snapshot head ('' to keep)
+-- ARGV[1] expected version  ARGV[2] record JSON (the fields a step changes)
+-- ARGV[3] snapshot head ('' to keep)
 -- ARGV[4] effects JSON  ARGV[5] history entries to drop from the front
 -- ARGV[6] 1 to write the history whole  ARGV[7] the journal entry ('' for none)
 -- ARGV[8..] history entries to append
@@ -64,6 +69,7 @@ else
   if ARGV[5] ~= '0' then redis.call('LTRIM', KEYS[8], ARGV[5], -1) end
   push(KEYS[8], ARGV, 8)
 end
+if fx.fixed then redis.call('HSET', KEYS[1], 'fixed', fx.fixed) end
 if ARGV[7] ~= '' and redis.call('RPUSH', KEYS[9], ARGV[7]) > fx.journal_max then
   redis.call('LTRIM', KEYS[9], -fx.journal_max, -1)
 end
@@ -109,12 +115,12 @@ for _, q in ipairs(fx.settle or none) do
 end
 for _, c in ipairs(fx.create or none) do
   if redis.call('EXISTS', c[1]) == 0 then
-    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'sf', 2, 'head', c[4], 'tp', 0, 'tc', 0,
-      'tt', 0)
+    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'sf', 2, 'head', c[4],
+      'tp', 0, 'tc', 0, 'tt', 0)
     redis.call('DEL', c[8])
     redis.call('DEL', c[9])
     redis.call('RPUSH', c[9], c[10])
-    push(c[8], c, 11)
+    push(c[8], c, 12)
     redis.call('ZADD', KEYS[7], c[5], c[2])
     redis.call('ZADD', fx.running_list, c[5], c[2])
     redis.call('ZADD', KEYS[4], c[7], c[6])
