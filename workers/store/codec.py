@@ -236,7 +236,7 @@ def save_effects(keys: Keys, advanced: Advanced, own: OwnOutcome | None) -> str:
         }
     if not advanced.fixed_stored:  # a run saved before they were apart, or unreadable
         effects["fixed"] = fixed_json(advanced.record)
-    return json.dumps(effects)
+    return json.dumps(effects, separators=(",", ":"))  # (no spaces: bytes a step writes)
 
 
 def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
