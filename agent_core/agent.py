@@ -36,6 +36,7 @@ from agent_core.state import (
     TraceEvent,
     dump,
     dump_head,
+    dump_start,
     load,
 )
 from agent_core.steps import Ask, Attachment, Done, Plan, Question, Run, Step, Summarize
@@ -302,14 +303,23 @@ class Agent:
         """Return the whole state as JSON text; `Agent.restore` continues from it."""
         return dump(self._state)
 
-    def snapshot_head(self) -> str:
+    def snapshot_head(self, *, without_start: bool = False) -> str:
         """Return the snapshot without its history entries (see `history`).
 
         For a host that stores the entries apart, so a step writes only the new
         ones: the snapshot `restore` reads is this text with the state's
         `"history": [...]` (each entry's `model_dump_json()`) put back.
+
+        With `without_start`, also without what the start set (the task, its
+        context and attachments), which never changes after: the host keeps
+        `snapshot_start` once and puts its fields back into the state too.
         """
-        return dump_head(self._state)
+        return dump_head(self._state, without_start=without_start)
+
+    def snapshot_start(self) -> str:
+        """Return what the start set (task, context, attachments) as a JSON object:
+        the state's fields `snapshot_head(without_start=True)` leaves out."""
+        return dump_start(self._state)
 
     def history(self) -> tuple[BaseModel, ...]:
         """Return the history entries, oldest first.

@@ -34,6 +34,7 @@ from agent_core.steps import FROZEN, Attachment, Outcome, Stop
 from agent_core.tools import ToolCall, ToolOutput
 
 __all__ = [
+    "START_FIELDS",
     "AgentState",
     "AnswerEntry",
     "Asking",
@@ -57,6 +58,7 @@ __all__ = [
     "TraceEvent",
     "dump",
     "dump_head",
+    "dump_start",
     "load",
 ]
 
@@ -430,18 +432,32 @@ def _entry_json(entry: Entry) -> str:
     return text
 
 
-def dump_head(state: AgentState) -> str:
+START_FIELDS = ("task", "context", "attachments")
+"""The state's fields the start sets and nothing changes after (a second start changes
+nothing; a follow-up keeps the task): a host may store them once (`dump_start`)."""
+
+
+def dump_head(state: AgentState, *, without_start: bool = False) -> str:
     """Return the snapshot text for `state` without its history, for a host that stores
     the entries apart; `load` reads it (with or without the history put back).
 
     It is written every step, so the state's fields that hold their default are left
     out too (`load` gives them back). Only whole fields of the state: a nested value
-    is written in full, so every entry and phase keeps its `kind`.
+    is written in full, so every entry and phase keeps its `kind`. With
+    `without_start`, the `START_FIELDS` are left out as well (see `dump_start`).
     """
     fields = AgentState.model_fields
     left_out = {n for n, f in fields.items() if n == "history" or getattr(state, n) == f.default}
+    if without_start:
+        left_out.update(START_FIELDS)
     snapshot = Snapshot(format=FORMAT, version=VERSION, state=state)
     return snapshot.model_dump_json(exclude={"state": left_out})
+
+
+def dump_start(state: AgentState) -> str:
+    """Return the `START_FIELDS` of `state` as a JSON object (those at their default
+    left out): what `dump_head(without_start=True)` leaves out."""
+    return state.model_dump_json(include=set(START_FIELDS), exclude_defaults=True)
 
 
 def load(saved: object) -> AgentState:

@@ -396,6 +396,9 @@ class Frame:
     agent: Agent
     serves: str | None
     """The parent's delegate call this child works for (None for the root)."""
+    start: str = ""
+    """What its start set (`Agent.snapshot_start`), as it was then: a host stores it
+    once, so no later move may change it."""
 
 
 @dataclass
@@ -411,6 +414,7 @@ class World:
         step = root.start_with(
             "Copy notes.txt to backup.txt", "Files: notes.txt", setup.attachments
         )
+        world.frames[0].start = root.snapshot_start()
         world.record(step)
         return world
 
@@ -422,7 +426,7 @@ class World:
         self.log.append((len(self.frames), step.model_dump()))
 
     def push(self, child: Agent, serves: str) -> Step:
-        self.frames.append(Frame(child, serves))
+        self.frames.append(Frame(child, serves, child.snapshot_start()))
         return child.resume()
 
     def play(self, move: Move) -> None:
@@ -451,6 +455,8 @@ class World:
             frame.agent = restored
 
     def snapshots(self) -> list[str]:
+        for frame in self.frames:  # (every move, a second start, follow-ups: none changed it)
+            assert frame.agent.snapshot_start() == frame.start
         return [frame.agent.snapshot() for frame in self.frames]
 
 
@@ -492,7 +498,7 @@ def _reach(setup: Setup, wanted: Callable[[World], bool], moves: list[Move]) -> 
 
 def _continue_both(world: World, moves: list[Move]) -> None:
     """Play `moves` on `world` and on a copy restored from snapshots; both must agree."""
-    copy = World(world.setup, [Frame(f.agent, f.serves) for f in world.frames], [])
+    copy = World(world.setup, [Frame(f.agent, f.serves, f.start) for f in world.frames], [])
     copy.reload()
     for move in moves:
         world.play(move)
@@ -671,8 +677,10 @@ V1_GO_ON: dict[str, list[Move]] = {
 def test_a_version_1_snapshot_goes_on_like_its_upgraded_copy(name: str) -> None:
     saved, _step, config = V1[name]
     setup = Setup(config, _plain, BASIC)
-    old = World(setup, [Frame(Agent.restore(config, TOOLS, saved), None)])
-    new = World(setup, [Frame(Agent.restore(config, TOOLS, old.agent.snapshot()), None)])
+    restored = Agent.restore(config, TOOLS, saved)
+    old = World(setup, [Frame(restored, None, restored.snapshot_start())])
+    again = Agent.restore(config, TOOLS, old.agent.snapshot())
+    new = World(setup, [Frame(again, None, again.snapshot_start())])
     for move in V1_GO_ON[name]:
         old.play(move)
         new.play(move)
@@ -969,3 +977,23 @@ def test_a_corrupt_seen_text_is_a_snapshot_error(seen: object) -> None:
     saved["state"]["loops"]["seen"] = seen
     with pytest.raises(SnapshotError):
         load(json.dumps(saved))
+
+
+def test_what_the_start_set_never_changes_after_it() -> None:
+    """A host stores `snapshot_start` once and leaves it out of every later head."""
+    agent = Agent(Config(require_plan=False), TOOLS)
+    fresh = agent.snapshot_start()
+    agent.start_with("copy a.txt", "a folder", [Attachment("spec.md", "text/markdown", b"spec")])
+    start = agent.snapshot_start()
+    assert start != fresh
+    assert json.loads(start) == {
+        "task": "copy a.txt",
+        "context": "a folder",
+        "attachments": [{"name": "spec.md", "mime": "text/markdown", "data": "c3BlYw=="}],
+    }
+    head = agent.snapshot_head(without_start=True)
+    assert not {"task", "context", "attachments"} & set(json.loads(head)["state"])
+    agent.start("something else")  # a second start changes nothing
+    agent.reply('{"final": "done"}')
+    agent.follow_up("and now b.txt")  # a new turn keeps the task
+    assert agent.snapshot_start() == start

@@ -66,11 +66,12 @@ def _move(agent: Agent, n: int) -> None:
 
 
 def _stored(store: RunStore, run_id: str = "r1") -> object:
-    """The snapshot Redis holds for the run, as JSON (the history goes back in last)."""
+    """The snapshot Redis holds for the run, as JSON (the start and history go back in)."""
     k = store.keys
     head = store.redis.hget(k.run(run_id), "head").decode()
+    start = (store.redis.hget(k.run(run_id), "start") or b"").decode()
     entries = [e.decode() for e in store.redis.lrange(k.history(run_id), 0, -1)]
-    return _parsed(join(head, entries))
+    return _parsed(join(head, entries, start))
 
 
 def _of(agent: Agent) -> object:
@@ -169,13 +170,28 @@ def test_a_summary_folding_entries_is_written_as_a_drop() -> None:
 def test_split_and_join_are_inverse_on_real_snapshots() -> None:
     agent = _started()
     _advance_locally(agent, 12)
-    head, entries = split(agent.snapshot())
+    head, entries, _ = split(agent.snapshot())
     assert '"history"' not in head
     assert len(entries) == len(agent.history())
     texts = [e.model_dump_json() for e in agent.history()]
     assert _parsed(join(head, entries)) == _parsed(join(agent.snapshot_head(), texts))
     assert Agent.restore(TRIMMED, TOOLS, join(head, entries)).snapshot() == agent.snapshot()
-    assert split("not a snapshot") == ("not a snapshot", [])
+    assert split("not a snapshot") == ("not a snapshot", [], "")
+    # The start apart: the head leaves the task out, and joining puts it back.
+    bare, entries, start = split(agent.snapshot(), start_apart=True)
+    assert "read the files" not in bare
+    assert json.loads(start)["task"] == "read the files"
+    assert _parsed(join(bare, entries, start)) == _parsed(agent.snapshot())
+    written = agent.snapshot_head(without_start=True)
+    assert "read the files" not in written
+    rebuilt = join(written, texts, agent.snapshot_start())
+    assert Agent.restore(TRIMMED, TOOLS, rebuilt).snapshot() == agent.snapshot()
+    # A head that holds its start too (written before it was apart) keeps its own.
+    assert _parsed(join(head, entries, '{"task":"older"}')) == _parsed(agent.snapshot())
+    fresh = Agent(TRIMMED, TOOLS)  # never started: nothing to put back, nothing lost
+    assert join(fresh.snapshot_head(without_start=True), [], fresh.snapshot_start()) == (
+        fresh.snapshot_head()
+    )
 
 
 # --- a run saved before the history was stored apart -----------------------------------------
@@ -294,12 +310,14 @@ def _bytes_in(store: RunStore) -> int:
 def test_a_step_writes_the_fields_that_change_and_not_the_fixed_ones_again(
     store: RunStore,
 ) -> None:
-    long_task = "Summarise the attached report. " * 4_000  # ~120 KB, in the record only
+    long_task = "Summarise the attached report. " * 4_000  # ~120 KB
     record = _record().model_copy(update={"task": long_task, "key": "tenant-a", "memory": "m"})
-    agent = _started()
+    agent = Agent(TRIMMED, TOOLS)
+    agent.start(long_task)
     assert store.create(record, agent.snapshot(), due_ms=5_000)
     key = store.keys.run("r1")
     assert len(store.redis.hget(key, "fixed") or b"") > len(long_task)
+    assert len(store.redis.hget(key, "start") or b"") > len(long_task)
     assert b"Summarise" not in (store.redis.hget(key, "meta") or b"")
 
     for n in range(3):
@@ -308,17 +326,23 @@ def test_a_step_writes_the_fields_that_change_and_not_the_fixed_ones_again(
         assert loaded.record is not None
         assert loaded.record.task == long_task  # read back whole
         assert loaded.fixed_stored
+        restored = Agent.restore(TRIMMED, TOOLS, loaded.snapshot)  # the agent's task too
+        assert restored.snapshot() == agent.snapshot()
+        was = agent.history()  # as stored: the write is worked out from it
         _move(agent, n)
         step = Advanced(
             loaded.record.model_copy(update={"seq": n + 1, "updated_ms": 2_000 + n}),
             agent.snapshot(),
             Effects(),
-            stored=write(agent.history() if loaded.apart else None, agent),
+            stored=write(was, agent),
             fixed_stored=loaded.fixed_stored,
         )
         before = _bytes_in(store)
         assert store.save(step, loaded.version) is Saved.SAVED
         assert _bytes_in(store) - before < 20_000  # the task is not sent again
+        for changing in ("meta", "head"):  # (the start's trace line was taken: `_move`)
+            assert b"Summarise" not in (store.redis.hget(key, changing) or b"")
+        store.hot.forget("r1")  # read it back from Redis, not from this process
     again = store.read("r1")
     assert again is not None
     assert again[0].task == long_task
@@ -332,7 +356,7 @@ def test_a_run_from_before_the_fixed_fields_were_apart_keeps_them_apart_from_its
     agent = _started()
     key = store.keys.run("r1")
     # As the previous code wrote runs: the whole record in `meta`, no `fixed`.
-    head, entries = split(agent.snapshot())
+    head, entries, _ = split(agent.snapshot())  # its head holding its task
     store.redis.hset(key, mapping={"v": 4, "meta": record.model_dump_json(), "sf": 2, "head": head})
     if entries:
         store.redis.rpush(store.keys.history("r1"), *entries)
@@ -349,7 +373,10 @@ def test_a_run_from_before_the_fixed_fields_were_apart_keeps_them_apart_from_its
     fixed = json.loads(store.redis.hget(key, "fixed") or b"{}")
     assert (fixed["task"], fixed["key"], fixed["app"]) == ("read", "tenant-a", "shop")
     assert not {"id", "task", "key", "app", "config"} & set(meta)
+    assert json.loads(store.redis.hget(key, "start") or b"{}")["task"] == "read the files"
+    assert b"read the files" not in (store.redis.hget(key, "head") or b"")
     again = store.load("r1", hot=False)
     assert again is not None
     assert again.record == changed
     assert again.fixed_stored
+    assert Agent.restore(TRIMMED, TOOLS, again.snapshot).snapshot() == agent.snapshot()

@@ -84,6 +84,8 @@ class StoredRun(NamedTuple):
     fixed: Any = b""
     """The record's fixed fields (`RunFields.FIXED`); empty for a run saved before they
     were kept apart, and when the caller keeps the agent of this version."""
+    start: Any = b""
+    """What the agent's start set (`RunFields.START`); empty as `fixed` is."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,9 @@ class Loaded:
     hot: Agent | None = None
     """The agent in exactly this version's state, kept by this process (`store.hot_agents`)."""
     fixed_stored: bool = False
-    """Whether the record's fixed fields are stored apart already (a save then leaves
-    them); False for a run saved before they were, or one whose record is unreadable."""
+    """Whether the record's fixed fields and the agent's start are stored apart already
+    (a save then leaves them); False for a run saved before they were, or one whose
+    record is unreadable."""
 
     def agent(self, restore: Callable[[RunRecord, str], Agent]) -> Agent:
         """Return the run's agent to advance: a copy of the hot one, else `restore`d
@@ -174,18 +177,18 @@ def loaded(stored: StoredRun) -> Loaded | None:
     The snapshot is the head, with the history its entries, when the form says the
     history is stored apart; else the whole snapshot.
     """
-    version, meta, form, snap, history, entries, fixed = stored
+    version, meta, form, snap, history, entries, fixed, start = stored
     if not version:
         return None
     apart = form == HISTORY_APART
     text = as_text(snap or b"")
-    snapshot = join(text, [as_text(h) for h in history]) if apart else text
+    snapshot = join(text, [as_text(h) for h in history], as_text(start)) if apart else text
     try:
         record = record_of(meta or b"", fixed)
     except ValidationError as error:
         return Loaded(as_text(version), None, snapshot, inbox_of(entries), corrupt(error), apart)
-    inbox = inbox_of(entries)
-    return Loaded(as_text(version), record, snapshot, inbox, apart=apart, fixed_stored=bool(fixed))
+    inbox, kept_apart = inbox_of(entries), bool(fixed) and bool(start)
+    return Loaded(as_text(version), record, snapshot, inbox, apart=apart, fixed_stored=kept_apart)
 
 
 def inbox_of(entries: list[Any]) -> list[tuple[str, InboxEvent | None]]:
@@ -216,7 +219,7 @@ def _event(data: dict[bytes, bytes]) -> InboxEvent | None:
 
 def whole(snapshot: str) -> SnapshotWrite:
     """The write of a snapshot known only as text ('' keeps what is stored)."""
-    head, entries = split(snapshot)
+    head, entries, _ = split(snapshot)  # (the head keeps the start: it is read whole)
     return SnapshotWrite(head, tuple(entries), rewrite=True)
 
 
@@ -236,6 +239,9 @@ def save_effects(keys: Keys, advanced: Advanced, own: OwnOutcome | None) -> str:
         }
     if not advanced.fixed_stored:  # a run saved before they were apart, or unreadable
         effects["fixed"] = fixed_json(advanced.record)
+        agent = None if advanced.stored is None else advanced.stored.agent
+        if agent is not None:  # (its head leaves the start out: `snapshots.write`)
+            effects["start"] = agent.snapshot_start()
     return json.dumps(effects, separators=(",", ":"))  # (no spaces: bytes a step writes)
 
 
@@ -350,7 +356,7 @@ def usage_of(values: Sequence[Any]) -> Usage:
 
 def _child(keys: Keys, child: ChildRun) -> list[Any]:
     record = child.record
-    head, entries = split(child.snapshot)
+    head, entries, start = split(child.snapshot, start_apart=True)
     return [
         keys.run(record.id),
         record.id,
@@ -363,6 +369,7 @@ def _child(keys: Keys, child: ChildRun) -> list[Any]:
         keys.journal(record.id),
         child.start,
         fixed_json(record),
+        start,
         *entries,
     ]
 

@@ -192,7 +192,11 @@ class RunFields:
     in `hist:<id>`; absent, whole in SNAPSHOT (runs saved before; their next save
     writes them in form 2)."""
     HEAD = "head"
-    """The agent's snapshot without its history (form 2)."""
+    """The agent's snapshot without its history (form 2), and without what its start set
+    (START) once that is kept apart."""
+    START = "start"
+    """What the agent's start set (task, context, attachments: `Agent.snapshot_start`), a
+    JSON object written once with FIXED; `store.snapshots.join` puts it back."""
     SNAPSHOT = "snap"
     """The agent's whole snapshot (runs saved before form 2 only)."""
     PROMPT_TOKENS = "tp"

@@ -211,13 +211,14 @@ def create(
     record: RunRecord,
     head: str,
     history: Sequence[str],
+    agent_start: str,
     due_ms: int,
     start: str,
     stubs: Mapping[str, str] | None = None,
 ) -> ScriptCall[bool]:
-    """CREATE the run (its snapshot as `head` and `history` entries, its journal's
-    `start`, its advance due at `due_ms`, its budget as its tree's limits; a fork's
-    `stubs`, call digest -> ToolOutput JSON); True if made, False if it existed."""
+    """CREATE the run (its snapshot as `head`, `agent_start` and `history` entries, its
+    journal's `start`, its advance due at `due_ms`, its budget as its tree's limits; a
+    fork's `stubs`, call digest -> ToolOutput JSON); True if made, False if it existed."""
     index = keys.index(record.id)
     script_keys = [keys.run(record.id), index.runs, index.outbox, index.deadlines]
     script_keys += [keys.history(record.id), index.listed(run_list(record.state, record.outcome))]
@@ -225,7 +226,7 @@ def create(
     stubbed = {RunFields.stub(digest): output for digest, output in (stubs or {}).items()}
     args: list[Any] = [record.id, record_json(record), head, record.created_ms]
     args += [OutboxMember.advance(record.id), due_ms, *_limits(record), start]
-    args += [json.dumps(stubbed) if stubbed else "", fixed_json(record), *history]
+    args += [json.dumps(stubbed) if stubbed else "", fixed_json(record), agent_start, *history]
     return ScriptCall("create", script_keys, args, lambda answer: _word(answer) == "created")
 
 
@@ -270,9 +271,9 @@ def claim(
     args += [admission.input_micro, admission.output_micro, known_version, task]
 
     def read(answer: Any) -> ClaimAnswer:
-        status, attempts, over, cap, *run, before, fixed = answer
+        status, attempts, over, cap, *run, before, fixed, start = answer
         claimed = ClaimStatus(as_text(status))
-        stored = StoredRun._make([*run, fixed]) if claimed is ClaimStatus.CLAIMED else None
+        stored = StoredRun._make([*run, fixed, start]) if claimed is ClaimStatus.CLAIMED else None
         over_limit, task_before = _over(as_text(over)), as_text(before)
         return ClaimAnswer(claimed, int(attempts), over_limit, int(cap), stored, task_before)
 

@@ -1,4 +1,4 @@
-"""An agent's snapshot as Relay stores it: a small head plus its history entries apart.
+"""An agent's snapshot as Relay stores it: a small head, its start and its history apart.
 
 The snapshot `agent_core` writes is one JSON document whose state holds the
 history the model sees. Stored whole, every step would rewrite the whole history
@@ -7,10 +7,15 @@ history the model sees. Stored whole, every step would rewrite the whole history
 `workers.store.layout`): a step appends the entries it added and drops those the core
 trimmed from the front; anything else (rare) rewrites the list.
 
-`join` puts a head and its entries back into the snapshot text `Agent.restore`
-reads (and validates); `split` takes any snapshot text apart (creating a run, or
-a save that only has the text); `write` works out what a step changes, from the
-entries as stored and the advanced agent.
+What the start set (the task, its context and attachments: `Agent.snapshot_start`)
+never changes after, and a task can be long: it is stored once (`start` in the run's
+hash) and the head a step writes leaves it out. A head from before (or one `split`
+kept whole) still holds it, and its own fields win.
+
+`join` puts a head, its start and its entries back into the snapshot text
+`Agent.restore` reads (and validates); `split` takes any snapshot text apart
+(creating a run, or a save that only has the text); `write` works out what a step
+changes, from the entries as stored and the advanced agent.
 """
 
 from __future__ import annotations
@@ -21,16 +26,26 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from agent_core import Agent
+from agent_core.state import START_FIELDS
 from workers.engine.effects import SnapshotWrite
 
 __all__ = ["join", "split", "write"]
 
 _HISTORY = ',"history":['
+_STATE = '"state":{'
 
 
-def join(head: str, entries: Sequence[str]) -> str:
-    """Return the snapshot text of a head and its history entries (not validated here:
-    `Agent.restore` does). A head with no entries is the snapshot as it is."""
+def join(head: str, entries: Sequence[str], start: str = "") -> str:
+    """Return the snapshot text of a head, its `start` (a JSON object; '' for a head
+    that holds it) and its history entries (not validated here: `Agent.restore` does).
+    A head with neither is the snapshot as it is."""
+    fields = start[1:-1]
+    at = head.find(_STATE) + len(_STATE) if fields else -1
+    if at >= len(_STATE):
+        # The start's fields go in first: a head that holds them too (written before
+        # they were apart) has the last word, as the JSON reader keeps the last.
+        rest = head[at:]
+        head = f"{head[:at]}{fields}{'' if rest.startswith('}') else ','}{rest}"
     if not entries:
         return head
     # The head ends with the state's closing brace and the snapshot's: the history
@@ -38,18 +53,23 @@ def join(head: str, entries: Sequence[str]) -> str:
     return f"{head[:-2]}{_HISTORY}{','.join(entries)}]}}}}"
 
 
-def split(snapshot: str) -> tuple[str, list[str]]:
-    """Return (head, history entries) of a snapshot text; text that is not a snapshot
-    with a history is all head (the restore that reads it says what is wrong)."""
+def split(snapshot: str, *, start_apart: bool = False) -> tuple[str, list[str], str]:
+    """Return (head, history entries, start) of a snapshot text: with `start_apart`, the
+    start's fields are taken out of the head into `start` (else it is ''). Text that is
+    not a snapshot is all head (the restore that reads it says what is wrong)."""
     try:
         document = json.loads(snapshot)
-        history = document["state"].pop("history")
+        state = document["state"]
+        history = state.pop("history", [])
     except (ValueError, TypeError, KeyError, AttributeError):
-        return snapshot, []
-    if not isinstance(history, list) or not history:
-        return snapshot, []
+        return snapshot, [], ""
+    if not isinstance(history, list):
+        return snapshot, [], ""
+    start = {name: state.pop(name) for name in START_FIELDS if name in state}
+    if not start_apart:
+        state.update(start)
     entries = [_compact(entry) for entry in history]
-    return _compact(document), entries
+    return _compact(document), entries, _compact(start) if start_apart else ""
 
 
 def _compact(value: object) -> str:
@@ -64,7 +84,7 @@ def write(stored: tuple[BaseModel, ...] | None, agent: Agent) -> SnapshotWrite:
     Entries are matched by identity: the core keeps an entry it does not drop as
     the same object, and only appends new ones or drops the oldest.
     """
-    head, now = agent.snapshot_head(), agent.history()
+    head, now = agent.snapshot_head(without_start=True), agent.history()
     kept = agent.copy()
     if stored is None:
         return SnapshotWrite(head, _texts(now), rewrite=True, agent=kept)

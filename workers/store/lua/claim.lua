@@ -33,11 +33,11 @@
 -- the one it replaces handed back (the task of the attempt before, lost if it is there)
 -- Returns: {status, attempts, over, reply cap (0: none), version, record, form,
 -- head or whole snapshot, history entries, inbox, the task before, the record's fixed
--- fields ('' too when the caller keeps the agent)}; status is
+-- fields, the agent's start (both '' too when the caller keeps the agent)}; status is
 -- claimed, gone (no run), done (outcome recorded), refused (the record does not
 -- call for it) or busy (another worker holds the lease).
 local FLOOR = 256  -- the smallest reply worth asking for (a cut reply is asked again)
-local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}, '', ''} end
+local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}, '', '', ''} end
 local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf')
 if not run[1] then return answer('gone') end
 if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then return answer('done') end
@@ -107,13 +107,12 @@ redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
 local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
 if run[1] == ARGV[12] then
-  return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox, before, ''}
+  return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox, before, '', ''}
 end
-local fixed = redis.call('HGET', KEYS[1], 'fixed') or ''
+local kept = redis.call('HMGET', KEYS[1], 'fixed', 'start', 'head', 'snap')
 if run[3] == '2' then
-  return {'claimed', attempts, over, cap, run[1], run[2], '2',
-    redis.call('HGET', KEYS[1], 'head') or '', redis.call('LRANGE', KEYS[6], 0, -1), inbox,
-    before, fixed}
+  return {'claimed', attempts, over, cap, run[1], run[2], '2', kept[3] or '',
+    redis.call('LRANGE', KEYS[6], 0, -1), inbox, before, kept[1] or '', kept[2] or ''}
 end
-return {'claimed', attempts, over, cap, run[1], run[2], '',
-  redis.call('HGET', KEYS[1], 'snap') or '', {}, inbox, before, fixed}
+return {'claimed', attempts, over, cap, run[1], run[2], '', kept[4] or '', {}, inbox, before,
+  kept[1] or '', kept[2] or ''}

@@ -4,8 +4,9 @@
 -- model calls, `ld` the deadline in ms), which admission (CLAIM) checks and
 -- `relay.extend` (EXTEND) raises; a deadline also goes into the deadlines index.
 --
--- The agent's snapshot is stored apart (`sf` 2): its head in the hash, its history
--- entries (if it has any yet) in the run's history list.
+-- The agent's snapshot is stored apart (`sf` 2): its head and its start (what the start
+-- set, never changed after) in the hash, its history entries (if it has any yet) in the
+-- run's history list.
 --
 -- The run's journal begins with its start (its record and whole snapshot, which later
 -- saves do not replace). A fork's stubbed outcomes go into its hash (`s:<digest>`).
@@ -18,18 +19,19 @@
 -- ARGV[5] its advance member  ARGV[6] when to send it again (ms)
 -- ARGV[7..10] the tokens, micro-dollar, model-call and deadline limits, or ''
 -- ARGV[11] the journal's start  ARGV[12] stubbed outcomes: a JSON object field -> output, or ''
--- ARGV[13] the record's fixed fields (JSON)  ARGV[14..] the history entries
+-- ARGV[13] the record's fixed fields (JSON)  ARGV[14] the agent's start (JSON)
+-- ARGV[15..] the history entries
 -- Returns: created, or exists.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
-redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'fixed', ARGV[13], 'sf', 2, 'head', ARGV[3],
-  'tp', 0, 'tc', 0, 'tt', 0)
+redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'fixed', ARGV[13], 'start', ARGV[14], 'sf',
+  2, 'head', ARGV[3], 'tp', 0, 'tc', 0, 'tt', 0)
 redis.call('DEL', KEYS[5])
 redis.call('DEL', KEYS[7])
 redis.call('RPUSH', KEYS[7], ARGV[11])
 if ARGV[12] ~= '' then
   for field, output in pairs(cjson.decode(ARGV[12])) do redis.call('HSET', KEYS[1], field, output) end
 end
-for i = 14, #ARGV, 1000 do
+for i = 15, #ARGV, 1000 do
   redis.call('RPUSH', KEYS[5], unpack(ARGV, i, math.min(i + 999, #ARGV)))
 end
 local limits = {'lt', 'lu', 'lc', 'ld'}

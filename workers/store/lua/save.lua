@@ -20,8 +20,9 @@
 -- (fx.relist); specialists made here join the running list (fx.running_list).
 --
 -- The record is written without its fixed fields (id, task, config, ...: `fixed`, written
--- when the run was made); fx.fixed writes them for a run saved before they were kept
--- apart, or one whose record could not be read.
+-- when the run was made), and the head without the agent's start (`start`, likewise);
+-- fx.fixed and fx.start write them for a run saved before they were kept apart, or one
+-- whose record could not be read.
 --
 -- The step's journal entry (ARGV[7]) is appended to the run's journal, which keeps its
 -- newest JOURNAL_MAX entries (workers.engine.journal); a specialist made here gets its
@@ -70,6 +71,7 @@ else
   push(KEYS[8], ARGV, 8)
 end
 if fx.fixed then redis.call('HSET', KEYS[1], 'fixed', fx.fixed) end
+if fx.start then redis.call('HSET', KEYS[1], 'start', fx.start) end
 if ARGV[7] ~= '' and redis.call('RPUSH', KEYS[9], ARGV[7]) > fx.journal_max then
   redis.call('LTRIM', KEYS[9], -fx.journal_max, -1)
 end
@@ -115,12 +117,12 @@ for _, q in ipairs(fx.settle or none) do
 end
 for _, c in ipairs(fx.create or none) do
   if redis.call('EXISTS', c[1]) == 0 then
-    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'sf', 2, 'head', c[4],
-      'tp', 0, 'tc', 0, 'tt', 0)
+    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'start', c[12], 'sf', 2,
+      'head', c[4], 'tp', 0, 'tc', 0, 'tt', 0)
     redis.call('DEL', c[8])
     redis.call('DEL', c[9])
     redis.call('RPUSH', c[9], c[10])
-    push(c[8], c, 12)
+    push(c[8], c, 13)
     redis.call('ZADD', KEYS[7], c[5], c[2])
     redis.call('ZADD', fx.running_list, c[5], c[2])
     redis.call('ZADD', KEYS[4], c[7], c[6])
