@@ -24,10 +24,10 @@ WINDOW = 5
 
 
 def _snapshot_chars(b: Bench, run_id: str) -> int:
-    """The agent's snapshot as stored: its head and history entries (or, stored whole,
-    the `snap` of runs saved before the history was kept apart)."""
+    """The agent's snapshot as stored: its head, start and history entries (or, stored
+    whole, the `snap` of runs saved before the history was kept apart)."""
     keys = b.relay.store.keys
-    whole = b.redis.hstrlen(keys.run(run_id), "snap") + b.redis.hstrlen(keys.run(run_id), "head")
+    whole = sum(b.redis.hstrlen(keys.run(run_id), f) for f in ("snap", "head", "start"))
     return whole + sum(len(e) for e in b.redis.lrange(keys.history(run_id), 0, -1))
 
 
@@ -36,7 +36,7 @@ def _sizes(b: Bench, run_id: str) -> dict[str, int]:
     return {
         "snapshot_chars": _snapshot_chars(b, run_id),
         "bytes_in_so_far": b.counters().bytes_in,
-        "record_chars": b.redis.hstrlen(keys.run(run_id), "meta"),
+        "record_chars": sum(b.redis.hstrlen(keys.run(run_id), f) for f in ("meta", "fixed")),
         "run_hash_bytes": b.redis.memory_usage(keys.run(run_id), samples=0) or 0,
         "run_hash_fields": b.redis.hlen(keys.run(run_id)),
         "trace_entries": b.redis.llen(keys.trace(run_id)),

@@ -20,6 +20,7 @@ from tests.support import snapshots_v1
 from tests.support.redis_server import RedisServer
 from tests.support.scripted import call
 from workers.engine.effects import KEEP, Advanced, Effects
+from workers.engine.journal import read_start
 from workers.engine.records import RunRecord
 from workers.store import scripts
 from workers.store.codec import Loaded
@@ -319,6 +320,8 @@ def test_a_step_writes_the_fields_that_change_and_not_the_fixed_ones_again(
     assert len(store.redis.hget(key, "fixed") or b"") > len(long_task)
     assert len(store.redis.hget(key, "start") or b"") > len(long_task)
     assert b"Summarise" not in (store.redis.hget(key, "meta") or b"")
+    journal = read_start(store.redis.lindex(store.keys.journal("r1"), 0) or b"")
+    assert (journal.record, journal.snapshot) == (record, agent.snapshot())  # the whole start
 
     for n in range(3):
         loaded = store.load("r1")

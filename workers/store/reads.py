@@ -197,13 +197,13 @@ def create(
     through its own cache of the slots it listed, and passes False)."""
     if enlist and keys.cluster:
         yield Command(("SADD", keys.index_slots, keys.slot(record.id)))
-    head, history, start = split(snapshot, start_apart=True)  # as CREATE keeps it
+    head, history, agent_start = split(snapshot, start_apart=True)  # as CREATE keeps it
     made = yield scripts.create(
         keys,
         record=record,
         head=head,
         history=history,
-        agent_start=start,
+        agent_start=agent_start,
         due_ms=due_ms,
         start=start or start_text(record, snapshot),
         stubs=stubs,

@@ -75,12 +75,14 @@ if fx.start then redis.call('HSET', KEYS[1], 'start', fx.start) end
 if ARGV[7] ~= '' and redis.call('RPUSH', KEYS[9], ARGV[7]) > fx.journal_max then
   redis.call('LTRIM', KEYS[9], -fx.journal_max, -1)
 end
-for _, id in ipairs(fx.applied or none) do redis.call('XDEL', KEYS[2], id) end
-for _, f in ipairs(fx.forget or none) do redis.call('HDEL', KEYS[1], f) end
+-- (One command for each list of ids or fields, not one each: a step runs fewer.)
+if fx.applied then redis.call('XDEL', KEYS[2], unpack(fx.applied)) end
+if fx.forget then redis.call('HDEL', KEYS[1], unpack(fx.forget)) end
 fx.trace = fx.trace or none
 if #fx.trace > 0 then
-  redis.call('RPUSH', KEYS[3], unpack(fx.trace))
-  redis.call('LTRIM', KEYS[3], -fx.trace_max, -1)
+  if redis.call('RPUSH', KEYS[3], unpack(fx.trace)) > fx.trace_max then
+    redis.call('LTRIM', KEYS[3], -fx.trace_max, -1)
+  end
   redis.call('HINCRBY', KEYS[1], 'tn', #fx.trace)
   redis.call('XADD', fx.activity, 'MAXLEN', '~', 10000, '*', 'r', fx.run)
 end
