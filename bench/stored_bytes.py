@@ -1,0 +1,82 @@
+"""Bytes a turn writes to Redis, against the length of the run's task.
+
+`python -m bench.stored_bytes [--turns 20]`: runs in process (`bench.inprocess`,
+no Celery, the model a function call) on a private Redis, one run per task length
+(the bench task, then padded with 2,000 and 8,000 characters of context), and
+prints the bytes Redis received per turn (`INFO stats` total_net_input_bytes,
+the difference of a run of `turns` turns and one of half as many, per turn).
+Nothing else talks to that Redis meanwhile but the run's own flushes. Not a
+test, not in CI. It uses only what the in-process runtime has always had, so an
+older checkout measures the same way: `cd <checkout> && python -m bench.stored_bytes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import tempfile
+from pathlib import Path
+
+from bench.app import CONFIG
+from bench.inprocess import LocalModel, LocalRuntime
+from bench.model import Task
+from workers import Settings
+from workers.engine.effects import Message
+from workers.engine.records import RunRecord
+from workers.settings import now_ms
+
+PADDINGS = (0, 2_000, 8_000)
+
+
+def _start(local: LocalRuntime, task: Task, padding: int) -> str:
+    """Start a run as `LocalRuntime.start` does, its task `padding` characters longer."""
+    text = task.text() + "\n" + "Background: the quarterly report follows. " * (padding // 42)
+    agent = local.relay.kit.new_agent(CONFIG)
+    agent.start_with(text, "", ())
+    run_id, now = secrets.token_hex(8), now_ms()
+    record = RunRecord(
+        id=run_id, root=run_id, task=text, created_ms=now, updated_ms=now, config=CONFIG
+    )
+    local.relay.store.create(record, agent.snapshot(), now + 120_000)
+    local._send([Message("advance", run_id)])  # (as LocalRuntime.start does)
+    return run_id
+
+
+def _bytes_for(local: LocalRuntime, turns: int, padding: int, name: str) -> int:
+    redis = local.relay.store.redis
+    before = int(redis.info("stats")["total_net_input_bytes"])
+    _start(local, Task(name, turns=turns), padding)
+    local.drain()
+    return int(redis.info("stats")["total_net_input_bytes"]) - before
+
+
+def measure(turns: int) -> dict[str, int]:
+    from tests.support.redis_server import RedisServer  # noqa: PLC0415 - a bench-only import
+
+    with tempfile.TemporaryDirectory() as work, RedisServer(Path(work)) as server:
+        settings = Settings.from_env({"RELAY_REDIS_URL": server.url})
+        local = LocalRuntime(settings, LocalModel())
+        _bytes_for(local, 3, 0, "warm")
+        found = {}
+        for padding in PADDINGS:
+            long = _bytes_for(local, turns, padding, f"long-{padding}")
+            short = _bytes_for(local, turns // 2, padding, f"short-{padding}")
+            found[f"task +{padding:,} chars"] = round((long - short) / (turns - turns // 2))
+        return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.stored_bytes", description=__doc__)
+    parser.add_argument("--turns", type=int, default=20)
+    args = parser.parse_args(argv)
+    found = measure(args.turns)
+    for name, value in found.items():
+        print(f"{name:>20}: {value:>8,} bytes a turn")
+    Path("bench/out").mkdir(parents=True, exist_ok=True)
+    Path("bench/out/stored_bytes.json").write_text(json.dumps(found, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
