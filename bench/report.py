@@ -436,6 +436,20 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _stored(r: dict[str, Any]) -> list[Row]:
+    found: dict[str, int] = r["bytes_per_turn"]
+    least, most = min(found.values()), max(found.values())
+    return [
+        Row(
+            "15 stored",
+            f"bytes a turn writes: {' / '.join(found)}",
+            " / ".join(f"{v:,}" for v in found.values()),
+            "the same whatever the task's length (within 5%)",
+            _check(most <= least * 1.05),
+        )
+    ]
+
+
 def _routes(r: dict[str, Any]) -> list[Row]:
     spaced, unspaced, admit = r["with_route_limit"], r["without"], r["admission"]
     limit = f"{r['limit']} calls in any {r['window_s']:.0f} s"
@@ -537,6 +551,7 @@ _ROWS = {
     "routes": _routes,
     "live": _live,
     "inflight": _inflight,
+    "stored": _stored,
 }
 
 

@@ -32,6 +32,7 @@ from bench import (
     peers,
     recovery,
     routes,
+    stored_bytes,
     turns,
     waiting,
 )
@@ -57,6 +58,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "journal": journal.run,
     "evals": evals.run,
     "inflight": inflight.run,
+    "stored": stored_bytes.run,
 }
 
 

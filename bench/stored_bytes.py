@@ -1,7 +1,8 @@
 """Bytes a turn writes to Redis, against the length of the run's task.
 
-`python -m bench.stored_bytes [--turns 20]`: runs in process (`bench.inprocess`,
-no Celery, the model a function call) on a private Redis, one run per task length
+`python -m bench.stored_bytes [--turns 20]` (or item "15 stored" of `bench.run`): runs
+in process (`bench.inprocess`, no Celery, the model a function call) on a private
+Redis, one run per task length
 (the bench task, then padded with 2,000 and 8,000 characters of context), and
 prints the bytes Redis received per turn (`INFO stats` total_net_input_bytes,
 the difference of a run of `turns` turns and one of half as many, per turn).
@@ -17,8 +18,10 @@ import json
 import secrets
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench.app import CONFIG
+from bench.context import Bench
 from bench.inprocess import LocalModel, LocalRuntime
 from bench.model import Task
 from workers import Settings
@@ -64,6 +67,13 @@ def measure(turns: int) -> dict[str, int]:
             short = _bytes_for(local, turns // 2, padding, f"short-{padding}")
             found[f"task +{padding:,} chars"] = round((long - short) / (turns - turns // 2))
         return found
+
+
+def run(b: Bench) -> dict[str, Any]:
+    """`bench.run`'s item: the same measure, on a Redis of its own (none of the bench's)."""
+    found: dict[str, Any] = {"turns": b.pick(20, 10)}
+    found["bytes_per_turn"] = measure(found["turns"])
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
