@@ -72,16 +72,18 @@ class LocalRuntime:
             self.messages[message.kind] = self.messages.get(message.kind, 0) + 1
         self.queue.extend(messages)
 
-    def start(self, task: Task) -> str:
-        """Create a run as `Relay.start` does, with its first advance queued here."""
+    def start(self, task: Task, more: str = "") -> str:
+        """Create a run as `Relay.start` does, with its first advance queued here (its
+        task text followed by `more`)."""
+        text = task.text() + more
         agent = self.relay.kit.new_agent(CONFIG)
-        agent.start_with(task.text(), "", ())
+        agent.start_with(text, "", ())
         run_id = secrets.token_hex(8)
         now = now_ms()
         record = RunRecord(
             id=run_id,
             root=run_id,
-            task=task.text(),
+            task=text,
             created_ms=now,
             updated_ms=now,
             config=CONFIG,

@@ -7,49 +7,30 @@ Redis, one run per task length
 prints the bytes Redis received per turn (`INFO stats` total_net_input_bytes,
 the difference of a run of `turns` turns and one of half as many, per turn).
 Nothing else talks to that Redis meanwhile but the run's own flushes. Not a
-test, not in CI. It uses only what the in-process runtime has always had, so an
-older checkout measures the same way: `cd <checkout> && python -m bench.stored_bytes`.
+test, not in CI.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.app import CONFIG
 from bench.context import Bench
 from bench.inprocess import LocalModel, LocalRuntime
 from bench.model import Task
 from workers import Settings
-from workers.engine.effects import Message
-from workers.engine.records import RunRecord
-from workers.settings import now_ms
 
 PADDINGS = (0, 2_000, 8_000)
-
-
-def _start(local: LocalRuntime, task: Task, padding: int) -> str:
-    """Start a run as `LocalRuntime.start` does, its task `padding` characters longer."""
-    text = task.text() + "\n" + "Background: the quarterly report follows. " * (padding // 42)
-    agent = local.relay.kit.new_agent(CONFIG)
-    agent.start_with(text, "", ())
-    run_id, now = secrets.token_hex(8), now_ms()
-    record = RunRecord(
-        id=run_id, root=run_id, task=text, created_ms=now, updated_ms=now, config=CONFIG
-    )
-    local.relay.store.create(record, agent.snapshot(), now + 120_000)
-    local._send([Message("advance", run_id)])  # (as LocalRuntime.start does)
-    return run_id
 
 
 def _bytes_for(local: LocalRuntime, turns: int, padding: int, name: str) -> int:
     redis = local.relay.store.redis
     before = int(redis.info("stats")["total_net_input_bytes"])
-    _start(local, Task(name, turns=turns), padding)
+    padded = "\n" + "Background: the quarterly report follows. " * (padding // 42)
+    local.start(Task(name, turns=turns), padded)
     local.drain()
     return int(redis.info("stats")["total_net_input_bytes"]) - before
 

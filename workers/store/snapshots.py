@@ -65,11 +65,11 @@ def split(snapshot: str, *, start_apart: bool = False) -> tuple[str, list[str], 
         return snapshot, [], ""
     if not isinstance(history, list):
         return snapshot, [], ""
-    start = {name: state.pop(name) for name in START_FIELDS if name in state}
-    if not start_apart:
-        state.update(start)
     entries = [_compact(entry) for entry in history]
-    return _compact(document), entries, _compact(start) if start_apart else ""
+    if not start_apart:
+        return _compact(document), entries, ""
+    start = {name: state.pop(name) for name in START_FIELDS if name in state}
+    return _compact(document), entries, _compact(start)
 
 
 def _compact(value: object) -> str:
