@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -678,3 +679,38 @@ def test_live_events_of_many_runs_go_in_one_round_trip_each_answered_alone(
     assert isinstance(first, StoreUnavailable)
     assert second is True
     assert [e.text for e in store.live.read("r2", "0", None)] == ["two", "y"]
+
+
+def test_trace_lines_are_stored_without_their_run_and_read_back_with_it(
+    store: RunStore,
+) -> None:
+    store.create(_record(), "snap", due_ms=5_000)
+    quoted = TraceEntry(at_ms=2, run="r1", kind="result", text='{"rows": ["a", "b"]}')
+    other = TraceEntry(at_ms=3, run="r1.1", kind="started", text="a child's line")
+    _save(store, _record(), trace=(_line(), quoted, other))
+    trace_key = store.keys.trace("r1")
+    stored = [json.loads(line) for line in store.redis.lrange(trace_key, 0, -1)]
+    # The trace's key names its run, so its own lines leave it out; another run's keep it.
+    assert [line.get("run") for line in stored] == [None, None, "r1.1"]
+    store.redis.rpush(trace_key, json.dumps({"at_ms": 4, "run": "r1", "kind": "older"}))
+    store.redis.hincrby(store.keys.run("r1"), "tn", 1)
+    position, entries = store.trace("r1")
+    assert position == 4
+    assert entries == [_line(), quoted, other, TraceEntry(at_ms=4, run="r1", kind="older")]
+
+
+def test_a_save_sends_trace_lines_as_arguments_not_escaped_inside_its_effects(
+    store: RunStore,
+) -> None:
+    store.create(_record(), "snap", due_ms=5_000)
+    loaded = store.load("r1")
+    assert loaded is not None
+    quoted = TraceEntry(at_ms=2, run="r1", kind="result", text='{"rows": ["a", "b"]}')
+    call = scripts.save(
+        store.keys, advanced=_step(_record(), trace=(quoted,)), version=loaded.version, own=None
+    )
+    line = '{"at_ms":2,"kind":"result","text":"{\\"rows\\": [\\"a\\", \\"b\\"]}"}'
+    assert call.args[7:9] == [1, line]
+    assert "rows" not in call.args[3]  # the effects JSON
+    assert store.connection.run(call) is Saved.SAVED
+    assert store.redis.lrange(store.keys.trace("r1"), 0, -1) == [line.encode()]

@@ -27,7 +27,7 @@ from workers.engine.records import (
 )
 from workers.errors import RunCorrupt
 from workers.store import scripts
-from workers.store.codec import as_int, as_text, corrupt, record_of, usage_of
+from workers.store.codec import as_int, as_text, corrupt, record_of, trace_entry, usage_of
 from workers.store.layout import IndexKeys, Keys, RunFields
 from workers.store.ops import Batch, Command, Steps
 from workers.store.snapshots import split
@@ -115,7 +115,7 @@ def limits(keys: Keys, root: str) -> Steps[TreeLimits | None]:
 def trace(keys: Keys, run_id: str, start: int = 0) -> Steps[tuple[int, list[TraceEntry]]]:
     """(The position after the last line, the run's lines from position `start` on)."""
     end, lines = yield scripts.read_trace(keys, run_id=run_id, start=start)
-    return end, [TraceEntry.model_validate_json(line) for line in lines]
+    return end, [trace_entry(line, run_id) for line in lines]
 
 
 def activity_cursor(keys: Keys, run_id: str) -> Steps[str]:

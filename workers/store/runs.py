@@ -377,7 +377,7 @@ class RunStore:
         return self.connection.drive(reads.wait_activity(self.keys, run_id, cursor, block_ms))
 
     def add_trace(self, run_id: str, entry: TraceEntry) -> None:
-        lines = [trace_line(entry)]
+        lines = [trace_line(entry, run_id)]
         self.connection.run(scripts.trace(self.keys, run_id=run_id, lines=lines, keep=TRACE_MAX))
 
     def note_resent(
@@ -418,7 +418,7 @@ class RunStore:
             data=data,
         )
         noted = scripts.resent(
-            self.keys, run_id=run_id, call=call, lost=lost, line=trace_line(entry),
+            self.keys, run_id=run_id, call=call, lost=lost, line=trace_line(entry, run_id),
             taken=bool(taken),
         )  # fmt: skip
         return lost + 1 if self.connection.run(noted) else None

@@ -348,9 +348,12 @@ def save(
     script_keys.append(keys.journal(run_id))
     stored = advanced.stored or codec.whole(advanced.snapshot)
     effects = codec.save_effects(keys, advanced, own)
+    # (Trace lines are arguments of their own, not strings inside the effects JSON:
+    # escaped there, each quote cost a byte more, and SAVE decoded them for nothing.)
+    trace = [codec.trace_line(t, run_id) for t in advanced.effects.trace]
     args: list[Any] = [version, record_json(advanced.record), stored.head, effects]
     args += [stored.drop, 1 if stored.rewrite else 0, advanced.effects.journal or ""]
-    args += stored.append
+    args += [len(trace), *trace, *stored.append]
     return ScriptCall("save", script_keys, args, lambda answer: Saved(_word(answer)))
 
 

@@ -35,15 +35,21 @@
 -- ARGV[3] snapshot head ('' to keep)
 -- ARGV[4] effects JSON  ARGV[5] history entries to drop from the front
 -- ARGV[6] 1 to write the history whole  ARGV[7] the journal entry ('' for none)
--- ARGV[8..] history entries to append
+-- ARGV[8] n, the number of trace lines  ARGV[9..8+n] the trace lines
+-- ARGV[9+n..] history entries to append
 -- Returns: saved, stale (someone saved first: reload and try again), duplicate (the
 -- call's own outcome was recorded already) or fenced (another attempt took it over).
 local none = {}
-local function push(key, values, from)
-  for i = from, #values, 1000 do
-    redis.call('RPUSH', key, unpack(values, i, math.min(i + 999, #values)))
+local function push(key, values, from, to)
+  to = to or #values
+  local length = 0
+  for i = from, to, 1000 do
+    length = redis.call('RPUSH', key, unpack(values, i, math.min(i + 999, to)))
   end
+  return length
 end
+local traced = tonumber(ARGV[8])
+local entries = 9 + traced  -- (the first history entry to append)
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 'stale' end
 local fx = cjson.decode(ARGV[4])
 if fx.own ~= nil then
@@ -63,12 +69,12 @@ elseif ARGV[6] == '1' then
     'head', ARGV[3], 'sf', 2)
   redis.call('HDEL', KEYS[1], 'snap')
   redis.call('DEL', KEYS[8])
-  push(KEYS[8], ARGV, 8)
+  push(KEYS[8], ARGV, entries)
 else
   redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'out', out,
     'head', ARGV[3])
   if ARGV[5] ~= '0' then redis.call('LTRIM', KEYS[8], ARGV[5], -1) end
-  push(KEYS[8], ARGV, 8)
+  push(KEYS[8], ARGV, entries)
 end
 if fx.fixed then redis.call('HSET', KEYS[1], 'fixed', fx.fixed) end
 if fx.start then redis.call('HSET', KEYS[1], 'start', fx.start) end
@@ -78,12 +84,11 @@ end
 -- (One command for each list of ids or fields, not one each: a step runs fewer.)
 if fx.applied then redis.call('XDEL', KEYS[2], unpack(fx.applied)) end
 if fx.forget then redis.call('HDEL', KEYS[1], unpack(fx.forget)) end
-fx.trace = fx.trace or none
-if #fx.trace > 0 then
-  if redis.call('RPUSH', KEYS[3], unpack(fx.trace)) > fx.trace_max then
+if traced > 0 then
+  if push(KEYS[3], ARGV, 9, 8 + traced) > fx.trace_max then
     redis.call('LTRIM', KEYS[3], -fx.trace_max, -1)
   end
-  redis.call('HINCRBY', KEYS[1], 'tn', #fx.trace)
+  redis.call('HINCRBY', KEYS[1], 'tn', traced)
   redis.call('XADD', fx.activity, 'MAXLEN', '~', 10000, '*', 'r', fx.run)
 end
 for _, m in ipairs(fx.sends or none) do redis.call('ZADD', KEYS[4], m[2], m[1]) end
