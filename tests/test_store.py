@@ -199,13 +199,19 @@ def test_the_worker_that_takes_a_lost_call_over_says_so_if_the_tick_did_not(
         pytest.param(_record(asked=3, seq=3), "m2", 2, id="model-call-not-asked"),
         pytest.param(_record(asked=3, seq=4), "m3", 3, id="model-call-answered-already"),
         pytest.param(_running("call-1", asked=None), "m0", 0, id="model-call-never-asked"),
+        pytest.param(_running("call-1", "call-2"), "call-1 call-2", None, id="two-in-one-name"),
+        pytest.param(_running("call-12"), "call-1", None, id="a-prefix-of-a-running-call"),
+        pytest.param(_running("call-1", asked=3, seq=3), "call-1|3", None, id="a-forged-name"),
     ],
 )
+@pytest.mark.parametrize("due_kept", [True, False], ids=["due", "record-decoded"])
 def test_a_claim_the_record_does_not_call_for_is_refused(
-    store: RunStore, record: RunRecord, call: str, seq: int | None
+    store: RunStore, record: RunRecord, call: str, seq: int | None, *, due_kept: bool
 ) -> None:
     store.create(_record(), "snap", due_ms=5_000)
     _save(store, record)
+    if not due_kept:  # as a run saved before `due` was kept: the record is decoded
+        store.redis.hdel(store.keys.run("r1"), "due")
     refused = _claim(store, call, "a", seq=seq)
     assert refused.status is ClaimStatus.REFUSED
     assert refused.loaded is None
@@ -215,10 +221,31 @@ def test_a_claim_the_record_does_not_call_for_is_refused(
     assert not store.redis.exists(store.keys.lease("r1", call))
 
 
-def test_a_model_call_the_record_asked_for_is_claimed(store: RunStore) -> None:
+@pytest.mark.parametrize("due_kept", [True, False], ids=["due", "record-decoded"])
+def test_a_call_the_record_asked_for_is_claimed(store: RunStore, *, due_kept: bool) -> None:
     store.create(_record(), "snap", due_ms=5_000)
-    _save(store, _record(asked=4, seq=4))
+    _save(store, _running("call-1", "call-3", asked=4, seq=4))
+    if not due_kept:
+        store.redis.hdel(store.keys.run("r1"), "due")
+    # (The record says all three are due: a model call and a batch beside it, as after
+    # a follow-up; each is its own claim.)
     assert _claim(store, "m4", "a", seq=4).status is ClaimStatus.CLAIMED
+    assert _claim(store, "call-3", "a").status is ClaimStatus.CLAIMED
+    assert _claim(store, "call-1", "a").status is ClaimStatus.CLAIMED
+
+
+def test_a_save_keeps_what_a_claim_may_take_beside_the_record(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000)
+    assert store.redis.hget(store.keys.run("r1"), "due") is None  # (the record is decoded)
+    _save(store, _running("call-1", "call-2", asked=4, seq=4, asked_bytes=900))
+    assert store.redis.hget(store.keys.run("r1"), "due") == b"4|900|call-1 call-2"
+    _save(store, _running("call-2", asked=4, seq=5))
+    assert store.redis.hget(store.keys.run("r1"), "due") == b"|0|call-2"
+    finished = _running(
+        "call-2", asked=6, seq=6, state="finished", outcome=Outcome(stop=Stop.DONE, summary="x")
+    )
+    _save(store, finished)
+    assert store.redis.hget(store.keys.run("r1"), "due") == b"||"
 
 
 def test_a_corrupt_record_refuses_every_claim(store: RunStore) -> None:
@@ -307,10 +334,13 @@ def _model_claim(store: RunStore, token: str, admission: Admission, now: int = 0
     )
 
 
+@pytest.mark.parametrize("due_kept", [True, False], ids=["due", "record-decoded"])
 def test_a_model_call_is_admitted_within_its_trees_budget_and_reserves_its_estimate(
-    store: RunStore,
+    store: RunStore, *, due_kept: bool
 ) -> None:
     _tree(store, Budget(tokens=1_000, usd=0.01, model_calls=5))
+    if not due_kept:  # the request's size is then read from the record
+        store.redis.hdel(store.keys.run("root.call-1"), "due")
     # 400 bytes: up to 200 prompt tokens; a reply of up to 100; at $2 and $8 per M.
     claim = _model_claim(store, "a", Admission(100, 2.0, 8.0))
     assert (claim.status, claim.over) == (ClaimStatus.CLAIMED, None)
@@ -710,7 +740,7 @@ def test_a_save_sends_trace_lines_as_arguments_not_escaped_inside_its_effects(
         store.keys, advanced=_step(_record(), trace=(quoted,)), version=loaded.version, own=None
     )
     line = '{"at_ms":2,"kind":"result","text":"{\\"rows\\": [\\"a\\", \\"b\\"]}"}'
-    assert call.args[7:9] == [1, line]
+    assert call.args[8:10] == [1, line]
     assert "rows" not in call.args[3]  # the effects JSON
     assert store.connection.run(call) is Saved.SAVED
     assert store.redis.lrange(store.keys.trace("r1"), 0, -1) == [line.encode()]

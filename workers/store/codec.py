@@ -46,6 +46,7 @@ __all__ = [
     "StoredRun",
     "as_int",
     "as_text",
+    "claimable",
     "corrupt",
     "fixed_json",
     "inbox_of",
@@ -154,6 +155,17 @@ def record_of(meta: bytes | str, fixed: bytes | str | None) -> RunRecord:
         ValidationError: they do not make a record.
     """
     return RunRecord.model_validate_json(record_text(meta, fixed))
+
+
+def claimable(record: RunRecord) -> str:
+    """What a claim may take of the run now (RunFields.DUE): "<seq>|<asked bytes>|<running
+    tool calls, space-separated>", the seq empty when no model call is due (it is when
+    the record asked for one at its current seq); nothing of a finished run."""
+    if record.state == "finished":
+        return "||"
+    model = str(record.seq) if record.asked == record.seq else ""
+    tools = " ".join(call for call, track in record.calls.items() if track.status == "running")
+    return f"{model}|{record.asked_bytes}|{tools}"
 
 
 def pending_json(pending: Pending) -> str:

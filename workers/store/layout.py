@@ -232,6 +232,12 @@ class RunFields:
     """Trace lines ever written (the list keeps only the newest)."""
     OUT = "out"
     """Calls of the current batch not yet recorded: the last RECORD advances the run."""
+    DUE = "due"
+    """What CLAIM may take, as SAVE wrote it with RECORD (`store.codec.claimable`):
+    "<seq of the model call due>|<its request's bytes>|<running tool calls>", so a
+    claim reads it without decoding the record. Absent (a run no SAVE wrote yet, or
+    one saved before it was kept), CLAIM decodes RECORD; any script that writes
+    RECORD must write this too."""
     CANCEL = "cancel"
     """Set when the run is cancelled: running tools see it through their lease."""
     FOLLOW_UP = "fu"

@@ -353,7 +353,7 @@ def save(
     trace = [codec.trace_line(t, run_id) for t in advanced.effects.trace]
     args: list[Any] = [version, record_json(advanced.record), stored.head, effects]
     args += [stored.drop, 1 if stored.rewrite else 0, advanced.effects.journal or ""]
-    args += [len(trace), *trace, *stored.append]
+    args += [codec.claimable(advanced.record), len(trace), *trace, *stored.append]
     return ScriptCall("save", script_keys, args, lambda answer: Saved(_word(answer)))
 
 

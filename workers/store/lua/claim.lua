@@ -38,20 +38,40 @@
 -- call for it) or busy (another worker holds the lease).
 local FLOOR = 256  -- the smallest reply worth asking for (a cut reply is asked again)
 local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}, '', '', ''} end
-local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf')
+
+-- Is the call due (and the model request's size, for a model call)? Read from `due`,
+-- which SAVE writes with the record ("<model seq>|<asked bytes>|<running tool calls>",
+-- workers.store.codec.claimable), so most claims decode no JSON; a run no SAVE wrote
+-- yet (or one saved before `due` was kept) has its record decoded.
+local function due(run)
+  if run[4] then
+    local model, bytes, tools = string.match(run[4], '^(%d*)|(%d*)|(.*)$')
+    if not model then return false, 0 end
+    if ARGV[2] == 'tool' then
+      for call in string.gmatch(tools, '%S+') do
+        if call == ARGV[1] then return true, 0 end
+      end
+      return false, 0
+    end
+    return model ~= '' and tonumber(model) == tonumber(ARGV[3]), tonumber(bytes) or 0
+  end
+  local ok, record = pcall(cjson.decode, run[2] or '')
+  if not ok or type(record) ~= 'table' or record.state == 'finished' then return false, 0 end
+  if ARGV[2] == 'tool' then
+    local calls = record.calls
+    local track = type(calls) == 'table' and calls[ARGV[1]] or nil
+    return type(track) == 'table' and track.status == 'running', 0
+  end
+  -- (the model call the run waits on at this step, none other)
+  local seq = tonumber(ARGV[3])
+  return record.asked == seq and (record.seq or 0) == seq, tonumber(record.asked_bytes) or 0
+end
+
+local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf', 'due')
 if not run[1] then return answer('gone') end
 if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then return answer('done') end
-local ok, record = pcall(cjson.decode, run[2] or '')
-if not ok or type(record) ~= 'table' or record.state == 'finished' then
-  return answer('refused')
-end
-if ARGV[2] == 'tool' then
-  local calls = record.calls
-  local track = type(calls) == 'table' and calls[ARGV[1]] or nil
-  if type(track) ~= 'table' or track.status ~= 'running' then return answer('refused') end
-elseif record.asked ~= tonumber(ARGV[3]) or (record.seq or 0) ~= tonumber(ARGV[3]) then
-  return answer('refused')  -- not the model call the run waits on at this step
-end
+local is_due, asked_bytes = due(run)
+if not is_due then return answer('refused') end
 if redis.call('EXISTS', KEYS[2]) == 1 then return answer('busy') end
 
 local over, cap = '', 0
@@ -68,7 +88,7 @@ if ARGV[2] == 'model' then
   elseif kept then
     cap = tonumber(string.match(kept, '^%d+:%d+:(%d+)$') or '0')  -- as its first claim got
   else
-    local prompt = math.ceil((tonumber(record.asked_bytes) or 0) / 2)
+    local prompt = math.ceil(asked_bytes / 2)
     local most, in_price, out_price = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
     local floor = most > 0 and math.min(most, FLOOR) or FLOOR
     local room = most > 0 and most or math.huge

@@ -35,8 +35,9 @@
 -- ARGV[3] snapshot head ('' to keep)
 -- ARGV[4] effects JSON  ARGV[5] history entries to drop from the front
 -- ARGV[6] 1 to write the history whole  ARGV[7] the journal entry ('' for none)
--- ARGV[8] n, the number of trace lines  ARGV[9..8+n] the trace lines
--- ARGV[9+n..] history entries to append
+-- ARGV[8] what a claim may take now (`due`, written with the record: see lua/claim.lua)
+-- ARGV[9] n, the number of trace lines  ARGV[10..9+n] the trace lines
+-- ARGV[10+n..] history entries to append
 -- Returns: saved, stale (someone saved first: reload and try again), duplicate (the
 -- call's own outcome was recorded already) or fenced (another attempt took it over).
 local none = {}
@@ -48,8 +49,8 @@ local function push(key, values, from, to)
   end
   return length
 end
-local traced = tonumber(ARGV[8])
-local entries = 9 + traced  -- (the first history entry to append)
+local traced = tonumber(ARGV[9])
+local entries = 10 + traced  -- (the first history entry to append)
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 'stale' end
 local fx = cjson.decode(ARGV[4])
 if fx.own ~= nil then
@@ -63,16 +64,17 @@ for _, c in ipairs(fx.running or none) do
   if redis.call('HEXISTS', KEYS[1], 'r:' .. c) == 0 then out = out + 1 end
 end
 if ARGV[3] == '' then
-  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'out', out)
+  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'due', ARGV[8],
+    'out', out)
 elseif ARGV[6] == '1' then
-  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'out', out,
-    'head', ARGV[3], 'sf', 2)
+  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'due', ARGV[8],
+    'out', out, 'head', ARGV[3], 'sf', 2)
   redis.call('HDEL', KEYS[1], 'snap')
   redis.call('DEL', KEYS[8])
   push(KEYS[8], ARGV, entries)
 else
-  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'out', out,
-    'head', ARGV[3])
+  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'due', ARGV[8],
+    'out', out, 'head', ARGV[3])
   if ARGV[5] ~= '0' then redis.call('LTRIM', KEYS[8], ARGV[5], -1) end
   push(KEYS[8], ARGV, entries)
 end
@@ -85,7 +87,7 @@ end
 if fx.applied then redis.call('XDEL', KEYS[2], unpack(fx.applied)) end
 if fx.forget then redis.call('HDEL', KEYS[1], unpack(fx.forget)) end
 if traced > 0 then
-  if push(KEYS[3], ARGV, 9, 8 + traced) > fx.trace_max then
+  if push(KEYS[3], ARGV, 10, 9 + traced) > fx.trace_max then
     redis.call('LTRIM', KEYS[3], -fx.trace_max, -1)
   end
   redis.call('HINCRBY', KEYS[1], 'tn', traced)
