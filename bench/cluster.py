@@ -106,6 +106,9 @@ class Counters:
     bytes_in: int = 0
     bytes_out: int = 0
     used_memory: int = 0
+    cpu_usec: int = 0
+    """The CPU time of Redis's main thread (where every command runs), user and system:
+    what commands cost, and reading and writing their sockets besides."""
 
     @classmethod
     def read(cls, client: Any) -> Counters:
@@ -119,6 +122,9 @@ class Counters:
         counters.bytes_in = int(info["total_net_input_bytes"])
         counters.bytes_out = int(info["total_net_output_bytes"])
         counters.used_memory = int(client.info("memory")["used_memory"])
+        cpu = client.info("cpu")
+        main = cpu["used_cpu_user_main_thread"] + cpu["used_cpu_sys_main_thread"]
+        counters.cpu_usec = round(float(main) * 1_000_000)
         return counters
 
     def since(self, before: Counters) -> Counters:
@@ -127,13 +133,14 @@ class Counters:
         for command, calls in self.calls.items():
             grew = calls - before.calls.get(command, 0)
             if command == "info":
-                grew -= 3  # the three INFO calls of one `read`
+                grew -= 4  # the four INFO calls of one `read`
             if grew > 0:
                 delta.calls[command] = grew
                 delta.usec[command] = self.usec[command] - before.usec.get(command, 0)
         delta.bytes_in = self.bytes_in - before.bytes_in
         delta.bytes_out = self.bytes_out - before.bytes_out
         delta.used_memory = self.used_memory - before.used_memory
+        delta.cpu_usec = self.cpu_usec - before.cpu_usec
         return delta
 
     def less(self, background: Counters, seconds: float) -> Counters:
@@ -147,6 +154,7 @@ class Counters:
             out.usec[command] = max(0, round(self.usec[command] - idle_usec))
         out.bytes_in = max(0, round(self.bytes_in - background.bytes_in * scale))
         out.bytes_out = max(0, round(self.bytes_out - background.bytes_out * scale))
+        out.cpu_usec = max(0, round(self.cpu_usec - background.cpu_usec * scale))
         return out
 
     @property

@@ -70,6 +70,8 @@ class Tally:
     """'component: COMMAND' -> count (top-level commands only)."""
     inner: Counter[str] = field(default_factory=Counter)
     """script name -> commands run inside it."""
+    inner_commands: Counter[str] = field(default_factory=Counter)
+    """command name (lower case, as INFO commandstats names it) -> times run inside a script."""
     round_trips: Counter[str] = field(default_factory=Counter)
     messages: Counter[str] = field(default_factory=Counter)
     """task name -> messages published (LPUSH)."""
@@ -80,7 +82,7 @@ class Tally:
 
     def minus(self, other: Tally) -> Tally:
         out = Tally()
-        for name in ("commands", "inner", "round_trips", "messages", "bytes"):
+        for name in ("commands", "inner", "inner_commands", "round_trips", "messages", "bytes"):
             mine, theirs = getattr(self, name), getattr(other, name)
             getattr(out, name).update({k: mine[k] - theirs.get(k, 0) for k in mine})
         out.lost_saves = self.lost_saves - other.lost_saves
@@ -89,7 +91,7 @@ class Tally:
     def scaled(self, factor: float) -> dict[str, dict[str, float]]:
         return {
             name: {k: round(v * factor, 2) for k, v in sorted(getattr(self, name).items()) if v}
-            for name in ("commands", "inner", "round_trips", "messages")
+            for name in ("commands", "inner", "inner_commands", "round_trips", "messages")
         }
 
 
@@ -136,8 +138,9 @@ class _Reader:
     inner_run: int = 0
     in_multi: set[str] = field(default_factory=set)
 
-    def lua(self, when: float) -> None:
+    def lua(self, when: float, command: str) -> None:
         self.out.inner[self.script] += 1
+        self.out.inner_commands[command.lower()] += 1
         self.inner_run += 1
         self.last = (self.last[0], when)
 
@@ -179,7 +182,7 @@ def tally(path: Path, skip_clients: frozenset[str] = frozenset()) -> Tally:
         at, client, command, key, rest = found.groups()
         when = float(at)
         if client == "lua":
-            reader.lua(when)
+            reader.lua(when, command)
         elif client in skip_clients:
             reader.last = (client, when)
         else:

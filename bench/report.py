@@ -99,9 +99,16 @@ def _turns(r: dict[str, Any]) -> list[Row]:
         ),
         Row(
             item,
-            "Redis server time per step (us, idle workers' share out)",
+            "Redis server time per step (us, commandstats, idle workers' share out)",
             _fmt(s["redis_usec_per_step"], 0),
-            f"bare hop {_fmt(s['bare_redis_usec_per_hop'], 0)}",
+            f"bare hop {_fmt(s['bare_redis_usec_per_hop'], 0)}; summed as before, with"
+            f" scripts' commands counted twice: {_fmt(s['redis_usec_per_step_counted_twice'], 0)}",
+        ),
+        Row(
+            item,
+            "  Redis main thread's CPU per step (us: commands and their sockets)",
+            _fmt(s["redis_cpu_usec_per_step"], 0),
+            f"bare hop {_fmt(s['bare_redis_cpu_usec_per_hop'], 0)}",
         ),
         Row(
             item,

@@ -15,7 +15,7 @@ import cProfile
 import itertools
 import pstats
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -90,6 +90,7 @@ def _per_unit(
         "round_trips_by_part": {k: round(v / units, 2) for k, v in sorted(trips.items())},
         "commands_by_kind": {k: round(v / units, 2) for k, v in sorted(work.items()) if v},
         "lua_commands_by_script": scaled["inner"],
+        "lua_commands_by_command": scaled["inner_commands"],
         "bytes_in": round((long[1].bytes_in - short[1].bytes_in) / units),
         "bytes_by_part": {k: round(v / units) for k, v in sorted(diff.bytes.items()) if v},
         "bytes_out": round((long[1].bytes_out - short[1].bytes_out) / units),
@@ -130,12 +131,25 @@ def _window(
     found = go()
     window = b.counters().since(before)
     net = window.less(background, window.at)
-    per_unit = {
+    per_unit: dict[str, Any] = {
         "commands": net.total_calls / units,
         "bytes_in": net.bytes_in / units,
         "redis_usec": net.total_usec / units,
+        "redis_cpu_usec": net.cpu_usec / units,
+        "usec_by_command": {c: u / units for c, u in net.usec.items()},
+        "calls_by_command": {c: n / units for c, n in net.calls.items()},
     }
     return found, per_unit
+
+
+def _once_usec(window: Mapping[str, Any], inner: Mapping[str, float]) -> float:
+    """Redis's command time per unit with each command counted once. INFO commandstats
+    counts a command a script runs twice: in its own line, and in the script's EVALSHA
+    (whose time includes it). `inner` is how many of each a unit runs inside scripts
+    (from MONITOR); their share of their command's time is taken out."""
+    usec, calls = window["usec_by_command"], window["calls_by_command"]
+    inside = sum(n * usec[c] / calls[c] for c, n in inner.items() if calls.get(c))
+    return float(window["redis_usec"]) - inside
 
 
 def _round(
@@ -160,11 +174,14 @@ def _round(
     return series, {"relay": relay_window, "bare": bare_window}
 
 
-def _timing(b: Bench, agents: int, turns: int, rounds: int) -> dict[str, Any]:
-    """Relay turns and bare hops, interleaved round by round so drift hits both alike."""
+def _timing(
+    b: Bench, agents: int, turns: int, rounds: int, inner: Mapping[str, float]
+) -> dict[str, Any]:
+    """Relay turns and bare hops, interleaved round by round so drift hits both alike
+    (`inner`: the commands a turn runs inside scripts, for Redis's time counted once)."""
     background = b.background()
     series: dict[str, list[float]] = {}
-    windows: dict[str, list[dict[str, float]]] = {"relay": [], "bare": []}
+    windows: dict[str, list[dict[str, Any]]] = {"relay": [], "bare": []}
     for r in range(rounds):
         found, window = _round(b, r, agents, turns, background)
         for key, values in found.items():
@@ -175,8 +192,10 @@ def _timing(b: Bench, agents: int, turns: int, rounds: int) -> dict[str, Any]:
     out.update({k: median(v) for k, v in series.items()})
     out["spread"] = {k: [round(x, 2) for x in v] for k, v in series.items()}
     for name, per_round in windows.items():
-        for key in ("commands", "bytes_in", "redis_usec"):
+        for key in ("commands", "bytes_in", "redis_usec", "redis_cpu_usec"):
             out[f"{name}_window_{key}"] = round(median([w[key] for w in per_round]), 1)
+    once = [_once_usec(w, inner) for w in windows["relay"]]
+    out["relay_window_redis_usec_once"] = round(median(once), 1)
     return out
 
 
@@ -337,7 +356,8 @@ def run(b: Bench) -> dict[str, Any]:
         out["relay_counts"] = _relay_counts(b, k1, k2)
         out["bare_counts"] = _bare_counts(b, 2 * k1, 2 * k2, "bare")
         out["bare_no_events_counts"] = _bare_counts(b, 2 * k1, 2 * k2, "bare-quiet")
-        out["timing"] = _timing(b, agents, turns, rounds)
+        inner = out["relay_counts"]["lua_commands_by_command"]
+        out["timing"] = _timing(b, agents, turns, rounds, inner)
     b.clear()
     out["profiles"] = _profiles(b, turns, rounds, b.pick(8, 3))
     b.clear()
@@ -366,8 +386,11 @@ def _summary(out: dict[str, Any]) -> dict[str, Any]:
         "bytes_in_per_turn": relay["bytes_in"],
         "bare_bytes_in_per_hop": bare_c["bytes_in"],
         "bytes_by_part_per_turn": relay["bytes_by_part"],
-        "redis_usec_per_step": t["relay_window_redis_usec"] / 2,
+        "redis_usec_per_step": t["relay_window_redis_usec_once"] / 2,
+        "redis_usec_per_step_counted_twice": t["relay_window_redis_usec"] / 2,
+        "redis_cpu_usec_per_step": t["relay_window_redis_cpu_usec"] / 2,
         "bare_redis_usec_per_hop": t["bare_window_redis_usec"],
+        "bare_redis_cpu_usec_per_hop": t["bare_window_redis_cpu_usec"],
         "relay_own_ms_per_turn": out["in_process"]["turn_ms_http_model"],
         "relay_own_ms_per_turn_plain": out["in_process"]["turn_ms_http_model_plain"],
         "solo_turn_split_ms": {
