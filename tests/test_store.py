@@ -744,3 +744,33 @@ def test_a_save_sends_trace_lines_as_arguments_not_escaped_inside_its_effects(
     assert "rows" not in call.args[3]  # the effects JSON
     assert store.connection.run(call) is Saved.SAVED
     assert store.redis.lrange(store.keys.trace("r1"), 0, -1) == [line.encode()]
+
+
+@pytest.mark.parametrize(
+    ("budget", "reserves"),
+    [(None, False), (Budget(seconds=3_600), True), (Budget(model_calls=9), True)],
+    ids=["no-limits", "a-deadline-only", "a-call-limit"],
+)
+def test_only_a_tree_with_limits_reserves_for_its_model_calls(
+    store: RunStore, budget: Budget | None, *, reserves: bool
+) -> None:
+    made = now_ms()  # (a deadline counts from the run's creation)
+    store.create(_record("root", budget=budget, created_ms=made), "snap", due_ms=5_000)
+    _save(store, _record("root", budget=budget, created_ms=made, asked=1, seq=1, asked_bytes=400))
+    root = store.keys.run("root")
+    for attempt, token in enumerate(("a", "b"), start=1):  # (the second: its worker died)
+        claim = store.claim(
+            "root", "m1", seq=1, token=token, lease_ms=5_000, now_ms=0,
+            admission=Admission(100, 2.0, 8.0),
+        )  # fmt: skip
+        assert (claim.status, claim.over, claim.attempts) == (ClaimStatus.CLAIMED, None, attempt)
+        assert claim.reply_cap == 100  # max_tokens: no limit lowers it
+        store.redis.delete(store.keys.lease("root", "m1"))
+    held = store.redis.hget(root, "q:root|m1")
+    assert (held is not None, store.redis.hget(root, "rc")) == (
+        (True, b"1") if reserves else (False, None)
+    )
+    settle = (Reservation("root", "root", "m1"),)
+    _save(store, _record("root", budget=budget, created_ms=made), settle=settle)
+    assert store.redis.hget(root, "q:root|m1") is None
+    assert store.redis.hget(root, "rc") in ((b"0",) if reserves else (None,))

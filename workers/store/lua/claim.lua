@@ -18,7 +18,8 @@
 -- (so a call cannot take the tree past its limits by its reply), and the estimate
 -- (prompt plus that cap) is reserved (`q:<run>|<call>` = "tokens:micro-dollars:cap",
 -- once however often the call is claimed: a second claim gets the same cap) until the
--- save that applies its outcome settles it. Not admitted, the claim still counts and
+-- save that applies its outcome settles it (in a tree with no limits at all, nothing is
+-- reserved: nothing reads it, and such a tree never gets one). Not admitted, the claim still counts and
 -- takes the lease (the worker records "budget reached", and the run parks), and
 -- `over` says which limit: "limit|spent|reserved|cap|estimate", or "deadline".
 --
@@ -81,9 +82,15 @@ if ARGV[2] == 'model' then
   local held = 'q:' .. ARGV[8] .. '|' .. ARGV[1]
   local n = function(i) return tonumber(root[i] or '0') end
   local int = function(x) return string.format('%d', x) end
-  local time = redis.call('TIME')  -- the deadline by Redis's clock, not the caller's
-  local kept = redis.call('HGET', KEYS[4], held)
-  if root[4] and tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) >= n(4) then
+  -- A tree with no limits at all reserves nothing: nothing would read it, and it never
+  -- gets one (EXTEND raises only the limits a tree has).
+  local limited = root[1] or root[2] or root[3] or root[4]
+  local kept = limited and redis.call('HGET', KEYS[4], held)
+  local function past_deadline()  -- by Redis's clock, not the caller's
+    local time = redis.call('TIME')
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000) >= n(4)
+  end
+  if root[4] and past_deadline() then
     over = 'deadline'
   elseif kept then
     cap = tonumber(string.match(kept, '^%d+:%d+:(%d+)$') or '0')  -- as its first claim got
@@ -106,6 +113,8 @@ if ARGV[2] == 'model' then
     end
     if over == '' then
       cap = room == math.huge and 0 or math.max(room, 0)
+    end
+    if over == '' and limited then
       local tokens = prompt + cap
       local cost = math.ceil(prompt * in_price + cap * out_price)
       redis.call('HINCRBY', KEYS[4], 'rt', tokens)
