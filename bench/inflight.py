@@ -118,7 +118,10 @@ def _load(b: Bench, worker: Worker, stats_url: str, runs: int, marker: str) -> d
         "rss_mb_before": round(rss_before, 1),
         "rss_mb_peak": round(peak_rss, 1),
         "kb_per_call_in_flight": round((peak_rss - rss_before) * 1024 / max(most, 1), 1),
+        # (INFO commandstats, summed: a script's commands count twice, in their own lines
+        # and in its EVALSHA; the main thread's CPU is what the Redis server spent.)
         "redis_us_per_step": round(redis.total_usec / (runs * STEPS_PER_RUN), 1),
+        "redis_cpu_us_per_step": round(redis.cpu_usec / (runs * STEPS_PER_RUN), 1),
     }
 
 

@@ -433,7 +433,7 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
                 f"{v['most_in_flight']:,} calls in flight, {v['runs_per_s']:,} runs/s"
                 f" ({v['took_over_allowed']} x what the model allows),"
                 f" {v['worker_cores_busy']} cores busy, {v['kb_per_call_in_flight']:,} KB"
-                f" a call, Redis {v['redis_us_per_step']} us a step",
+                f" a call, Redis CPU {v.get('redis_cpu_us_per_step', '?')} us a step",
                 ">= 1,000 in flight, < 1 core" if name == "carried" else "beside",
                 _check(v["most_in_flight"] >= 1_000 and v["worker_cores_busy"] < 1.0)
                 if name == "carried"
