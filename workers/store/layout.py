@@ -343,7 +343,7 @@ class Keys:
 
     def index(self, run_id: str) -> IndexKeys:
         """The index shard the run's entries go to (the same slot as its tree)."""
-        return self.shard(self.slot(run_id)) if self.cluster else self._index("")
+        return self.shard(self.slot(run_id)) if self.cluster else _single(self)
 
     def shard(self, slot: int) -> IndexKeys:
         """The index shard of hash slot `slot` (on a cluster)."""
@@ -441,6 +441,12 @@ class Keys:
     def schedule_slots(self) -> str:
         """The set of hash slots whose schedule shards were ever written (a cluster's)."""
         return self._fleet("schedule-slots")
+
+
+@cache
+def _single(keys: Keys) -> IndexKeys:
+    # Made once: a step asks for its run's index a few times (about 10 µs each to spell).
+    return keys._index("")
 
 
 @cache
