@@ -20,7 +20,7 @@ from workers.engine.events import BudgetExtended, CallDecision, ToolDone, expiry
 from workers.engine.ids import pending_member as member_of
 from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
 from workers.settings import now_ms
-from workers.store import scripts
+from workers.store import codec, scripts
 from workers.store.runs import Claim, RunStore
 from workers.store.scripts import ClaimStatus, Decided, Recorded, Saved
 
@@ -237,15 +237,30 @@ def test_a_call_the_record_asked_for_is_claimed(store: RunStore, *, due_kept: bo
 def test_a_save_keeps_what_a_claim_may_take_beside_the_record(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000)
     assert store.redis.hget(store.keys.run("r1"), "due") is None  # (the record is decoded)
+    # "<the version it was written at>|<model call due>|<its request's bytes>|<tool calls>"
     _save(store, _running("call-1", "call-2", asked=4, seq=4, asked_bytes=900))
-    assert store.redis.hget(store.keys.run("r1"), "due") == b"4|900|call-1 call-2"
+    assert store.redis.hget(store.keys.run("r1"), "due") == b"2|4|900|call-1 call-2"
     _save(store, _running("call-2", asked=4, seq=5))
-    assert store.redis.hget(store.keys.run("r1"), "due") == b"|0|call-2"
+    assert store.redis.hget(store.keys.run("r1"), "due") == b"3||0|call-2"
     finished = _running(
         "call-2", asked=6, seq=6, state="finished", outcome=Outcome(stop=Stop.DONE, summary="x")
     )
     _save(store, finished)
-    assert store.redis.hget(store.keys.run("r1"), "due") == b"||"
+    assert store.redis.hget(store.keys.run("r1"), "due") == b"4|||"
+
+
+def test_a_due_left_by_an_earlier_save_is_not_trusted(store: RunStore) -> None:
+    """A worker of an older Relay saves the record without `due`: the one a newer save
+    left behind names an earlier version, so a claim reads the record instead."""
+    store.create(_record(), "snap", due_ms=5_000)
+    _save(store, _running("call-1", asked=4, seq=4))
+    run = store.keys.run("r1")
+    moved_on = _running("call-2", asked=5, seq=5)  # as an older worker's SAVE writes it
+    store.redis.hset(run, mapping={"v": 3, "meta": codec.record_json(moved_on)})
+    assert _claim(store, "call-1", "a").status is ClaimStatus.REFUSED
+    assert _claim(store, "m4", "a", seq=4).status is ClaimStatus.REFUSED
+    assert _claim(store, "call-2", "a").status is ClaimStatus.CLAIMED
+    assert _claim(store, "m5", "a", seq=5).status is ClaimStatus.CLAIMED
 
 
 def test_a_corrupt_record_refuses_every_claim(store: RunStore) -> None:

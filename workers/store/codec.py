@@ -158,9 +158,10 @@ def record_of(meta: bytes | str, fixed: bytes | str | None) -> RunRecord:
 
 
 def claimable(record: RunRecord) -> str:
-    """What a claim may take of the run now (RunFields.DUE): "<seq>|<asked bytes>|<running
-    tool calls, space-separated>", the seq empty when no model call is due (it is when
-    the record asked for one at its current seq); nothing of a finished run."""
+    """What a claim may take of the run now (RunFields.DUE, where SAVE puts the version in
+    front): "<seq>|<asked bytes>|<running tool calls, space-separated>", the seq empty
+    when no model call is due (it is when the record asked for one at its current seq);
+    nothing of a finished run."""
     if record.state == "finished":
         return "||"
     model = str(record.seq) if record.asked == record.seq else ""

@@ -233,11 +233,11 @@ class RunFields:
     OUT = "out"
     """Calls of the current batch not yet recorded: the last RECORD advances the run."""
     DUE = "due"
-    """What CLAIM may take, as SAVE wrote it with RECORD (`store.codec.claimable`):
-    "<seq of the model call due>|<its request's bytes>|<running tool calls>", so a
-    claim reads it without decoding the record. Absent (a run no SAVE wrote yet, or
-    one saved before it was kept), CLAIM decodes RECORD; any script that writes
-    RECORD must write this too."""
+    """What CLAIM may take, as SAVE wrote it with RECORD and VERSION: "<version>|<seq of
+    the model call due>|<its request's bytes>|<running tool calls>" (all but the version
+    from `store.codec.claimable`), so a claim reads it without decoding the record.
+    Absent, or of another version than the run's (a run no SAVE wrote yet, one saved
+    before it was kept, or saved by an older worker), CLAIM decodes RECORD."""
     CANCEL = "cancel"
     """Set when the run is cancelled: running tools see it through their lease."""
     FOLLOW_UP = "fu"

@@ -19,9 +19,10 @@
 -- (prompt plus that cap) is reserved (`q:<run>|<call>` = "tokens:micro-dollars:cap",
 -- once however often the call is claimed: a second claim gets the same cap) until the
 -- save that applies its outcome settles it (in a tree with no limits at all, nothing is
--- reserved: nothing reads it, and such a tree never gets one). Not admitted, the claim still counts and
--- takes the lease (the worker records "budget reached", and the run parks), and
--- `over` says which limit: "limit|spent|reserved|cap|estimate", or "deadline".
+-- reserved: nothing reads it, and such a tree never gets one). Not admitted, the claim
+-- still counts and takes the lease (the worker records "budget reached", and the run
+-- parks), and `over` says which limit: "limit|spent|reserved|cap|estimate", or
+-- "deadline".
 --
 -- KEYS[1] run hash  KEYS[2] the call's lease  KEYS[3] outbox  KEYS[4] root's hash
 -- KEYS[5] inbox  KEYS[6] history list
@@ -41,13 +42,13 @@ local FLOOR = 256  -- the smallest reply worth asking for (a cut reply is asked 
 local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}, '', '', ''} end
 
 -- Is the call due (and the model request's size, for a model call)? Read from `due`,
--- which SAVE writes with the record ("<model seq>|<asked bytes>|<running tool calls>",
--- workers.store.codec.claimable), so most claims decode no JSON; a run no SAVE wrote
--- yet (or one saved before `due` was kept) has its record decoded.
+-- which SAVE writes with the record ("<version>|<model seq>|<asked bytes>|<running tool
+-- calls>", workers.store.codec.claimable), so most claims decode no JSON. A run no SAVE
+-- wrote yet, one saved before `due` was kept, or one whose `due` is not of its version
+-- (saved by an older worker) has its record decoded.
 local function due(run)
-  if run[4] then
-    local model, bytes, tools = string.match(run[4], '^(%d*)|(%d*)|(.*)$')
-    if not model then return false, 0 end
+  local at, model, bytes, tools = string.match(run[4] or '', '^(%d+)|(%d*)|(%d*)|(.*)$')
+  if at == run[1] then
     if ARGV[2] == 'tool' then
       for call in string.gmatch(tools, '%S+') do
         if call == ARGV[1] then return true, 0 end

@@ -35,7 +35,8 @@
 -- ARGV[3] snapshot head ('' to keep)
 -- ARGV[4] effects JSON  ARGV[5] history entries to drop from the front
 -- ARGV[6] 1 to write the history whole  ARGV[7] the journal entry ('' for none)
--- ARGV[8] what a claim may take now (`due`, written with the record: see lua/claim.lua)
+-- ARGV[8] what a claim may take now (`due`, written with the record and its version:
+-- see lua/claim.lua)
 -- ARGV[9] n, the number of trace lines  ARGV[10..9+n] the trace lines
 -- ARGV[10+n..] history entries to append
 -- Returns: saved, stale (someone saved first: reload and try again), duplicate (the
@@ -52,6 +53,10 @@ end
 local traced = tonumber(ARGV[9])
 local entries = 10 + traced  -- (the first history entry to append)
 if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 'stale' end
+local version = tonumber(ARGV[1]) + 1
+-- (`due` names the version it was written at: CLAIM trusts it only at that version, so
+-- a record saved without it, by an older worker, is decoded instead.)
+local due = version .. '|' .. ARGV[8]
 local fx = cjson.decode(ARGV[4])
 if fx.own ~= nil then
   if redis.call('HEXISTS', KEYS[1], 'r:' .. fx.own.call) == 1 then return 'duplicate' end
@@ -64,16 +69,16 @@ for _, c in ipairs(fx.running or none) do
   if redis.call('HEXISTS', KEYS[1], 'r:' .. c) == 0 then out = out + 1 end
 end
 if ARGV[3] == '' then
-  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'due', ARGV[8],
+  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due,
     'out', out)
 elseif ARGV[6] == '1' then
-  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'due', ARGV[8],
+  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due,
     'out', out, 'head', ARGV[3], 'sf', 2)
   redis.call('HDEL', KEYS[1], 'snap')
   redis.call('DEL', KEYS[8])
   push(KEYS[8], ARGV, entries)
 else
-  redis.call('HSET', KEYS[1], 'v', tonumber(ARGV[1]) + 1, 'meta', ARGV[2], 'due', ARGV[8],
+  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due,
     'out', out, 'head', ARGV[3])
   if ARGV[5] ~= '0' then redis.call('LTRIM', KEYS[8], ARGV[5], -1) end
   push(KEYS[8], ARGV, entries)
