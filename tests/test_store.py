@@ -227,8 +227,8 @@ def test_a_call_the_record_asked_for_is_claimed(store: RunStore, *, due_kept: bo
     _save(store, _running("call-1", "call-3", asked=4, seq=4))
     if not due_kept:
         store.redis.hdel(store.keys.run("r1"), "due")
-    # (The record says all three are due: a model call and a batch beside it, as after
-    # a follow-up; each is its own claim.)
+    # (A record with a model call and two tool calls due at once, so both kinds of
+    # claim are checked on one run; each is a claim of its own.)
     assert _claim(store, "m4", "a", seq=4).status is ClaimStatus.CLAIMED
     assert _claim(store, "call-3", "a").status is ClaimStatus.CLAIMED
     assert _claim(store, "call-1", "a").status is ClaimStatus.CLAIMED
