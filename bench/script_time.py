@@ -28,28 +28,33 @@ from bench.inprocess import LocalModel, LocalRuntime
 from bench.model import Task
 from workers import Settings
 from workers.store import scripts
+from workers.store.codec import as_text
+
+_PACKERS = (redis.connection.HiredisRespSerializer, redis.connection.PythonRespSerializer)
+"""redis-py packs every command (pipelines included) with one of these: hiredis's when
+it is installed, else its own."""
 
 
 @contextmanager
 def _recording() -> Iterator[list[tuple[Any, ...]]]:
-    """Every command packed meanwhile (hiredis packs each one, pipelines included)."""
+    """Every command packed meanwhile, in order."""
     sent: list[tuple[Any, ...]] = []
-    packer = redis.connection.HiredisRespSerializer
-    pack = packer.pack
+    packs = [packer.pack for packer in _PACKERS]
 
-    def keep(self: Any, *args: Any) -> Any:
-        sent.append(args)
-        return pack(self, *args)
+    def keeping(pack: Any) -> Any:
+        def keep(self: Any, *args: Any) -> Any:
+            sent.append(args)
+            return pack(self, *args)
 
-    packer.pack = keep  # type: ignore[method-assign]
+        return keep
+
+    for packer, pack in zip(_PACKERS, packs, strict=True):
+        packer.pack = keeping(pack)  # type: ignore[method-assign]
     try:
         yield sent
     finally:
-        packer.pack = pack  # type: ignore[method-assign]
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+        for packer, pack in zip(_PACKERS, packs, strict=True):
+            packer.pack = pack  # type: ignore[method-assign]
 
 
 def _record(url: str, runs: int, turns: int) -> list[tuple[Any, ...]]:
@@ -75,7 +80,7 @@ def _replay(url: str, sent: list[tuple[Any, ...]]) -> tuple[Counter[str], Counte
     for timed in (False, True):
         client.flushall()
         for args in sent:
-            name = names.get(_text(args[1])) if _text(args[0]).upper() == "EVALSHA" else None
+            name = names.get(as_text(args[1])) if as_text(args[0]).upper() == "EVALSHA" else None
             before = _evalsha_usec(client) if name else 0
             with suppress(redis.ResponseError):  # (as the runtime met it: the replay goes on)
                 client.execute_command(*args)
