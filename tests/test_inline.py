@@ -146,3 +146,69 @@ def test_outside_a_task_nothing_is_kept() -> None:
     w = world(plan=CHAIN)
     w.inline.send([MODEL])
     assert w.published == [MODEL]
+
+
+@dataclass
+class ClaimingWorld(World):
+    """Steps whose successor's call is claimed with their save (`ahead`, then `keep`), as
+    `Steps.save` does. `events` says, in order, what was published and what given back."""
+
+    events: list[tuple[str, Message]] = field(default_factory=list)
+
+    def step(self, message: Message) -> Report:
+        self.ran.append(message)
+        self.clock.now += self.step_s
+        after = self.plan.get(message, [])
+        kept = self.inline.ahead(after)
+        if kept is None:
+            self.inline.send(after)
+        else:
+            self.inline.keep(kept, lambda: self.events.append(("released", kept)))
+        if message in self.fails:
+            raise ConnectionError("Redis went away")
+        return Report(f"did {message.kind}")
+
+
+def claiming(
+    plan: dict[Message, list[Message]], fails: frozenset[Message] = frozenset()
+) -> ClaimingWorld:
+    clock, events = Clock(), []
+
+    def publish(messages: list[Message]) -> None:
+        events.extend(("published", m) for m in messages)
+
+    inline = Continuation(publish, 250, Reach(), clock)
+    return ClaimingWorld(inline, clock, plan, fails=set(fails), events=events)
+
+
+def test_ahead_names_the_one_step_send_would_keep() -> None:
+    w = claiming(CHAIN)
+    assert w.inline.ahead([MODEL]) is None  # outside a task: nothing is kept
+    report = w.inline.run(ADVANCE, w.step)
+    assert w.ran == [ADVANCE, MODEL, TOOL, MODEL2]
+    assert w.events == []  # each claim kept was used by its step; nothing was published
+    assert "continued call-1 read_note" in report.line
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        {ADVANCE: [TOOL, Message("run_tool", "r", call="call-2")]},
+        {ADVANCE: [Message("call_model", "r", seq=1, delay_ms=500)]},
+    ],
+    ids=["a-batch", "a-delay"],
+)
+def test_ahead_claims_nothing_that_is_published(plan: dict[Message, list[Message]]) -> None:
+    w = claiming(plan)
+    w.inline.run(ADVANCE, w.step)
+    assert w.ran == [ADVANCE]
+    assert w.events == [("published", m) for m in plan[ADVANCE]]
+
+
+def test_a_claim_kept_for_a_step_that_is_not_run_is_given_back_before_it_is_published() -> None:
+    w = claiming(CHAIN, fails=frozenset({ADVANCE}))
+    with pytest.raises(ConnectionError):
+        w.inline.run(ADVANCE, w.step)
+    assert w.ran == [ADVANCE]
+    # (its task claims it anew: a claim held by no one would stall it for a lease)
+    assert w.events == [("released", MODEL), ("published", MODEL)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from workers.engine.ids import pending_member as member_of
 from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
 from workers.settings import now_ms
 from workers.store import codec, scripts
-from workers.store.runs import Claim, RunStore
+from workers.store.runs import CallClaim, Claim, RunStore
 from workers.store.scripts import ClaimStatus, Decided, Recorded, Saved
 
 
@@ -789,3 +790,94 @@ def test_only_a_tree_with_limits_reserves_for_its_model_calls(
     _save(store, _record("root", budget=budget, created_ms=made), settle=settle)
     assert store.redis.hget(root, "q:root|m1") is None
     assert store.redis.hget(root, "rc") in ((b"0",) if reserves else (None,))
+
+
+# --- a save and the claim of the call it decided, in one script (SAVE_CLAIM) ------------
+
+
+def _terms(call: str, token: str, seq: int | None = None, run_id: str = "r1") -> CallClaim:
+    return CallClaim(run_id, call, seq, token, lease_ms=5_000, now_ms=1_000, task="task-1")
+
+
+def test_a_save_and_the_claim_of_the_call_it_decided_are_one_script(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000)
+    loaded = store.load("r1")
+    assert loaded is not None
+    # Many trace lines, so the script splits a long argument list between the two.
+    lines = tuple(TraceEntry(at_ms=i, run="r1", kind="note", text=f"{i}") for i in range(1_500))
+    step = _step(_running("call-1", asked=4, seq=4), trace=lines)
+    saved, claim = store.save_then_claim(step, loaded.version, None, _terms("call-1", "tok"))
+    assert saved is Saved.SAVED
+    assert claim is not None
+    assert (claim.status, claim.attempts, claim.task_before) == (ClaimStatus.CLAIMED, 1, "")
+    assert claim.loaded is not None
+    assert claim.loaded.version == "2"  # the run as the save left it
+    assert claim.loaded.record == step.record
+    assert claim.loaded.snapshot == "snap"  # (no agent kept by this process: read back)
+    assert store.trace("r1")[0] == 1_500
+    run = store.keys.run("r1")
+    assert store.redis.hget(run, "a:call-1") == b"1"
+    assert store.redis.hget(run, "k:call-1") == b"task-1"
+    assert store.redis.get(store.keys.lease("r1", "call-1")) == b"tok"
+    outbox = store.keys.index("r1").outbox
+    assert store.redis.zscore(outbox, "t|r1|call-1") == 1_000 + 5_000  # the lease's end
+    # The message, were it delivered too, finds the call taken.
+    assert _claim(store, "call-1", "other").status is ClaimStatus.BUSY
+
+
+def test_a_save_that_does_not_land_claims_nothing(store: RunStore) -> None:
+    store.create(_record(), "snap", due_ms=5_000)
+    # (call-2 is due as the run stands: a claim that ran regardless would take it)
+    version = _save(store, _running("call-1", "call-2"))
+    _claim(store, "call-1", "x")
+    _record_outcome(store, "call-1", "x", attempt=1)
+    run = store.keys.run("r1")
+    next_step = _step(_running("call-2", seq=1))
+    # Stale: someone saved since version 1.
+    assert store.save_then_claim(next_step, "1", None, _terms("call-2", "a")) == (
+        Saved.STALE,
+        None,
+    )
+    # Duplicate: the call's own outcome is in already.
+    own = OwnOutcome("r1", "call-1", 1, "x", "t|r1|call-1")
+    assert store.save_then_claim(next_step, version, own, _terms("call-2", "a")) == (
+        Saved.DUPLICATE,
+        None,
+    )
+    assert store.redis.hget(run, "a:call-2") is None
+    assert not store.redis.exists(store.keys.lease("r1", "call-2"))
+    assert store.redis.hget(run, "v") == version.encode()
+
+
+def test_a_claim_with_a_save_is_refused_what_the_saved_record_does_not_call_for(
+    store: RunStore,
+) -> None:
+    store.create(_record(), "snap", due_ms=5_000)
+    loaded = store.load("r1")
+    assert loaded is not None
+    step = _step(_running("call-1", asked=4, seq=4))
+    saved, claim = store.save_then_claim(step, loaded.version, None, _terms("call-9", "a"))
+    assert saved is Saved.SAVED  # the save stands
+    assert claim is not None
+    assert claim.status is ClaimStatus.REFUSED
+    assert store.redis.hget(store.keys.run("r1"), "v") == b"2"
+    model = store.save_then_claim(step, "2", None, _terms("m5", "a", seq=5))
+    assert model[1] is not None
+    assert model[1].status is ClaimStatus.REFUSED  # the record asked for m4, not m5
+    given = store.save_then_claim(step, "3", None, _terms("m4", "a", seq=4))
+    assert given[1] is not None
+    assert given[1].status is ClaimStatus.CLAIMED
+
+
+def test_a_model_call_claimed_with_a_save_is_admitted_and_reserves(store: RunStore) -> None:
+    _tree(store, Budget(tokens=1_000))
+    loaded = store.load("root.call-1")
+    assert loaded is not None
+    child = _record("root.call-1", parent="root", root="root", asked=2, seq=2, asked_bytes=400)
+    terms = _terms("m2", "a", seq=2, run_id="root.call-1")
+    terms = replace(terms, admission=Admission(100, 0.0, 0.0))
+    saved, claim = store.save_then_claim(_step(child), loaded.version, None, terms)
+    assert saved is Saved.SAVED
+    assert claim is not None
+    assert (claim.status, claim.over, claim.reply_cap) == (ClaimStatus.CLAIMED, None, 100)
+    assert store.limits("root").reserved == (300, 0, 1)  # type: ignore[union-attr]

@@ -33,11 +33,11 @@ from workers.runtime.carrier import name_runs_in_logs
 from workers.runtime.continuation import Continuation, Reach
 from workers.runtime.metrics import FleetMetrics
 from workers.runtime.reports import Report
-from workers.runtime.steps import Steps
+from workers.runtime.steps import ClaimAhead, Steps
 from workers.runtime.telemetry import Telemetry
 from workers.runtime.tick import Healing, Ticker
 from workers.settings import Settings, now_ms
-from workers.store.runs import RunStore
+from workers.store.runs import Claim, RunStore
 
 __all__ = ["Runtime"]
 
@@ -87,6 +87,7 @@ class Runtime:
             self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,
             carrier=self.carrier,
         )  # fmt: skip
+        self.steps.in_place = _ClaimsInPlace(self.continuation, self.calls)
         self.ticker = Ticker(store.upkeep, tick, settings.tick_interval, clock)
         self.healing = Healing(store, send, timing)
         self.metrics = FleetMetrics(
@@ -150,3 +151,21 @@ class Runtime:
     def heal(self, now: int) -> int:
         """The runtime's part of a tick (`Healing.heal`); how many messages it re-sent."""
         return self.healing.heal(now)
+
+
+class _ClaimsInPlace:
+    """The call a task continues in place (`Continuation.ahead`) is claimed with the save
+    that decided it (`Steps.save`), and held for the task's next step (`Calls.hand`)."""
+
+    def __init__(self, continuation: Continuation, calls: Calls) -> None:
+        self._continuation = continuation
+        self._calls = calls
+
+    def claim_for(self, messages: Sequence[Message]) -> ClaimAhead | None:
+        message = self._continuation.ahead(messages)
+        terms = None if message is None else self._calls.claim_ahead(message)
+        return None if message is None or terms is None else ClaimAhead(message, terms)
+
+    def keep(self, ahead: ClaimAhead, claim: Claim) -> None:
+        self._calls.hand(ahead.claim, claim)
+        self._continuation.keep(ahead.message, lambda: self._calls.release(ahead.claim))

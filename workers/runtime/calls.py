@@ -21,7 +21,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
@@ -53,6 +53,7 @@ from workers.runtime.steps import Steps
 from workers.runtime.streaming import ReplyStream
 from workers.settings import Settings
 from workers.store.codec import Loaded
+from workers.store.runs import CallClaim, Claim
 from workers.store.scripts import ClaimStatus, Recorded, Saved
 
 __all__ = ["MAX_CALL_ATTEMPTS", "Calls"]
@@ -195,34 +196,78 @@ class Calls:
         self.settings_key = key
         """The key of runs started without one (the app's name)."""
         self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._ahead = threading.local()
+        """`held`: the claim this thread's next step makes its call with (`hand`), if any."""
 
-    def _asked(self, run_id: str, what: str, seq: int | None, member: str) -> CallMessage:
-        token = f"{self._token_prefix}-{secrets.token_hex(4)}"
-        return CallMessage(run_id, what, seq, member, token)
+    def _token(self) -> str:
+        return f"{self._token_prefix}-{secrets.token_hex(4)}"
 
     def call_model(self, run_id: str, seq: int) -> Report:
         """Make the model call for the run's step `seq`, once, and advance the run."""
         member = OutboxMember.model(run_id, seq)
-        return self._once(self._asked(run_id, model_call(seq), seq, member), self._model_event)
+        return self._once(CallMessage(run_id, model_call(seq), seq, member, ""), self._model_event)
 
     def run_tool(self, run_id: str, call_id: str) -> Report:
         """Run one call of the run's batch, at most once unless its tool is idempotent."""
         member = OutboxMember.tool(run_id, call_id)
-        return self._once(self._asked(run_id, call_id, None, member), self._tool_event)
+        return self._once(CallMessage(run_id, call_id, None, member, ""), self._tool_event)
+
+    # --- claims made with the save before (continuation in place) --------------------------
+
+    def claim_ahead(self, message: Message) -> CallClaim | None:
+        """The claim of the call `message` asks for, to be made with the save that decided
+        it (this task then runs it in place); None for a message that is not a call."""
+        if message.kind == "call_model":
+            what, seq = model_call(message.seq), message.seq
+        elif message.kind == "run_tool":
+            what, seq = message.call, None
+        else:
+            return None
+        return self._claim_terms(CallMessage(message.run, what, seq, "", self._token()))
+
+    def hand(self, terms: CallClaim, claim: Claim) -> None:
+        """Hold `claim`, made with the save before, for this thread's next step."""
+        self._ahead.held = (terms, claim)
+
+    def release(self, terms: CallClaim) -> None:
+        """Give back the claim `hand` holds for `terms` if no step took it (its message is
+        published instead, and its task claims anew)."""
+        held: tuple[CallClaim, Claim] | None = getattr(self._ahead, "held", None)
+        if held is None or held[0] is not terms:
+            return
+        self._ahead.held = None
+        if held[1].status is ClaimStatus.CLAIMED:
+            member = _member(terms)
+            self.store.unclaim(
+                terms.run_id, terms.what, attempt=held[1].attempts, token=terms.token,
+                member=member, due_ms=self.steps.clock(),
+            )  # fmt: skip
+
+    def _claim_terms(self, asked: CallMessage) -> CallClaim:
+        admission = self.pricing.admission() if asked.seq is not None else NO_ADMISSION
+        now, lease_ms = self.steps.clock(), self.timing.lease_ms
+        return CallClaim(
+            asked.run_id, asked.what, asked.seq, asked.token, lease_ms, now, admission,
+            carrier().task,
+        )  # fmt: skip
+
+    def _claimed(self, asked: CallMessage) -> tuple[CallMessage, Claim]:
+        """The call's claim: the one made with the save before, if this thread holds it, else
+        a CLAIM now (with a new lease token)."""
+        held: tuple[CallClaim, Claim] | None = getattr(self._ahead, "held", None)
+        self._ahead.held = None
+        if held is not None and (held[0].run_id, held[0].what) == (asked.run_id, asked.what):
+            return replace(asked, token=held[0].token), held[1]
+        if held is not None:  # (never: the step kept is the one run next) not ours: give it back
+            self._ahead.held = held
+            self.release(held[0])
+        asked = replace(asked, token=self._token())
+        return asked, self.store.claim_with(self._claim_terms(asked))
 
     # --- claim, produce, keep ---------------------------------------------------------------
 
     def _once(self, asked: CallMessage, produce: Produce) -> Report:
-        claim = self.store.claim(
-            asked.run_id,
-            asked.what,
-            seq=asked.seq,
-            token=asked.token,
-            lease_ms=self.timing.lease_ms,
-            now_ms=self.steps.clock(),
-            admission=self.pricing.admission() if asked.seq is not None else NO_ADMISSION,
-            task=carrier().task,
-        )
+        asked, claim = self._claimed(asked)
         if claim.status is not ClaimStatus.CLAIMED:
             return self._unclaimed(asked, claim.status)
         assert claim.loaded is not None
@@ -598,6 +643,13 @@ def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:
             f"it was tried {MAX_CALL_ATTEMPTS} times and each worker stopped mid-call"
         )
     return None
+
+
+def _member(terms: CallClaim) -> str:
+    """The outbox member of the call `terms` claims."""
+    if terms.seq is None:
+        return OutboxMember.tool(terms.run_id, terms.what)
+    return OutboxMember.model(terms.run_id, terms.seq)
 
 
 def _route_holder(call: Claimed) -> str:

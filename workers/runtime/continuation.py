@@ -18,6 +18,10 @@ usual, so no run holds a worker's slot much longer than its slice while other
 messages wait. (A step begun within the slice runs to its end: a slice bounds
 when the last step starts, not how long it takes.)
 
+The step that keeps a call claims it in its save's round trip (`ahead`, `keep`;
+SAVE_CLAIM): the task then makes the call with no CLAIM of its own. Should the task
+not get to it, the claim is given back as the message is published.
+
 A slice belongs to one task on one thread: a threads pool runs several at once.
 """
 
@@ -26,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,6 +65,8 @@ class _Slice:
     """When the pool kills this task (a hard time limit on prefork), if ever."""
     next: Message | None = None
     """The one message the last step left for this task to run itself."""
+    release: Callable[[], None] | None = None
+    """Gives back the claim taken for `next` with its step's save, if `next` is not run."""
 
 
 class Continuation:
@@ -89,6 +95,20 @@ class Continuation:
             return
         self._send(messages)
 
+    def ahead(self, messages: Sequence[Message]) -> Message | None:
+        """The message `send` would keep of `messages`, if any: asked before the step that
+        decided them is saved, so that its call can be claimed in the same round trip."""
+        here: _Slice | None = getattr(self._local, "slice", None)
+        if here is None or here.next is not None or len(messages) != 1:
+            return None
+        return messages[0] if self._fits(here, messages[0]) else None
+
+    def keep(self, message: Message, release: Callable[[], None]) -> None:
+        """Keep `message` (as `ahead` chose it, its call claimed with the save) for this task
+        to run next; `release` gives the claim back should the task not run it."""
+        here: _Slice = self._local.slice
+        here.next, here.release = message, release
+
     def run(self, first: Message, step: Step, hard_limit_s: float | None = None) -> Report:
         """Run `first` through `step`, then each step it leaves to continue while the slice
         lasts; return what the task did, naming the steps it continued.
@@ -103,12 +123,14 @@ class Continuation:
         try:
             report = step(first)
             while here.next is not None:
-                message, here.next = here.next, None
+                message, here.next, here.release = here.next, None, None
                 report = report.continued(label(message), self._continued(message, step))
             return report
         finally:
             self._local.slice = None
             if here.next is not None:  # a step raised after keeping its successor: publish it
+                if here.release is not None:
+                    here.release()  # (the claim taken with the save: its task claims anew)
                 self._send([here.next])
 
     def _continued(self, message: Message, step: Step) -> Report:

@@ -1,7 +1,7 @@
 """The run store: every read and write of run state in Redis, one method each.
 
 `RunStore` composes the store's parts on one `Connection`: its own methods
-read and write runs (CREATE, LOAD, CLAIM, RENEW, UNCLAIM, RECORD, SAVE, TRACE,
+read and write runs (CREATE, LOAD, CLAIM, RENEW, UNCLAIM, RECORD, SAVE, SAVE_CLAIM, TRACE,
 through `workers.store.scripts`), and it holds the sub-stores, each of which
 takes the connection, never the store:
 
@@ -50,11 +50,27 @@ from workers.store.live import LiveStreams
 from workers.store.people import People
 from workers.store.reads import RunCursor
 from workers.store.schedule_shards import ClusterSchedules
-from workers.store.scripts import ClaimStatus, Recorded, Saved
+from workers.store.scripts import ClaimAnswer, ClaimStatus, Recorded, Saved
 from workers.store.shards import Shards
 from workers.store.upkeep import Upkeep
 
-__all__ = ["Claim", "Loaded", "RunStore"]
+__all__ = ["CallClaim", "Claim", "Loaded", "RunStore"]
+
+
+@dataclass(frozen=True)
+class CallClaim:
+    """What claiming a call takes (`RunStore.claim`): the run, the call (`m<seq>` with
+    `seq` for a model call), the claiming task's lease token and length, the time, the
+    model call's admission against its tree's budget, and the Celery task carrying it."""
+
+    run_id: str
+    what: str
+    seq: int | None
+    token: str
+    lease_ms: int
+    now_ms: int
+    admission: Admission = NO_ADMISSION
+    task: str = ""
 
 
 @dataclass(frozen=True)
@@ -71,9 +87,9 @@ class Claim:
     over: Over | None = None
     loaded: Loaded | None = None
     reply_cap: int = 0
+    """A model call's `max_tokens`, capped to what its tree has left (0: no cap)."""
     task_before: str = ""
     """The Celery task of the claim before (the lost attempt's, when this is a retake)."""
-    """A model call's `max_tokens`, capped to what its tree has left (0: no cap)."""
 
 
 class RunStore:
@@ -243,12 +259,24 @@ class RunStore:
         Only a call the run's record says is due can be claimed, and a model call only
         within its tree's budget (see lua/claim.lua; `Claim.over` says which limit).
         """
-        known = self.hot.version(run_id)
-        claim = scripts.claim(
-            self.keys, run_id=run_id, call=what, seq=seq, token=token, lease_ms=lease_ms,
-            now_ms=now_ms, admission=admission, known_version=known, task=task,
+        return self.claim_with(
+            CallClaim(run_id, what, seq, token, lease_ms, now_ms, admission, task)
+        )
+
+    def claim_with(self, asked: CallClaim) -> Claim:
+        """`claim`, its terms in one value."""
+        known = self.hot.version(asked.run_id)
+        answer = self.connection.run(self._claim_script(asked, known))
+        return self._claim(asked.run_id, known, answer)
+
+    def _claim_script(self, asked: CallClaim, known: str) -> scripts.ScriptCall[ClaimAnswer]:
+        return scripts.claim(
+            self.keys, run_id=asked.run_id, call=asked.what, seq=asked.seq, token=asked.token,
+            lease_ms=asked.lease_ms, now_ms=asked.now_ms, admission=asked.admission,
+            known_version=known, task=asked.task,
         )  # fmt: skip
-        answer = self.connection.run(claim)
+
+    def _claim(self, run_id: str, known: str, answer: ClaimAnswer) -> Claim:
         found = None if answer.run is None else self._loaded(run_id, known, answer.run)
         return Claim(
             answer.status, answer.attempts, answer.over, found, answer.reply_cap,
@@ -345,6 +373,31 @@ class RunStore:
         `own`, the calling task's own outcome; say what happened."""
         save = scripts.save(self.keys, advanced=advanced, version=version, own=own)
         saved = self.connection.run(save)
+        self._saved(advanced, version, saved, save)
+        return saved
+
+    def save_then_claim(
+        self, advanced: Advanced, version: str, own: OwnOutcome | None, then: CallClaim
+    ) -> tuple[Saved, Claim | None]:
+        """`save`, and once it has saved, `claim` the call `then` (one the step decided), in
+        the same round trip (SAVE_CLAIM): what the save did, and the claim if it was made.
+
+        The claim reads the run as a claim after the save would: without its snapshot when
+        this process keeps the agent the step saved (`advanced.stored`)."""
+        save = scripts.save(self.keys, advanced=advanced, version=version, own=own)
+        # (The version the save makes, whose agent `_saved` keeps: the claim skips its snapshot.)
+        known = "" if advanced.stored is None else str(int(version) + 1)
+        both = scripts.save_claim(save, self._claim_script(then, known))
+        saved, answer = self.connection.run(both)
+        self._saved(advanced, version, saved, save)
+        claim = None if answer is None else self._claim(then.run_id, known, answer)
+        return saved, claim
+
+    def _saved(
+        self, advanced: Advanced, version: str, saved: Saved, save: scripts.ScriptCall[Saved]
+    ) -> None:
+        """After a SAVE: keep the agent it saved (or forget an older one); a cluster keeps
+        the notes' shards."""
         run_id = advanced.record.id
         agent = None if advanced.stored is None else advanced.stored.agent
         if saved is Saved.SAVED and agent is not None:
@@ -355,7 +408,6 @@ class RunStore:
         notes = advanced.effects.notes
         if saved is Saved.SAVED and notes and self.keys.cluster:
             self.shards.keep_notes(notes)
-        return saved
 
     # --- traces and listings --------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ KEYS and ARGV (from the key map, `workers.store.layout`) and reads its answer
 into a named value (`ClaimStatus`, `Saved`, `Admitted`, ...): no positional list
 and no 1/0/-1 leaks past this module. `Connection.run` runs the call.
 
-    run state     CREATE, LOAD, CLAIM, RENEW, UNCLAIM, RECORD, SAVE, TRACE, READ_TRACE
+    run state     CREATE, LOAD, CLAIM, RENEW, UNCLAIM, RECORD, SAVE, SAVE_CLAIM, TRACE,
+                  READ_TRACE
     people        DECIDE, EXTEND
     live runs     STREAM, REPLY
     the fleet     TICK_LOCK, SWEEP (a cluster's shards, one node at a time)
@@ -16,6 +17,7 @@ and no 1/0/-1 leaks past this module. `Connection.run` runs the call.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -58,6 +60,7 @@ __all__ = [
     "route_admit",
     "route_done",
     "save",
+    "save_claim",
     "stream",
     "sweep",
     "tick_lock",
@@ -79,8 +82,19 @@ class ScriptCall(Generic[A]):
 
 
 def lua(name: str) -> str:
-    """Return the source of the script `workers/store/lua/<name>.lua`."""
-    return files("workers.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    """Return the source of the script `workers/store/lua/<name>.lua`, each of its
+    `--# <other>` lines replaced by the script `<other>` as a local function of its own
+    KEYS and ARGV (so SAVE_CLAIM runs SAVE and CLAIM as written, not copies of them)."""
+    source = files("workers.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    return _INCLUDE.sub(_included, source)
+
+
+_INCLUDE = re.compile(r"^--# (\w+)$", re.MULTILINE)
+
+
+def _included(line: re.Match[str]) -> str:
+    other = line.group(1)
+    return f"local function {other}(KEYS, ARGV)\n{lua(other)}end"
 
 
 # --- answers ----------------------------------------------------------------------------
@@ -355,6 +369,23 @@ def save(
     args += [stored.drop, 1 if stored.rewrite else 0, advanced.effects.journal or ""]
     args += [codec.claimable(advanced.record), len(trace), *trace, *stored.append]
     return ScriptCall("save", script_keys, args, lambda answer: Saved(_word(answer)))
+
+
+def save_claim(
+    save_call: ScriptCall[Saved], claim_call: ScriptCall[ClaimAnswer]
+) -> ScriptCall[tuple[Saved, ClaimAnswer | None]]:
+    """SAVE_CLAIM: `save_call` (a SAVE), then, if it saved, `claim_call` (a CLAIM of the
+    same run), in one script: (what SAVE did, CLAIM's answer if it ran)."""
+    assert save_call.name == "save"
+    assert claim_call.name == "claim"
+    assert len(save_call.keys) == 9, "lua/save_claim.lua hands SAVE its first 9 keys"
+    args: list[Any] = [len(save_call.args), *save_call.args, *claim_call.args]
+
+    def read(answer: Any) -> tuple[Saved, ClaimAnswer | None]:
+        saved = Saved(_word(answer[0]))
+        return saved, claim_call.read(answer[1]) if saved is Saved.SAVED else None
+
+    return ScriptCall("save_claim", [*save_call.keys, *claim_call.keys], args, read)
 
 
 def trace(keys: Keys, *, run_id: str, lines: Sequence[str], keep: int) -> ScriptCall[bool]:

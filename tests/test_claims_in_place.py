@@ -1,0 +1,190 @@
+"""A call a task continues in place is claimed by the save of the step that decided it
+(SAVE_CLAIM), and the claim is the task's, or given back.
+
+The runtime's task bodies in this process (`workers.runtime.bodies.Runtime`, no Celery:
+a list stands for the broker) on a real private Redis, with a model that is a function.
+What real workers do with continuation is tested in tests/test_runtime_inline.py; this
+file counts the scripts a step runs, and breaks a task between a save and its next step,
+which a worker cannot be made to do on cue.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent_core import ModelRequest, Stop
+from tests.apps.notes import build
+from tests.support.brain import call, final
+from tests.support.redis_server import RedisServer
+from workers import Relay, Settings
+from workers.engine.effects import Message
+from workers.engine.records import RunRecord
+from workers.model.transport import ModelSource
+from workers.model.wire import ModelReply
+from workers.runtime.bodies import Runtime
+from workers.runtime.reports import Report
+from workers.settings import now_ms
+
+
+class _Everything:
+    """This process consumes every queue, so each single next step may be continued."""
+
+    def owns(self, message: Message) -> bool:
+        return True
+
+    def needs_s(self, message: Message) -> float:
+        return 0.0
+
+
+class _OnceThenDone:
+    """A model that calls `once` and, with its result in the prompt, finishes."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> ModelReply:
+        del should_stop, on_text
+        self.asked += 1
+        if "→" in request.prompt:
+            return ModelReply(text=final("did it once"))
+        return ModelReply(text=call("once", label="charge"))
+
+
+@dataclass
+class _Host:
+    relay: Relay
+    runtime: Runtime
+    model: _OnceThenDone
+    queue: deque[Message] = field(default_factory=deque)
+    scripts: list[str] = field(default_factory=list)
+
+    def start(self) -> str:
+        agent = self.relay.kit.new_agent(self.relay.config)
+        agent.start_with("charge once", "", ())
+        run_id, now = secrets.token_hex(8), now_ms()
+        record = RunRecord(
+            id=run_id, root=run_id, task="charge once", created_ms=now, updated_ms=now,
+            config=self.relay.config,
+        )  # fmt: skip
+        assert self.relay.store.create(record, agent.snapshot(), now + 60_000)
+        self.queue.append(Message("advance", run_id))
+        return run_id
+
+    def drain(self) -> None:
+        while self.queue:
+            self.runtime.task(self.queue.popleft())
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Host]:
+    monkeypatch.setenv("RELAY_TEST_DIR", str(tmp_path))  # (the `once` tool's ledger)
+    with RedisServer(tmp_path) as server:
+        settings = Settings.from_env({"RELAY_REDIS_URL": server.url, "RELAY_INLINE_MS": "5000"})
+        relay = build(settings)
+        model = _OnceThenDone()
+        queue: deque[Message] = deque()
+        runtime = Runtime(
+            settings, relay.store, relay.kit, models=ModelSource(settings, model),
+            send=queue.extend, tick=relay.tick, reach=_Everything(),
+        )  # fmt: skip
+        made = _Host(relay, runtime, model, queue)
+        run = relay.store.connection.run
+
+        def counted(script: Any, **options: Any) -> Any:
+            made.scripts.append(script.name)
+            return run(script, **options)
+
+        monkeypatch.setattr(relay.store.connection, "run", counted)
+        yield made
+
+
+def _ledger(tmp_path: Path) -> list[str]:
+    return (tmp_path / "ledger.txt").read_text().splitlines()
+
+
+def test_each_continued_call_is_claimed_by_the_save_before_it(
+    host: _Host, tmp_path: Path
+) -> None:
+    run_id = host.start()
+    host.drain()
+    status = host.relay.status(run_id)
+    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
+    # One task ran the run: its advance, the model call, the tool, the model call again.
+    # Each call was claimed with the save of the step before; none claimed on its own.
+    assert host.scripts == ["load", "save_claim", "save_claim", "save_claim", "save"]
+    assert _ledger(tmp_path) == ["once start charge", "once end charge"]
+    results = [e for e in host.relay.trace(run_id) if e.kind == "result"]
+    assert [(r.status, r.data.get("attempt")) for r in results] == [("ok", 1)]
+
+
+def _breaking_once(host: _Host, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """The first step of `kind` raises after its save (as a bug in what follows would)."""
+    counted = host.runtime._counted
+    broke: list[str] = []
+
+    def breaks_once(done: str, report: Report) -> Report:
+        if done == kind and not broke:
+            broke.append(done)
+            raise RuntimeError("a bug after the save")
+        return counted(done, report)
+
+    monkeypatch.setattr(host.runtime, "_counted", breaks_once)
+
+
+def _attempts(host: _Host, run_id: str) -> list[tuple[str, str | None, object]]:
+    return [
+        (e.kind, e.status, e.data.get("attempt"))
+        for e in host.relay.trace(run_id)
+        if e.kind in ("usage", "result")
+    ]
+
+
+def test_a_claim_kept_for_a_step_the_task_did_not_run_is_given_back(
+    host: _Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task's first step breaks after its save claimed the model call: the claim is
+    given back and the message published, so the call is made by its own task as attempt
+    1, at once (not after its lease lapsed, as if a worker had died)."""
+    _breaking_once(host, monkeypatch, "advance")
+    run_id = host.start()
+    with pytest.raises(RuntimeError, match="a bug after the save"):
+        host.drain()
+    assert host.queue == deque([Message("call_model", run_id, seq=1)])
+    run = host.relay.store.keys.run(run_id)
+    assert host.relay.store.redis.hget(run, "a:m1") is None  # no attempt counted
+    assert not host.relay.store.redis.exists(host.relay.store.keys.lease(run_id, "m1"))
+    host.drain()
+    status = host.relay.status(run_id)
+    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
+    assert _ledger(tmp_path) == ["once start charge", "once end charge"]
+    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
+    assert host.model.asked == 2
+
+
+def test_a_continued_step_that_breaks_still_hands_its_claim_to_the_next(
+    host: _Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model call, continued, breaks after its save claimed the tool call: its own
+    message is published again (and refused: the run moved on), and the task runs the
+    tool with the claim it holds, once."""
+    _breaking_once(host, monkeypatch, "call_model")
+    run_id = host.start()
+    host.drain()
+    status = host.relay.status(run_id)
+    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
+    assert _ledger(tmp_path) == ["once start charge", "once end charge"]
+    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
+    assert host.model.asked == 2

@@ -1,0 +1,22 @@
+-- SAVE_CLAIM: SAVE a step and, once it is saved, CLAIM the one call it decided, in one
+-- round trip, for a worker that continues that call in place (workers.runtime.continuation).
+--
+-- Both scripts run whole and unchanged: `workers.store.scripts.lua` puts each in for
+-- its `--#` line below, as a function of its own KEYS and ARGV. The claim sees the run
+-- as the save left it, exactly as a CLAIM sent right after would; a save that did not
+-- land (stale, duplicate, fenced) claims nothing.
+--
+-- KEYS[1..9] SAVE's keys  KEYS[10..15] CLAIM's keys
+-- ARGV[1] n, the number of SAVE's arguments  ARGV[2..1+n] SAVE's  ARGV[2+n..] CLAIM's
+-- Returns: {SAVE's answer} when it did not save, else {'saved', CLAIM's answer}.
+--# save
+--# claim
+local n = tonumber(ARGV[1])
+local save_keys, save_args, claim_keys, claim_args = {}, {}, {}, {}
+for i = 1, 9 do save_keys[i] = KEYS[i] end
+for i = 10, #KEYS do claim_keys[i - 9] = KEYS[i] end
+for i = 1, n do save_args[i] = ARGV[1 + i] end
+for i = n + 2, #ARGV do claim_args[i - n - 1] = ARGV[i] end
+local saved = save(save_keys, save_args)
+if saved ~= 'saved' then return {saved} end
+return {saved, claim(claim_keys, claim_args)}
