@@ -50,14 +50,51 @@ class LocalModel:
         )
 
 
-class LocalRuntime:
-    """The runtime's task bodies driven in a loop; `messages` counts what was sent, by kind."""
+class _Everything:
+    """This process consumes every queue: each single next step may be continued."""
 
-    def __init__(self, settings: Settings, model: Model | None = None) -> None:
+    def owns(self, message: Message) -> bool:
+        del message
+        return True
+
+    def needs_s(self, message: Message) -> float:
+        del message
+        return 0.0
+
+
+class _Marked:
+    """A model that notes when each call begins (a turn runs from one to the next)."""
+
+    def __init__(self, model: Model, marks: list[float]) -> None:
+        self._model = model
+        self._marks = marks
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> ModelReply:
+        self._marks.append(time.perf_counter())
+        return self._model.complete(request, should_stop=should_stop, on_text=on_text)
+
+
+class LocalRuntime:
+    """The runtime's task bodies driven in a loop; `messages` counts what was sent, by kind.
+
+    `continued`: as a worker consuming every queue runs them, each next step continued
+    in place while the slice (RELAY_INLINE_MS) lasts; else every step is a message."""
+
+    def __init__(
+        self, settings: Settings, model: Model | None = None, *, continued: bool = False
+    ) -> None:
         self.relay = build(settings)
         self.queue: deque[Message] = deque()
         self.messages: dict[str, int] = {}
-        chosen = model if model is not None else self.relay.model()
+        self.model_calls: list[float] = []
+        """When each model call began (perf_counter)."""
+        chosen = _Marked(model if model is not None else self.relay.model(), self.model_calls)
         self.runtime = Runtime(
             settings,
             self.relay.store,
@@ -65,6 +102,7 @@ class LocalRuntime:
             models=ModelSource(settings, chosen),
             send=self._send,
             tick=self.relay.tick,
+            reach=_Everything() if continued else None,
         )
 
     def _send(self, messages: list[Message]) -> None:
@@ -103,16 +141,15 @@ class LocalRuntime:
     def drain_one(self) -> Message:
         """Run the first queued message; return it."""
         message = self.queue.popleft()
-        self.runtime.task(message)  # no reach: nothing is continued in place
+        self.runtime.task(message)
         return message
 
 
 def local_turn_ms(local: LocalRuntime, task: Task) -> list[float]:
-    """Run `task` in process; return each turn's ms (from one model call to the next)."""
+    """Run `task` in process; return each turn's ms (from one model call's start to the
+    next's)."""
     local.start(task)
-    marks = []
-    while local.queue:
-        if local.queue[0].kind == "call_model":
-            marks.append(time.perf_counter())
-        local.drain_one()
+    del local.model_calls[:]
+    local.drain()
+    marks = local.model_calls
     return [(later - earlier) * 1000 for earlier, later in itertools.pairwise(marks)]

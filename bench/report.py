@@ -151,6 +151,12 @@ def _turns(r: dict[str, Any]) -> list[Row]:
         ),
         Row(
             item,
+            "  the same, each next step continued in place",
+            _fmt(s["relay_own_ms_per_turn_continued"]),
+            "as a worker that consumes every queue runs it",
+        ),
+        Row(
+            item,
             "  the same, the server not streaming",
             _fmt(s["relay_own_ms_per_turn_plain"]),
             "what streaming replies to the live stream costs",

@@ -316,10 +316,17 @@ def _in_process(b: Bench, turns: int, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # "http_model_plain": the same server answering without a stream, so the cost of
     # streaming each reply into the run's live stream (issue 15) shows beside it.
-    variants = (("http_model", None), ("http_model_plain", None), ("local_model", LocalModel()))
+    # "http_model_continued": as a worker that consumes every queue runs a run, each next
+    # step continued in place (and its call claimed with the save before: SAVE_CLAIM).
+    variants = (
+        ("http_model", None),
+        ("http_model_continued", None),
+        ("http_model_plain", None),
+        ("local_model", LocalModel()),
+    )
     for name, model in variants:
         b.model.streams = name != "http_model_plain"
-        local = LocalRuntime(settings, model)
+        local = LocalRuntime(settings, model, continued=name == "http_model_continued")
         local_turn_ms(local, Task(f"local-warm-{name}", turns=3))
         times = [
             sum(local_turn_ms(local, Task(f"local-{name}-{r}", turns=turns))) / turns
@@ -393,6 +400,7 @@ def _summary(out: dict[str, Any]) -> dict[str, Any]:
         "bare_redis_cpu_usec_per_hop": t["bare_window_redis_cpu_usec"],
         "relay_own_ms_per_turn": out["in_process"]["turn_ms_http_model"],
         "relay_own_ms_per_turn_plain": out["in_process"]["turn_ms_http_model_plain"],
+        "relay_own_ms_per_turn_continued": out["in_process"]["turn_ms_http_model_continued"],
         "solo_turn_split_ms": {
             "two_bare_hops": 2 * p["hop_ms_solo"],
             "relay_own_work": out["in_process"]["turn_ms_http_model"],

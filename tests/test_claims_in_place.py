@@ -37,9 +37,11 @@ class _Everything:
     """This process consumes every queue, so each single next step may be continued."""
 
     def owns(self, message: Message) -> bool:
+        del message
         return True
 
     def needs_s(self, message: Message) -> float:
+        del message
         return 0.0
 
 
@@ -115,9 +117,7 @@ def _ledger(tmp_path: Path) -> list[str]:
     return (tmp_path / "ledger.txt").read_text().splitlines()
 
 
-def test_each_continued_call_is_claimed_by_the_save_before_it(
-    host: _Host, tmp_path: Path
-) -> None:
+def test_each_continued_call_is_claimed_by_the_save_before_it(host: _Host, tmp_path: Path) -> None:
     run_id = host.start()
     host.drain()
     status = host.relay.status(run_id)
