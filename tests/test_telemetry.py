@@ -115,3 +115,24 @@ def test_without_opentelemetry_nothing_is_traced() -> None:
     )
     assert out.stdout.strip() == "False"
     assert out.stderr == ""
+
+
+def test_without_a_tracer_provider_no_span_is_built() -> None:
+    """OpenTelemetry is installed, but no provider is set: a span would be dropped, so none
+    is built (it cost a step tens of µs); once the app sets one, calls are traced."""
+    probe = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from workers.runtime.reports import CallFacts\n"
+        "from workers.runtime.telemetry import Telemetry\n"
+        "Telemetry._span = lambda self, facts: print('span', facts.call_id)\n"
+        "t = Telemetry('http://127.0.0.1:1/v1')\n"
+        "t.record(CallFacts('model', 'r', 'r', 'm1', 'default', '', 0, 1, True))\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "t.record(CallFacts('model', 'r', 'r', 'm2', 'default', '', 0, 1, True))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.splitlines() == ["span m2"]
+    assert out.stderr == ""

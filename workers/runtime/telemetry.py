@@ -2,7 +2,8 @@
 
 Off unless the `otel` extra is installed (`pip install 'relay-agents[otel]'`)
 and the process has a tracer provider (set by the app module, or by
-`opentelemetry-instrument`); without either, `Telemetry.record` does nothing.
+`opentelemetry-instrument`); without either, `Telemetry.record` does nothing, and
+builds no span that would go nowhere (a step's own time, issue 31).
 
 A run is worked on by many tasks on many workers, and may wait days between
 them, so no span can stay open for it. Instead every span of a run tree has
@@ -42,6 +43,14 @@ def trace_ids(root_id: str) -> tuple[int, int]:
     return trace_id, span_id
 
 
+def _no_provider() -> bool:
+    """No tracer provider is set (yet), or a no-op one: a span would be dropped unseen.
+    (Asked at each call: an app may set its provider after the runtime was made.)"""
+    assert trace is not None
+    provider = trace.get_tracer_provider()
+    return isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
 class Telemetry:
     """Writes a span for each call, through the process's tracer provider."""
 
@@ -55,7 +64,7 @@ class Telemetry:
 
     def record(self, facts: CallFacts) -> None:
         """Write the span of one call (nothing without OpenTelemetry); never raises."""
-        if trace is None:
+        if trace is None or _no_provider():
             return
         try:
             self._span(facts)
