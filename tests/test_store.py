@@ -823,6 +823,16 @@ def test_a_save_and_the_claim_of_the_call_it_decided_are_one_script(store: RunSt
     assert store.redis.zscore(outbox, "t|r1|call-1") == 1_000 + 5_000  # the lease's end
     # The message, were it delivered too, finds the call taken.
     assert _claim(store, "call-1", "other").status is ClaimStatus.BUSY
+    # (Each key is sent once: those the claim shares with the save are not sent again.)
+    again = scripts.save_claim(
+        scripts.save(store.keys, advanced=step, version="2", own=None),
+        scripts.claim(
+            store.keys, run_id="r1", call="call-1", seq=None, token="t", lease_ms=1, now_ms=1,
+            admission=Admission(0, 0.0, 0.0), known_version="",
+        ),
+    )  # fmt: skip
+    assert sorted(again.keys) == sorted(set(again.keys))
+    assert len(again.keys) == 9 + 1  # the lease's (the run is its own root)
 
 
 def test_a_save_that_does_not_land_claims_nothing(store: RunStore) -> None:

@@ -379,13 +379,19 @@ def save_claim(
     assert save_call.name == "save"
     assert claim_call.name == "claim"
     assert len(save_call.keys) == 9, "lua/save_claim.lua hands SAVE its first 9 keys"
-    args: list[Any] = [len(save_call.args), *save_call.args, *claim_call.args]
+    # CLAIM's keys that SAVE has (the run's hash, outbox, inbox, history) are sent once.
+    script_keys = list(save_call.keys)
+    for key in claim_call.keys:
+        if key not in script_keys:
+            script_keys.append(key)
+    where = " ".join(str(script_keys.index(key) + 1) for key in claim_call.keys)
+    args: list[Any] = [len(save_call.args), where, *save_call.args, *claim_call.args]
 
     def read(answer: Any) -> tuple[Saved, ClaimAnswer | None]:
         saved = Saved(_word(answer[0]))
         return saved, claim_call.read(answer[1]) if saved is Saved.SAVED else None
 
-    return ScriptCall("save_claim", [*save_call.keys, *claim_call.keys], args, read)
+    return ScriptCall("save_claim", script_keys, args, read)
 
 
 def trace(keys: Keys, *, run_id: str, lines: Sequence[str], keep: int) -> ScriptCall[bool]:

@@ -6,17 +6,18 @@
 -- as the save left it, exactly as a CLAIM sent right after would; a save that did not
 -- land (stale, duplicate, fenced) claims nothing.
 --
--- KEYS[1..9] SAVE's keys  KEYS[10..15] CLAIM's keys
--- ARGV[1] n, the number of SAVE's arguments  ARGV[2..1+n] SAVE's  ARGV[2+n..] CLAIM's
+-- KEYS[1..9] SAVE's keys, then those of CLAIM's that SAVE does not have
+-- ARGV[1] n, the number of SAVE's arguments  ARGV[2] where each of CLAIM's keys is in KEYS
+-- (its positions, space-separated)  ARGV[3..2+n] SAVE's arguments  ARGV[3+n..] CLAIM's
 -- Returns: {SAVE's answer} when it did not save, else {'saved', CLAIM's answer}.
 --# save
 --# claim
 local n = tonumber(ARGV[1])
 local save_keys, save_args, claim_keys, claim_args = {}, {}, {}, {}
 for i = 1, 9 do save_keys[i] = KEYS[i] end
-for i = 10, #KEYS do claim_keys[i - 9] = KEYS[i] end
-for i = 1, n do save_args[i] = ARGV[1 + i] end
-for i = n + 2, #ARGV do claim_args[i - n - 1] = ARGV[i] end
+for at in string.gmatch(ARGV[2], '%d+') do claim_keys[#claim_keys + 1] = KEYS[tonumber(at)] end
+for i = 1, n do save_args[i] = ARGV[2 + i] end
+for i = n + 3, #ARGV do claim_args[i - n - 2] = ARGV[i] end
 local saved = save(save_keys, save_args)
 if saved ~= 'saved' then return {saved} end
 return {saved, claim(claim_keys, claim_args)}
