@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +20,7 @@ from tests.support.flower import FINAL_STATES, Flower, relay_tasks
 from tests.support.model_server import Reply
 from tests.support.rabbitmq import VHOSTS_MADE, require_rabbitmq
 from tests.support.worker_process import RelayProcess
+from workers.celery_app.sending import model_task_id
 
 ONE_TASK_A_STEP = {"RELAY_INLINE_MS": "0"}
 """Every step its own task (continuation in place off), as these tests count them; what a
@@ -196,3 +198,53 @@ def test_a_task_names_the_steps_it_continued(tmp_path: Path, pool: str) -> None:
                 assert "| continued model call m1: model call m1 replied" in result, result
                 assert "| continued call-1 read_note: call-1 read_note ok, " in result, result
                 assert result.endswith("run finished (done): read it'"), result
+
+
+CARRYING = {"RELAY_MODEL_CARRIED": "50", "RELAY_MODEL_RETRIES": "0"}
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("inline", ["0", "5000"], ids=["each-step-a-task", "continued"])
+def test_a_task_whose_call_is_carried_ends_in_flower_when_the_call_does(
+    tmp_path: Path, inline: str
+) -> None:
+    """The task that handed its model call to the carrier shows STARTED while the call is in
+    flight, then SUCCESS with what the call did, or FAILURE if it failed: never SUCCESS
+    for a call still under way, whether the call was the task's own or one it continued."""
+    with fleet(tmp_path, extra_env={"RELAY_INLINE_MS": inline, **CARRYING}) as f:
+        slow_call = Reply(text=call("read_note", name="a.txt"), delay=3.0)
+        f.brain.script("CARRIED-TRUTH", {0: slow_call, 1: final("read it")})
+        with Flower(f.env, tmp_path / "flower.log") as flower:
+            f.worker("--pool", "prefork", "-c", "2")
+            run_id = f.relay.start("CARRIED-TRUTH: read a note")
+            f.until(lambda: f.model.delaying >= 1, 30, what="the first call in flight")
+
+            def handing(run: str, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                """The task that carries m1: its own with every step a task, else the advance."""
+                if inline == "0":
+                    return [t for t in tasks if t["uuid"] == model_task_id(run, 1)]
+                return [t for t in tasks if t["name"] == "relay.advance"]
+
+            def states() -> list[str]:
+                tasks = relay_tasks(flower, [run_id], expected=0, timeout=0)
+                return [str(t["state"]) for t in handing(run_id, tasks)]
+
+            f.until(lambda: states() == ["STARTED"], 20, what="Flower showing it under way")
+            assert f.model.delaying >= 1  # (still in flight as Flower said so)
+            assert f.relay.wait(run_id, timeout=60).summary == "read it"
+            tasks = relay_tasks(flower, [run_id], expected=4 if inline == "0" else 2)
+            assert {t["state"] for t in tasks} == {"SUCCESS"}, tasks
+            [carried] = handing(run_id, tasks)
+            result = str(carried["result"])
+            assert "m1: carried by this worker (1 in flight); then model call m1 replied" in result
+            assert result.endswith("run waits for call-1'"), result
+            _linked_tasks_resolve(f, flower, [run_id], {t["uuid"] for t in tasks})
+
+            f.model.set_responder(lambda _: Reply(status=400, text="no such model"))
+            dead_run = f.relay.start("UNREACHABLE: the model answers 400")
+            assert f.relay.wait(dead_run, timeout=60).stop.value == "model_failed"
+            dead = handing(dead_run, relay_tasks(flower, [dead_run], expected=1))
+            assert [t["state"] for t in dead] == ["FAILURE"], dead
+            assert "StepFailed" in str(dead[0]["exception"])
+            assert "carried by this worker" in str(dead[0]["exception"])
+            assert "run failed (the model call failed)" in str(dead[0]["exception"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 
+from workers.celery_app.carried_ends import CarriedEnds
 from workers.celery_app.control import guard_remote_control
 from workers.celery_app.sending import model_task_id, tool_task_id
 from workers.engine.effects import Message
@@ -48,6 +50,7 @@ class RuntimeLike(Protocol):
     """The part of the runtime the tasks call (see workers.runtime.bodies.Runtime)."""
 
     def task(self, message: Message, hard_limit_s: float | None = None) -> Report: ...
+    def on_carried_end(self, hook: Callable[[Report], None]) -> None: ...
     def tick(self) -> None: ...
     def stop(self) -> None: ...
     def start_ticking(self) -> Callable[[], None]: ...
@@ -57,8 +60,9 @@ class _Built:
     """The runtime, built by `build` at its first use and kept (so a task never asks the
     Relay for it again)."""
 
-    def __init__(self, build: Callable[[], RuntimeLike]) -> None:
+    def __init__(self, build: Callable[[], RuntimeLike], ends: CarriedEnds) -> None:
         self._build = build
+        self._ends = ends
         self._runtime: RuntimeLike | None = None
         self._lock = threading.Lock()
 
@@ -67,7 +71,9 @@ class _Built:
         if runtime is None:
             with self._lock:
                 if self._runtime is None:
-                    self._runtime = self._build()
+                    built = self._build()
+                    built.on_carried_end(self._ends.call_ended)
+                    self._runtime = built
                 runtime = self._runtime
         return runtime
 
@@ -90,15 +96,17 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     to every app of the process, and two Relays in one process would run each
     other's tasks on the wrong Redis.
     """
-    runtime = _Built(build)
+    ends = CarriedEnds(app)
+    runtime = _Built(build, ends)
 
     @app.task(name="relay.advance", shared=False, throws=(StepFailed,), bind=True)
     def advance(task: Task[Any, Any], run_id: str) -> str:
         if not _valid("relay.advance", run_id=run_id):
             return REFUSED
+        started = time.monotonic()
         with _carrying(task):
             report = runtime().task(Message("advance", run_id), _hard_limit(task))
-        return _told(report)
+        return _told(report, ends.ended(task, started))
 
     @app.task(name="relay.call_model", shared=False, throws=(StepFailed,), bind=True)
     def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str:
@@ -106,9 +114,10 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             return REFUSED
         own_id = task.request.id == model_task_id(run_id, seq)
         message = Message("call_model", run_id, seq=seq)
+        started = time.monotonic()
         with _carrying(task):
             report = runtime().task(message, _hard_limit(task))
-        return _told(report, own_id)
+        return _told(report, ends.ended(task, started), own_id)
 
     @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True)
     def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str:
@@ -116,9 +125,10 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             return REFUSED
         own_id = task.request.id == tool_task_id(run_id, call_id)
         message = Message("run_tool", run_id, call=call_id)
+        started = time.monotonic()
         with _carrying(task):
             report = runtime().task(message, _hard_limit(task))
-        return _told(report, own_id)
+        return _told(report, ends.ended(task, started), own_id)
 
     # The tick sends no task events: every few seconds, it would push the real
     # tasks out of Flower's memory.
@@ -186,7 +196,7 @@ def _hard_limit(task: Task[Any, Any]) -> float | None:
     return float(limits[0])
 
 
-def _told(report: Report, own_id: bool = False) -> str:
+def _told(report: Report, carried: Callable[[Report], bool], own_id: bool = False) -> str:
     """Return the report's line, or raise StepFailed with it when the step failed.
 
     A call's messages all carry one task id, so Flower shows them as one task. A
@@ -194,8 +204,14 @@ def _told(report: Report, own_id: bool = False) -> str:
     and applied) raises Ignore: it is acked and sends no final event, and Flower
     keeps the result of the delivery that made the call. A message with another id
     (sent by someone else) reports as usual, so it too ends in Flower.
+
+    A task that handed its model call to the carrier raises Ignore too, once
+    `carried(report)` has taken its line: it ends in Flower when the call does
+    (`celery_app.carried_ends`).
     """
     if report.idle and own_id:
+        raise Ignore(report.line)
+    if report.carried and carried(report):
         raise Ignore(report.line)
     if report.failed:
         raise StepFailed(report.line)

@@ -94,6 +94,7 @@ class Runtime:
             store.connection, store.shards, store.people, settings.metrics_flush_ms
         )
         self.telemetry = Telemetry(settings.model_url)
+        self._carried_end: Callable[[Report], None] | None = None
         self._route_models = {route.name: route.model for route in routed}
         self._key = key
         self._model = settings.model
@@ -116,8 +117,17 @@ class Runtime:
         return report if report.carried else self._counted(message.kind, report)
 
     def _carried_done(self, report: Report) -> None:
-        """A carried model call ended (on its carrier's thread): count and trace it."""
+        """A carried model call ended (on its carrier's thread): count and trace it, and say
+        so to whoever ends its task (`on_carried_end`)."""
         self._counted("call_model", report)
+        if self._carried_end is not None:
+            self._carried_end(report)
+
+    def on_carried_end(self, hook: Callable[[Report], None]) -> None:
+        """Tell `hook` what each carried model call did once it ends, on the carrier's
+        thread, in the context of the task that handed it over (`runtime.carrier`): the
+        Celery tasks end that task in Flower then (`celery_app.carried_ends`)."""
+        self._carried_end = hook
 
     def _counted(self, kind: str, report: Report) -> Report:
         """`report`, its call named by the model that served it (the app's key unless the

@@ -15,9 +15,10 @@ attempt counted, the run's trace saying so). A worker that stops (a warm
 shutdown) first waits for the calls it carries, up to `STOP_WAIT_S`.
 
 The carrier holds at most `most` calls; past that, a call is made in its task as
-before (the pool's slots are the back-pressure). The call's Celery task shows the
-hand-off in Flower; what the call did is in the run's trace, and counted in the
-metrics when it ends.
+before (the pool's slots are the back-pressure). The call's Celery task stays
+under way in Flower until the call ends, and then shows what it did
+(`workers.celery_app.carried_ends`, told through `done`'s hook); the run's trace
+says it too, and the metrics count it when it ends.
 """
 
 from __future__ import annotations

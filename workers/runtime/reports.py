@@ -91,7 +91,9 @@ class Report:
     """The call waits for a model route's capacity (rate limits): it is sent again later."""
     carried: bool = False
     """The task claimed its call and handed it to the process's carrier
-    (`workers.runtime.carried`): it is counted when the call ends."""
+    (`workers.runtime.carried`): it is counted when the call ends. A task whose steps
+    include such a call reports it too (`continued`): it ends in Flower when the call
+    does (`workers.celery_app.carried_ends`)."""
 
     def then(self, after: Report) -> Report:
         """This report followed by what came after it (the run's state once saved)."""
@@ -101,7 +103,9 @@ class Report:
         """This report followed by the step `step`, which the same task ran next in place of
         publishing it (`workers.runtime.continuation`); failed if either failed."""
         line = f"{self.line} | continued {step}: {after.line}"
-        return Report(line, self.failed or after.failed, self.call)
+        return Report(
+            line, self.failed or after.failed, self.call, carried=self.carried or after.carried
+        )
 
 
 def run_now(record: RunRecord) -> str:
