@@ -17,13 +17,13 @@ from workers import RelayError, Settings, StoreUnavailable
 from workers.client.runs import RunsClient
 from workers.engine.budget import Admission, Budget
 from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, Reservation, UsageAdd
-from workers.engine.events import BudgetExtended, CallDecision, ToolDone, expiry_event
+from workers.engine.events import BudgetExtended, CallDecision, FollowUp, ToolDone, expiry_event
 from workers.engine.ids import pending_member as member_of
 from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
 from workers.settings import now_ms
 from workers.store import codec, scripts
 from workers.store.runs import CallClaim, Claim, RunStore
-from workers.store.scripts import ClaimStatus, Decided, Recorded, Saved
+from workers.store.scripts import ClaimStatus, Decided, Recorded, ReplyAnswer, Saved
 
 
 @pytest.fixture
@@ -570,6 +570,32 @@ def test_a_finished_run_expires_and_leaves_the_index(store: RunStore) -> None:
     store.redis.delete(store.keys.run("r1"))  # what expiry does
     assert store.upkeep.prune_runs(older_than_ms=10**15) == 1
     assert store.runs() == []
+
+
+def test_a_follow_up_sent_while_a_finished_run_is_saved_is_kept_for_its_advance(
+    store: RunStore,
+) -> None:
+    """A finished run is woken (a late event, a duplicate advance) and its step reads an
+    empty inbox; a person's follow-up lands before that step's save. The save must not
+    drop it: the run is woken again, and the follow-up reopens it."""
+    store.create(_record(), "snap", due_ms=5_000)
+    done = _record(state="finished", outcome=Outcome(stop=Stop.DONE, summary="March"))
+    version = _save(store, done, retention_s=100)
+    woken = store.load("r1")
+    assert woken is not None
+    assert woken.inbox == []
+    answer = store.live.reply("r1", FollowUp(text="Now April"), due_ms=7_000)
+    assert answer is ReplyAnswer.SENT
+    assert store.save(_step(done, retention_s=100), version) is Saved.SAVED
+    again = store.load("r1")
+    assert again is not None
+    assert [e for _, e in again.inbox] == [FollowUp(text="Now April")]
+    assert store.upkeep.due_messages(10**15) == ["a|r1"]  # its advance, to wake it again
+    # Applied (the step that reopens the run takes it), the inbox and its advance go.
+    taken = [entry for entry, _ in again.inbox]
+    _save(store, _record(state="running"), applied=taken, follow_up_taken=True)
+    assert not store.redis.exists(store.keys.inbox("r1"))
+    assert store.upkeep.due_messages(10**15) == []
 
 
 def test_pruning_gets_past_runs_that_stay_alive(store: RunStore) -> None:

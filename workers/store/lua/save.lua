@@ -11,10 +11,12 @@
 -- entries dropped, new ones appended) or, with ARGV[6] = 1, written whole (which
 -- also migrates a run stored as one `snap`). An empty head leaves the snapshot as it is.
 --
--- A run that finishes gets a TTL (the retention) on its hash, history and trace, and
--- a "done" event in its tree's live stream if there is one (which then expires after
--- fx.live_ttl: STREAM_KEEP_S for a root, STREAM_IDLE_S for a specialist); a run that
--- parks for a person shortens its tree's stream's TTL to fx.live_ttl (STREAM_PARKED_S).
+-- A run that finishes gets a TTL (the retention) on its hash, history and trace (its
+-- inbox goes once empty: an event that came after the step read it stays, with its
+-- advance), and a "done" event in its tree's live stream if there is one (which then
+-- expires after fx.live_ttl: STREAM_KEEP_S for a root, STREAM_IDLE_S for a specialist);
+-- a run that parks for a person shortens its tree's stream's TTL to fx.live_ttl
+-- (STREAM_PARKED_S).
 -- A run a follow-up reopens loses its TTLs again. A run whose list changes (running,
 -- waiting, done, failed, ...: engine.records.RunList) moves between those indexes
 -- (fx.relist); specialists made here join the running list (fx.running_list).
@@ -176,8 +178,9 @@ if fx.retention then
   redis.call('EXPIRE', KEYS[3], fx.retention)
   redis.call('EXPIRE', KEYS[8], fx.retention)
   redis.call('EXPIRE', KEYS[9], fx.retention)
-  redis.call('DEL', KEYS[2])
-  redis.call('ZREM', KEYS[4], fx.advance)
+  -- (The inbox went above if the step applied all of it. What reached it after the step
+  -- read it, a person's follow-up above all, stays with its advance: the run is woken
+  -- again, and reopens or drops it.)
 elseif fx.reopened then
   -- A follow-up reopened a finished run: it lives again.
   redis.call('PERSIST', KEYS[1])
