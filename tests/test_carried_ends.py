@@ -4,6 +4,7 @@ What Flower then shows, on real workers, is tested in tests/test_flower_truth.py
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -44,20 +45,21 @@ REPLIED = Report("model call m1 replied, 8 tokens; run waits for call-1")
 @pytest.mark.parametrize("task_first", [True, False], ids=["task-first", "call-first"])
 def test_the_task_ends_once_both_halves_are_in_whichever_comes_first(*, task_first: bool) -> None:
     ends, events = _ends()
+    began = time.monotonic() - 5  # (the task began 5 s ago)
     if task_first:
-        ends.task_ended("task-1", "w1@host", HANDED, started=0.0)
+        ends.task_ended("task-1", "w1@host", HANDED, started=began)
     with carried_by("task-1", "w1@host"):
         ends.call_ended(REPLIED)
     if not task_first:
         assert events.sent == []  # nothing before the task has said its own line
-        ends.task_ended("task-1", "w1@host", HANDED, started=0.0)
+        ends.task_ended("task-1", "w1@host", HANDED, started=began)
     [(worker, kind, fields)] = events.sent
     assert (worker, kind, fields["uuid"]) == ("w1@host", "task-succeeded", "task-1")
     assert fields["result"] == (
         "'m1: carried by this worker (1 in flight); then model call m1 replied, 8 tokens;"
         " run waits for call-1'"
     )
-    assert fields["runtime"] > 0
+    assert 5 <= fields["runtime"] < 60  # from the task's start
     assert ends.waiting() == 0
 
 

@@ -23,7 +23,7 @@ from agent_core import ModelRequest, Stop
 from tests.apps.notes import build
 from tests.support.brain import call, final
 from tests.support.redis_server import RedisServer
-from workers import Relay, Settings
+from workers import Relay, Settings, StoreUnavailable
 from workers.engine.effects import Message
 from workers.engine.records import RunRecord
 from workers.model.transport import ModelSource
@@ -45,11 +45,12 @@ class _Everything:
         return 0.0
 
 
-class _OnceThenDone:
-    """A model that calls `once` and, with its result in the prompt, finishes."""
+class _OneToolThenDone:
+    """A model that calls `tool` once and, with its result in the prompt, finishes."""
 
-    def __init__(self) -> None:
+    def __init__(self, tool: str = "sleep") -> None:
         self.asked = 0
+        self.tool = tool
 
     def complete(
         self,
@@ -62,14 +63,16 @@ class _OnceThenDone:
         self.asked += 1
         if "→" in request.prompt:
             return ModelReply(text=final("did it once"))
-        return ModelReply(text=call("once", label="charge"))
+        if self.tool == "once":
+            return ModelReply(text=call("once", label="charge"))
+        return ModelReply(text=call("sleep", seconds=0))
 
 
 @dataclass
 class _Host:
     relay: Relay
     runtime: Runtime
-    model: _OnceThenDone
+    model: _OneToolThenDone
     queue: deque[Message] = field(default_factory=deque)
     scripts: list[str] = field(default_factory=list)
 
@@ -91,12 +94,16 @@ class _Host:
 
 
 @pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Host]:
+def host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[_Host]:
+    """The runtime in this process on a private Redis; its model calls `sleep` (which may
+    run twice), or the tool a test names by parametrizing `host` indirectly."""
     monkeypatch.setenv("RELAY_TEST_DIR", str(tmp_path))  # (the `once` tool's ledger)
     with RedisServer(tmp_path) as server:
         settings = Settings.from_env({"RELAY_REDIS_URL": server.url, "RELAY_INLINE_MS": "5000"})
         relay = build(settings)
-        model = _OnceThenDone()
+        model = _OneToolThenDone(getattr(request, "param", "sleep"))
         queue: deque[Message] = deque()
         runtime = Runtime(
             settings, relay.store, relay.kit, models=ModelSource(settings, model),
@@ -125,7 +132,7 @@ def test_each_continued_call_is_claimed_by_the_save_before_it(host: _Host, tmp_p
     # One task ran the run: its advance, the model call, the tool, the model call again.
     # Each call was claimed with the save of the step before; none claimed on its own.
     assert host.scripts == ["load", "save_claim", "save_claim", "save_claim", "save"]
-    assert _ledger(tmp_path) == ["once start charge", "once end charge"]
+    assert _ledger(tmp_path) == ["sleep start 0", "sleep end 0"]
     results = [e for e in host.relay.trace(run_id) if e.kind == "result"]
     assert [(r.status, r.data.get("attempt")) for r in results] == [("ok", 1)]
 
@@ -169,7 +176,7 @@ def test_a_claim_kept_for_a_step_the_task_did_not_run_is_given_back(
     host.drain()
     status = host.relay.status(run_id)
     assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
-    assert _ledger(tmp_path) == ["once start charge", "once end charge"]
+    assert _ledger(tmp_path) == ["sleep start 0", "sleep end 0"]
     assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
     assert host.model.asked == 2
 
@@ -185,6 +192,54 @@ def test_a_continued_step_that_breaks_still_hands_its_claim_to_the_next(
     host.drain()
     status = host.relay.status(run_id)
     assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
-    assert _ledger(tmp_path) == ["once start charge", "once end charge"]
+    assert _ledger(tmp_path) == ["sleep start 0", "sleep end 0"]
     assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
     assert host.model.asked == 2
+    # (the republished m1: a CLAIM of its own, refused, for the run had moved on)
+    assert host.scripts.count("claim") == 1
+
+
+@pytest.mark.parametrize("host", ["once"], indirect=True)
+def test_a_tool_that_must_not_run_twice_is_claimed_as_it_starts(
+    host: _Host, tmp_path: Path
+) -> None:
+    """A claim made with the save and never used (its answer lost, its worker dead before
+    the call) would have a second attempt report it "outcome unknown" without it having
+    run: such a tool is claimed by its own step, as it starts."""
+    run_id = host.start()
+    host.drain()
+    assert host.scripts == ["load", "save_claim", "save", "claim", "save_claim", "save"]
+    assert _ledger(tmp_path) == ["once start charge", "once end charge"]
+    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
+
+
+def test_a_claim_whose_answer_was_lost_is_given_back_and_due_at_once(
+    host: _Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops as SAVE_CLAIM's answer comes back: the save and the claim both
+    landed, but the task cannot know. The claim is given back by its token, so the call
+    is due again at once (not when its lease lapses), as attempt 1."""
+    run = host.relay.store.connection.run
+    lost: list[str] = []
+
+    def drops_one_answer(script: Any, **options: Any) -> Any:
+        answer = run(script, **options)
+        if script.name == "save_claim" and script.args[-13] == "m1" and not lost:
+            lost.append(script.name)
+            raise StoreUnavailable("the connection dropped as the answer came back")
+        return answer
+
+    monkeypatch.setattr(host.relay.store.connection, "run", drops_one_answer)
+    run_id = host.start()
+    with pytest.raises(StoreUnavailable):  # (its task fails; its step is saved all the same)
+        host.drain()
+    assert lost == ["save_claim"]
+    assert host.relay.store.redis.hget(host.relay.store.keys.run(run_id), "a:m1") is None
+    due = host.relay.store.upkeep.due_messages(now_ms())  # what the tick sends now
+    assert due == [f"m|{run_id}|1"]
+    host.queue.extend(m for m in map(Message.of, due) if m is not None)
+    host.drain()
+    status = host.relay.status(run_id)
+    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
+    assert _ledger(tmp_path) == ["sleep start 0", "sleep end 0"]
+    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]

@@ -212,3 +212,19 @@ def test_a_claim_kept_for_a_step_that_is_not_run_is_given_back_before_it_is_publ
     assert w.ran == [ADVANCE]
     # (its task claims it anew: a claim held by no one would stall it for a lease)
     assert w.events == [("released", MODEL), ("published", MODEL)]
+
+
+def test_a_claim_that_cannot_be_given_back_does_not_keep_its_message_from_going_out() -> None:
+    w = claiming(CHAIN, fails=frozenset({ADVANCE}))
+    real_keep = w.inline.keep
+
+    def keep_failing_release(message: Message, release: object) -> None:
+        def release_fails() -> None:
+            raise ConnectionError("Redis went away")
+
+        real_keep(message, release_fails)
+
+    w.inline.keep = keep_failing_release  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError, match="Redis went away"):
+        w.inline.run(ADVANCE, w.step)
+    assert w.events == [("published", MODEL)]  # (its claim lapses with its lease)

@@ -591,6 +591,7 @@ def test_a_follow_up_sent_while_a_finished_run_is_saved_is_kept_for_its_advance(
     assert again is not None
     assert [e for _, e in again.inbox] == [FollowUp(text="Now April")]
     assert store.upkeep.due_messages(10**15) == ["a|r1"]  # its advance, to wake it again
+    assert 0 < store.redis.ttl(store.keys.inbox("r1")) <= 100  # (gone with the run, at worst)
     # Applied (the step that reopens the run takes it), the inbox and its advance go.
     taken = [entry for entry, _ in again.inbox]
     _save(store, _record(state="running"), applied=taken, follow_up_taken=True)

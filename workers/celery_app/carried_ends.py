@@ -3,9 +3,9 @@
 With `RELAY_MODEL_CARRIED`, a task that claimed its model call hands it to the
 process's carrier (`workers.runtime.carried`) and returns while the call is still
 in flight. Had Celery ended the task then, Flower would show it SUCCESS with "carried
-by this worker" for a call that may yet fail; and a FAILURE sent after a SUCCESS
-does not change what Flower shows (Celery's event state keeps the first of two
-final states).
+by this worker" for a call that may yet fail; and a FAILURE sent after it would not
+change what Flower shows (Celery's event state ranks SUCCESS above FAILURE, in
+either order).
 
 So such a task raises Ignore: Celery acks it and sends no final event, and Flower
 shows the task STARTED while its call is in flight. Once both are known, in either
@@ -15,8 +15,9 @@ task), this process sends the task's final event itself, as its worker would hav
 `task-succeeded` with the task's line and then the call's, or `task-failed` with a
 StepFailed saying the same when the call (or a step before it) failed.
 
-A worker that dies while it carries a call sends nothing: the tick sends the call
-again, under the same task id, and the task that makes it ends it in Flower.
+A worker that dies while it carries a call sends nothing, as for any task it was
+running: the task stays STARTED in Flower. The tick sends the call again, as a
+model call task of its own, which ends as usual.
 """
 
 from __future__ import annotations

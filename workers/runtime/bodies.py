@@ -104,6 +104,7 @@ class Runtime:
         """The body of a step task: `message`'s step, then those it continues in place;
         what it did, in one line (`workers.runtime.reports`: Flower shows it).
         `hard_limit_s`: the task's time limit, where the pool kills at it."""
+        self.calls.release_held()  # (none, unless a task was cut off after its save)
         return self.continuation.run(message, self._step, hard_limit_s)
 
     def _step(self, message: Message) -> Report:
@@ -119,9 +120,11 @@ class Runtime:
     def _carried_done(self, report: Report) -> None:
         """A carried model call ended (on its carrier's thread): count and trace it, and say
         so to whoever ends its task (`on_carried_end`)."""
-        self._counted("call_model", report)
-        if self._carried_end is not None:
-            self._carried_end(report)
+        try:
+            self._counted("call_model", report)
+        finally:  # (its task must end in Flower even if counting it failed)
+            if self._carried_end is not None:
+                self._carried_end(report)
 
     def on_carried_end(self, hook: Callable[[Report], None]) -> None:
         """Tell `hook` what each carried model call did once it ends, on the carrier's

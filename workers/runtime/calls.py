@@ -216,10 +216,16 @@ class Calls:
 
     def claim_ahead(self, message: Message) -> CallClaim | None:
         """The claim of the call `message` asks for, to be made with the save that decided
-        it (this task then runs it in place); None for a message that is not a call."""
+        it (this task then runs it in place); None for a message that is not a call, and
+        for a tool that must not run twice: a claim nobody got to use (a lost answer, a
+        worker that died right after the save) would make it report its outcome unknown
+        without having run, so it is claimed as it starts, on its own."""
         if message.kind == "call_model":
             what, seq = model_call(message.seq), message.seq
         elif message.kind == "run_tool":
+            spec = self.kit.spec(message.tool)
+            if spec is None or not spec.idempotent:
+                return None
             what, seq = message.call, None
         else:
             return None
@@ -237,11 +243,17 @@ class Calls:
             return
         self._ahead.held = None
         if held[1].status is ClaimStatus.CLAIMED:
-            member = _member(terms)
             self.store.unclaim(
                 terms.run_id, terms.what, attempt=held[1].attempts, token=terms.token,
-                member=member, due_ms=self.steps.clock(),
+                member=terms.member, due_ms=self.steps.clock(),
             )  # fmt: skip
+
+    def release_held(self) -> None:
+        """Give back a claim this thread still holds from an earlier task (one that was cut
+        off between the save and its next step): a new task never makes a call with it."""
+        held: tuple[CallClaim, Claim] | None = getattr(self._ahead, "held", None)
+        if held is not None:
+            self.release(held[0])
 
     def _claim_terms(self, asked: CallMessage) -> CallClaim:
         admission = self.pricing.admission() if asked.seq is not None else NO_ADMISSION
@@ -643,13 +655,6 @@ def _not_again(spec: ToolSpec, attempts: int) -> ToolOutput | None:
             f"it was tried {MAX_CALL_ATTEMPTS} times and each worker stopped mid-call"
         )
     return None
-
-
-def _member(terms: CallClaim) -> str:
-    """The outbox member of the call `terms` claims."""
-    if terms.seq is None:
-        return OutboxMember.tool(terms.run_id, terms.what)
-    return OutboxMember.model(terms.run_id, terms.seq)
 
 
 def _route_holder(call: Claimed) -> str:

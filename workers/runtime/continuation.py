@@ -129,9 +129,20 @@ class Continuation:
         finally:
             self._local.slice = None
             if here.next is not None:  # a step raised after keeping its successor: publish it
-                if here.release is not None:
-                    here.release()  # (the claim taken with the save: its task claims anew)
+                self._give_back(here)
                 self._send([here.next])
+
+    @staticmethod
+    def _give_back(here: _Slice) -> None:
+        """Give back the claim taken for `here.next` with its save, if any, so the task of
+        its message claims anew (if that fails, the claim's lease lapses first)."""
+        if here.release is None:
+            return
+        try:
+            here.release()
+        except Exception as error:  # noqa: BLE001 - the message goes out all the same
+            what = "its next step" if here.next is None else label(here.next)
+            log.warning("could not give back the claim of %s: %s", what, error)
 
     def _continued(self, message: Message, step: Step) -> Report:
         try:

@@ -64,10 +64,11 @@ class Telemetry:
 
     def record(self, facts: CallFacts) -> None:
         """Write the span of one call (nothing without OpenTelemetry); never raises."""
-        if trace is None or _no_provider():
+        if trace is None:
             return
         try:
-            self._span(facts)
+            if not _no_provider():
+                self._span(facts)
         except Exception:  # a tracing failure must not fail the task
             log.exception("could not record the span of %s", facts.call_id)
 

@@ -18,6 +18,7 @@ beyond opaque snapshot text (and the hot agents this process made itself).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from workers.engine.effects import Advanced, OwnOutcome
 from workers.engine.events import InboxEvent
 from workers.engine.ids import OutboxMember
 from workers.engine.records import RunList, RunRecord, TraceEntry, Usage
+from workers.errors import StoreUnavailable
 from workers.store import reads, scripts
 from workers.store.cluster import node_client
 from workers.store.codec import (
@@ -56,6 +58,8 @@ from workers.store.upkeep import Upkeep
 
 __all__ = ["CallClaim", "Claim", "Loaded", "RunStore"]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class CallClaim:
@@ -71,6 +75,13 @@ class CallClaim:
     now_ms: int
     admission: Admission = NO_ADMISSION
     task: str = ""
+
+    @property
+    def member(self) -> str:
+        """The outbox member of the call's message."""
+        if self.seq is None:
+            return OutboxMember.tool(self.run_id, self.what)
+        return OutboxMember.model(self.run_id, self.seq)
 
 
 @dataclass(frozen=True)
@@ -388,10 +399,30 @@ class RunStore:
         # (The version the save makes, whose agent `_saved` keeps: the claim skips its snapshot.)
         known = "" if advanced.stored is None else str(int(version) + 1)
         both = scripts.save_claim(save, self._claim_script(then, known))
-        saved, answer = self.connection.run(both)
-        self._saved(advanced, version, saved, save)
-        claim = None if answer is None else self._claim(then.run_id, known, answer)
-        return saved, claim
+        try:
+            saved, answer = self.connection.run(both)
+        except StoreUnavailable:
+            self._give_back(then, 0)  # (if it ran and only its answer was lost)
+            raise
+        try:
+            self._saved(advanced, version, saved, save)
+            return saved, None if answer is None else self._claim(then.run_id, known, answer)
+        except BaseException:
+            if answer is not None and answer.status is ClaimStatus.CLAIMED:
+                self._give_back(then, answer.attempts)
+            raise
+
+    def _give_back(self, then: CallClaim, attempt: int) -> None:
+        """Give back the claim SAVE_CLAIM made of `then` (attempt 0: whichever holds its
+        token), as best it can, so its message is due again now: nobody will make it."""
+        member = then.member
+        try:
+            self.unclaim(
+                then.run_id, then.what, attempt=attempt, token=then.token, member=member,
+                due_ms=then.now_ms,
+            )  # fmt: skip
+        except StoreUnavailable as error:  # its lease lapses, and the tick sends it again
+            log.warning("could not give back the claim of %s: %s", then.what, error)
 
     def _saved(
         self, advanced: Advanced, version: str, saved: Saved, save: scripts.ScriptCall[Saved]

@@ -180,9 +180,11 @@ if fx.retention then
   redis.call('EXPIRE', KEYS[9], fx.retention)
   -- (The inbox went above if the step applied all of it. What reached it after the step
   -- read it, a person's follow-up above all, stays with its advance: the run is woken
-  -- again, and reopens or drops it.)
+  -- again, and reopens or drops it; should the run expire first, its inbox goes too.)
+  redis.call('EXPIRE', KEYS[2], fx.retention)
 elseif fx.reopened then
   -- A follow-up reopened a finished run: it lives again.
+  redis.call('PERSIST', KEYS[2])
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[3])
   redis.call('PERSIST', KEYS[8])

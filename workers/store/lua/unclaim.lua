@@ -3,9 +3,14 @@
 -- attempt claimed the call (its lease may have lapsed meanwhile).
 --
 -- KEYS[1] run hash  KEYS[2] lease  KEYS[3] outbox
--- ARGV[1] call  ARGV[2] attempt  ARGV[3] token  ARGV[4] outbox member  ARGV[5] due (ms)
+-- ARGV[1] call  ARGV[2] attempt ('0': the one whose lease holds this token, for a claim
+-- whose answer was lost)  ARGV[3] token  ARGV[4] outbox member  ARGV[5] due (ms)
 -- Returns: given_back, or not_ours.
-if redis.call('HGET', KEYS[1], 'a:' .. ARGV[1]) ~= ARGV[2] then return 'not_ours' end
+if ARGV[2] == '0' then
+  if redis.call('GET', KEYS[2]) ~= ARGV[3] then return 'not_ours' end
+elseif redis.call('HGET', KEYS[1], 'a:' .. ARGV[1]) ~= ARGV[2] then
+  return 'not_ours'
+end
 if redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], -1) <= 0 then
   redis.call('HDEL', KEYS[1], 'a:' .. ARGV[1])
 end
