@@ -243,3 +243,33 @@ def test_a_claim_whose_answer_was_lost_is_given_back_and_due_at_once(
     assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
     assert _ledger(tmp_path) == ["sleep start 0", "sleep end 0"]
     assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
+
+
+def test_a_claim_left_held_by_a_task_cut_off_is_given_back_as_the_next_task_begins(
+    host: _Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task is cut off between taking the claim and keeping its message (as a signal
+    raised there would): the next task on that thread gives the claim back first, so the
+    call is due at once rather than after its lease."""
+    keep = host.runtime.continuation.keep
+    cut: list[str] = []
+
+    def cut_off(message: Message, release: Callable[[], None]) -> None:
+        if not cut:
+            cut.append(message.kind)
+            raise RuntimeError("cut off")
+        keep(message, release)
+
+    monkeypatch.setattr(host.runtime.continuation, "keep", cut_off)
+    run_id = host.start()
+    with pytest.raises(RuntimeError, match="cut off"):
+        host.drain()
+    assert cut == ["call_model"]
+    assert host.relay.store.upkeep.due_messages(now_ms()) == []  # held: due when it lapses
+    host.runtime.task(Message("advance", run_id))  # the thread's next task (a wake-up)
+    assert host.relay.store.upkeep.due_messages(now_ms()) == [f"m|{run_id}|1"]
+    host.queue.append(Message("call_model", run_id, seq=1))
+    host.drain()
+    status = host.relay.status(run_id)
+    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
+    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]

@@ -252,8 +252,12 @@ class Calls:
         """Give back a claim this thread still holds from an earlier task (one that was cut
         off between the save and its next step): a new task never makes a call with it."""
         held: tuple[CallClaim, Claim] | None = getattr(self._ahead, "held", None)
-        if held is not None:
+        if held is None:
+            return
+        try:
             self.release(held[0])
+        except StoreUnavailable as error:  # its lease lapses, and the tick sends it again
+            log.warning("could not give back the claim of %s: %s", held[0].what, error)
 
     def _claim_terms(self, asked: CallMessage) -> CallClaim:
         admission = self.pricing.admission() if asked.seq is not None else NO_ADMISSION

@@ -19,8 +19,9 @@ messages wait. (A step begun within the slice runs to its end: a slice bounds
 when the last step starts, not how long it takes.)
 
 The step that keeps a call claims it in its save's round trip (`ahead`, `keep`;
-SAVE_CLAIM): the task then makes the call with no CLAIM of its own. Should the task
-not get to it, the claim is given back as the message is published.
+SAVE_CLAIM; not a tool that must not run twice, see `Calls.claim_ahead`): the task
+then makes the call with no CLAIM of its own. Should the task not get to it, the
+claim is given back as the message is published.
 
 A slice belongs to one task on one thread: a threads pool runs several at once.
 """
