@@ -28,7 +28,7 @@ from workers.model.wire import Model, ModelReply
 from workers.runtime.bodies import Runtime
 from workers.settings import now_ms
 
-__all__ = ["LocalModel", "LocalRuntime", "local_turn_ms"]
+__all__ = ["EveryQueue", "LocalModel", "LocalRuntime", "local_turn_ms"]
 
 
 class LocalModel:
@@ -50,7 +50,7 @@ class LocalModel:
         )
 
 
-class _Everything:
+class EveryQueue:
     """This process consumes every queue: each single next step may be continued."""
 
     def owns(self, message: Message) -> bool:
@@ -102,7 +102,7 @@ class LocalRuntime:
             models=ModelSource(settings, chosen),
             send=self._send,
             tick=self.relay.tick,
-            reach=_Everything() if continued else None,
+            reach=EveryQueue() if continued else None,
         )
 
     def _send(self, messages: list[Message]) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from agent_core import ModelRequest, Stop
+from bench.inprocess import EveryQueue
 from tests.apps.notes import build
 from tests.support.brain import call, final
 from tests.support.redis_server import RedisServer
@@ -31,18 +32,6 @@ from workers.model.wire import ModelReply
 from workers.runtime.bodies import Runtime
 from workers.runtime.reports import Report
 from workers.settings import now_ms
-
-
-class _Everything:
-    """This process consumes every queue, so each single next step may be continued."""
-
-    def owns(self, message: Message) -> bool:
-        del message
-        return True
-
-    def needs_s(self, message: Message) -> float:
-        del message
-        return 0.0
 
 
 class _OneToolThenDone:
@@ -107,7 +96,7 @@ def host(
         queue: deque[Message] = deque()
         runtime = Runtime(
             settings, relay.store, relay.kit, models=ModelSource(settings, model),
-            send=queue.extend, tick=relay.tick, reach=_Everything(),
+            send=queue.extend, tick=relay.tick, reach=EveryQueue(),
         )  # fmt: skip
         made = _Host(relay, runtime, model, queue)
         run = relay.store.connection.run
@@ -122,6 +111,14 @@ def host(
 
 def _ledger(tmp_path: Path) -> list[str]:
     return (tmp_path / "ledger.txt").read_text().splitlines()
+
+
+def _done_once(host: _Host, run_id: str, tmp_path: Path, ledger: list[str]) -> None:
+    """The run finished; its tool ran as `ledger` says; each call's first attempt made it."""
+    status = host.relay.status(run_id)
+    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
+    assert _ledger(tmp_path) == ledger
+    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
 
 
 def test_each_continued_call_is_claimed_by_the_save_before_it(host: _Host, tmp_path: Path) -> None:
@@ -174,10 +171,7 @@ def test_a_claim_kept_for_a_step_the_task_did_not_run_is_given_back(
     assert host.relay.store.redis.hget(run, "a:m1") is None  # no attempt counted
     assert not host.relay.store.redis.exists(host.relay.store.keys.lease(run_id, "m1"))
     host.drain()
-    status = host.relay.status(run_id)
-    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
-    assert _ledger(tmp_path) == ["sleep start 0", "sleep end 0"]
-    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
+    _done_once(host, run_id, tmp_path, ["sleep start 0", "sleep end 0"])
     assert host.model.asked == 2
 
 
@@ -190,10 +184,7 @@ def test_a_continued_step_that_breaks_still_hands_its_claim_to_the_next(
     _breaking_once(host, monkeypatch, "call_model")
     run_id = host.start()
     host.drain()
-    status = host.relay.status(run_id)
-    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
-    assert _ledger(tmp_path) == ["sleep start 0", "sleep end 0"]
-    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
+    _done_once(host, run_id, tmp_path, ["sleep start 0", "sleep end 0"])
     assert host.model.asked == 2
     # (the republished m1: a CLAIM of its own, refused, for the run had moved on)
     assert host.scripts.count("claim") == 1
@@ -239,10 +230,7 @@ def test_a_claim_whose_answer_was_lost_is_given_back_and_due_at_once(
     assert due == [f"m|{run_id}|1"]
     host.queue.extend(m for m in map(Message.of, due) if m is not None)
     host.drain()
-    status = host.relay.status(run_id)
-    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
-    assert _ledger(tmp_path) == ["sleep start 0", "sleep end 0"]
-    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
+    _done_once(host, run_id, tmp_path, ["sleep start 0", "sleep end 0"])
 
 
 def test_a_claim_left_held_by_a_task_cut_off_is_given_back_as_the_next_task_begins(
@@ -270,6 +258,4 @@ def test_a_claim_left_held_by_a_task_cut_off_is_given_back_as_the_next_task_begi
     assert host.relay.store.upkeep.due_messages(now_ms()) == [f"m|{run_id}|1"]
     host.queue.append(Message("call_model", run_id, seq=1))
     host.drain()
-    status = host.relay.status(run_id)
-    assert (status.state, status.outcome and status.outcome.stop) == ("finished", Stop.DONE)
-    assert _attempts(host, run_id) == [("usage", None, 1), ("result", "ok", 1), ("usage", None, 1)]
+    _done_once(host, run_id, tmp_path, ["sleep start 0", "sleep end 0"])
