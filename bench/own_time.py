@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from statistics import median
 
+from agent_core import Stop
 from bench.inprocess import LocalModel, LocalRuntime
 from bench.model import Task
 from workers import Settings
@@ -37,16 +38,30 @@ def measure(runs: int, turns: int) -> dict[str, list[float]]:
             way: LocalRuntime(settings, LocalModel(), continued=way == WAYS[0]) for way in WAYS
         }
         for way, local in locals_.items():
-            local.start(Task(f"warm-{way}", turns=5))
+            local.start(Task(f"warm-{_tag(way)}", turns=5))
             local.drain()
         found: dict[str, list[float]] = {way: [] for way in WAYS}
         for n in range(runs):
             for way, local in locals_.items():
                 began = time.perf_counter()
-                local.start(Task(f"{way}-{n}", turns=turns))
+                run_id = local.start(Task(f"{_tag(way)}-{n}", turns=turns))
                 local.drain()
                 found[way].append((time.perf_counter() - began) * 1000 / turns)
+                _check_done(local, run_id)
         return found
+
+
+def _check_done(local: LocalRuntime, run_id: str) -> None:
+    """A run timed here must have run to its end (a failing one would be fast)."""
+    found = local.relay.store.read(run_id)
+    outcome = None if found is None else found[0].outcome
+    if outcome is None or outcome.stop is not Stop.DONE:
+        raise SystemExit(f"run {run_id} did not finish its turns: {outcome}")
+
+
+def _tag(way: str) -> str:
+    """`way` as a bench task's name takes it (one word)."""
+    return way.replace(" ", "-")
 
 
 def main(argv: list[str] | None = None) -> int:
