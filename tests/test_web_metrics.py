@@ -170,6 +170,9 @@ def test_a_worker_that_stops_writes_the_counts_it_held(tmp_path: Path, pool: str
         f.brain.script("HELD", {0: call("read_note", name="a.txt"), 1: final("read it")})
         run_id = f.relay.start("HELD: read a note")
         assert f.relay.wait(run_id, timeout=30).summary == "read it"
+        # The run is finished once its last step is saved; the task that saved it counts
+        # that step just after. Stopped before then, the worker holds no count of it yet.
+        f.until(lambda: _tasks_ended(worker.output()), 10, what="its tasks' ends")
         store = f.relay.store
         metrics = FleetMetrics(store.connection, store.shards, store.people)
         assert metrics.totals().tools == {}
@@ -178,3 +181,9 @@ def test_a_worker_that_stops_writes_the_counts_it_held(tmp_path: Path, pool: str
     assert totals.tools == {("read_note", "ok"): 1}
     assert sum(n for labels, n in totals.calls.items() if labels[-1] == "ok") == 2
     assert sum(n for (task, _), n in totals.steps.items() if task == "run_tool") == 1
+
+
+def _tasks_ended(log: str) -> bool:
+    """Whether every task the worker received has ended (its result line is in its log)."""
+    received = log.count("] received")
+    return received > 0 and log.count(" succeeded in ") == received
