@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_core.state import Loops, Seen
+from agent_core.state import Loops, Seen, seen_digest
 from agent_core.text import cut
 from agent_core.tools import ToolOutput
 
@@ -59,8 +59,9 @@ def _key(done: Attempt) -> str:
         ensure_ascii=True,
         default=str,
     )
-    # 64 bits: ample to tell apart the SEEN_KEPT calls kept, and short, as it is saved.
-    return hashlib.sha256(text.encode("ascii")).hexdigest()[:16]
+    # 48 bits (state.DIGEST_BYTES): ample to tell apart the SEEN_KEPT calls kept, and
+    # short, as the state is saved each step.
+    return seen_digest(hashlib.sha256(text.encode("ascii")).digest())
 
 
 def _seen(seen: list[Seen], key: str) -> int:

@@ -8,12 +8,15 @@ tag and version; `dump` and `load` are the only way in or out.
 Versions: 1 had one turn and no loop counters, messages or continuations;
 2 added them (`request`, `calls_before`, `model_calls`, `loops`, `told`,
 `partial`, `cuts`, three history entries and four trace kinds); 3 writes the
-loop counters' seen calls as one text (`Loops`). Older snapshots still load
-(`_UPGRADES`); new ones are written as version 3.
+loop counters' seen calls as one text (`Loops`); 4 writes each seen call's digest
+in 8 characters of base64url instead of 16 of hex, and leaves out a count of 1.
+Older snapshots still load (`_UPGRADES`); new ones are written as version 4.
 """
 
 from __future__ import annotations
 
+import base64
+import re
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -60,10 +63,11 @@ __all__ = [
     "dump_head",
     "dump_start",
     "load",
+    "seen_digest",
 ]
 
 FORMAT = "relay.agent"
-VERSION = 3
+VERSION = 4
 
 
 # --- history: what the model is shown, one entry per turn -------------------------
@@ -269,8 +273,9 @@ class Seen(BaseModel):
     """How often one call (tool, arguments and result, as a digest) happened this turn."""
 
     model_config = FROZEN
-    key: Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]
-    """A digest in hex (so the text form of `Loops.seen` reads back the same)."""
+    key: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    """A digest in base64url (so the text form of `Loops.seen` reads back the same;
+    version 3 wrote hex, which `_from_v3` turns into this form)."""
     count: PositiveInt
 
 
@@ -284,8 +289,8 @@ class Loops(BaseModel):
     @field_serializer("seen")
     def _seen_as_text(self, seen: tuple[Seen, ...]) -> str:
         # A host saves the state every step and a long turn keeps 64 of these:
-        # "key:count key:count" is a third of their JSON objects (version 3).
-        return " ".join(f"{s.key}:{s.count}" for s in seen)
+        # "key key:count" is a sixth of their JSON objects (most counts are 1).
+        return " ".join(s.key if s.count == 1 else f"{s.key}:{s.count}" for s in seen)
 
     @field_validator("seen", mode="before")
     @classmethod
@@ -296,7 +301,9 @@ class Loops(BaseModel):
         seen = []
         for item in value.split():
             key, sep, count = item.rpartition(":")
-            if not sep or not key or not count.isdigit() or len(count) > 9:
+            if not sep:  # (a count of 1 is left out)
+                key, count = item, "1"
+            if not key or not count.isdigit() or len(count) > 9:
                 raise ValueError(f"not a seen call: {item[:40]!r}")
             seen.append({"key": key, "count": int(count)})
         return seen
@@ -374,7 +381,7 @@ class AgentState(BaseModel):
 class Snapshot(BaseModel):
     model_config = FROZEN
     format: Literal["relay.agent"]
-    version: Literal[1, 2, 3]
+    version: Literal[1, 2, 3, 4]
     state: AgentState
 
 
@@ -395,7 +402,32 @@ def _from_v2(state: AgentState) -> AgentState:
     return state
 
 
-_UPGRADES = {1: _from_v1, 2: _from_v2}
+def _from_v3(state: AgentState) -> AgentState:
+    """Return a version 3 state as version 4 means it: each seen call's hex digest as the
+    base64url of its first 48 bits, the form `loops` now makes, so a call seen before the
+    upgrade still counts as the same call after it."""
+    seen = tuple(Seen(key=_digest_from_hex(s.key), count=s.count) for s in state.loops.seen)
+    return state.model_copy(update={"loops": state.loops.model_copy(update={"seen": seen})})
+
+
+def _digest_from_hex(key: str) -> str:
+    if len(key) < DIGEST_BYTES * 2 or _HEX.fullmatch(key) is None:
+        return key  # (not one `loops` wrote: it matches no new digest, as before)
+    return seen_digest(bytes.fromhex(key[: DIGEST_BYTES * 2]))
+
+
+_HEX = re.compile(r"[0-9a-f]+")
+DIGEST_BYTES = 6
+"""48 bits of a seen call's digest: among the `SEEN_KEPT` calls kept, a new call matches
+another by chance once in 2**48 / 64 (about 4 * 10**12) calls."""
+
+
+def seen_digest(digest: bytes) -> str:
+    """A seen call's key: the first `DIGEST_BYTES` of its digest in base64url (8 characters)."""
+    return base64.urlsafe_b64encode(digest[:DIGEST_BYTES]).decode("ascii")
+
+
+_UPGRADES = {1: _from_v1, 2: _from_v2, 3: _from_v3}
 """From each old version to the next; `load` applies them in turn."""
 
 

@@ -15,7 +15,9 @@ the model-call limit.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -741,7 +743,7 @@ NOT_SNAPSHOTS: dict[str, object] = {
     "no version": json.dumps({"format": "relay.agent", "state": {}}),
     "no format": json.dumps({"version": 1, "state": {}}),
     "wrong format": _with(["format"], "other.agent"),
-    "version 4": _with(["version"], 4),
+    "version 5": _with(["version"], 5),
     "version 1 with an unknown phase": snapshots_v1.FINISHED.replace(
         '"kind":"finished"', '"kind":"dreaming"'
     ),
@@ -948,29 +950,59 @@ def _with_seen_calls(calls: int) -> Agent:
     return agent
 
 
-def test_seen_calls_are_saved_as_one_text_and_version_2_lists_still_load() -> None:
+def test_seen_calls_are_saved_as_one_short_text() -> None:
     agent = _with_seen_calls(70)
     saved = json.loads(agent.snapshot())
-    assert saved["version"] == VERSION == 3
+    assert saved["version"] == VERSION == 4
     seen = saved["state"]["loops"]["seen"]
     assert isinstance(seen, str)
     assert len(seen.split()) == 64
-    assert all(
-        len(key) == 16 and count == "1"
-        for key, _, count in map(str.partition, seen.split(), [":"] * 64)
-    )
+    # 8 characters of base64url each, a count of 1 left out: 9 bytes a call, with its space.
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{8}", key) for key in seen.split())
+    assert len(seen) == 64 * 9 - 1
     state = load(json.dumps(saved))
     assert load(dump(state)) == state
     assert state.loops == load(agent.snapshot()).loops
+
+
+def _hex_digest(key: str) -> str:
+    """The version 3 form of a seen call's key (16 hex digits of the same digest)."""
+    return (base64.urlsafe_b64decode(key) + b"\xff\xee").hex()
+
+
+def test_version_3_and_2_seen_calls_count_on_after_the_upgrade() -> None:
+    """A call seen before the upgrade is the same call after it: a repeat still counts."""
+    agent = _with_seen_calls(3)
+    step = agent.reply(call("read_file", path="f1"))  # seen once: now twice
+    assert isinstance(step, Run)
+    agent.result(step.call.id, ToolOutput.ok("text 1"))
+    saved = json.loads(agent.snapshot())
+    now = load(agent.snapshot()).loops
+    assert [s.count for s in now.seen] == [1, 1, 2]
+    as_v3 = " ".join(f"{_hex_digest(s.key)}:{s.count}" for s in now.seen)
+    saved_v3 = {**saved, "version": 3}
+    saved_v3["state"] = {**saved["state"], "loops": {**saved["state"]["loops"], "seen": as_v3}}
+    assert load(json.dumps(saved_v3)).loops == now
     # A version 2 snapshot holds the same calls as a list of objects.
-    as_list = [{"key": k, "count": int(c)} for k, _, c in (i.partition(":") for i in seen.split())]
+    as_list = [{"key": _hex_digest(s.key), "count": s.count} for s in now.seen]
     saved_v2 = {**saved, "version": 2}
     saved_v2["state"] = {**saved["state"], "loops": {**saved["state"]["loops"], "seen": as_list}}
-    assert load(json.dumps(saved_v2)).loops == state.loops
+    assert load(json.dumps(saved_v2)).loops == now
+    # And the upgraded agent counts the next repeat on from 2.
+    config = Config(require_plan=False, max_calls=10_000)
+    upgraded = Agent.restore(config, TOOLS, json.dumps(saved_v3))
+    step = upgraded.reply(call("read_file", path="f1"))
+    assert isinstance(step, Run)
+    upgraded.result(step.call.id, ToolOutput.ok("text 1"))
+    assert load(upgraded.snapshot()).loops.seen[-1].count == 3
 
 
 @pytest.mark.parametrize(
-    "seen", ["abc", "abc:", ":3", "abc:x", "abc:0", "ABC:1", "a b:1", "abc:-1", "abc:1234567890", 7]
+    "seen",
+    [
+        *("abc:", ":3", "abc:x", "abc:0", "ab+c:1", "ab/c", "abc=", "\u00e9", "abc:-1"),
+        *("abc:1234567890", 7),
+    ],
 )
 def test_a_corrupt_seen_text_is_a_snapshot_error(seen: object) -> None:
     saved = json.loads(_with_seen_calls(2).snapshot())
