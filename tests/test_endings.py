@@ -45,7 +45,7 @@ def test_a_reply_that_comes_after_its_run_finished_is_counted_and_dropped() -> N
     # The provider billed the call: the run and every ancestor count it, once.
     assert effects.usage_adds == (UsageAdd("root", late), UsageAdd("root.call-1", late))
     assert ended.record.usage.total_tokens == 157
-    assert ended.record.usage_by_route == {"primary": late}
+    assert ended.record.route_usage() == {"primary": late}
     assert effects.settle == (Reservation("root", "root.call-1", "m3"),)
     assert effects.stale_calls == ("m3",)
     # Nothing else happens: the run stays finished, nothing is sent, the reply is not applied.

@@ -20,6 +20,7 @@ from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, Reser
 from workers.engine.events import BudgetExtended, CallDecision, FollowUp, ToolDone, expiry_event
 from workers.engine.ids import pending_member as member_of
 from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
+from workers.engine.working import Surroundings, Working
 from workers.settings import now_ms
 from workers.store import codec, scripts
 from workers.store.runs import CallClaim, Claim, RunStore
@@ -233,6 +234,36 @@ def test_a_call_the_record_asked_for_is_claimed(store: RunStore, *, due_kept: bo
     assert _claim(store, "m4", "a", seq=4).status is ClaimStatus.CLAIMED
     assert _claim(store, "call-3", "a").status is ClaimStatus.CLAIMED
     assert _claim(store, "call-1", "a").status is ClaimStatus.CLAIMED
+
+
+def test_a_run_whose_usage_is_on_one_route_saves_it_once() -> None:
+    """The record is saved every step: its usage on one route is not written twice. A
+    second route, or usage from no route, splits it as before."""
+    around = Surroundings(now_ms=1, grace_ms=1, approval_ttl_ms=None, retention_s=0)
+    first, second = Usage(prompt_tokens=10, total_tokens=12), Usage(prompt_tokens=3)
+    working = Working(_record(), None, around)
+    working.add_usage(first, "default", "m1")
+    working.add_usage(first, "default", "m3")
+    one_route = working.decided("snap").record
+    stored = json.loads(codec.record_json(one_route))
+    assert stored["usage_route"] == "default"
+    assert "usage_by_route" not in stored
+    read = codec.record_of(codec.record_json(one_route), codec.fixed_json(one_route))
+    assert read.route_usage() == {"default": first + first}
+    assert read.usage == first + first
+    # Read back, it goes on: a second route splits the usage by route.
+    working = Working(read, None, around)
+    working.add_usage(second, "backup", "m5")
+    two_routes = working.decided("snap").record
+    stored = json.loads(codec.record_json(two_routes))
+    assert "usage_route" not in stored
+    read = codec.record_of(codec.record_json(two_routes), codec.fixed_json(two_routes))
+    assert read.route_usage() == {"default": first + first, "backup": second}
+    # Usage from a model with no routes is in `usage` only: no route holds all of it.
+    working = Working(_record(), None, around)
+    working.add_usage(second, "", "m1")
+    working.add_usage(first, "default", "m3")
+    assert working.decided("snap").record.route_usage() == {"default": first}
 
 
 def test_a_save_keeps_what_a_claim_may_take_beside_the_record(store: RunStore) -> None:

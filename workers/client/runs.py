@@ -335,7 +335,7 @@ def status_steps(keys: Keys, run_id: str) -> Steps[RunStatus]:
         total_usage=total,
         budget=budget,
         key=record.key,
-        usage_by_route=record.usage_by_route,
+        usage_by_route=record.route_usage(),
         created_ms=record.created_ms,
         updated_ms=record.updated_ms,
         finished_ms=record.finished_ms,

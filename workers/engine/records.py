@@ -34,6 +34,7 @@ __all__ = [
     "TraceEntry",
     "Usage",
     "WaitingFor",
+    "by_route",
     "ending_of",
     "lists_of",
     "run_list",
@@ -193,8 +194,13 @@ class RunRecord(BaseModel):
     children: tuple[str, ...] = ()
     usage: Usage = Usage()
     """Tokens of this run's own model calls (descendants' are in the totals)."""
+    usage_route: str | None = None
+    """The one model route that served all of `usage`, while that is so (then
+    `usage_by_route` is empty: the record is saved every step, and the same usage twice
+    was a sixth of it). Read both through `route_usage`."""
     usage_by_route: dict[str, Usage] = Field(default_factory=dict)
-    """This run's own usage, by the model route that served each call."""
+    """This run's own usage, by the model route that served each call, unless
+    `usage_route` says it is all on one."""
     key: str | None = None
     """Groups runs for fair shares of the model routes (a tenant, say); children inherit it."""
     app: str | None = None
@@ -238,6 +244,22 @@ class RunRecord(BaseModel):
     recorded: tuple[str, ...] = ()
     """Tools whose calls never run: each gets the outcome recorded for its arguments
     (`Relay.start(recorded=...)`, an eval's recorded tools), else an error."""
+
+    def route_usage(self) -> dict[str, Usage]:
+        """This run's own usage, by the model route that served each call."""
+        if self.usage_route is not None:
+            return {self.usage_route: self.usage}
+        return dict(self.usage_by_route)
+
+
+def by_route(usage: Usage, usage_by_route: dict[str, Usage]) -> dict[str, Any]:
+    """`RunRecord`'s `usage_route` and `usage_by_route` for a run's usage and its split by
+    route: the route alone when one served all of it."""
+    if len(usage_by_route) == 1:
+        ((route, only),) = usage_by_route.items()
+        if only == usage:
+            return {"usage_route": route, "usage_by_route": {}}
+    return {"usage_route": None, "usage_by_route": usage_by_route}
 
 
 FIXED_FIELDS = frozenset(

@@ -36,6 +36,7 @@ from workers.engine.records import (
     TraceEntry,
     Usage,
     WaitingFor,
+    by_route,
     run_list,
 )
 
@@ -72,7 +73,7 @@ class Working:
         self.calls: dict[str, CallTrack] = dict(record.calls)
         self.children = record.children
         self.usage = record.usage
-        self.usage_by_route = dict(record.usage_by_route)
+        self.usage_by_route = record.route_usage()
         self.verifier_rejections = record.verifier_rejections
         self.unknown_calls = record.unknown_calls
         self.forced_stop = record.forced_stop
@@ -186,7 +187,7 @@ class Working:
                 "calls": self.calls,
                 "children": self.children,
                 "usage": self.usage,
-                "usage_by_route": self.usage_by_route,
+                **by_route(self.usage, self.usage_by_route),
                 "verifier_rejections": self.verifier_rejections,
                 "unknown_calls": self.unknown_calls,
                 "forced_stop": self.forced_stop,
