@@ -14,6 +14,7 @@ from pathlib import Path
 from agent_core import Stop
 from tests.support.brain import batch, call, final
 from tests.support.fleet import Fleet, fleet
+from tests.support.model_server import Reply
 
 ON = {"RELAY_INLINE_MS": "5000"}
 """A slice long enough that a loaded CI machine never ends it mid-run."""
@@ -68,6 +69,26 @@ def test_with_continuation_off_every_step_is_a_message(tmp_path: Path) -> None:
         assert outcome.stop is Stop.DONE, f.logs()
         assert _messages(f) == {"relay.advance": 1, "relay.call_model": 2, "relay.run_tool": 1}
         assert "continued" not in f.full_logs()
+
+
+def test_a_tool_calls_task_goes_on_through_the_turns_after_it(tmp_path: Path) -> None:
+    """On prefork a tool's task has a hard time limit, and a step is continued only if its
+    own limit fits in what is left of the task's. That limit leaves room for the slice, so
+    the task runs the next tool call too, not one turn a message."""
+    with fleet(tmp_path) as f:
+        # The first reply outlasts the slice: the advance's task ends after it, the first
+        # tool call is published, and its task runs every turn after it.
+        slow = Reply(text=call("read_note", name="a"), delay=2.5)
+        notes = {1: call("read_note", name="b"), 2: call("read_note", name="c")}
+        f.brain.script("IN-TOOLS", {0: slow, **notes, 3: final("read three notes")})
+        f.worker("--concurrency", "2", env={"RELAY_INLINE_MS": "1500"}, name="tools")
+        outcome = f.relay.wait(f.relay.start("IN-TOOLS: read three notes"), timeout=60)
+        assert outcome.stop is Stop.DONE, f.logs()
+        assert _messages(f) == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 1}
+        lines = [line for line in f.full_logs().splitlines() if "succeeded" in line]
+        tool_task = [line for line in lines if "relay.run_tool" in line]
+        assert len(tool_task) == 1, lines
+        assert "continued call-3" in tool_task[0], tool_task
 
 
 def test_a_batch_still_fans_out(tmp_path: Path) -> None:

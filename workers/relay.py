@@ -307,7 +307,7 @@ class Relay:
                 settings = self.settings
                 store = RunStore(self.redis_url, settings.prefix, cluster=settings.cluster)
                 app = build_celery(self.name, settings, settings.broker_url or self.redis_url)
-                send = sender(app, self.queues, self.kit.timeout_of)
+                send = sender(app, self.queues, self.kit.timeout_of, settings.inline_ms)
                 register_tasks(app, lambda: self.runtime)
                 self._parts = _Parts(store, app, send, RunsClient(store, send, settings.timing))
             return self._parts

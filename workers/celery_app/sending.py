@@ -27,6 +27,7 @@ the outbox, and the tick sends it again.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -83,13 +84,15 @@ def tool_task_id(run_id: str, call_id: str) -> str:
 
 
 def sender(
-    app: Celery, queues: Queues, tool_time_limit: Callable[[str], float]
+    app: Celery, queues: Queues, tool_time_limit: Callable[[str], float], slice_ms: int = 0
 ) -> Callable[[list[Message]], None]:
     """Return a function that sends messages as tasks, with deterministic ids where they matter.
 
     A message that cannot be sent is logged and left to the tick, which finds
-    it in the outbox and sends it again.
+    it in the outbox and sends it again. `slice_ms` is the workers' RELAY_INLINE_MS: a
+    tool's task gets that much more time limit (see `_tool_task_limit`).
     """
+    task_limit = _tool_task_limit(tool_time_limit, math.ceil(max(slice_ms, 0) / 1000))
 
     def send(messages: list[Message]) -> None:
         if not messages:
@@ -98,7 +101,7 @@ def sender(
             with one_round_trip(app) as producer:
                 for message in messages:
                     try:
-                        _send_one(app, queues, message, tool_time_limit, producer)
+                        _send_one(app, queues, message, task_limit, producer)
                     except Exception as error:  # noqa: BLE001 - the outbox keeps it
                         what = f"{message.kind} for run {message.run}"
                         log.warning("could not send %s: %s", what, error)
@@ -112,7 +115,7 @@ def _send_one(
     app: Celery,
     queues: Queues,
     m: Message,
-    tool_time_limit: Callable[[str], float],
+    task_limit: Callable[[str], int],
     producer: Producer,
 ) -> None:
     if m.kind == "call_model":
@@ -132,7 +135,7 @@ def _send_one(
             task_id=tool_task_id(m.run, m.call),
             argsrepr=f"run={m.run} call={m.call} tool={m.tool or '?'}",
             queue=queues.tools,
-            time_limit=_tool_time_limit(tool_time_limit, m.tool),
+            time_limit=task_limit(m.tool),
             producer=producer,
         )
     else:
@@ -149,6 +152,19 @@ def _send_one(
 def _tool_time_limit(tool_time_limit: Callable[[str], float], tool: str) -> int:
     """A tool call's hard time limit: its own timeout, and a minute to report it."""
     return int(tool_time_limit(tool)) + 60
+
+
+def _tool_task_limit(tool_time_limit: Callable[[str], float], room_s: int) -> Callable[[str], int]:
+    """The hard time limit of a tool's task: the call's own, and `room_s` (the slice).
+
+    A task that continues its run runs a step only if that step's own limit fits in
+    what is left of the task's (`Continuation`). With the call's limit alone, a tool's
+    task could never run the run's next tool call after it, however fast both were:
+    past the task's first instant, what is left is less than a whole limit. Each turn
+    would then cost a message. A step starts only within the slice, so the slice's
+    length of room lets a call with the same limit begun in it run all of its own.
+    (A hung call is killed that much later: a second, by default.)"""
+    return lambda tool: _tool_time_limit(tool_time_limit, tool) + room_s
 
 
 # --- one round trip ----------------------------------------------------------------
