@@ -19,10 +19,12 @@ from workers.engine.budget import Admission, Budget
 from workers.engine.effects import Advanced, Effects, Message, OwnOutcome, Reservation, UsageAdd
 from workers.engine.events import BudgetExtended, CallDecision, FollowUp, ToolDone, expiry_event
 from workers.engine.ids import pending_member as member_of
+from workers.engine.journal import JOURNAL_MAX
 from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
 from workers.engine.working import Surroundings, Working
 from workers.settings import now_ms
 from workers.store import codec, scripts
+from workers.store.layout import TRACE_MAX, RunFields
 from workers.store.runs import CallClaim, Claim, RunStore
 from workers.store.scripts import ClaimStatus, Decided, Recorded, ReplyAnswer, Saved
 
@@ -705,11 +707,18 @@ def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunS
     _record_outcome(store, "call-1", "x", attempt=1)
     own = OwnOutcome("r1", "call-1", 1, "y", "t|r1|call-1")
     assert store.save(_step(_record(seq=1)), version, own) is Saved.DUPLICATE
-    # Applied, the markers go: a late duplicate finds the call stale, not pending.
+    # Applied, the markers go: a late duplicate finds the call stale, not pending. Each of
+    # them (the trace's note of a lost attempt and the carrier's task too), and only the
+    # stale call's.
+    run = store.keys.run("r1")
+    markers = [f(c) for c in ("call-1", "call-2") for f in _MARKERS]
+    store.redis.hset(run, mapping=dict.fromkeys(markers, "1"))
     stale = _step(_record(seq=1), stale_calls=("call-1",))
     assert store.save(stale, version) is Saved.SAVED
-    assert not store.redis.hexists(store.keys.run("r1"), "r:call-1")
-    assert not store.redis.hexists(store.keys.run("r1"), "a:call-1")
+    assert [store.redis.hexists(run, m) for m in markers] == [False] * 4 + [True] * 4
+
+
+_MARKERS = (RunFields.result, RunFields.attempts, RunFields.noted, RunFields.carrier)
 
 
 def test_one_process_ticks_per_interval(store: RunStore) -> None:
@@ -783,6 +792,26 @@ def test_live_events_of_many_runs_go_in_one_round_trip_each_answered_alone(
     assert isinstance(first, StoreUnavailable)
     assert second is True
     assert [e.text for e in store.live.read("r2", "0", None)] == ["two", "y"]
+
+
+def test_a_save_keeps_the_newest_trace_lines_and_journal_entries_up_to_their_caps(
+    store: RunStore,
+) -> None:
+    """The caps are the scripts' own (written in from TRACE_MAX and JOURNAL_MAX)."""
+    store.create(_record(), "snap", due_ms=5_000)
+    trace_key, journal_key = store.keys.trace("r1"), store.keys.journal("r1")
+    # Full to the line: the save's two trace lines and one journal entry go one over each.
+    store.redis.rpush(trace_key, *["{}"] * (TRACE_MAX - 1 - store.redis.llen(trace_key)))
+    store.redis.rpush(journal_key, *["{}"] * (JOURNAL_MAX - store.redis.llen(journal_key)))
+    newer = TraceEntry(at_ms=2, run="r1", kind="finished", text="May")
+    _save(store, _record(), trace=(_line(), newer), journal='{"e":[]}')
+    assert store.redis.llen(trace_key) == TRACE_MAX
+    assert [json.loads(x) for x in store.redis.lrange(trace_key, -2, -1)] == [
+        {"at_ms": 1, "kind": "finished", "text": "April"},
+        {"at_ms": 2, "kind": "finished", "text": "May"},
+    ]
+    assert store.redis.llen(journal_key) == JOURNAL_MAX
+    assert store.redis.lindex(journal_key, -1) == b'{"e":[]}'
 
 
 def test_trace_lines_are_stored_without_their_run_and_read_back_with_it(

@@ -27,7 +27,6 @@ from workers.engine.effects import (
 )
 from workers.engine.events import InboxEvent, inbox_event
 from workers.engine.ids import OutboxMember, pending_member
-from workers.engine.journal import JOURNAL_MAX
 from workers.engine.records import FIXED_FIELDS, Pending, RunRecord, TraceEntry, Usage
 from workers.store.layout import (
     NOTES_MAX,
@@ -35,7 +34,6 @@ from workers.store.layout import (
     STREAM_KEEP_S,
     STREAM_MAX,
     STREAM_PARKED_S,
-    TRACE_MAX,
     Keys,
     RunFields,
 )
@@ -279,22 +277,22 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
     ends_or_parks = fx.done_summary is not None or record.state == "waiting"
     return {
         "applied": fx.applied,
-        "trace_max": TRACE_MAX if fx.trace else 0,
         "activity": keys.index(record.id).activity if fx.trace else "",
         "run": record.id,
         "sends": [[s.member, s.due_ms] for s in fx.sends],
         "unsend": fx.unsend,
         "pending_add": [_pending_entry(p) for p in fx.pending_add],
         "pending_del": fx.pending_del,
-        "usage_adds": [[keys.run(u.run_id), *_counts(u.usage)] for u in fx.usage_adds],
-        "settle": [_reservation(keys, r) for r in fx.settle],
+        "usage_adds": [
+            [_hash(keys, u.run_id, record.id), *_counts(u.usage)] for u in fx.usage_adds
+        ],
+        "settle": [_reservation(keys, r, record.id) for r in fx.settle],
         "create": [_child(keys, c) for c in fx.create],
         "deliveries": [_delivery(keys, d) for d in fx.deliveries],
-        "advance": OutboxMember.advance(record.id),
         "retention": fx.retention_s,
-        "forget": _fields_to_forget(fx.stale_calls, follow_up=fx.follow_up_taken),
+        "stale": fx.stale_calls,
+        "follow_up": fx.follow_up_taken,
         "running": fx.running,
-        "journal_max": JOURNAL_MAX if fx.journal else 0,
         # On a cluster the notes are in another slot: kept after the save (notes_key).
         "notes_key": notes_key(keys, fx.notes) if fx.notes and not keys.cluster else "",
         "notes": fx.notes.notes if fx.notes else [],
@@ -319,25 +317,15 @@ def _relist(keys: Keys, advanced: Advanced) -> list[Any]:
     return [index.listed(moved[0]), index.listed(moved[1]), record.created_ms, record.id]
 
 
-def _fields_to_forget(stale_calls: Sequence[str], *, follow_up: bool) -> list[str]:
-    """The run hash's fields a step drops: each stale call's markers, the follow-up flag."""
-    fields = [
-        field
-        for call in stale_calls
-        for field in (
-            RunFields.result(call),
-            RunFields.attempts(call),
-            RunFields.noted(call),
-            RunFields.carrier(call),
-        )
-    ]
-    return [*fields, RunFields.FOLLOW_UP] if follow_up else fields
+def _hash(keys: Keys, run_id: str, saved: str) -> str:
+    """A run's hash as SAVE names it: '' for the run it saves (its KEYS[1])."""
+    return "" if run_id == saved else keys.run(run_id)
 
 
-def _reservation(keys: Keys, reservation: Reservation) -> list[str]:
-    """[the root's hash, the reservation's field on it]."""
+def _reservation(keys: Keys, reservation: Reservation, saved: str) -> list[str]:
+    """[the root's hash ('' for the run saved), the reservation's field on it]."""
     field = RunFields.reservation(reservation.run_id, reservation.call)
-    return [keys.run(reservation.root), field]
+    return [_hash(keys, reservation.root, saved), field]
 
 
 def _live_ttl(advanced: Advanced) -> int:

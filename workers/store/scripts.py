@@ -29,6 +29,7 @@ from workers.engine.budget import Admission, Over
 from workers.engine.effects import Advanced, OwnOutcome
 from workers.engine.events import BudgetExtended, FollowUp, InboxEvent
 from workers.engine.ids import OutboxMember, PendingKind, pending_member, root_of
+from workers.engine.journal import JOURNAL_MAX
 from workers.engine.records import RUN_LISTS, Pending, RunRecord, ending_of, run_list
 from workers.store import codec
 from workers.store.codec import StoredRun, as_text, fixed_json, record_json
@@ -86,10 +87,18 @@ def lua(name: str) -> str:
     `--# <other>` lines replaced by the script `<other>` as a local function of its own
     KEYS and ARGV (so SAVE_CLAIM runs SAVE and CLAIM as written, not copies of them)."""
     source = files("workers.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
-    return _INCLUDE.sub(_included, source)
+    return _CONSTANT.sub(_constant, _INCLUDE.sub(_included, source))
 
 
 _INCLUDE = re.compile(r"^--# (\w+)$", re.MULTILINE)
+_CONSTANT = re.compile(r"\$\{(\w+)\}")
+_CONSTANTS = {"TRACE_MAX": TRACE_MAX, "JOURNAL_MAX": JOURNAL_MAX}
+"""Limits a script keeps, written in where it says `${NAME}`: one value for Python and Lua,
+and not sent with every call."""
+
+
+def _constant(name: re.Match[str]) -> str:
+    return str(_CONSTANTS[name.group(1)])
 
 
 def _included(line: re.Match[str]) -> str:

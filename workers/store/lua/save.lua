@@ -87,15 +87,22 @@ else
 end
 if fx.fixed then redis.call('HSET', KEYS[1], 'fixed', fx.fixed) end
 if fx.start then redis.call('HSET', KEYS[1], 'start', fx.start) end
-if ARGV[7] ~= '' and redis.call('RPUSH', KEYS[9], ARGV[7]) > fx.journal_max then
-  redis.call('LTRIM', KEYS[9], -fx.journal_max, -1)
+if ARGV[7] ~= '' and redis.call('RPUSH', KEYS[9], ARGV[7]) > ${JOURNAL_MAX} then
+  redis.call('LTRIM', KEYS[9], -${JOURNAL_MAX}, -1)
 end
 -- (One command for each list of ids or fields, not one each: a step runs fewer.)
 if fx.applied then redis.call('XDEL', KEYS[2], unpack(fx.applied)) end
-if fx.forget then redis.call('HDEL', KEYS[1], unpack(fx.forget)) end
+-- A stale call's markers (layout.RunFields: result, attempts, noted, carrier), and the
+-- follow-up flag: sent as the calls' names, to save each step a few dozen bytes.
+local forget = {}
+for _, c in ipairs(fx.stale or none) do
+  for _, marker in ipairs({'r:', 'a:', 'n:', 'k:'}) do forget[#forget + 1] = marker .. c end
+end
+if fx.follow_up then forget[#forget + 1] = 'fu' end
+if #forget > 0 then redis.call('HDEL', KEYS[1], unpack(forget)) end
 if traced > 0 then
-  if push(KEYS[3], ARGV, 10, 9 + traced) > fx.trace_max then
-    redis.call('LTRIM', KEYS[3], -fx.trace_max, -1)
+  if push(KEYS[3], ARGV, 10, 9 + traced) > ${TRACE_MAX} then
+    redis.call('LTRIM', KEYS[3], -${TRACE_MAX}, -1)
   end
   redis.call('HINCRBY', KEYS[1], 'tn', traced)
   redis.call('XADD', fx.activity, 'MAXLEN', '~', 10000, '*', 'r', fx.run)
@@ -111,24 +118,27 @@ for _, p in ipairs(fx.pending_add or none) do
   redis.call('HSET', KEYS[6], p[1], p[3])
 end
 local counters = {'tp', 'tc', 'tt', 'cc', 'cu', 'mc', 'np'}
+-- (A run's hash is named '' where it is this run's own: KEYS[1].)
 for _, u in ipairs(fx.usage_adds or none) do
+  local run = u[1] == '' and KEYS[1] or u[1]
   -- An ancestor that finished and expired is not brought back without a TTL.
-  if redis.call('HEXISTS', u[1], 'v') == 1 then
+  if redis.call('HEXISTS', run, 'v') == 1 then
     for i, field in ipairs(counters) do
-      if u[i + 1] ~= 0 then redis.call('HINCRBY', u[1], field, u[i + 1]) end
+      if u[i + 1] ~= 0 then redis.call('HINCRBY', run, field, u[i + 1]) end
     end
   end
 end
 for _, q in ipairs(fx.settle or none) do
   -- A model call's reservation on its tree's budget goes once its outcome is in.
-  local held = redis.call('HGET', q[1], q[2])
+  local root = q[1] == '' and KEYS[1] or q[1]
+  local held = redis.call('HGET', root, q[2])
   if held then
     local tokens, cost = string.match(held, '^(%d+):(%d+)')  -- (then ':<cap>')
     -- (0 - n, not -n: Redis refuses the text "-0" as a number.)
-    redis.call('HINCRBY', q[1], 'rt', 0 - tonumber(tokens))
-    redis.call('HINCRBY', q[1], 'ru', 0 - tonumber(cost))
-    redis.call('HINCRBY', q[1], 'rc', -1)
-    redis.call('HDEL', q[1], q[2])
+    redis.call('HINCRBY', root, 'rt', 0 - tonumber(tokens))
+    redis.call('HINCRBY', root, 'ru', 0 - tonumber(cost))
+    redis.call('HINCRBY', root, 'rc', -1)
+    redis.call('HDEL', root, q[2])
   end
 end
 for _, c in ipairs(fx.create or none) do
@@ -160,7 +170,7 @@ if fx.notes_key and fx.notes then
   redis.call('LTRIM', fx.notes_key, -fx.notes_max, -1)
 end
 if redis.call('XLEN', KEYS[2]) == 0 then
-  redis.call('ZREM', KEYS[4], fx.advance)
+  redis.call('ZREM', KEYS[4], 'a|' .. fx.run)  -- (the run's advance: OutboxMember.advance)
   redis.call('DEL', KEYS[2])
 end
 if fx.done_summary and redis.call('EXISTS', fx.live) == 1 then
