@@ -289,6 +289,12 @@ def _growth(r: dict[str, Any]) -> list[Row]:
         ),
         Row(
             item,
+            f"  bytes written to Redis per turn, turns {turns[-2]} to {last}",
+            f"{w[last].get('bytes_in_per_turn', 0):,}",
+            "late in a long run: what a short run's figure (1 turns) leaves out",
+        ),
+        Row(
+            item,
             f"  in process (no Celery) turn ms {first} / {last}",
             f"{r['in_process_turn_ms'][first]:.1f} / {r['in_process_turn_ms'][last]:.1f}",
         ),
