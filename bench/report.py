@@ -291,7 +291,7 @@ def _growth(r: dict[str, Any]) -> list[Row]:
             item,
             f"  bytes written to Redis per turn, turns {turns[-2]} to {last}",
             f"{w[last].get('bytes_in_per_turn', 0):,}",
-            "late in a long run: what a short run's figure (1 turns) leaves out",
+            "late in a long run: what the turns bench's short runs leave out",
         ),
         Row(
             item,

@@ -700,6 +700,10 @@ def test_a_save_counts_what_is_still_out(store: RunStore) -> None:
     assert store.redis.hget(store.keys.run("r1"), "out") == b"1"
 
 
+_MARKERS = (RunFields.result, RunFields.attempts, RunFields.noted, RunFields.carrier)
+"""A call's markers in its run's hash, each dropped once its outcome is applied."""
+
+
 def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunStore) -> None:
     store.create(_record(), "snap", due_ms=5_000)
     version = _save(store, _running("call-1"))
@@ -716,9 +720,6 @@ def test_a_call_saving_its_own_outcome_is_refused_if_it_was_recorded(store: RunS
     stale = _step(_record(seq=1), stale_calls=("call-1",))
     assert store.save(stale, version) is Saved.SAVED
     assert [store.redis.hexists(run, m) for m in markers] == [False] * 4 + [True] * 4
-
-
-_MARKERS = (RunFields.result, RunFields.attempts, RunFields.noted, RunFields.carrier)
 
 
 def test_one_process_ticks_per_interval(store: RunStore) -> None:
