@@ -33,6 +33,10 @@ def _messages(f: Fleet) -> dict[str, int]:
     }
 
 
+def _succeeded(f: Fleet) -> str:
+    return "\n".join(line for line in f.full_logs().splitlines() if "succeeded" in line)
+
+
 def _turn(f: Fleet, marker: str) -> str:
     f.brain.script(marker, {0: call("read_note", name="a"), 1: final(f"{marker} done")})
     return f.relay.start(f"{marker}: read a note")
@@ -85,6 +89,8 @@ def test_a_tool_calls_task_goes_on_through_the_turns_after_it(tmp_path: Path) ->
         outcome = f.relay.wait(f.relay.start("IN-TOOLS: read three notes"), timeout=60)
         assert outcome.stop is Stop.DONE, f.logs()
         assert _messages(f) == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 1}
+        # The run is done before its task's result line is written.
+        f.until(lambda: "relay.run_tool" in _succeeded(f), 10, what="the tool task's result line")
         lines = [line for line in f.full_logs().splitlines() if "succeeded" in line]
         tool_task = [line for line in lines if "relay.run_tool" in line]
         assert len(tool_task) == 1, lines
