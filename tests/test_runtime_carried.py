@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from agent_core import Stop
-from tests.support.brain import final
+from tests.support.brain import call, final
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from tests.support.worker_process import RelayProcess
@@ -64,6 +64,28 @@ def test_without_carrying_the_slots_bound_the_calls_in_flight(tmp_path: Path) ->
         assert all(f.relay.wait(run_id, timeout=120).stop is Stop.DONE for run_id in runs)
         assert f.model.most_delaying <= 2
         assert "carried by this worker" not in f.full_logs()
+
+
+def test_a_quick_reply_is_kept_by_its_task_and_a_slow_one_is_carried(tmp_path: Path) -> None:
+    """The task waits RELAY_MODEL_CARRIED_AFTER_MS for the reply of the call it handed on: a
+    reply within it is the task's to save, and the run goes on in place; a slower one is
+    saved by the carrier's thread, and the run's next step is published."""
+    waits = {"RELAY_MODEL_CARRIED_AFTER_MS": "1500", "RELAY_INLINE_MS": "10000"}
+    with fleet(tmp_path) as f:
+        f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100", **waits})
+        quick = {0: call("read_note", name="a"), 1: final("quick done")}
+        f.brain.script("QUICK", quick)
+        assert f.relay.wait(f.relay.start("QUICK: read a note"), timeout=60).stop is Stop.DONE
+        # Both model calls and the tool call ran in the advance's task.
+        assert f.messages() == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 0}
+        assert "carried by this worker" not in f.full_logs()
+        slow = Reply(text=call("read_note", name="b"), delay=3.0)
+        f.brain.script("SLOW", {0: slow, 1: final("slow done")})
+        assert f.relay.wait(f.relay.start("SLOW: read a note"), timeout=60).stop is Stop.DONE
+        # The first reply outlasted the wait: carried, and the tool call after it published
+        # (its task then kept the quick second reply and finished the run in place).
+        assert f.messages() == {"relay.advance": 2, "relay.call_model": 0, "relay.run_tool": 1}
+        assert f.full_logs().count("carried by this worker (1 in flight)") == 1, f.logs()
 
 
 def test_calls_carried_by_a_worker_that_dies_are_made_again(tmp_path: Path) -> None:

@@ -21,18 +21,6 @@ ON = {"RELAY_INLINE_MS": "5000"}
 OFF = {"RELAY_INLINE_MS": "0"}
 
 
-def _count_received(logs: str, task: str) -> int:
-    return sum(1 for line in logs.splitlines() if f"Task {task}[" in line and "received" in line)
-
-
-def _messages(f: Fleet) -> dict[str, int]:
-    logs = f.full_logs()
-    return {
-        name: _count_received(logs, name)
-        for name in ("relay.advance", "relay.call_model", "relay.run_tool")
-    }
-
-
 def _succeeded(f: Fleet) -> str:
     return "\n".join(line for line in f.full_logs().splitlines() if "succeeded" in line)
 
@@ -50,7 +38,7 @@ def test_a_run_continues_in_place_and_takes_fewer_messages(tmp_path: Path) -> No
         assert outcome.stop is Stop.DONE, f.logs()
         # One message started the run; the model call, the tool call and the second model
         # call were run by the same task, and its result line names them.
-        assert _messages(f) == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 0}
+        assert f.messages() == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 0}
         f.until(lambda: "succeeded" in f.full_logs(), 10, what="the task's result line")
         succeeded = [line for line in f.full_logs().splitlines() if "succeeded" in line]
         assert len(succeeded) == 1, succeeded
@@ -71,7 +59,7 @@ def test_with_continuation_off_every_step_is_a_message(tmp_path: Path) -> None:
         f.worker("--concurrency", "2", env=OFF, name="plain")
         outcome = f.relay.wait(_turn(f, "IN-OFF"), timeout=60)
         assert outcome.stop is Stop.DONE, f.logs()
-        assert _messages(f) == {"relay.advance": 1, "relay.call_model": 2, "relay.run_tool": 1}
+        assert f.messages() == {"relay.advance": 1, "relay.call_model": 2, "relay.run_tool": 1}
         assert "continued" not in f.full_logs()
 
 
@@ -88,7 +76,7 @@ def test_a_tool_calls_task_goes_on_through_the_turns_after_it(tmp_path: Path) ->
         f.worker("--concurrency", "2", env={"RELAY_INLINE_MS": "1500"}, name="tools")
         outcome = f.relay.wait(f.relay.start("IN-TOOLS: read three notes"), timeout=60)
         assert outcome.stop is Stop.DONE, f.logs()
-        assert _messages(f) == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 1}
+        assert f.messages() == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 1}
         # The run is done before its task's result line is written.
         f.until(lambda: "relay.run_tool" in _succeeded(f), 10, what="the tool task's result line")
         lines = [line for line in f.full_logs().splitlines() if "succeeded" in line]
@@ -106,7 +94,7 @@ def test_a_batch_still_fans_out(tmp_path: Path) -> None:
         outcome = f.relay.wait(f.relay.start("IN-BATCH: sleep three times"), timeout=60)
         assert outcome.stop is Stop.DONE, f.logs()
         # Three tool messages, run side by side, not one after another in one task.
-        assert _messages(f)["relay.run_tool"] == 3, _messages(f)
+        assert f.messages()["relay.run_tool"] == 3, f.messages()
         lines = f.ledger()
         assert lines.index("sleep end 1") >= 2, lines
         assert time.monotonic() - started < 2.9, "the batch ran one call after another"
@@ -120,7 +108,7 @@ def test_a_step_for_a_queue_the_worker_does_not_consume_is_published(tmp_path: P
         assert outcome.stop is Stop.DONE, f.logs()
         # The tool call went to the tools worker; its result's model call stayed there
         # only if that worker consumed the model queue, which it does not.
-        assert _messages(f) == {"relay.advance": 1, "relay.call_model": 1, "relay.run_tool": 1}
+        assert f.messages() == {"relay.advance": 1, "relay.call_model": 1, "relay.run_tool": 1}
 
 
 def test_a_worker_killed_mid_slice_loses_nothing_and_runs_nothing_twice(tmp_path: Path) -> None:
@@ -130,7 +118,7 @@ def test_a_worker_killed_mid_slice_loses_nothing_and_runs_nothing_twice(tmp_path
         run_id = f.relay.start("IN-ONCE: do it once")
         f.until(lambda: "once start charge" in f.ledger(), 30, what="the tool under way")
         # The tool runs inside the task that started the run: no tool message was sent.
-        assert _messages(f)["relay.run_tool"] == 0, f.logs()
+        assert f.messages()["relay.run_tool"] == 0, f.logs()
         first.kill()
         f.worker("--concurrency", "2", env=ON, name="second")
         outcome = f.relay.wait(run_id, timeout=90)

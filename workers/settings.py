@@ -43,6 +43,10 @@
     RELAY_MODEL_CARRIED          model calls a worker process carries past their tasks
                                  (the task claims the call and ends; a thread makes
                                  it); 0 = each call holds its task's slot (0)
+    RELAY_MODEL_CARRIED_AFTER_MS how long a task waits for the reply of a call it hands
+                                 to the carrier: one that quick is kept by the task,
+                                 which continues the run in place (10, within the
+                                 slice RELAY_INLINE_MS)
     RELAY_METRICS_FLUSH_MS       a worker process writes its tasks' counters at most
                                  this many ms after they end, all in one round trip;
                                  0 = each task writes its own (500)
@@ -402,6 +406,9 @@ class Settings(BaseModel):
     model_carried: Annotated[int, BeforeValidator(_count(0))] = 0
     """Model calls a worker process carries past their tasks at once (0: none; each call
     holds its task's pool slot; `workers.runtime.carried`)."""
+    model_carried_after_ms: Annotated[int, BeforeValidator(_count(0))] = 10
+    """How long a task waits for the reply of the call it handed to the carrier before
+    leaving the call to it (never past its slice): it holds the slot meanwhile."""
     metrics_flush_ms: Annotated[int, BeforeValidator(_count(0))] = 500
     """How long a worker process holds its tasks' counters before it writes them (0: each
     task writes its own; `workers.runtime.metrics`)."""

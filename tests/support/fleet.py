@@ -114,6 +114,14 @@ class Fleet:
         """Everything every process of the fleet wrote so far."""
         return "\n".join(p.output() for p in self.processes)
 
+    def messages(self) -> dict[str, int]:
+        """How many messages of each step task the workers received, from their logs."""
+        lines = self.full_logs().splitlines()
+        return {
+            task: sum(1 for line in lines if f"Task {task}[" in line and "received" in line)
+            for task in ("relay.advance", "relay.call_model", "relay.run_tool")
+        }
+
     def logs(self) -> str:
         return "\n".join(f"--- {p.log_path.name}\n{p.output()[-3000:]}" for p in self.processes)
 

@@ -85,7 +85,7 @@ class Runtime:
         self.carrier = Carrier(carried, self._carried_done) if carried else None
         self.calls = Calls(
             self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,
-            carrier=self.carrier,
+            carrier=self.carrier, slice_left=self.continuation.left_s,
         )  # fmt: skip
         self.steps.in_place = _ClaimsInPlace(self.continuation, self.calls)
         self.ticker = Ticker(store.upkeep, tick, settings.tick_interval, clock)

@@ -45,7 +45,7 @@ from workers.model.endpoints import ModelRoute
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.wire import Model, ModelReply, complete
-from workers.runtime.carried import Carrier
+from workers.runtime.carried import Carried, Carrier
 from workers.runtime.carrier import carrier, working_on
 from workers.runtime.leases import Lease, run_leased, run_leased_async, save_holding
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
@@ -169,6 +169,14 @@ class _Postponed(Exception):
 Produce = Callable[[Claimed], InboxEvent | None]
 
 
+@dataclass(frozen=True)
+class _Made:
+    """A call's outcome, made and not yet kept (`Calls._make`)."""
+
+    event: InboxEvent
+    started_ns: int
+
+
 class Calls:
     """The bodies of `relay.call_model` and `relay.run_tool`."""
 
@@ -182,10 +190,14 @@ class Calls:
         router: ModelRouter | None = None,
         key: str = "relay",
         carrier: Carrier | None = None,
+        slice_left: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.steps = steps
         self.carrier = carrier
         """Where model calls go past their tasks (RELAY_MODEL_CARRIED), if anywhere."""
+        self.slice_left = slice_left
+        """Seconds left of this thread's task's slice: a task waits for a call it handed to
+        the carrier no longer than this (nor than RELAY_MODEL_CARRIED_AFTER_MS)."""
         self.store = steps.store
         self.kit = steps.kit
         self.settings = settings
@@ -294,14 +306,20 @@ class Calls:
             return not_here
         with working_on(asked.run_id, asked.what):
             if asked.seq is not None and self.carrier is not None:
-                carried = self.carrier.take(lambda: self._made(call, produce))
-                if carried is not None:
-                    line = f"{asked.what}: carried by this worker ({carried} in flight)"
+                held = self.carrier.hold(
+                    lambda: self._make(call, produce),
+                    lambda made: self._kept(call, made),
+                    min(self.slice_left(), self.settings.model_carried_after_ms / 1000),
+                )
+                if isinstance(held, Carried):
+                    line = f"{asked.what}: carried by this worker ({held.in_flight} in flight)"
                     return Report(line, carried=True)
-            return self._made(call, produce)
+                if held is not None:  # made while the task waited: it keeps it here
+                    return self._kept(call, held)
+            return self._kept(call, self._make(call, produce))
 
-    def _made(self, call: Claimed, produce: Produce) -> Report:
-        """Make the claimed call, keep its outcome, advance the run."""
+    def _make(self, call: Claimed, produce: Produce) -> _Made | Report:
+        """Make the claimed call: its outcome, or what happened instead."""
         asked = call.asked
         if call.attempt > 1:
             self._say_taken_over(call)
@@ -313,7 +331,14 @@ class Calls:
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
-        event = _with_ran(event, call.attempt, (time.time_ns() - started) // 1_000_000)
+        return _Made(event, started)
+
+    def _kept(self, call: Claimed, made: _Made | Report) -> Report:
+        """Keep a call's outcome (`_make`'s) and advance the run."""
+        if isinstance(made, Report):
+            return made
+        asked, started = call.asked, made.started_ns
+        event = _with_ran(made.event, call.attempt, (time.time_ns() - started) // 1_000_000)
         facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
         recovery_s = self.settings.recovery_seconds
         after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)

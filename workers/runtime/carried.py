@@ -1,5 +1,5 @@
-"""Model calls carried past their task: the task claims the call and ends; a thread of
-the worker process makes it, keeps its lease, and saves its outcome.
+"""Model calls carried past their task: a call that outlasts its task's slice goes on
+on a thread of the worker process, which keeps its lease and saves its outcome.
 
 A model call is seconds of waiting on the network. Run inside its Celery task it
 holds one of the pool's slots all that time, so a worker has as many calls in
@@ -7,7 +7,17 @@ flight as its pool has slots. Relay's own fences do not need the slot: the call
 is claimed (CLAIM counts the attempt and starts the lease), its lease is renewed
 while it runs, and its outcome is saved by SAVE under that lease, exactly as in a
 task. So with `RELAY_MODEL_CARRIED` above 0, a model task that has claimed its
-call hands it to a `Carrier` and returns; the slot is free for the next message.
+call makes it on a carrier thread (`Carrier.hold`) and waits for the reply a
+moment (`RELAY_MODEL_CARRIED_AFTER_MS`, never past its slice, `RELAY_INLINE_MS`):
+
+- a reply that quick (a local model, a cache) comes back to the task, which saves
+  it and continues the run in place as it would have without a carrier;
+- a reply that takes longer (any remote model) is the carrier thread's to save,
+  and the task returns: its slot is free for the next message, and the run's
+  next step is published once the reply is saved.
+
+The wait is short because it holds the slot: a task that waited its whole slice
+would take in a few calls a second.
 
 What a crash costs is what it cost before: a worker that dies with calls in
 flight leaves their leases to lapse, and the tick sends each call again (its
@@ -15,10 +25,11 @@ attempt counted, the run's trace saying so). A worker that stops (a warm
 shutdown) first waits for the calls it carries, up to `STOP_WAIT_S`.
 
 The carrier holds at most `most` calls; past that, a call is made in its task as
-before (the pool's slots are the back-pressure). The call's Celery task stays
+before (the pool's slots are the back-pressure). A carried call's Celery task stays
 under way in Flower until the call ends, and then shows what it did
 (`workers.celery_app.carried_ends`, told through `done`'s hook); the run's trace
-says it too, and the metrics count it when it ends.
+says it too, and the metrics count it when it ends. A carrier thread that finishes
+waits a while (`SPARE_S`) for the next call, so a call seldom pays for starting one.
 """
 
 from __future__ import annotations
@@ -26,23 +37,71 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from workers.runtime.reports import Report
 
-__all__ = ["STOP_WAIT_S", "Carrier"]
+__all__ = ["SPARE_S", "STOP_WAIT_S", "Carried", "Carrier"]
 
 log = logging.getLogger(__name__)
 
 STOP_WAIT_S = 30.0
 """How long a stopping worker waits for the calls it carries (then their leases lapse)."""
+SPARE_S = 60.0
+"""How long a carrier thread with nothing to do waits for the next call before it ends."""
+
+Made = TypeVar("Made")
+Work = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Carried:
+    """The call went on past its task: this process carries `in_flight` calls with it."""
+
+    in_flight: int
+
+
+class _Handoff(Generic[Made]):
+    """Who saves a call's outcome: the task, if the call was made while it waited, else
+    the carrier thread. Decided once, under a lock, whichever side gets there first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._state = "waiting"
+        self._made: tuple[Made] | None = None
+        self._error: BaseException | None = None
+
+    def give(self, made: tuple[Made] | None, error: BaseException | None) -> bool:
+        """The carrier thread has the call's outcome (or its error): True if the task
+        takes it, False if it is the thread's own to save (the task has gone)."""
+        with self._lock:
+            if self._state != "waiting":
+                return False
+            self._state, self._made, self._error = "given", made, error
+            self._lock.notify_all()
+            return True
+
+    def wait(self, timeout_s: float) -> tuple[Made] | None:
+        """The task waits up to `timeout_s` for the outcome: it, boxed, if it came (its
+        error is raised here), else None and the call is the carrier's."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._state == "given", max(0.0, timeout_s))
+            if self._state != "given":
+                self._state = "carried"
+                return None
+            if self._error is not None:
+                raise self._error
+            return self._made
 
 
 class Carrier:
     """Carries up to `most` claimed calls at once, each on a thread of its own; `done`
-    is told what each did once it ends (its report)."""
+    is told what each carried call did once it ends (its report)."""
 
     def __init__(self, most: int, done: Callable[[Report], None]) -> None:
         self.most = most
@@ -50,6 +109,9 @@ class Carrier:
         self._lock = threading.Condition()
         self._carried = 0
         self._pid = os.getpid()
+        self._work: queue.SimpleQueue[Work] = queue.SimpleQueue()
+        self._spare = 0
+        """Threads waiting on `_work` for their next call."""
 
     @property
     def carried(self) -> int:
@@ -57,40 +119,93 @@ class Carrier:
         with self._lock:
             return self._carried if self._pid == os.getpid() else 0
 
-    def take(self, work: Callable[[], Report]) -> int | None:
-        """Carry `work` (the rest of a claimed call) on a thread; return how many calls
-        this process carries with it, or None if it is full (make the call in the task)."""
+    def hold(
+        self, make: Callable[[], Made], keep: Callable[[Made], Report], wait_s: float
+    ) -> Made | Carried | None:
+        """Make a claimed call (`make`) on a carrier thread, waiting up to `wait_s` for it:
+        its outcome if it came (the task keeps it), `Carried` if the thread will `keep` it
+        and tell `done`, or None if this process carries all it may (make it in the task).
+        An error `make` raises while the task waits is raised here."""
         with self._lock:
-            if self._pid != os.getpid():  # a forked child: its parent's calls are not here
-                self._pid, self._carried = os.getpid(), 0
+            if self._pid != os.getpid():  # a forked child: its parent's threads are not here
+                self._pid, self._carried, self._spare = os.getpid(), 0, 0
+                self._work = queue.SimpleQueue()
             if self._carried >= self.most:
                 return None
             self._carried += 1
             carried = self._carried
+        handoff: _Handoff[Made] = _Handoff()
         context = contextvars.copy_context()  # the task's log context (its run and call)
-        thread = threading.Thread(
-            target=context.run, args=(self._carry, work), name="relay-carried", daemon=True
-        )
+        if not self._start(lambda: context.run(self._carry, handoff, make, keep)):
+            self._release()  # no thread to be had: the task makes the call itself
+            return None
+        came = handoff.wait(wait_s)
+        return Carried(carried) if came is None else came[0]
+
+    def _carry(
+        self, handoff: _Handoff[Made], make: Callable[[], Made], keep: Callable[[Made], Report]
+    ) -> None:
+        try:
+            made = make()
+        except Exception as error:  # noqa: BLE001 - the task raises it, or its lease lapses
+            if handoff.give(None, error):
+                return
+            log.warning("a carried call failed before its outcome was saved: %s", error)
+            report = Report(f"failed before its outcome was saved ({error})", failed=True)
+        else:
+            if handoff.give((made,), None):
+                return
+            report = self._kept(keep, made)
+        try:
+            self._done(report)
+        except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
+            log.warning("could not count a carried call: %s", error)
+
+    @staticmethod
+    def _kept(keep: Callable[[Made], Report], made: Made) -> Report:
+        try:
+            return keep(made)
+        except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
+            log.warning("a carried call failed before its outcome was saved: %s", error)
+            return Report(f"failed before its outcome was saved ({error})", failed=True)
+
+    def _start(self, work: Work) -> bool:
+        """Run `work` on a spare carrier thread, or a new one; False if none can start."""
+        with self._lock:
+            if self._spare:
+                self._spare -= 1
+                self._work.put(work)
+                return True
+        thread = threading.Thread(target=self._serve, args=(work,), name="relay-carried")
+        thread.daemon = True  # a stopping worker waits for its calls (wait_idle), not for ever
         try:
             thread.start()
-        except RuntimeError:  # no thread to be had: the task makes the call itself
-            self._release()
-            return None
-        return carried
+        except RuntimeError:
+            return False
+        return True
 
-    def _carry(self, work: Callable[[], Report]) -> None:
-        try:
+    def _serve(self, work: Work) -> None:
+        """A carrier thread: `work`, then each call handed to it while it is spare."""
+        while True:
             try:
-                report = work()
-            except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
-                log.warning("a carried call failed before its outcome was saved: %s", error)
-                report = Report(f"failed before its outcome was saved ({error})", failed=True)
+                work()
+            except BaseException:  # (the thread ends: it is no one's spare)
+                self._release()
+                raise
+            with self._lock:  # after the call is counted: a stopping worker writes the count
+                self._carried -= 1
+                self._spare += 1
+                self._lock.notify_all()
+                work_queue = self._work
             try:
-                self._done(report)
-            except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
-                log.warning("could not count a carried call: %s", error)
-        finally:
-            self._release()  # after it is counted: a stopping worker writes the count
+                work = work_queue.get(timeout=SPARE_S)
+            except queue.Empty:
+                with self._lock:  # a call handed over as the wait ended is still ours
+                    try:
+                        work = work_queue.get_nowait()
+                    except queue.Empty:
+                        self._spare -= 1
+                        return
 
     def _release(self) -> None:
         with self._lock:

@@ -104,6 +104,11 @@ class Continuation:
             return None
         return messages[0] if self._fits(here, messages[0]) else None
 
+    def left_s(self) -> float:
+        """Seconds left of the slice of the task running on this thread (0 outside one)."""
+        here: _Slice | None = getattr(self._local, "slice", None)
+        return 0.0 if here is None else max(0.0, here.ends - self._clock())
+
     def keep(self, message: Message, release: Callable[[], None]) -> None:
         """Keep `message` (as `ahead` chose it, its call claimed with the save) for this task
         to run next; `release` gives the claim back should the task not run it."""

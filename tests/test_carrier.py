@@ -1,0 +1,112 @@
+"""`Carrier.hold` (RELAY_MODEL_CARRIED): who keeps a call's outcome, the task that waited
+for it or the carrier's thread, is decided once; and carrier threads are used again.
+In process, with real threads (the runtime tests run it in real workers)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from workers.runtime.carried import Carried, Carrier
+from workers.runtime.reports import Report
+
+
+class _Told:
+    """What the carrier told `done`, and when."""
+
+    def __init__(self) -> None:
+        self.reports: list[Report] = []
+        self.event = threading.Event()
+
+    def __call__(self, report: Report) -> None:
+        self.reports.append(report)
+        self.event.set()
+
+
+def _kept(made: str) -> Report:
+    return Report(f"kept {made} on {threading.current_thread().name}")
+
+
+def test_an_outcome_made_while_the_task_waits_is_the_tasks() -> None:
+    told = _Told()
+    carrier = Carrier(10, told)
+    assert carrier.hold(lambda: "reply", _kept, wait_s=5.0) == "reply"
+    assert told.reports == []  # the task keeps it: nothing for the carrier to count
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+
+
+def test_an_outcome_past_the_wait_is_kept_and_told_by_the_carrier() -> None:
+    told = _Told()
+    carrier = Carrier(10, told)
+    go = threading.Event()
+    held = carrier.hold(lambda: "slow" if go.wait(5.0) else "never", _kept, wait_s=0.01)
+    assert held == Carried(1)
+    assert carrier.carried == 1
+    go.set()
+    assert told.event.wait(5.0)
+    assert [r.line for r in told.reports] == ["kept slow on relay-carried"]
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+
+
+def test_an_error_while_the_task_waits_is_raised_in_the_task() -> None:
+    told = _Told()
+    carrier = Carrier(10, told)
+
+    def fails() -> str:
+        raise ValueError("the model client broke")
+
+    with pytest.raises(ValueError, match="client broke"):
+        carrier.hold(fails, _kept, wait_s=5.0)
+    assert told.reports == []
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+
+
+def test_an_error_after_the_wait_fails_the_carried_call() -> None:
+    told = _Told()
+    carrier = Carrier(10, told)
+    go = threading.Event()
+
+    def fails_later() -> str:
+        go.wait(5.0)
+        raise ValueError("the model client broke")
+
+    assert isinstance(carrier.hold(fails_later, _kept, wait_s=0.0), Carried)
+    go.set()
+    assert told.event.wait(5.0)
+    assert told.reports[0].failed
+    assert "the model client broke" in told.reports[0].line
+
+
+def test_a_full_carrier_leaves_the_call_to_its_task() -> None:
+    carrier = Carrier(1, _Told())
+    go = threading.Event()
+    assert isinstance(carrier.hold(lambda: go.wait(5.0), lambda _: Report("ok"), 0.0), Carried)
+    assert carrier.hold(lambda: True, lambda _: Report("ok"), 0.0) is None
+    go.set()
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+
+
+def test_each_outcome_is_kept_exactly_once_whoever_gets_there_first() -> None:
+    """Replies that come just as the wait ends: each is kept by the task or by the
+    carrier, never both and never neither."""
+    told = _Told()
+    carrier = Carrier(1000, told)
+    by_task = 0
+    for n in range(300):
+        held = carrier.hold(lambda n=n: (time.sleep(0.0005), n)[1], _kept, wait_s=0.0005)
+        by_task += not isinstance(held, Carried)
+    assert carrier.wait_idle(timeout_s=10.0) == 0
+    assert by_task + len(told.reports) == 300
+
+
+def test_a_carrier_thread_takes_the_next_call_instead_of_a_new_thread() -> None:
+    carrier = Carrier(10, _Told())
+    made = []
+    for _ in range(20):
+        made.append(carrier.hold(threading.get_ident, lambda _: Report("ok"), 5.0))
+        assert carrier.wait_idle(timeout_s=5.0) == 0  # the thread is spare again
+    # One call at a time: the thread that made the first made every one after it.
+    assert len(set(made)) == 1, made
+    assert threading.get_ident() not in made
