@@ -6,8 +6,10 @@ advance and one model call. Two workers, each measured alone on the same load:
 
 - `carried`: `relay worker --pool prefork -c 2` with `RELAY_MODEL_CARRIED` high:
   each model task claims its call and ends; the process carries the call.
-- `slots`: `--pool threads -c 64`, as the compose file's model worker: each call
-  holds a slot for its 2 s.
+- `slots`: `--pool threads -c 64` with `RELAY_MODEL_CARRIED=0`: each call holds a
+  slot for its 2 s.
+- `threads carried`: the compose file's model worker as it is, `--pool threads
+  -c 64` with carrying at its default.
 
 For each: the most calls the model saw at once, how long the runs took against
 what the model allows (runs / most in flight x 2 s), the worker's CPU (all its
@@ -156,10 +158,18 @@ def run(b: Bench) -> dict[str, Any]:
         b, "carried", runs, ("--pool", "prefork", "-c", "2"),
         {"RELAY_MODEL_CARRIED": str(runs)},
     )  # fmt: skip
-    slots = _variant(b, "slots", b.pick(640, 192), ("--pool", "threads", "-c", "64"), {})
+    slots = _variant(
+        b, "slots", b.pick(640, 192), ("--pool", "threads", "-c", "64"),
+        {"RELAY_MODEL_CARRIED": "0"},
+    )  # fmt: skip
+    threads_carried = _variant(
+        b, "threads-carried", runs, ("--pool", "threads", "-c", "64"),
+        {"RELAY_MODEL_CARRIED": str(runs)},
+    )  # fmt: skip
     return {
         "seconds_per_reply": SECONDS,
         "carried": carried,
         "slots": slots,
+        "threads_carried": threads_carried,
         "in_flight_ratio": round(carried["most_in_flight"] / max(slots["most_in_flight"], 1), 1),
     }

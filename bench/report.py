@@ -435,9 +435,15 @@ def _live(r: dict[str, Any]) -> list[Row]:
 
 def _inflight(r: dict[str, Any]) -> list[Row]:
     rows = []
-    shapes = (("carried", "prefork -c 2, RELAY_MODEL_CARRIED"), ("slots", "threads -c 64"))
+    shapes = (
+        ("carried", "prefork -c 2, RELAY_MODEL_CARRIED"),
+        ("slots", "threads -c 64, RELAY_MODEL_CARRIED=0"),
+        ("threads_carried", "threads -c 64, RELAY_MODEL_CARRIED"),
+    )
     for name, what in shapes:
-        v = r[name]
+        v = r.get(name)
+        if v is None:  # (results written before the shape was measured)
+            continue
         rows.append(
             Row(
                 "14 inflight",

@@ -56,9 +56,9 @@ def test_a_worker_carries_more_calls_than_its_pool_has_slots(tmp_path: Path) -> 
 
 
 def test_without_carrying_the_slots_bound_the_calls_in_flight(tmp_path: Path) -> None:
-    # The control for the test above: the same load, RELAY_MODEL_CARRIED at its default.
+    # The control for the test above: the same load, RELAY_MODEL_CARRIED off.
     with fleet(tmp_path) as f:
-        f.worker("--pool", "prefork", "-c", "2")
+        f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "0"})
         _slow(f, "SLOTTED", 0.5)
         runs = [f.relay.start(f"SLOTTED-{n}: answer") for n in range(8)]
         assert all(f.relay.wait(run_id, timeout=120).stop is Stop.DONE for run_id in runs)

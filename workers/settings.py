@@ -42,7 +42,7 @@
                                  (no broker hop) for up to this many ms; 0 = off (250)
     RELAY_MODEL_CARRIED          model calls a worker process carries past their tasks
                                  (the task claims the call and ends; a thread makes
-                                 it); 0 = each call holds its task's slot (0)
+                                 it); 0 = each call holds its task's slot (1000)
     RELAY_MODEL_CARRIED_AFTER_MS how long a task waits for the reply of a call it hands
                                  to the carrier: one that quick is kept by the task,
                                  which continues the run in place (10, within the
@@ -403,7 +403,7 @@ class Settings(BaseModel):
     inline_ms: Annotated[int, BeforeValidator(_count(0))] = 250
     """How long a task may go on with its run's next step in place of publishing it (the
     slice, from the task's start); 0: every step is published (`workers.runtime.continuation`)."""
-    model_carried: Annotated[int, BeforeValidator(_count(0))] = 0
+    model_carried: Annotated[int, BeforeValidator(_count(0))] = 1000
     """Model calls a worker process carries past their tasks at once (0: none; each call
     holds its task's pool slot; `workers.runtime.carried`)."""
     model_carried_after_ms: Annotated[int, BeforeValidator(_count(0))] = 10
