@@ -16,9 +16,11 @@ from tests.support.brain import batch, call, final
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 
-ON = {"RELAY_INLINE_MS": "5000"}
-"""A slice long enough that a loaded CI machine never ends it mid-run."""
-OFF = {"RELAY_INLINE_MS": "0"}
+ON = {"RELAY_INLINE_MS": "5000", "RELAY_MODEL_CARRIED": "0"}
+"""A slice long enough that a loaded CI machine never ends it mid-run. Carrying is off:
+a reply a loaded machine took more than RELAY_MODEL_CARRIED_AFTER_MS over would be
+carried, and the step after it published (test_runtime_carried has the two together)."""
+OFF = {"RELAY_INLINE_MS": "0", "RELAY_MODEL_CARRIED": "0"}
 
 
 def _succeeded(f: Fleet) -> str:
@@ -73,7 +75,7 @@ def test_a_tool_calls_task_goes_on_through_the_turns_after_it(tmp_path: Path) ->
         slow = Reply(text=call("read_note", name="a"), delay=2.5)
         notes = {1: call("read_note", name="b"), 2: call("read_note", name="c")}
         f.brain.script("IN-TOOLS", {0: slow, **notes, 3: final("read three notes")})
-        f.worker("--concurrency", "2", env={"RELAY_INLINE_MS": "1500"}, name="tools")
+        f.worker("--concurrency", "2", env={**ON, "RELAY_INLINE_MS": "1500"}, name="tools")
         outcome = f.relay.wait(f.relay.start("IN-TOOLS: read three notes"), timeout=60)
         assert outcome.stop is Stop.DONE, f.logs()
         assert f.messages() == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 1}

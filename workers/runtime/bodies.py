@@ -83,6 +83,7 @@ class Runtime:
             )
         carried = settings.model_carried
         self.carrier = Carrier(carried, self._carried_done) if carried else None
+        self._stop_wait_s = settings.model_timeout
         self.calls = Calls(
             self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,
             carrier=self.carrier, slice_left=self.continuation.left_s,
@@ -145,10 +146,10 @@ class Runtime:
         return report
 
     def stop(self) -> None:
-        """This process stops: let the model calls it carries end (up to
-        `carried.STOP_WAIT_S`), then write what it counted and has not written yet."""
+        """This process stops: let the model calls it carries end (as long as a call may go
+        without a byte, RELAY_MODEL_TIMEOUT), then write what it counted and has not yet."""
         if self.carrier is not None:
-            left = self.carrier.wait_idle()
+            left = self.carrier.wait_idle(self._stop_wait_s)
             if left:
                 log.warning("stopping with %d carried model calls: their leases lapse", left)
         self.metrics.flush()

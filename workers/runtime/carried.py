@@ -22,7 +22,8 @@ would take in a few calls a second.
 What a crash costs is what it cost before: a worker that dies with calls in
 flight leaves their leases to lapse, and the tick sends each call again (its
 attempt counted, the run's trace saying so). A worker that stops (a warm
-shutdown) first waits for the calls it carries, up to `STOP_WAIT_S`.
+shutdown) first waits for the calls it carries, as long as a call may go without a
+byte from the model (RELAY_MODEL_TIMEOUT), as it would for a call made in its task.
 
 The carrier holds at most `most` calls; past that, a call is made in its task as
 before (the pool's slots are the back-pressure). A carried call's Celery task stays
@@ -46,12 +47,10 @@ from typing import Generic, TypeVar
 
 from workers.runtime.reports import Report
 
-__all__ = ["SPARE_S", "STOP_WAIT_S", "Carried", "Carrier"]
+__all__ = ["SPARE_S", "Carried", "Carrier"]
 
 log = logging.getLogger(__name__)
 
-STOP_WAIT_S = 30.0
-"""How long a stopping worker waits for the calls it carries (then their leases lapse)."""
 SPARE_S = 60.0
 """How long a carrier thread with nothing to do waits for the next call before it ends."""
 
@@ -212,7 +211,7 @@ class Carrier:
             self._carried -= 1
             self._lock.notify_all()
 
-    def wait_idle(self, timeout_s: float = STOP_WAIT_S) -> int:
+    def wait_idle(self, timeout_s: float) -> int:
         """Wait (up to `timeout_s`) until this process carries no call; return how many
         it still carries."""
         give_up = time.monotonic() + timeout_s
