@@ -89,6 +89,8 @@ class LocalRuntime:
     def __init__(
         self, settings: Settings, model: Model | None = None, *, continued: bool = False
     ) -> None:
+        # Each step runs where this loop sent it: no model call is carried past it.
+        settings = settings.model_copy(update={"model_carried": 0})
         self.relay = build(settings)
         self.queue: deque[Message] = deque()
         self.messages: dict[str, int] = {}

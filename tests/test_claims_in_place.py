@@ -90,7 +90,9 @@ def host(
     run twice), or the tool a test names by parametrizing `host` indirectly."""
     monkeypatch.setenv("RELAY_TEST_DIR", str(tmp_path))  # (the `once` tool's ledger)
     with RedisServer(tmp_path) as server:
-        settings = Settings.from_env({"RELAY_REDIS_URL": server.url, "RELAY_INLINE_MS": "5000"})
+        # (Carrying off: each step runs where `drain` sends it, none on a carrier thread.)
+        env = {"RELAY_REDIS_URL": server.url, "RELAY_INLINE_MS": "5000", "RELAY_MODEL_CARRIED": "0"}
+        settings = Settings.from_env(env)
         relay = build(settings)
         model = _OneToolThenDone(getattr(request, "param", "sleep"))
         queue: deque[Message] = deque()
