@@ -211,9 +211,13 @@ CARRYING = {
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("inline", ["0", "5000"], ids=["each-step-a-task", "continued"])
+@pytest.mark.parametrize(
+    ("pool", "inline"),
+    [("prefork", "0"), ("prefork", "5000"), ("threads", "5000")],
+    ids=["each-step-a-task", "continued", "threads"],  # (threads: the compose model worker)
+)
 def test_a_task_whose_call_is_carried_ends_in_flower_when_the_call_does(
-    tmp_path: Path, inline: str
+    tmp_path: Path, pool: str, inline: str
 ) -> None:
     """The task that handed its model call to the carrier shows STARTED while the call is in
     flight, then SUCCESS with what the call did, or FAILURE if it failed: never SUCCESS
@@ -222,7 +226,7 @@ def test_a_task_whose_call_is_carried_ends_in_flower_when_the_call_does(
         slow_call = Reply(text=call("read_note", name="a.txt"), delay=3.0)
         f.brain.script("CARRIED-TRUTH", {0: slow_call, 1: final("read it")})
         with Flower(f.env, tmp_path / "flower.log") as flower:
-            f.worker("--pool", "prefork", "-c", "2")
+            f.worker("--pool", pool, "-c", "2")
             run_id = f.relay.start("CARRIED-TRUTH: read a note")
             f.until(lambda: f.model.delaying >= 1, 30, what="the first call in flight")
 
