@@ -46,7 +46,7 @@ def test_an_outcome_past_the_wait_is_kept_and_told_by_the_carrier() -> None:
     assert carrier.carried == 1
     go.set()
     assert told.event.wait(5.0)
-    assert [r.line for r in told.reports] == ["kept slow on relay-carried"]
+    assert [r.line for r in told.reports] == ["kept slow on relay-call"]
     assert carrier.wait_idle(timeout_s=5.0) == 0
 
 
@@ -101,12 +101,20 @@ def test_each_outcome_is_kept_exactly_once_whoever_gets_there_first() -> None:
     assert by_task + len(told.reports) == 300
 
 
-def test_a_carrier_thread_takes_the_next_call_instead_of_a_new_thread() -> None:
+def test_a_call_thread_takes_the_next_call_instead_of_a_new_thread() -> None:
     carrier = Carrier(10, _Told())
-    made = []
-    for _ in range(20):
-        made.append(carrier.hold(threading.get_ident, lambda _: Report("ok"), 5.0))
-        assert carrier.wait_idle(timeout_s=5.0) == 0  # the thread is spare again
-    # One call at a time: the thread that made the first made every one after it.
-    assert len(set(made)) == 1, made
-    assert threading.get_ident() not in made
+    mark = threading.local()
+
+    def new_thread() -> bool:
+        """True the first time a thread makes a call here."""
+        first = not getattr(mark, "seen", False)
+        mark.seen = True
+        return first
+
+    started = []
+    for _ in range(50):
+        started.append(carrier.hold(new_thread, lambda _: Report("ok"), 5.0))
+        assert carrier.wait_idle(timeout_s=5.0) == 0
+    # One call at a time: the threads that made the first calls made the rest (a thread
+    # is spare again just after its call is counted, so now and then one more starts).
+    assert started.count(True) <= 5, started.count(True)

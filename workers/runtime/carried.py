@@ -29,8 +29,9 @@ The carrier holds at most `most` calls; past that, a call is made in its task as
 before (the pool's slots are the back-pressure). A carried call's Celery task stays
 under way in Flower until the call ends, and then shows what it did
 (`workers.celery_app.carried_ends`, told through `done`'s hook); the run's trace
-says it too, and the metrics count it when it ends. A carrier thread that finishes
-waits a while (`SPARE_S`) for the next call, so a call seldom pays for starting one.
+says it too, and the metrics count it when it ends. A carried call runs on one of the
+process's call threads (`leases.on_call_thread`), which wait a while for the next call
+once one ends, so a call seldom pays for starting a thread.
 """
 
 from __future__ import annotations
@@ -38,24 +39,21 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, TypeVar
 
+from workers.runtime.leases import on_call_thread
 from workers.runtime.reports import Report
 
-__all__ = ["SPARE_S", "Carried", "Carrier"]
+__all__ = ["Carried", "Carrier"]
 
 log = logging.getLogger(__name__)
 
-SPARE_S = 60.0
-"""How long a carrier thread with nothing to do waits for the next call before it ends."""
-
 Made = TypeVar("Made")
-Work = Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -99,8 +97,8 @@ class _Handoff(Generic[Made]):
 
 
 class Carrier:
-    """Carries up to `most` claimed calls at once, each on a thread of its own; `done`
-    is told what each carried call did once it ends (its report)."""
+    """Carries up to `most` claimed calls at once, each on a call thread; `done` is told
+    what each carried call did once it ends (its report)."""
 
     def __init__(self, most: int, done: Callable[[Report], None]) -> None:
         self.most = most
@@ -108,9 +106,6 @@ class Carrier:
         self._lock = threading.Condition()
         self._carried = 0
         self._pid = os.getpid()
-        self._work: queue.SimpleQueue[Work] = queue.SimpleQueue()
-        self._spare = 0
-        """Threads waiting on `_work` for their next call."""
 
     @property
     def carried(self) -> int:
@@ -121,22 +116,23 @@ class Carrier:
     def hold(
         self, make: Callable[[], Made], keep: Callable[[Made], Report], wait_s: float
     ) -> Made | Carried | None:
-        """Make a claimed call (`make`) on a carrier thread, waiting up to `wait_s` for it:
+        """Make a claimed call (`make`) on a call thread, waiting up to `wait_s` for it:
         its outcome if it came (the task keeps it), `Carried` if the thread will `keep` it
         and tell `done`, or None if this process carries all it may (make it in the task).
         An error `make` raises while the task waits is raised here."""
         with self._lock:
-            if self._pid != os.getpid():  # a forked child: its parent's threads are not here
-                self._pid, self._carried, self._spare = os.getpid(), 0, 0
-                self._work = queue.SimpleQueue()
+            if self._pid != os.getpid():  # a forked child: its parent's calls are not here
+                self._pid, self._carried = os.getpid(), 0
             if self._carried >= self.most:
                 return None
             self._carried += 1
             carried = self._carried
         handoff: _Handoff[Made] = _Handoff()
         context = contextvars.copy_context()  # the task's log context (its run and call)
-        if not self._start(lambda: context.run(self._carry, handoff, make, keep)):
-            self._release()  # no thread to be had: the task makes the call itself
+        try:
+            on_call_thread(partial(context.run, self._carry, handoff, make, keep))
+        except RuntimeError:  # no thread to be had: the task makes the call itself
+            self._release()
             return None
         came = handoff.wait(wait_s)
         return Carried(carried) if came is None else came[0]
@@ -145,20 +141,23 @@ class Carrier:
         self, handoff: _Handoff[Made], make: Callable[[], Made], keep: Callable[[Made], Report]
     ) -> None:
         try:
-            made = make()
-        except Exception as error:  # noqa: BLE001 - the task raises it, or its lease lapses
-            if handoff.give(None, error):
-                return
-            log.warning("a carried call failed before its outcome was saved: %s", error)
-            report = Report(f"failed before its outcome was saved ({error})", failed=True)
-        else:
-            if handoff.give((made,), None):
-                return
-            report = self._kept(keep, made)
-        try:
-            self._done(report)
-        except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
-            log.warning("could not count a carried call: %s", error)
+            try:
+                made = make()
+            except Exception as error:  # noqa: BLE001 - the task raises it, or its lease lapses
+                if handoff.give(None, error):
+                    return
+                log.warning("a carried call failed before its outcome was saved: %s", error)
+                report = Report(f"failed before its outcome was saved ({error})", failed=True)
+            else:
+                if handoff.give((made,), None):
+                    return
+                report = self._kept(keep, made)
+            try:
+                self._done(report)
+            except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
+                log.warning("could not count a carried call: %s", error)
+        finally:
+            self._release()  # after it is counted: a stopping worker writes the count
 
     @staticmethod
     def _kept(keep: Callable[[Made], Report], made: Made) -> Report:
@@ -167,44 +166,6 @@ class Carrier:
         except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
             log.warning("a carried call failed before its outcome was saved: %s", error)
             return Report(f"failed before its outcome was saved ({error})", failed=True)
-
-    def _start(self, work: Work) -> bool:
-        """Run `work` on a spare carrier thread, or a new one; False if none can start."""
-        with self._lock:
-            if self._spare:
-                self._spare -= 1
-                self._work.put(work)
-                return True
-        thread = threading.Thread(target=self._serve, args=(work,), name="relay-carried")
-        thread.daemon = True  # a stopping worker waits for its calls (wait_idle), not for ever
-        try:
-            thread.start()
-        except RuntimeError:
-            return False
-        return True
-
-    def _serve(self, work: Work) -> None:
-        """A carrier thread: `work`, then each call handed to it while it is spare."""
-        while True:
-            try:
-                work()
-            except BaseException:  # (the thread ends: it is no one's spare)
-                self._release()
-                raise
-            with self._lock:  # after the call is counted: a stopping worker writes the count
-                self._carried -= 1
-                self._spare += 1
-                self._lock.notify_all()
-                work_queue = self._work
-            try:
-                work = work_queue.get(timeout=SPARE_S)
-            except queue.Empty:
-                with self._lock:  # a call handed over as the wait ended is still ours
-                    try:
-                        work = work_queue.get_nowait()
-                    except queue.Empty:
-                        self._spare -= 1
-                        return
 
     def _release(self) -> None:
         with self._lock:

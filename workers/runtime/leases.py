@@ -39,7 +39,7 @@ from workers.errors import CallCancelled, CallTimedOut, StoreUnavailable
 from workers.loop import process_loop
 from workers.model.wire import backoff_seconds
 
-__all__ = ["Lease", "held", "run_leased", "run_leased_async", "save_holding"]
+__all__ = ["Lease", "held", "on_call_thread", "run_leased", "run_leased_async", "save_holding"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -127,6 +127,12 @@ def _pool() -> _Pool:
     if pool is None:
         pool = _pools[pid] = _Pool()
     return pool
+
+
+def on_call_thread(fn: Callable[[], object]) -> None:
+    """Run `fn` on one of this process's call threads (a spare one, else a new one); what
+    it returns or raises is dropped: `fn` says what came of it itself."""
+    _pool().submit(_Job(fn))
 
 
 def run_leased(
