@@ -93,9 +93,14 @@ def test_each_outcome_is_kept_exactly_once_whoever_gets_there_first() -> None:
     carrier, never both and never neither."""
     told = _Told()
     carrier = Carrier(1000, told)
+
+    def reply_as_the_wait_ends() -> str:
+        time.sleep(0.0005)
+        return "reply"
+
     by_task = 0
-    for n in range(300):
-        held = carrier.hold(lambda n=n: (time.sleep(0.0005), n)[1], _kept, wait_s=0.0005)
+    for _ in range(300):
+        held = carrier.hold(reply_as_the_wait_ends, _kept, wait_s=0.0005)
         by_task += not isinstance(held, Carried)
     assert carrier.wait_idle(timeout_s=10.0) == 0
     assert by_task + len(told.reports) == 300
