@@ -1,5 +1,5 @@
-"""Model calls carried past their task: a call that outlasts its task's slice goes on
-on a thread of the worker process, which keeps its lease and saves its outcome.
+"""Model calls carried past their task: a call whose reply takes more than a moment
+goes on on a thread of the worker process, which keeps its lease and saves its outcome.
 
 A model call is seconds of waiting on the network. Run inside its Celery task it
 holds one of the pool's slots all that time, so a worker has as many calls in
@@ -7,7 +7,7 @@ flight as its pool has slots. Relay's own fences do not need the slot: the call
 is claimed (CLAIM counts the attempt and starts the lease), its lease is renewed
 while it runs, and its outcome is saved by SAVE under that lease, exactly as in a
 task. So with `RELAY_MODEL_CARRIED` above 0, a model task that has claimed its
-call makes it on a carrier thread (`Carrier.hold`) and waits for the reply a
+call makes it on a call thread (`Carrier.hold`) and waits for the reply a
 moment (`RELAY_MODEL_CARRIED_AFTER_MS`, never past its slice, `RELAY_INLINE_MS`):
 
 - a reply that quick (a local model, a cache) comes back to the task, which saves
