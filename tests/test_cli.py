@@ -356,6 +356,15 @@ def test_bad_input_is_one_line_on_stderr(
     assert "Traceback" not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("args", [["runs"], ["runs", "--before", "1:abc"], ["show", "nope"]])
+def test_a_bad_setting_is_named_as_the_setting_not_as_an_option(
+    redis_only: RedisServer, args: list[str]
+) -> None:
+    done = relay(*args, env=clean_env(RELAY_REDIS_URL=redis_only.url, RELAY_INLINE_MS="-1"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.strip() == "relay: RELAY_INLINE_MS: expected a whole number >= 0, got '-1'"
+
+
 def test_listings_show_text_as_it_is_never_as_markup(redis_only: RedisServer) -> None:
     client = Relay(settings=Settings(redis_url=redis_only.url))
     run_id = client.start("Read [bold]this[/bold] and [/oops] that")

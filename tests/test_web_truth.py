@@ -195,12 +195,15 @@ def test_waiting_runs_stay_on_the_waiting_list_behind_many_newer_ones(tmp_path: 
         api = web.client.get("/api/runs", params={"state": "waiting", "limit": 20})
         assert sorted(row["id"] for row in api.json()) == sorted(parked)
         assert api.headers["X-Total-Count"] == "20"
+        # Newest first: by creation ms, then by id (runs started in one ms tie on time).
+        created = {r: f.relay.status(r).created_ms for r in parked}
+        newest = sorted(parked, key=lambda r: (created[r], r), reverse=True)
         one = web.client.get("/api/runs", params={"state": "waiting", "limit": 1})
-        assert [row["id"] for row in one.json()] == [parked[-1]]
+        assert [row["id"] for row in one.json()] == [newest[0]]
         follow = one.headers["Link"]
         assert follow.endswith('>; rel="next"')
         second = web.client.get(follow[1 : follow.index(">")])
-        assert [row["id"] for row in second.json()] == [parked[-2]]
+        assert [row["id"] for row in second.json()] == [newest[1]]
         page = web.client.get("/runs", params={"state": "waiting"}).text
         assert all(f"data-run='{r}'" in page or f'data-run="{r}"' in page for r in parked)
         assert "Showing 20 of 20 waiting runs" in page

@@ -268,8 +268,9 @@ def runs(obj: Context, limit: int, state: str | None, before: str, as_json: bool
     The filter is applied before the limit: `--state waiting -n 20` shows the 20 newest
     waiting runs however many newer runs finished since. The last line gives the cursor
     of the next page (`--before`)."""
+    relay = obj.relay  # outside the try: a bad RELAY_* setting is not the cursor's fault
     try:
-        found = obj.relay.runs(limit, state or "", before)
+        found = relay.runs(limit, state or "", before)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--before") from None
     if as_json:
@@ -290,7 +291,7 @@ def runs(obj: Context, limit: int, state: str | None, before: str, as_json: bool
         cells = [f"{usage.total_tokens:,}", *cost, _age(status.created_ms)]
         table.add_row(*row(status.id), _state(status), *row(*cells, one_line(status.task, 60)))
     out.print(table)
-    total = obj.relay.count_runs(state or "")
+    total = relay.count_runs(state or "")
     more = f"; older: --before {page_cursor(found[-1])}" if len(found) == limit else ""
     out.print(f"{len(found):,} of {total:,} {state + ' ' if state else ''}runs{more}")
 

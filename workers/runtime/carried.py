@@ -146,8 +146,7 @@ class Carrier:
             except Exception as error:  # noqa: BLE001 - the task raises it, or its lease lapses
                 if handoff.give(None, error):
                     return
-                log.warning("a carried call failed before its outcome was saved: %s", error)
-                report = Report(f"failed before its outcome was saved ({error})", failed=True)
+                report = _unsaved(error)
             else:
                 if handoff.give((made,), None):
                     return
@@ -164,8 +163,7 @@ class Carrier:
         try:
             return keep(made)
         except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
-            log.warning("a carried call failed before its outcome was saved: %s", error)
-            return Report(f"failed before its outcome was saved ({error})", failed=True)
+            return _unsaved(error)
 
     def _release(self) -> None:
         with self._lock:
@@ -182,3 +180,10 @@ class Carrier:
             while self._carried and time.monotonic() < give_up:
                 self._lock.wait(max(0.0, give_up - time.monotonic()))
             return self._carried
+
+
+def _unsaved(error: Exception) -> Report:
+    """What a carried call that failed before its outcome was saved did (said in the log
+    too): its lease lapses, and the tick sends the call again."""
+    log.warning("a carried call failed before its outcome was saved: %s", error)
+    return Report(f"failed before its outcome was saved ({error})", failed=True)
