@@ -280,6 +280,35 @@ def test_a_call_retrying_a_route_stops_when_its_circuit_opens(limits: RouteLimit
         assert "not retried" in caught.value.message
 
 
+def test_a_call_its_caller_stops_is_no_failure_of_its_route(limits: RouteLimits) -> None:
+    # A run cancelled (or a lease lost) mid-reply stops the call: the route did nothing
+    # wrong, so its circuit, its last error and the routes after it never hear of it.
+    endless = Reply("go on ", endless=True, gap=0.01)
+    with ModelServer(lambda _call: endless) as first, ModelServer(scripted()) as second:
+        router = _router(
+            limits,
+            ModelRoute("primary", url=first.url, model="m", tpm=60_000),
+            ModelRoute("backup", url=second.url, model="m"),
+        )
+        for n in range(8):  # more than the failures that open a circuit
+            pieces: list[str] = []
+            with pytest.raises(ModelCallError) as caught:
+                router.complete(
+                    REQUEST, key="k", holder=f"r|{n}", tokens=200,
+                    should_stop=lambda seen=pieces: len(seen) >= 3, on_text=pieces.append,
+                )  # fmt: skip
+            assert "told to stop" in caught.value.message
+        assert len(first.calls) == 8
+        assert second.calls == []
+        state = limits.state(router.routes[0], now_ms())
+        assert (state.circuit, state.failures, state.error, state.in_flight) == ("closed", 0, "", 0)
+        # What the stopped calls were charged came back: the next is not spaced behind them.
+        assert limits.admit(
+            router.routes[0], key="k", holder="r|next", tokens=200, key_concurrency=None,
+            lease_ms=10_000, now_ms=now_ms(),
+        ).admitted  # fmt: skip
+
+
 def test_a_call_whose_turn_is_far_off_is_requeued_not_slept_on(limits: RouteLimits) -> None:
     with ModelServer(scripted("first")) as server:
         route = ModelRoute("slow", url=server.url, model="m", rpm=1)

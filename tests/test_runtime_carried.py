@@ -115,3 +115,28 @@ def test_a_worker_that_stops_lets_its_carried_calls_end_first(tmp_path: Path) ->
         totals = FleetMetrics(store.connection, store.shards, store.people).totals()
         # Counted, and written as the worker went: no call's count lost with it.
         assert sum(n for labels, n in totals.calls.items() if labels[-1] == "ok") == 6
+
+
+def test_a_run_cancelled_while_its_call_is_carried_stops_the_call_and_frees_the_carrier(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path) as f:
+        f.worker("--pool", "prefork", "-c", "1", env={"RELAY_MODEL_CARRIED": "1"})
+        f.brain.script("ENDLESS", {0: Reply(text="go on ", endless=True, gap=0.05)})
+        run_id = f.relay.start("ENDLESS: talk")
+        # Its task let go of it (Celery logs it "ignored") while the model still talks.
+        f.until(lambda: f.model.calls and "ignored" in f.full_logs(), 30,
+                what="the call to be carried")  # fmt: skip
+        assert f.model.open_connections == 1
+        f.relay.cancel(run_id)
+        assert f.relay.wait(run_id, timeout=60).stop is Stop.CANCELLED, f.logs()
+        # The worker hung up on the model: the stream does not go on past the run.
+        f.until(lambda: f.model.open_connections == 0, 30, what="the model's stream to be cut")
+        ended = "m1: carried by this worker (1 in flight); then model call m1"
+        f.until(lambda: f"{ended} failed: model call stopped" in f.full_logs(), 30,
+                what="the carried call's end")  # fmt: skip
+        assert "model route default failed" not in f.full_logs()  # a cancel is no route's fault
+        # The carrier holds one call, and it was let go: the next run's call is carried too.
+        _slow(f, "AFTER", 0.5)
+        assert f.relay.wait(f.relay.start("AFTER: answer"), timeout=60).summary == "answered slowly"
+        f.until(lambda: f.full_logs().count(ended) == 2, 30, what="the second carried call's end")

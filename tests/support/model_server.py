@@ -297,6 +297,12 @@ class ModelServer:
         with self._lock:
             return list(self._errors)
 
+    @property
+    def open_connections(self) -> int:
+        """Connections a client holds open now (a reply being streamed, or kept alive)."""
+        with self._lock:
+            return len(self._connections)
+
     def billed(self, marker: str = "") -> list[tuple[int, int]]:
         """(prompt, completion) tokens of every completed call whose task (the prompt's
         first section) holds `marker`, in order."""

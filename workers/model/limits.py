@@ -45,7 +45,7 @@ hold back the calls queued behind it; it keeps its place for when it comes."""
 STALE_MS = 30_000
 """A waiting call that has not come back this long after its turn has gone elsewhere."""
 
-Outcome = Literal["ok", "failed", "limited", "refused"]
+Outcome = Literal["ok", "failed", "limited", "refused", "stopped"]
 
 
 class RouteState(BaseModel):

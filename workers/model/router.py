@@ -192,6 +192,9 @@ class ModelRouter:
                 )
             except ModelCallError as error:
                 error.route = route.name  # the metrics count the failure on it
+                if should_stop is not None and should_stop():
+                    self._stopped(route, key, holder, charged)
+                    raise  # (its run was cancelled or its lease lost: no other route either)
                 paused = self._failed(route, key, holder, error, charged)
                 if error.status in WRONG_REQUEST:
                     raise
@@ -255,6 +258,13 @@ class ModelRouter:
             if wait > MOMENT_MS:
                 return (admitted.at_ms, why)
             self._sleep(max(wait, 0) / 1000)
+
+    def _stopped(self, route: ModelRoute, key: str, holder: str, charged: int) -> None:
+        """The call was stopped by its caller, not failed by the route: its slots and the
+        tokens it was `charged` come back, and neither its circuit nor `relay routes`'
+        last error hear of it (a few cancels must not shut a route for the fleet)."""
+        done = partial(self._limits.done, route, key=key, holder=holder, outcome="stopped")
+        _quietly(partial(done, charged=charged, now_ms=self._clock()), "done")
 
     def _failed(
         self, route: ModelRoute, key: str, holder: str, error: ModelCallError, charged: int

@@ -604,7 +604,7 @@ def route_done(
     route: str,
     key: str,
     holder: str,
-    outcome: Literal["ok", "failed", "limited", "refused"],
+    outcome: Literal["ok", "failed", "limited", "refused", "stopped"],
     now_ms: int,
     paused_until_ms: int,
     charged: int,

@@ -10,8 +10,9 @@
 -- call used feeds the route's running mean (`used`), which ROUTE_ADMIT charges next.
 --
 -- KEYS[1] route hash  KEYS[2] route's calls in flight  KEYS[3] key's calls in flight
--- ARGV[1] now  ARGV[2] holder  ARGV[3] outcome: ok, failed, limited, or refused (a
--- request the server called wrong: neither the circuit nor the pause hear of it)
+-- ARGV[1] now  ARGV[2] holder  ARGV[3] outcome: ok, failed, limited, refused (a
+-- request the server called wrong: neither the circuit nor the pause hear of it), or
+-- stopped (by its caller: a cancelled run, a lost lease; likewise)
 -- ARGV[4] pause until (ms; limited, or ok with nothing left)  ARGV[5] tokens charged
 -- ARGV[6] ms per token  ARGV[7] failures that open the circuit  ARGV[8] probe interval (ms)
 -- ARGV[9] the error, for `relay routes` ('' for none)
