@@ -88,6 +88,29 @@ def test_a_quick_reply_is_kept_by_its_task_and_a_slow_one_is_carried(tmp_path: P
         assert f.full_logs().count("carried by this worker (1 in flight)") == 1, f.logs()
 
 
+def test_a_threads_pool_with_slots_to_spare_keeps_a_reply_within_its_slice(
+    tmp_path: Path,
+) -> None:
+    """Waiting holds a slot: a prefork child has one, so its task waits only a moment for
+    a 300 ms reply and the call is carried; a threads pool with slots free waits out its
+    slice for it, and the run goes on in place as if nothing were carried."""
+    waits = {"RELAY_MODEL_CARRIED": "100", "RELAY_INLINE_MS": "5000"}
+    turn = {0: Reply(text=call("read_note", name="a"), delay=0.3), 1: final("done")}
+    with fleet(tmp_path) as f:
+        f.brain.script("SPARE", turn)
+        threads = f.worker("--pool", "threads", "-c", "4", env=waits)
+        assert f.relay.wait(f.relay.start("SPARE: read a note"), timeout=60).stop is Stop.DONE
+        assert f.messages() == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 0}
+        assert "carried by this worker" not in f.full_logs()
+        threads.stop()
+        f.worker("--pool", "prefork", "-c", "1", env=waits, name="prefork")
+        assert f.relay.wait(f.relay.start("SPARE: read b"), timeout=60).stop is Stop.DONE
+        # Its first reply outlasted the moment: carried, and the tool call after it published.
+        assert f.messages() == {"relay.advance": 2, "relay.call_model": 0, "relay.run_tool": 1}
+        f.until(lambda: "carried by this worker (1 in flight)" in f.full_logs(), 30,
+                what="the carried call's end")  # fmt: skip
+
+
 def test_calls_carried_by_a_worker_that_dies_are_made_again(tmp_path: Path) -> None:
     with fleet(tmp_path) as f:
         first, runs = _carrying(f, "ORPHANED", 3.0, 10)

@@ -46,7 +46,8 @@
     RELAY_MODEL_CARRIED_AFTER_MS how long a task waits for the reply of a call it hands
                                  to the carrier: one that quick is kept by the task,
                                  which continues the run in place (10, within the
-                                 slice RELAY_INLINE_MS)
+                                 slice RELAY_INLINE_MS; a threads pool with a slot
+                                 to spare waits out the slice)
     RELAY_METRICS_FLUSH_MS       a worker process writes its tasks' counters at most
                                  this many ms after they end, all in one round trip;
                                  0 = each task writes its own (500)

@@ -87,6 +87,7 @@ class Runtime:
         self.calls = Calls(
             self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,
             carrier=self.carrier, slice_left=self.continuation.left_s,
+            slot_to_spare=self.continuation.slot_to_spare,
         )  # fmt: skip
         self.steps.in_place = _ClaimsInPlace(self.continuation, self.calls)
         self.ticker = Ticker(store.upkeep, tick, settings.tick_interval, clock)
@@ -107,6 +108,11 @@ class Runtime:
         `hard_limit_s`: the task's time limit, where the pool kills at it."""
         self.calls.release_held()  # (none, unless a task was cut off after its save)
         return self.continuation.run(message, self._step, hard_limit_s)
+
+    def use_slots(self, slots: int) -> None:
+        """This process's pool runs `slots` tasks at once (a threads pool's concurrency;
+        1 for a prefork child or a solo pool, the default)."""
+        self.continuation.slots = max(1, slots)
 
     def _step(self, message: Message) -> Report:
         """One step, the one its message asks for, counted and traced."""

@@ -191,6 +191,7 @@ class Calls:
         key: str = "relay",
         carrier: Carrier | None = None,
         slice_left: Callable[[], float] = lambda: 0.0,
+        slot_to_spare: Callable[[], bool] = lambda: False,
     ) -> None:
         self.steps = steps
         self.carrier = carrier
@@ -198,6 +199,9 @@ class Calls:
         self.slice_left = slice_left
         """Seconds left of this thread's task's slice: a task waits for a call it handed to
         the carrier no longer than this (nor than RELAY_MODEL_CARRIED_AFTER_MS)."""
+        self.slot_to_spare = slot_to_spare
+        """Whether the pool has a slot free beside this task's: then the task waits for
+        its call's reply as long as its slice lasts, and keeps a reply that comes by then."""
         self.store = steps.store
         self.kit = steps.kit
         self.settings = settings
@@ -309,7 +313,7 @@ class Calls:
                 held = self.carrier.hold(
                     lambda: self._make(call, produce),
                     lambda made: self._kept(call, made),
-                    min(self.slice_left(), self.settings.model_carried_after_ms / 1000),
+                    self._carried_after_s(),
                 )
                 if isinstance(held, Carried):
                     line = f"{asked.what}: carried by this worker ({held.in_flight} in flight)"
@@ -317,6 +321,16 @@ class Calls:
                 if held is not None:  # made while the task waited: it keeps it here
                     return self._kept(call, held)
             return self._kept(call, self._make(call, produce))
+
+    def _carried_after_s(self) -> float:
+        """How long a task waits for the reply of the call it handed to the carrier. A
+        moment (RELAY_MODEL_CARRIED_AFTER_MS), as its slot may be the next message's; its
+        whole slice where the pool has a slot to spare (a threads pool not full), so a
+        reply that comes within it goes on in place, not as one more message."""
+        left = self.slice_left()
+        if self.slot_to_spare():
+            return left
+        return min(left, self.settings.model_carried_after_ms / 1000)
 
     def _make(self, call: Claimed, produce: Produce) -> _Made | Report:
         """Make the claimed call: its outcome, or what happened instead."""

@@ -8,7 +8,9 @@ is claimed (CLAIM counts the attempt and starts the lease), its lease is renewed
 while it runs, and its outcome is saved by SAVE under that lease, exactly as in a
 task. So with `RELAY_MODEL_CARRIED` above 0, a model task that has claimed its
 call makes it on a call thread (`Carrier.hold`) and waits for the reply a
-moment (`RELAY_MODEL_CARRIED_AFTER_MS`, never past its slice, `RELAY_INLINE_MS`):
+moment (`RELAY_MODEL_CARRIED_AFTER_MS`, never past its slice, `RELAY_INLINE_MS`; a
+threads pool with a slot free beside the task's waits out the slice, as waiting
+there holds up no other message):
 
 - a reply that quick (a local model, a cache) comes back to the task, which saves
   it and continues the run in place as it would have without a carrier;

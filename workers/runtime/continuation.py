@@ -85,6 +85,11 @@ class Continuation:
         self._reach = reach
         self._clock = clock
         self._local = threading.local()
+        self.slots = 1
+        """Tasks this process's pool runs at once (a threads pool's -c; a prefork child or
+        a solo pool: 1), as the worker says it as it starts (`Runtime.use_slots`)."""
+        self._running = 0
+        self._count = threading.Lock()
 
     def send(self, messages: list[Message]) -> None:
         """Publish `messages`, unless they are one step this task may run itself: then
@@ -103,6 +108,12 @@ class Continuation:
         if here is None or here.next is not None or len(messages) != 1:
             return None
         return messages[0] if self._fits(here, messages[0]) else None
+
+    def slot_to_spare(self) -> bool:
+        """Whether this process's pool has a slot free beside the tasks running now (a
+        threads pool that is not full: a task may wait there without holding up another)."""
+        with self._count:
+            return self._running < self.slots
 
     def left_s(self) -> float:
         """Seconds left of the slice of the task running on this thread (0 outside one)."""
@@ -126,6 +137,8 @@ class Continuation:
         killed_at = None if hard_limit_s is None else now + hard_limit_s
         here = _Slice(now + self.slice_ms / 1000, killed_at)
         self._local.slice = here
+        with self._count:
+            self._running += 1
         try:
             report = step(first)
             while here.next is not None:
@@ -134,6 +147,8 @@ class Continuation:
             return report
         finally:
             self._local.slice = None
+            with self._count:
+                self._running -= 1
             if here.next is not None:  # a step raised after keeping its successor: publish it
                 self._give_back(here)
                 self._send([here.next])
