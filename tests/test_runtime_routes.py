@@ -59,11 +59,13 @@ def test_a_fleet_keeps_to_a_rate_limit_the_server_enforces(tmp_path: Path) -> No
     with fleet(tmp_path) as f:
         f.model.limit_rate(60, per_seconds=6.0)
         env = _routes(f, {"name": "limited", "url": f.model.url, "model": "m", "rpm": 600})
-        f.worker(*WORKER, env=env)
-        f.worker(*WORKER, env=env)
         tags = [f"RATE{n}" for n in range(200)]
         _answer(f, tags)
+        # Started before the workers: the server notes each call's arrival in this process,
+        # and a loop starting runs here meanwhile would hold it up (arrivals seen bunched).
         run_ids = [f.relay.start(f"{tag}: answer") for tag in tags]
+        f.worker(*WORKER, env=env)
+        f.worker(*WORKER, env=env)
         _finish(f, run_ids)
         served = [c.at for c in f.model.calls]
         assert f.model.refused <= len(served) // 100, (f.model.refused, len(served))
