@@ -143,29 +143,34 @@ class Carrier:
         self, handoff: _Handoff[Made], make: Callable[[], Made], keep: Callable[[Made], Report]
     ) -> None:
         try:
-            try:
-                made = make()
-            except Exception as error:  # noqa: BLE001 - the task raises it, or its lease lapses
-                if handoff.give(None, error):
-                    return
-                report = _unsaved(error)
-            else:
-                if handoff.give((made,), None):
-                    return
-                report = self._kept(keep, made)
-            try:
-                self._done(report)
-            except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
-                log.warning("could not count a carried call: %s", error)
+            report = self._outcome(handoff, make, keep)
+            if report is not None:
+                self._tell(report)
         finally:
             self._release()  # after it is counted: a stopping worker writes the count
 
     @staticmethod
-    def _kept(keep: Callable[[Made], Report], made: Made) -> Report:
+    def _outcome(
+        handoff: _Handoff[Made], make: Callable[[], Made], keep: Callable[[Made], Report]
+    ) -> Report | None:
+        """Make the call and, once its task has gone, keep it: what it did, or None if the
+        task took its outcome (or its error) while it waited."""
+        try:
+            made = make()
+        except Exception as error:  # noqa: BLE001 - the task raises it, or its lease lapses
+            return None if handoff.give(None, error) else _unsaved(error)
+        if handoff.give((made,), None):
+            return None
         try:
             return keep(made)
         except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
             return _unsaved(error)
+
+    def _tell(self, report: Report) -> None:
+        try:
+            self._done(report)
+        except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
+            log.warning("could not count a carried call: %s", error)
 
     def _release(self) -> None:
         with self._lock:
