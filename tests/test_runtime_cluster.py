@@ -12,6 +12,7 @@ finishing on the replica that took its place.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,21 +21,24 @@ from typing import Any
 import pytest
 from redis.crc import key_slot
 
-from agent_core import Every, Recipe, Stop
+from agent_core import Config, Every, Recipe, Stop
 from scheduler import Schedule, ScheduleKeys, ScheduleStore, tick
 from scheduler.store import Queued
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet, fleet, on_cluster
 from tests.support.rabbitmq import require_rabbitmq
 from tests.support.redis_cluster import Cluster, redis_cluster
+from tests.support.redis_server import RedisServer
 from tests.support.schedule_host import RecordingHost
 from workers import AsyncRelay, Relay
+from workers.engine.effects import Advanced, Effects, OwnOutcome
+from workers.engine.records import CallTrack, RunRecord, TraceEntry
 from workers.settings import now_ms
 from workers.store.durability import Durability
 from workers.store.layout import Keys
 from workers.store.runs import RunStore
 from workers.store.schedule_shards import ClusterSchedules
-from workers.store.scripts import lua
+from workers.store.scripts import ClaimStatus, Saved, lua
 from workers.store.shards import SlotSet
 
 __all__ = ["redis_cluster"]  # the session's cluster fixture, used here
@@ -332,3 +336,54 @@ async def _async_pages(relay: Relay) -> tuple[list[str], int]:
     async with AsyncRelay(relay) as arelay:
         found = await arelay.runs(limit=25, state="running")
         return [status.id for status in found], await arelay.count_runs("running")
+
+
+# --- the keys SAVE spells itself ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["single", "cluster"])
+@pytest.mark.parametrize("run_id", ["r1", "r1.call-2"])
+def test_a_saved_call_frees_its_lease_and_message_and_its_trace_wakes_the_watchers(
+    where: str, run_id: str, redis_cluster: Cluster, tmp_path: Path
+) -> None:
+    """SAVE is sent the call, not its lease key or outbox member, and no activity stream
+    on a single Redis: it spells them from the run's key. Spelled wrong, the call's lease
+    would stay till it lapsed, its message would be sent again, and `relay wait` would
+    not wake. (A prefix with `run:` in it, too.)"""
+    with contextlib.ExitStack() as stack:
+        if where == "cluster":
+            store = RunStore(redis_cluster.url, "spelled:run:", cluster=True)
+        else:
+            server = stack.enter_context(RedisServer(tmp_path))
+            store = RunStore(server.url, "spelled:run:")
+        stack.callback(store.redis.close)
+        index = store.keys.index(run_id)
+        root = run_id.split(".", 1)[0]
+        base = {"id": run_id, "root": root, "task": "t", "created_ms": 1, "updated_ms": 1}
+        base["config"] = Config()
+        store.create(RunRecord.model_validate(base), "snap", due_ms=5_000)
+        calls = {"call-1": CallTrack(status="running", tool="read_note", created_ms=1)}
+        for call, seq, asked in (
+            ("m3", 3, {"asked": 3, "seq": 3}),
+            ("call-1", None, {"calls": calls}),
+        ):
+            loaded = store.load(run_id)
+            assert loaded is not None
+            step = Advanced(RunRecord.model_validate({**base, **asked}), "snap", Effects())
+            assert store.save(step, loaded.version) is Saved.SAVED
+            claim = store.claim(run_id, call, seq=seq, token="tok", lease_ms=60_000, now_ms=0)
+            assert claim.status is ClaimStatus.CLAIMED
+            member = f"m|{run_id}|3" if seq else f"t|{run_id}|{call}"
+            assert store.redis.zscore(index.outbox, member) is not None
+            lease = store.keys.lease(run_id, call)
+            assert store.redis.get(lease) == b"tok"
+            line = TraceEntry(at_ms=1, run=run_id, kind="note", text=call)
+            done = Advanced(RunRecord.model_validate(base), "snap", Effects(trace=(line,)))
+            own = OwnOutcome(run_id, call, 1, "tok", member)
+            assert store.save(done, str(int(loaded.version) + 1), own) is Saved.SAVED
+            assert store.redis.get(lease) is None
+            assert store.redis.zscore(index.outbox, member) is None
+            newest = store.redis.xrevrange(index.activity, count=1)
+            assert newest[0][1] == {b"r": run_id.encode()}
+        if where == "cluster":
+            store.redis.delete(*store.redis.keys(f"{{{root}}}*"))  # (the session's cluster)

@@ -257,13 +257,7 @@ def save_effects(keys: Keys, advanced: Advanced, own: OwnOutcome | None) -> str:
     if advanced.effects.done_summary is not None:  # (its text may be empty)
         effects["done_summary"] = advanced.effects.done_summary
     if own is not None:
-        effects["own"] = {
-            "call": own.call,
-            "attempt": str(own.attempt),
-            "lease": keys.lease(own.run_id, own.call),
-            "token": own.token,
-            "member": own.member,
-        }
+        effects["own"] = _own(own, advanced.record.id)
     if not advanced.fixed_stored:  # a run saved before they were apart, or unreadable
         effects["fixed"] = fixed_json(advanced.record)
         agent = None if advanced.stored is None else advanced.stored.agent
@@ -277,7 +271,10 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
     ends_or_parks = fx.done_summary is not None or record.state == "waiting"
     return {
         "applied": fx.applied,
-        "activity": keys.index(record.id).activity if fx.trace else "",
+        # (SAVE spells the activity stream and the own call's lease from KEYS[1], with the
+        # run's tree on a cluster; not a cluster's activity shard, named by a slot tag.)
+        "activity": keys.index(record.id).activity if fx.trace and keys.cluster else "",
+        "tree": keys.tree(record.id) if keys.cluster else "",
         "run": record.id,
         "sends": [[s.member, s.due_ms] for s in fx.sends],
         "unsend": fx.unsend,
@@ -306,6 +303,17 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
         "relist": _relist(keys, advanced),
         "running_list": keys.index(record.id).listed("running") if fx.create else "",
     }
+
+
+def _own(own: OwnOutcome, saved: str) -> dict[str, str]:
+    """The call whose outcome is saved with the step, as SAVE reads it (`fx.own`):
+    SAVE spells its lease and outbox member from the run's key and the call (about 80
+    bytes a step), so the member must be the one OutboxMember spells for the call."""
+    kind = own.member[:1]
+    tail = own.call[1:] if kind == "m" else own.call
+    if own.run_id != saved or own.member != f"{kind}|{saved}|{tail}":
+        raise ValueError(f"call {own.call} ({own.member}) is not one of run {saved}'s own")
+    return {"call": own.call, "kind": kind, "attempt": str(own.attempt), "token": own.token}
 
 
 def _relist(keys: Keys, advanced: Advanced) -> list[Any]:

@@ -337,6 +337,10 @@ class Keys:
         root, rest = tree_parts(run_id)
         return f"{{{root}}}{rest}"
 
+    def tree(self, run_id: str) -> str:
+        """The run id as its keys spell it (SAVE works out a call's lease key from it)."""
+        return self._tree(run_id)
+
     def slot(self, run_id: str) -> int:
         """The hash slot of the run's tree (on a cluster)."""
         return key_slot(self.run(run_id).encode())

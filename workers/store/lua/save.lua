@@ -60,11 +60,22 @@ local version = tonumber(ARGV[1]) + 1
 -- a record saved without it, by an older worker, is decoded instead.)
 local due = version .. '|' .. ARGV[8]
 local fx = cjson.decode(ARGV[4])
-if fx.own ~= nil then
-  if redis.call('HEXISTS', KEYS[1], 'r:' .. fx.own.call) == 1 then return 'duplicate' end
-  if redis.call('HGET', KEYS[1], 'a:' .. fx.own.call) ~= fx.own.attempt then return 'fenced' end
-  if redis.call('GET', fx.own.lease) == fx.own.token then redis.call('DEL', fx.own.lease) end
-  redis.call('ZREM', KEYS[4], fx.own.member)
+-- The keys a step's own call and trace touch are spelled here from the run's, not sent
+-- with every step: KEYS[1] is <prefix>run:<tree>, the tree the run's id (on a cluster,
+-- fx.tree: its root in braces; workers.store.layout.Keys.tree).
+local run = fx.run
+local tree = fx.tree or run
+local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #tree - 4)
+local activity = fx.activity or (prefix .. 'activity')  -- (a cluster's names its shard)
+local own = fx.own
+if own ~= nil then
+  if redis.call('HEXISTS', KEYS[1], 'r:' .. own.call) == 1 then return 'duplicate' end
+  if redis.call('HGET', KEYS[1], 'a:' .. own.call) ~= own.attempt then return 'fenced' end
+  local lease = prefix .. 'lease:' .. tree .. ':' .. own.call  -- (layout.Keys.lease)
+  if redis.call('GET', lease) == own.token then redis.call('DEL', lease) end
+  -- (OutboxMember.model or .tool: a model call `m<seq>` is `m|<run>|<seq>`.)
+  local tail = own.kind == 'm' and string.sub(own.call, 2) or own.call
+  redis.call('ZREM', KEYS[4], own.kind .. '|' .. run .. '|' .. tail)
 end
 local out = 0
 for _, c in ipairs(fx.running or none) do
@@ -105,7 +116,7 @@ if traced > 0 then
     redis.call('LTRIM', KEYS[3], -${TRACE_MAX}, -1)
   end
   redis.call('HINCRBY', KEYS[1], 'tn', traced)
-  redis.call('XADD', fx.activity, 'MAXLEN', '~', 10000, '*', 'r', fx.run)
+  redis.call('XADD', activity, 'MAXLEN', '~', 10000, '*', 'r', run)
 end
 for _, m in ipairs(fx.sends or none) do redis.call('ZADD', KEYS[4], m[2], m[1]) end
 for _, m in ipairs(fx.unsend or none) do redis.call('ZREM', KEYS[4], m) end
@@ -170,13 +181,13 @@ if fx.notes_key and fx.notes then
   redis.call('LTRIM', fx.notes_key, -fx.notes_max, -1)
 end
 if redis.call('XLEN', KEYS[2]) == 0 then
-  redis.call('ZREM', KEYS[4], 'a|' .. fx.run)  -- (the run's advance: OutboxMember.advance)
+  redis.call('ZREM', KEYS[4], 'a|' .. run)  -- (the run's advance: OutboxMember.advance)
   redis.call('DEL', KEYS[2])
 end
 if fx.done_summary and redis.call('EXISTS', fx.live) == 1 then
   -- Followers of the tree's live stream learn the run ended; a tree that never
   -- streamed gets no stream for it.
-  redis.call('XADD', fx.live, 'MAXLEN', '~', fx.live_max, '*', 'k', 'done', 'r', fx.run,
+  redis.call('XADD', fx.live, 'MAXLEN', '~', fx.live_max, '*', 'k', 'done', 'r', run,
     't', fx.done_summary)
   redis.call('EXPIRE', fx.live, fx.live_ttl)
 elseif fx.parks then
