@@ -320,6 +320,12 @@ def test_a_call_whose_turn_is_far_off_is_requeued_not_slept_on(limits: RouteLimi
         assert caught.value.at_ms - before > MOMENT_MS
         assert "slow" in caught.value.why
         assert limits.state(route, now_ms()).waiting == 1  # it keeps its place
+        # ... under the names workers.store.layout gives the route's keys (which
+        # ROUTE_ADMIT spells from the route's hash).
+        redis, keys = limits._connection.redis, limits._connection.keys
+        assert redis.hget(keys.route("slow", "queue-keys"), "r|2") == b"k"
+        assert redis.hget(keys.route("slow", "tags"), "k") == b"1"
+        assert redis.zscore(keys.route("slow", "told"), "r|2") == caught.value.at_ms
 
 
 def test_a_call_served_by_another_route_leaves_the_first_routes_queue(

@@ -555,15 +555,8 @@ def sweep(
 
 
 def _route_keys(keys: Keys, route: str, key: str) -> list[str]:
-    return [
-        keys.route(route),
-        keys.route(route, "inflight"),
-        keys.key_inflight(key, route),
-        keys.route(route, "queue"),
-        keys.route(route, "queue-keys"),
-        keys.route(route, "tags"),
-        keys.route(route, "told"),
-    ]
+    # (The route's other keys, `<route hash>:<part>`, the scripts spell themselves.)
+    return [keys.route(route), keys.key_inflight(key, route)]
 
 
 def route_admit(
@@ -619,4 +612,4 @@ def route_done(
     args: list[Any] = [now_ms, holder, outcome, paused_until_ms, max(charged, 0)]
     args += [ms_per_token, failures_to_open, probe_ms, error[:300]]
     args.append("" if used is None else max(used, 0))
-    return ScriptCall("route_done", _route_keys(keys, route, key)[:3], args, as_text)
+    return ScriptCall("route_done", _route_keys(keys, route, key), args, as_text)

@@ -24,11 +24,12 @@
 -- its place is gone.
 --
 -- KEYS[1] route hash (tat, ttat, paused, circuit, probe, failures, error, round, seq)
--- KEYS[2] route's calls in flight (zset holder -> deadline)
--- KEYS[3] key's calls in flight (zset holder -> deadline)
--- KEYS[4] waiting calls (zset holder -> tag * 1e6 + arrival)
--- KEYS[5] waiting holder -> key (hash)  KEYS[6] key -> its last tag (hash)
--- KEYS[7] waiting holder -> when it was told to come back (zset)
+-- KEYS[2] key's calls in flight (zset holder -> deadline)
+-- The route's other keys are its hash's name and a part (layout.Keys.route), spelled
+-- here rather than sent with every call: <route>:inflight, its calls in flight (zset
+-- holder -> deadline); :queue, the waiting calls (zset holder -> tag * 1e6 + arrival);
+-- :queue-keys, waiting holder -> key (hash); :tags, key -> its last tag (hash); :told,
+-- waiting holder -> when it was told to come back (zset).
 -- ARGV[1] now  ARGV[2] holder  ARGV[3] key  ARGV[4] ms per request (0: no rpm)
 -- ARGV[5] tokens this call may use  ARGV[6] ms per token (0: no tpm)
 -- ARGV[7] route's max calls in flight (0: none)  ARGV[8] key's (0: none)
@@ -39,28 +40,31 @@
 -- paused (until), open (next probe), wait (until its turn, or a free slot), or left;
 -- charged: the tokens the admission charged (for ROUTE_DONE to settle).
 local now, holder, key = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local route, key_inflight = KEYS[1], KEYS[2]
+local inflight, queue, queue_keys = route .. ':inflight', route .. ':queue', route .. ':queue-keys'
+local tags, told = route .. ':tags', route .. ':told'
 local SCALE, LOOK_AHEAD, LEARNING_MS = 1000000, 32, 2000
 
 local function forget(gone)
-  local owner = redis.call('HGET', KEYS[5], gone)
-  local score = tonumber(redis.call('ZSCORE', KEYS[4], gone) or '0')
-  local last = owner and tonumber(redis.call('HGET', KEYS[6], owner) or '-1')
+  local owner = redis.call('HGET', queue_keys, gone)
+  local score = tonumber(redis.call('ZSCORE', queue, gone) or '0')
+  local last = owner and tonumber(redis.call('HGET', tags, owner) or '-1')
   if last == math.floor(score / SCALE) then
-    redis.call('HDEL', KEYS[6], owner)  -- its key's last waiting call: nothing to follow
+    redis.call('HDEL', tags, owner)  -- its key's last waiting call: nothing to follow
   end
-  redis.call('HDEL', KEYS[5], gone)
-  redis.call('ZREM', KEYS[4], gone)
-  redis.call('ZREM', KEYS[7], gone)
+  redis.call('HDEL', queue_keys, gone)
+  redis.call('ZREM', queue, gone)
+  redis.call('ZREM', told, gone)
   return score
 end
 
 if ARGV[13] == 'leave' then
-  if redis.call('ZSCORE', KEYS[4], holder) then forget(holder) end
+  if redis.call('ZSCORE', queue, holder) then forget(holder) end
   return {'left', 0, 0}
 end
 
 local per_request, tokens, per_token = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local state = redis.call('HMGET', KEYS[1], 'tat', 'ttat', 'paused', 'circuit', 'probe', 'used')
+local state = redis.call('HMGET', route, 'tat', 'ttat', 'paused', 'circuit', 'probe', 'used')
 local charge = math.max(math.min(tokens, math.ceil(tonumber(state[6] or tokens))), 1)
 local paused = tonumber(state[3] or '0')
 if paused > now then return {'paused', paused, 0} end
@@ -73,7 +77,7 @@ end
 
 -- Calls in flight: a dead worker's holder lapses with its lease.
 local lease_end = now + tonumber(ARGV[9])
-local caps = {{KEYS[2], tonumber(ARGV[7])}, {KEYS[3], tonumber(ARGV[8])}}
+local caps = {{inflight, tonumber(ARGV[7])}, {key_inflight, tonumber(ARGV[8])}}
 for _, cap in ipairs(caps) do
   redis.call('ZREMRANGEBYSCORE', cap[1], '-inf', now)
   if cap[2] > 0 and not redis.call('ZSCORE', cap[1], holder)
@@ -83,7 +87,7 @@ for _, cap in ipairs(caps) do
 end
 
 -- Waiting calls told to come back long ago gave up (their run moved on, or died).
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - tonumber(ARGV[11]))) do
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', told, '-inf', now - tonumber(ARGV[11]))) do
   forget(gone)
 end
 
@@ -91,17 +95,17 @@ local tat = math.max(tonumber(state[1] or '0'), now)
 local ttat = math.max(tonumber(state[2] or '0'), now)
 local due = math.max(per_request > 0 and tat or now, per_token > 0 and ttat or now)
 local step = math.max(per_request, per_token > 0 and charge * per_token or 0, 1)
-local waiting = redis.call('ZCARD', KEYS[4])
-local place = redis.call('ZRANK', KEYS[4], holder)
+local waiting = redis.call('ZCARD', queue)
+local place = redis.call('ZRANK', queue, holder)
 if not place and (waiting > 0 or due > now) then
   -- A new waiter: after its key's last waiting call, or after the last admitted.
-  local round = tonumber(redis.call('HGET', KEYS[1], 'round') or '0')
-  local tag = math.max(tonumber(redis.call('HGET', KEYS[6], key) or '0'), round) + 1
-  local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1) % SCALE
-  redis.call('HSET', KEYS[6], key, tag)
-  redis.call('HSET', KEYS[5], holder, key)
-  redis.call('ZADD', KEYS[4], tag * SCALE + seq, holder)
-  place = redis.call('ZRANK', KEYS[4], holder)
+  local round = tonumber(redis.call('HGET', route, 'round') or '0')
+  local tag = math.max(tonumber(redis.call('HGET', tags, key) or '0'), round) + 1
+  local seq = redis.call('HINCRBY', route, 'seq', 1) % SCALE
+  redis.call('HSET', tags, key, tag)
+  redis.call('HSET', queue_keys, holder, key)
+  redis.call('ZADD', queue, tag * SCALE + seq, holder)
+  place = redis.call('ZRANK', queue, holder)
 end
 
 -- Calls ahead in the queue that are here (not absent past their turn) go first.
@@ -109,25 +113,25 @@ local ahead = place or 0
 if place and place > 0 and place <= LOOK_AHEAD then
   ahead = 0
   local absent_before = now - tonumber(ARGV[12])
-  for _, other in ipairs(redis.call('ZRANGE', KEYS[4], 0, place - 1)) do
-    if tonumber(redis.call('ZSCORE', KEYS[7], other) or '0') >= absent_before then
+  for _, other in ipairs(redis.call('ZRANGE', queue, 0, place - 1)) do
+    if tonumber(redis.call('ZSCORE', told, other) or '0') >= absent_before then
       ahead = ahead + 1
     end
   end
 end
 
 if due <= now and ahead == 0 then
-  if per_request > 0 then redis.call('HSET', KEYS[1], 'tat', tat + per_request) end
-  if per_token > 0 then redis.call('HSET', KEYS[1], 'ttat', ttat + charge * per_token) end
+  if per_request > 0 then redis.call('HSET', route, 'tat', tat + per_request) end
+  if per_token > 0 then redis.call('HSET', route, 'ttat', ttat + charge * per_token) end
   if probe == 1 then
-    redis.call('HSET', KEYS[1], 'probe', now + tonumber(ARGV[10]))
+    redis.call('HSET', route, 'probe', now + tonumber(ARGV[10]))
   end
-  redis.call('ZADD', KEYS[2], lease_end, holder)
-  redis.call('ZADD', KEYS[3], lease_end, holder)
+  redis.call('ZADD', inflight, lease_end, holder)
+  redis.call('ZADD', key_inflight, lease_end, holder)
   if place then
     local round = math.floor(forget(holder) / SCALE)
-    if round > tonumber(redis.call('HGET', KEYS[1], 'round') or '0') then
-      redis.call('HSET', KEYS[1], 'round', round)
+    if round > tonumber(redis.call('HGET', route, 'round') or '0') then
+      redis.call('HSET', route, 'round', round)
     end
   end
   return {'admitted', probe, charge}
@@ -139,5 +143,5 @@ if per_token > 0 and not state[6] then
   -- when the first call's use will have taught the route what calls really take.
   back = math.min(back, now + LEARNING_MS)
 end
-redis.call('ZADD', KEYS[7], back, holder)
+redis.call('ZADD', told, back, holder)
 return {'wait', back, 0}

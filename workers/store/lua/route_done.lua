@@ -9,7 +9,7 @@
 -- spacing, more push it on; a call that failed gives back all it was charged. What a
 -- call used feeds the route's running mean (`used`), which ROUTE_ADMIT charges next.
 --
--- KEYS[1] route hash  KEYS[2] route's calls in flight  KEYS[3] key's calls in flight
+-- KEYS[1] route hash  KEYS[2] key's calls in flight (the route's: <route>:inflight)
 -- ARGV[1] now  ARGV[2] holder  ARGV[3] outcome: ok, failed, limited, refused (a
 -- request the server called wrong: neither the circuit nor the pause hear of it), or
 -- stopped (by its caller: a cancelled run, a lost lease; likewise)
@@ -18,38 +18,40 @@
 -- ARGV[9] the error, for `relay routes` ('' for none)
 -- ARGV[10] tokens used ('' when unknown: the call failed)
 -- Returns: the circuit's state (closed or open).
-redis.call('ZREM', KEYS[2], ARGV[2])
-redis.call('ZREM', KEYS[3], ARGV[2])
+local route, key_inflight = KEYS[1], KEYS[2]
+local inflight = route .. ':inflight'  -- (layout.Keys.route)
+redis.call('ZREM', inflight, ARGV[2])
+redis.call('ZREM', key_inflight, ARGV[2])
 local now, outcome = tonumber(ARGV[1]), ARGV[3]
 local charged, per_token, used = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[10])
 local over = ((used or 0) - charged) * per_token
 if over ~= 0 then
-  local ttat = tonumber(redis.call('HGET', KEYS[1], 'ttat') or '0')
+  local ttat = tonumber(redis.call('HGET', route, 'ttat') or '0')
   if over > 0 then ttat = math.max(ttat, now) + over else ttat = math.max(ttat + over, now) end
-  redis.call('HSET', KEYS[1], 'ttat', ttat)
+  redis.call('HSET', route, 'ttat', ttat)
 end
 if used then
-  local mean = tonumber(redis.call('HGET', KEYS[1], 'used') or used)
-  redis.call('HSET', KEYS[1], 'used', mean + (used - mean) / 4)
+  local mean = tonumber(redis.call('HGET', route, 'used') or used)
+  redis.call('HSET', route, 'used', mean + (used - mean) / 4)
 end
-if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[9], 'error_at', now) end
+if ARGV[9] ~= '' then redis.call('HSET', route, 'error', ARGV[9], 'error_at', now) end
 if (outcome == 'ok' or outcome == 'limited') and tonumber(ARGV[4]) > now then
   -- A 429's wait, or a success that said nothing is left until a reset: the fleet pauses.
-  local paused = tonumber(redis.call('HGET', KEYS[1], 'paused') or '0')
-  redis.call('HSET', KEYS[1], 'paused', math.max(paused, tonumber(ARGV[4])))
+  local paused = tonumber(redis.call('HGET', route, 'paused') or '0')
+  redis.call('HSET', route, 'paused', math.max(paused, tonumber(ARGV[4])))
 end
 if outcome == 'ok' then
-  redis.call('HSET', KEYS[1], 'circuit', 'closed', 'failures', 0)
+  redis.call('HSET', route, 'circuit', 'closed', 'failures', 0)
   return 'closed'
 end
 if outcome == 'failed' or outcome == 'limited' then
-  local failures = redis.call('HINCRBY', KEYS[1], 'failures', 1)
+  local failures = redis.call('HINCRBY', route, 'failures', 1)
   if failures >= tonumber(ARGV[7]) then
-    if redis.call('HGET', KEYS[1], 'circuit') ~= 'open' then
-      redis.call('HSET', KEYS[1], 'circuit', 'open', 'opened', now)
+    if redis.call('HGET', route, 'circuit') ~= 'open' then
+      redis.call('HSET', route, 'circuit', 'open', 'opened', now)
     end
-    redis.call('HSET', KEYS[1], 'probe', now + tonumber(ARGV[8]))
+    redis.call('HSET', route, 'probe', now + tonumber(ARGV[8]))
     return 'open'
   end
 end
-return redis.call('HGET', KEYS[1], 'circuit') or 'closed'
+return redis.call('HGET', route, 'circuit') or 'closed'
