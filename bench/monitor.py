@@ -62,6 +62,9 @@ class Monitor:
             self.process.wait(10)
 
 
+_COUNTERS = ("commands", "inner", "inner_commands", "round_trips", "messages")
+
+
 @dataclass
 class Tally:
     """Commands by component and name, Lua's inner commands by script, round trips by component."""
@@ -77,12 +80,14 @@ class Tally:
     """task name -> messages published (LPUSH)."""
     bytes: Counter[str] = field(default_factory=Counter)
     """component -> bytes of the top-level commands' arguments (MONITOR's escapes undone)."""
+    command_bytes: Counter[str] = field(default_factory=Counter)
+    """'component: COMMAND' -> its bytes (`bytes` by command: a script's own, say)."""
     lost_saves: int = 0
     """SAVE scripts that found the version moved on (they run one command: HGET v)."""
 
     def minus(self, other: Tally) -> Tally:
         out = Tally()
-        for name in ("commands", "inner", "inner_commands", "round_trips", "messages", "bytes"):
+        for name in (*_COUNTERS, "bytes", "command_bytes"):
             mine, theirs = getattr(self, name), getattr(other, name)
             getattr(out, name).update({k: mine[k] - theirs.get(k, 0) for k in mine})
         out.lost_saves = self.lost_saves - other.lost_saves
@@ -91,7 +96,7 @@ class Tally:
     def scaled(self, factor: float) -> dict[str, dict[str, float]]:
         return {
             name: {k: round(v * factor, 2) for k, v in sorted(getattr(self, name).items()) if v}
-            for name in ("commands", "inner", "inner_commands", "round_trips", "messages")
+            for name in (*_COUNTERS, "command_bytes")
         }
 
 
@@ -152,7 +157,9 @@ class _Reader:
         if command == "EVALSHA":
             self.script = label.removeprefix("EVALSHA ")
         self.out.commands[f"{component}: {label}"] += 1
-        self.out.bytes[component] += _size(key, rest)
+        size = _size(key, rest)
+        self.out.bytes[component] += size
+        self.out.command_bytes[f"{component}: {label}"] += size
         if not self._pipelined(when, client, command):
             self.out.round_trips[component] += 1
         if command == "LPUSH":
