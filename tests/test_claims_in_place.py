@@ -217,7 +217,7 @@ def test_a_claim_whose_answer_was_lost_is_given_back_and_due_at_once(
 
     def drops_one_answer(script: Any, **options: Any) -> Any:
         answer = run(script, **options)
-        if script.name == "save_claim" and script.args[-13] == "m1" and not lost:
+        if script.name == "save_claim" and script.args[-12] == "m1" and not lost:
             lost.append(script.name)
             raise StoreUnavailable("the connection dropped as the answer came back")
         return answer

@@ -236,6 +236,15 @@ def test_a_call_the_record_asked_for_is_claimed(store: RunStore, *, due_kept: bo
     assert _claim(store, "m4", "a", seq=4).status is ClaimStatus.CLAIMED
     assert _claim(store, "call-3", "a").status is ClaimStatus.CLAIMED
     assert _claim(store, "call-1", "a").status is ClaimStatus.CLAIMED
+    # Each call's message is due again when its lease ends (_claim's now 0, lease 5 s),
+    # under the member the tick sends it by.
+    outbox = store.redis.zrange(store.keys.index("r1").outbox, 0, -1, withscores=True)
+    messages = [
+        Message("call_model", "r1", seq=4),
+        Message("run_tool", "r1", call="call-3"),
+        Message("run_tool", "r1", call="call-1"),
+    ]
+    assert {m.decode(): s for m, s in outbox if m != b"a|r1"} == {m.member: 5_000 for m in messages}
 
 
 def test_a_run_whose_usage_is_on_one_route_saves_it_once() -> None:

@@ -286,11 +286,10 @@ def claim(
     admitted against its tree's budget), carried by the Celery task `task`; the run comes
     back when claimed, with the task of the claim before."""
     root = root_of(run_id)
-    member = OutboxMember.tool(run_id, call) if seq is None else OutboxMember.model(run_id, seq)
     script_keys = [keys.run(run_id), keys.lease(run_id, call), keys.index(run_id).outbox]
     script_keys += [keys.run(root), keys.inbox(run_id), keys.history(run_id)]
     args: list[Any] = [call, "tool" if seq is None else "model", seq or 0, token, lease_ms]
-    args += [member, now_ms + lease_ms, run_id, admission.max_tokens]
+    args += [now_ms + lease_ms, run_id, admission.max_tokens]  # (its outbox member: spelled)
     args += [admission.input_micro, admission.output_micro, known_version, task]
 
     def read(answer: Any) -> ClaimAnswer:

@@ -8,7 +8,7 @@
 -- fence that RECORD and SAVE check) and hands back what the call and the save
 -- after it need, so neither reads the run again: the agent's snapshot (the head
 -- and history list, or the whole snapshot of a run stored before `sf` 2) only if
--- the run is not at the version whose agent the caller keeps (ARGV[12]).
+-- the run is not at the version whose agent the caller keeps (ARGV[11]).
 --
 -- A model call is also admitted against its tree's budget (on the root's hash):
 -- its prompt (the request's size in bytes / 2) and a reply of at least FLOOR tokens
@@ -27,11 +27,11 @@
 -- KEYS[1] run hash  KEYS[2] the call's lease  KEYS[3] outbox  KEYS[4] root's hash
 -- KEYS[5] inbox  KEYS[6] history list
 -- ARGV[1] the call ("call-2", or "m<seq>")  ARGV[2] "tool" or "model"
--- ARGV[3] seq (model calls)  ARGV[4] token  ARGV[5] lease (ms)  ARGV[6] outbox member
--- ARGV[7] lease deadline (ms)  ARGV[8] run id  ARGV[9] max_tokens (0: none)
--- ARGV[10] input and ARGV[11] output price, micro-dollars per token
--- ARGV[12] the version whose agent the caller keeps ('' for none)
--- ARGV[13] the Celery task that carries the claim ('' if none): kept as `k:<call>`, and
+-- ARGV[3] seq (model calls)  ARGV[4] token  ARGV[5] lease (ms)
+-- ARGV[6] lease deadline (ms)  ARGV[7] run id  ARGV[8] max_tokens (0: none)
+-- ARGV[9] input and ARGV[10] output price, micro-dollars per token
+-- ARGV[11] the version whose agent the caller keeps ('' for none)
+-- ARGV[12] the Celery task that carries the claim ('' if none): kept as `k:<call>`, and
 -- the one it replaces handed back (the task of the attempt before, lost if it is there)
 -- Returns: {status, attempts, over, reply cap (0: none), version, record, form,
 -- head or whole snapshot, history entries, inbox, the task before, the record's fixed
@@ -80,7 +80,7 @@ local over, cap = '', 0
 if ARGV[2] == 'model' then
   local root = redis.call('HMGET', KEYS[4], 'lt', 'lu', 'lc', 'ld', 'tt', 'cu', 'mc',
     'rt', 'ru', 'rc')
-  local held = 'q:' .. ARGV[8] .. '|' .. ARGV[1]
+  local held = 'q:' .. ARGV[7] .. '|' .. ARGV[1]
   local n = function(i) return tonumber(root[i] or '0') end
   local int = function(x) return string.format('%d', x) end
   -- A tree with no limits at all reserves nothing: nothing would read it, and it never
@@ -97,7 +97,7 @@ if ARGV[2] == 'model' then
     cap = tonumber(string.match(kept, '^%d+:%d+:(%d+)$') or '0')  -- as its first claim got
   else
     local prompt = math.ceil(asked_bytes / 2)
-    local most, in_price, out_price = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+    local most, in_price, out_price = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
     local floor = most > 0 and math.min(most, FLOOR) or FLOOR
     local room = most > 0 and most or math.huge
     if root[1] then room = math.min(room, n(1) - n(5) - n(8) - prompt) end
@@ -128,15 +128,18 @@ end
 
 local attempts = redis.call('HINCRBY', KEYS[1], 'a:' .. ARGV[1], 1)
 local before = redis.call('HGET', KEYS[1], 'k:' .. ARGV[1]) or ''
-if ARGV[13] ~= '' then
-  redis.call('HSET', KEYS[1], 'k:' .. ARGV[1], ARGV[13])
+if ARGV[12] ~= '' then
+  redis.call('HSET', KEYS[1], 'k:' .. ARGV[1], ARGV[12])
 elseif before ~= '' then
   redis.call('HDEL', KEYS[1], 'k:' .. ARGV[1])
 end
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
-redis.call('ZADD', KEYS[3], ARGV[7], ARGV[6])
+-- The call's message, due again when the lease ends (OutboxMember.tool or .model).
+local member = ARGV[2] == 'tool' and ('t|' .. ARGV[7] .. '|' .. ARGV[1])
+  or ('m|' .. ARGV[7] .. '|' .. ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[6], member)
 local inbox = redis.call('XRANGE', KEYS[5], '-', '+', 'COUNT', 1000)
-if run[1] == ARGV[12] then
+if run[1] == ARGV[11] then
   return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox, before, '', ''}
 end
 local kept = redis.call('HMGET', KEYS[1], 'fixed', 'start', 'head', 'snap')
