@@ -67,7 +67,10 @@ def model_call(seq: int) -> str:
 
 
 class OutboxMember:
-    """The outbox's members: one per message that must be sent (and sent again if lost)."""
+    """The outbox's members: one per message that must be sent (and sent again if lost).
+
+    CLAIM and SAVE spell a call's member themselves (lua/claim.lua, lua/save.lua), as
+    `model` and `tool` below do: a change here is a change there."""
 
     @staticmethod
     def advance(run_id: str) -> str:

@@ -26,6 +26,13 @@ Per run (a root task, or a specialist's child run `<parent>.<call>`):
     lease:<id>:<x>  string  the token of the worker making call <x> now (a TTL):
                             CLAIM takes it, RENEW keeps it, RECORD/SAVE release it
 
+A few keys the scripts spell themselves from a key they are sent, rather than have each
+step send them (about 350 bytes a turn): SAVE, the saved call's lease and, on a single
+Redis, the activity stream (from `run:<tree>` and the run's `<tree>`, `Keys.tree`);
+ROUTE_ADMIT and ROUTE_DONE, the route's parts (`route:<r>:<part>` from `route:<r>`).
+A name changed here must be changed in those scripts too (and CLAIM and SAVE spell
+a call's outbox member: `engine.ids.OutboxMember`).
+
 A run's hash (and history, journal and trace) get a TTL when, and only when, the run
 finishes (SAVE); a follow-up that reopens it removes them again. STREAM relies on that.
 
