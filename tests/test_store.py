@@ -842,6 +842,20 @@ def test_trace_lines_are_stored_without_their_run_and_read_back_with_it(
     assert entries == [_line(), quoted, other, TraceEntry(at_ms=4, run="r1", kind="older")]
 
 
+def test_a_save_sent_another_runs_key_fails_rather_than_spell_keys_from_it(
+    store: RunStore,
+) -> None:
+    """SAVE spells the saved call's lease and the activity stream from the run's key (see
+    workers.store.layout): a key that is not the run's is a caller's bug, refused."""
+    store.create(_record(), "snap", due_ms=5_000)
+    store.create(_record("r2"), "snap", due_ms=5_000)
+    call = scripts.save(store.keys, advanced=_step(_record()), version="1", own=None)
+    call.keys[0] = store.keys.run("r2")
+    with pytest.raises(StoreUnavailable, match="is not the key of run r1"):
+        store.connection.run(call)
+    assert store.redis.hget(store.keys.run("r2"), "v") == b"1"  # nothing saved
+
+
 def test_a_save_sends_trace_lines_as_arguments_not_escaped_inside_its_effects(
     store: RunStore,
 ) -> None:

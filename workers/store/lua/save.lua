@@ -66,6 +66,9 @@ local fx = cjson.decode(ARGV[4])
 local run = fx.run
 local tree = fx.tree or run
 local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #tree - 4)
+if prefix .. 'run:' .. tree ~= KEYS[1] then  -- (a caller's bug: fail, never guess)
+  return redis.error_reply('SAVE: ' .. KEYS[1] .. ' is not the key of run ' .. run)
+end
 local activity = fx.activity or (prefix .. 'activity')  -- (a cluster's names its shard)
 local own = fx.own
 if own ~= nil then
