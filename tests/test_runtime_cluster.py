@@ -30,10 +30,12 @@ from tests.support.rabbitmq import require_rabbitmq
 from tests.support.redis_cluster import Cluster, redis_cluster
 from tests.support.redis_server import RedisServer
 from tests.support.schedule_host import RecordingHost
-from workers import AsyncRelay, Relay
+from workers import AsyncRelay, ModelRoute, Relay
 from workers.engine.effects import Advanced, Effects, OwnOutcome
 from workers.engine.records import CallTrack, RunRecord, TraceEntry
+from workers.model.limits import RouteLimits
 from workers.settings import now_ms
+from workers.store import scripts
 from workers.store.durability import Durability
 from workers.store.layout import Keys
 from workers.store.runs import RunStore
@@ -357,6 +359,7 @@ def test_a_saved_call_frees_its_lease_and_message_and_its_trace_wakes_the_watche
             server = stack.enter_context(RedisServer(tmp_path))
             store = RunStore(server.url, "spelled:run:")
         stack.callback(store.redis.close)
+        stack.callback(_forget, store, "spelled:run:*")  # (the cluster is the session's)
         index = store.keys.index(run_id)
         root = run_id.split(".", 1)[0]
         base = {"id": run_id, "root": root, "task": "t", "created_ms": 1, "updated_ms": 1}
@@ -385,5 +388,42 @@ def test_a_saved_call_frees_its_lease_and_message_and_its_trace_wakes_the_watche
             assert store.redis.zscore(index.outbox, member) is None
             newest = store.redis.xrevrange(index.activity, count=1)
             assert newest[0][1] == {b"r": run_id.encode()}
-        if where == "cluster":
-            store.redis.delete(*store.redis.keys(f"{{{root}}}*"))  # (the session's cluster)
+
+
+@pytest.mark.parametrize("where", ["single", "cluster"])
+def test_a_routes_admission_keeps_its_calls_and_queue_under_the_layouts_names(
+    where: str, redis_cluster: Cluster, tmp_path: Path
+) -> None:
+    """ROUTE_ADMIT and ROUTE_DONE are sent every key they touch on a cluster (a slot being
+    moved redirects them before they write) and spell the route's parts on a single
+    Redis: either way the calls in flight and the queue are where layout names them."""
+    with contextlib.ExitStack() as stack:
+        url = redis_cluster.url if where == "cluster" else ""
+        if not url:
+            url = stack.enter_context(RedisServer(tmp_path)).url
+        store = RunStore(url, f"route-{where}:", cluster=where == "cluster")
+        stack.callback(store.redis.close)
+        stack.callback(_forget, store, f"route-{where}:*")
+        limits, keys = RouteLimits(store.connection), store.keys
+        sent = scripts.route_admit(keys, route="fast", key="k", holder="h", now_ms=0).keys
+        assert len(sent) == (7 if where == "cluster" else 2)
+        route = ModelRoute("fast", url="http://127.0.0.1:9/v1", model="m", rpm=1)
+        terms = {"key": "k", "tokens": 10, "key_concurrency": None, "lease_ms": 60_000}
+        first = limits.admit(route, holder="r|1", now_ms=1_000, **terms)  # type: ignore[arg-type]
+        assert first.verdict == "admitted"
+        second = limits.admit(route, holder="r|2", now_ms=1_000, **terms)  # type: ignore[arg-type]
+        assert second.verdict == "wait"  # its turn is a minute off: it waits in the queue
+        assert store.redis.zrange(keys.route("fast", "inflight"), 0, -1) == [b"r|1"]
+        assert store.redis.zrange(keys.key_inflight("k", "fast"), 0, -1) == [b"r|1"]
+        assert store.redis.zrange(keys.route("fast", "queue"), 0, -1) == [b"r|2"]
+        assert store.redis.hget(keys.route("fast", "queue-keys"), "r|2") == b"k"
+        assert store.redis.zscore(keys.route("fast", "told"), "r|2") is not None
+        assert limits.done(route, key="k", holder="r|1", outcome="ok", now_ms=2_000) == "closed"
+        assert store.redis.zcard(keys.route("fast", "inflight")) == 0
+        assert store.redis.zcard(keys.key_inflight("k", "fast")) == 0
+
+
+def _forget(store: RunStore, pattern: str) -> None:
+    """Delete a test's keys (one at a time: on a cluster they are in many slots)."""
+    for key in list(store.redis.scan_iter(match=pattern)):
+        store.redis.delete(key)

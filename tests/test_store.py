@@ -849,10 +849,15 @@ def test_a_save_sent_another_runs_key_fails_rather_than_spell_keys_from_it(
     workers.store.layout): a key that is not the run's is a caller's bug, refused."""
     store.create(_record(), "snap", due_ms=5_000)
     store.create(_record("r2"), "snap", due_ms=5_000)
-    call = scripts.save(store.keys, advanced=_step(_record()), version="1", own=None)
-    call.keys[0] = store.keys.run("r2")
-    with pytest.raises(StoreUnavailable, match="is not the key of run r1"):
-        store.connection.run(call)
+    save = scripts.save(store.keys, advanced=_step(_record()), version="1", own=None)
+    save.keys[0] = store.keys.run("r2")
+    claim = scripts.claim(
+        store.keys, run_id="r1", call="call-1", seq=None, token="t", lease_ms=1, now_ms=1,
+        admission=Admission(0, 0.0, 0.0), known_version="",
+    )  # fmt: skip
+    for call in (save, scripts.save_claim(save, claim)):
+        with pytest.raises(StoreUnavailable, match="is not the key of run r1"):
+            store.connection.run(call)  # type: ignore[arg-type]
     assert store.redis.hget(store.keys.run("r2"), "v") == b"1"  # nothing saved
 
 

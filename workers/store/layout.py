@@ -29,7 +29,9 @@ Per run (a root task, or a specialist's child run `<parent>.<call>`):
 A few keys the scripts spell themselves from a key they are sent, rather than have each
 step send them (about 350 bytes a turn): SAVE, the saved call's lease and, on a single
 Redis, the activity stream (from `run:<tree>` and the run's `<tree>`, `Keys.tree`);
-ROUTE_ADMIT and ROUTE_DONE, the route's parts (`route:<r>:<part>` from `route:<r>`).
+on a single Redis, ROUTE_ADMIT and ROUTE_DONE, the route's parts (`route:<r>:<part>`
+from `route:<r>`; a cluster's are sent, so a slot on the move redirects the script
+before it writes).
 A name changed here must be changed in those scripts too (and CLAIM and SAVE spell
 a call's outbox member: `engine.ids.OutboxMember`).
 

@@ -553,9 +553,14 @@ def sweep(
 # --- model routes -----------------------------------------------------------------------------
 
 
-def _route_keys(keys: Keys, route: str, key: str) -> list[str]:
-    # (The route's other keys, `<route hash>:<part>`, the scripts spell themselves.)
-    return [keys.route(route), keys.key_inflight(key, route)]
+def _route_keys(keys: Keys, route: str, key: str, parts: Sequence[str]) -> list[str]:
+    """The route's hash and the key's calls in flight, then on a cluster the route's
+    `parts` (a single Redis's scripts spell them: `<route hash>:<part>`)."""
+    spelled = [keys.route(route, part) for part in parts] if keys.cluster else []
+    return [keys.route(route), keys.key_inflight(key, route), *spelled]
+
+
+_ROUTE_PARTS = ("inflight", "queue", "queue-keys", "tags", "told")
 
 
 def route_admit(
@@ -587,7 +592,7 @@ def route_admit(
         verdict, at, charged = answer
         return Admitted(as_text(verdict), int(float(at)), int(charged))  # type: ignore[arg-type]
 
-    return ScriptCall("route_admit", _route_keys(keys, route, key), args, read)
+    return ScriptCall("route_admit", _route_keys(keys, route, key, _ROUTE_PARTS), args, read)
 
 
 def route_done(
@@ -611,4 +616,4 @@ def route_done(
     args: list[Any] = [now_ms, holder, outcome, paused_until_ms, max(charged, 0)]
     args += [ms_per_token, failures_to_open, probe_ms, error[:300]]
     args.append("" if used is None else max(used, 0))
-    return ScriptCall("route_done", _route_keys(keys, route, key), args, as_text)
+    return ScriptCall("route_done", _route_keys(keys, route, key, ("inflight",)), args, as_text)

@@ -9,7 +9,8 @@
 -- spacing, more push it on; a call that failed gives back all it was charged. What a
 -- call used feeds the route's running mean (`used`), which ROUTE_ADMIT charges next.
 --
--- KEYS[1] route hash  KEYS[2] key's calls in flight (the route's: <route>:inflight)
+-- KEYS[1] route hash  KEYS[2] key's calls in flight  KEYS[3] the route's, on a cluster
+-- only (a single Redis's script spells it: <route>:inflight; see lua/route_admit.lua)
 -- ARGV[1] now  ARGV[2] holder  ARGV[3] outcome: ok, failed, limited, refused (a
 -- request the server called wrong: neither the circuit nor the pause hear of it), or
 -- stopped (by its caller: a cancelled run, a lost lease; likewise)
@@ -19,7 +20,7 @@
 -- ARGV[10] tokens used ('' when unknown: the call failed)
 -- Returns: the circuit's state (closed or open).
 local route, key_inflight = KEYS[1], KEYS[2]
-local inflight = route .. ':inflight'  -- (layout.Keys.route)
+local inflight = KEYS[3] or (route .. ':inflight')
 redis.call('ZREM', inflight, ARGV[2])
 redis.call('ZREM', key_inflight, ARGV[2])
 local now, outcome = tonumber(ARGV[1]), ARGV[3]

@@ -19,5 +19,6 @@ for at in string.gmatch(ARGV[2], '%d+') do claim_keys[#claim_keys + 1] = KEYS[to
 for i = 1, n do save_args[i] = ARGV[2 + i] end
 for i = n + 3, #ARGV do claim_args[i - n - 2] = ARGV[i] end
 local saved = save(save_keys, save_args)
+if type(saved) == 'table' then return saved end  -- (SAVE's error reply: raised as it is)
 if saved ~= 'saved' then return {saved} end
 return {saved, claim(claim_keys, claim_args)}
