@@ -340,7 +340,7 @@ async def _async_pages(relay: Relay) -> tuple[list[str], int]:
         return [status.id for status in found], await arelay.count_runs("running")
 
 
-# --- the keys SAVE spells itself ----------------------------------------------------------------
+# --- the keys the scripts spell themselves ----------------------------------------------------
 
 
 @pytest.mark.parametrize("where", ["single", "cluster"])
@@ -408,10 +408,10 @@ def test_a_routes_admission_keeps_its_calls_and_queue_under_the_layouts_names(
         sent = scripts.route_admit(keys, route="fast", key="k", holder="h", now_ms=0).keys
         assert len(sent) == (7 if where == "cluster" else 2)
         route = ModelRoute("fast", url="http://127.0.0.1:9/v1", model="m", rpm=1)
-        terms = {"key": "k", "tokens": 10, "key_concurrency": None, "lease_ms": 60_000}
-        first = limits.admit(route, holder="r|1", now_ms=1_000, **terms)  # type: ignore[arg-type]
+        terms: dict[str, Any] = {"key": "k", "tokens": 10, "key_concurrency": None}
+        first = limits.admit(route, holder="r|1", now_ms=1_000, lease_ms=60_000, **terms)
         assert first.verdict == "admitted"
-        second = limits.admit(route, holder="r|2", now_ms=1_000, **terms)  # type: ignore[arg-type]
+        second = limits.admit(route, holder="r|2", now_ms=1_000, lease_ms=60_000, **terms)
         assert second.verdict == "wait"  # its turn is a minute off: it waits in the queue
         assert store.redis.zrange(keys.route("fast", "inflight"), 0, -1) == [b"r|1"]
         assert store.redis.zrange(keys.key_inflight("k", "fast"), 0, -1) == [b"r|1"]

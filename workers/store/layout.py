@@ -27,7 +27,7 @@ Per run (a root task, or a specialist's child run `<parent>.<call>`):
                             CLAIM takes it, RENEW keeps it, RECORD/SAVE release it
 
 A few keys the scripts spell themselves from a key they are sent, rather than have each
-step send them (about 350 bytes a turn): SAVE, the saved call's lease and, on a single
+step send them (about 400 bytes a turn): SAVE, the saved call's lease and, on a single
 Redis, the activity stream (from `run:<tree>` and the run's `<tree>`, `Keys.tree`);
 on a single Redis, ROUTE_ADMIT and ROUTE_DONE, the route's parts (`route:<r>:<part>`
 from `route:<r>`; a cluster's are sent, so a slot on the move redirects the script
