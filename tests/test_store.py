@@ -24,7 +24,7 @@ from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Us
 from workers.engine.working import Surroundings, Working
 from workers.settings import now_ms
 from workers.store import codec, scripts
-from workers.store.layout import TRACE_MAX, RunFields
+from workers.store.layout import TRACE_MAX, Keys, RunFields
 from workers.store.runs import CallClaim, Claim, RunStore
 from workers.store.scripts import ClaimStatus, Decided, Recorded, ReplyAnswer, Saved
 
@@ -859,6 +859,30 @@ def test_a_save_sent_another_runs_key_fails_rather_than_spell_keys_from_it(
         with pytest.raises(StoreUnavailable, match="is not the key of run r1"):
             store.connection.run(call)  # type: ignore[arg-type]
     assert store.redis.hget(store.keys.run("r2"), "v") == b"1"  # nothing saved
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        OwnOutcome("r1", "call-1", 1, "t", "t|r2|call-1"),  # another run's message
+        OwnOutcome("r2", "call-1", 1, "t", "t|r1|call-1"),  # another run's call
+        OwnOutcome("r1", "call-1", 1, "t", "t|r1|call-2"),  # another call's message
+        OwnOutcome("r1", "m3", 1, "t", "m|r1|4"),  # another model call's
+        OwnOutcome("r1", "m3", 1, "t", "a|r1"),  # not a call's message at all
+    ],
+)
+def test_a_save_refuses_an_own_call_whose_message_is_not_its_own(own: OwnOutcome) -> None:
+    """SAVE spells the call's lease and outbox member from the call: a member that is not
+    the one the tick reads back as this call's is a caller's bug, refused before Redis."""
+    with pytest.raises(ValueError, match="is not one of run r1's own"):
+        codec.save_effects(Keys("t:"), _step(_record()), own)
+    fine = OwnOutcome("r1", "m3", 1, "t", "m|r1|3")
+    assert json.loads(codec.save_effects(Keys("t:"), _step(_record()), fine))["own"] == {
+        "call": "m3",
+        "kind": "m",
+        "attempt": "1",
+        "token": "t",
+    }
 
 
 def test_a_save_sends_trace_lines_as_arguments_not_escaped_inside_its_effects(

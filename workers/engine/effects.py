@@ -15,7 +15,7 @@ from typing import Literal
 
 from agent_core import Agent
 from workers.engine.events import InboxEvent
-from workers.engine.ids import OutboxMember
+from workers.engine.ids import OutboxMember, model_call
 from workers.engine.records import Pending, RunList, RunRecord, TraceEntry, Usage
 
 __all__ = [
@@ -55,6 +55,14 @@ class Message:
         if self.kind == "run_tool":
             return OutboxMember.tool(self.run, self.call)
         return OutboxMember.advance(self.run)
+
+    @property
+    def called(self) -> str:
+        """The call a call message is for (`call-2`, or `m<seq>` for a model call); '' for
+        an advance."""
+        if self.kind == "call_model":
+            return model_call(self.seq)
+        return self.call if self.kind == "run_tool" else ""
 
     @classmethod
     def of(cls, member: str) -> Message | None:

@@ -28,7 +28,6 @@ from collections.abc import Callable
 
 from workers.engine.effects import Message
 from workers.engine.events import CancelRun, expiry_event
-from workers.engine.ids import model_call
 from workers.engine.records import Pending
 from workers.errors import StoreUnavailable
 from workers.settings import Timing
@@ -131,16 +130,15 @@ class Healing:
         because the attempt that had it was lost (not for a message merely not taken yet)."""
         if message.kind == "advance":
             return
-        call = message.call if message.kind == "run_tool" else model_call(message.seq)
         try:
-            attempt = self._store.note_resent(message.run, call, now)
+            attempt = self._store.note_resent(message.run, message.called, now)
         except StoreUnavailable:
             return  # the re-send matters more than saying so
         if attempt is not None:
             log.warning(
                 "sending %s of run %s again, as attempt %d: attempt %d lost its lease with"
                 " no outcome (its worker died or stalled)",
-                call, message.run, attempt, attempt - 1,
+                message.called, message.run, attempt, attempt - 1,
             )  # fmt: skip
 
     def _time_is_up(self, root: str, now: int) -> None:

@@ -21,6 +21,7 @@ from workers.engine.effects import (
     ChildRun,
     Delivery,
     KeptNotes,
+    Message,
     OwnOutcome,
     Reservation,
     SnapshotWrite,
@@ -308,11 +309,11 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
 def _own(own: OwnOutcome, saved: str) -> dict[str, str]:
     """The call whose outcome is saved with the step, as SAVE reads it (`fx.own`):
     SAVE spells its lease and outbox member from the run's key and the call (about 80
-    bytes a step), so the member must be the one OutboxMember spells for the call."""
-    kind = own.member[:1]
-    tail = own.call[1:] if kind == "m" else own.call
-    if own.run_id != saved or own.member != f"{kind}|{saved}|{tail}":
+    bytes a step), so the member must be the call's own, as the tick reads it back."""
+    message = Message.of(own.member)
+    if message is None or message.called != own.call or {own.run_id, message.run} != {saved}:
         raise ValueError(f"call {own.call} ({own.member}) is not one of run {saved}'s own")
+    kind = "m" if message.kind == "call_model" else "t"
     return {"call": own.call, "kind": kind, "attempt": str(own.attempt), "token": own.token}
 
 
