@@ -10,8 +10,9 @@ reader's XREAD. Goal: under 20 ms.
 
 Memory: `MEMORY USAGE` of a tree's live stream once a run streamed an answer of
 400 and of 4,000 characters (a step, the text events, a done), its pieces
-`GAP_MS` apart (each its own event) and all at once (pieces that come while a
-write is under way go as one event); and the Redis
+`GAP_MS` apart (a call's stream is written at most once every
+`workers.runtime.streaming.WRITE_GAP_S`, what came meanwhile as one event) and all
+at once; and the Redis
 bytes per run of N runs parked at an approval after a streamed reply, with their
 streams (they are kept STREAM_PARKED_S after a run parks) and once those are
 gone (deleted here, as their expiry would).

@@ -412,6 +412,7 @@ def _live(r: dict[str, Any]) -> list[Row]:
     lat, parked = r["first_text_ms"], r["parked"]
     sizes = ", ".join(
         f"{s['answer_chars']:,} chars {s.get('gap_ms', 0)} ms apart: {s['memory_usage']:,} B"
+        f" ({s['events']:,} events)"
         for s in r["stream_bytes"]
     )
     return [

@@ -1,5 +1,6 @@
 """`ReplyStream`: a model call's pieces reach its tree's live stream through the
-process's one writer thread, in order, batched while a write is under way, each
+process's one writer thread, in order, batched while a write is under way and
+paced (a write a stream every WRITE_GAP_S, its first and last at once), each
 stream's failure its own, and in a forked child too."""
 
 from __future__ import annotations
@@ -9,8 +10,11 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pytest
+
 from workers.errors import StoreUnavailable
-from workers.runtime.streaming import ReplyStream
+from workers.runtime import streaming
+from workers.runtime.streaming import WRITE_GAP_S, ReplyStream
 from workers.store.live import LiveStreams
 
 
@@ -65,6 +69,38 @@ def test_pieces_queued_during_a_write_go_together_and_close_waits_for_them() -> 
     stream.close()
     assert live.batches["r1"][0] == [("step", "m1"), ("text", "Hel")]
     assert live.batches["r1"][1:] == [[("text", "lo, world")]]  # one event for both
+
+
+def test_a_model_sending_token_by_token_is_written_a_few_times_a_second() -> None:
+    live = FakeLive()
+    stream = _stream(live, "r1")
+    began = time.monotonic()
+    for i in range(100):
+        stream(f"t{i} ")
+        time.sleep(0.005)  # a hundred or more tokens a second
+    stream.close()
+    took = time.monotonic() - began
+    assert live.text("r1") == "".join(f"t{i} " for i in range(100))
+    assert live.batches["r1"][0] == [("step", "m1"), ("text", "t0 ")]  # the first at once
+    # One write a gap, and the first and the last beside them (100 without the gap).
+    assert live.round_trips <= took / WRITE_GAP_S + 2, (live.round_trips, took)
+
+
+def test_a_closing_call_writes_what_is_left_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(streaming, "WRITE_GAP_S", 60.0)  # no paced write comes in this test
+    live = FakeLive()
+    stream = _stream(live, "r1")
+    stream("first ")
+    time.sleep(0.1)  # written: the next write is a minute off
+    stream("and the rest")
+    began = time.monotonic()
+    stream.close()
+    assert time.monotonic() - began < 1.5  # not CLOSE_SECONDS (2 s) in vain
+    assert live.text("r1") == "first and the rest"
+    assert live.round_trips == 2
+    stream("a late piece")  # after the close: at once too, and close waits for it again
+    stream.close()
+    assert live.text("r1") == "first and the resta late piece"
 
 
 def test_many_calls_share_one_writer_and_keep_their_order() -> None:
