@@ -10,6 +10,8 @@ advance and one model call. Two workers, each measured alone on the same load:
   slot for its 2 s.
 - `threads carried`: the compose file's model worker as it is, `--pool threads
   -c 64` with carrying at its default.
+- `carried tokens`: as `carried`, the model sending its reply a token at a time
+  (TOKENS pieces over SECONDS), as hosted models do: what the live stream costs.
 
 For each: the most calls the model saw at once, how long the runs took against
 what the model allows (runs / most in flight x 2 s), the worker's CPU (all its
@@ -36,6 +38,9 @@ __all__ = ["SECONDS", "run"]
 
 SECONDS = 2.0
 STEPS_PER_RUN = 2
+TOKENS = 100
+"""The `carried-tokens` variant's reply: 400 characters in 100 pieces over SECONDS, a
+model sending a token at a time (50 a second)."""
 """An advance (it asks the model) and the model call (its final answer ends the run)."""
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -123,15 +128,24 @@ def _load(b: Bench, worker: Worker, stats_url: str, runs: int, marker: str) -> d
         # (INFO commandstats, summed: a script's commands count twice, in their own lines
         # and in its EVALSHA; the main thread's CPU is what the Redis server spent.)
         "redis_us_per_step": round(redis.total_usec / (runs * STEPS_PER_RUN), 1),
+        "stream_events_per_run": round(redis.calls.get("xadd", 0) / runs, 1),
         "redis_cpu_us_per_step": round(redis.cpu_usec / (runs * STEPS_PER_RUN), 1),
     }
 
 
 def _variant(
-    b: Bench, name: str, runs: int, args: tuple[str, ...], env: dict[str, str], *, pieces: int = 10
+    b: Bench,
+    name: str,
+    runs: int,
+    args: tuple[str, ...],
+    env: dict[str, str],
+    *,
+    pieces: int = 10,
+    chars: int = 0,
 ) -> Any:
     port = free_port()
     serve = ["--port", str(port), "--seconds", str(SECONDS), "--pieces", str(pieces)]
+    serve += ["--chars", str(chars)]
     model = subprocess.Popen(  # its own process: its CPU is not the worker's or ours
         [sys.executable, "-m", "bench.slow_model", *serve],
         stdout=subprocess.DEVNULL,
@@ -166,10 +180,16 @@ def run(b: Bench) -> dict[str, Any]:
         b, "threads-carried", runs, ("--pool", "threads", "-c", "64"),
         {"RELAY_MODEL_CARRIED": str(runs)},
     )  # fmt: skip
+    tokens = _variant(
+        b, "carried-tokens", b.pick(1_000, 200), ("--pool", "prefork", "-c", "2"),
+        {"RELAY_MODEL_CARRIED": str(runs)}, pieces=TOKENS, chars=TOKENS * 4,
+    )  # fmt: skip
     return {
         "seconds_per_reply": SECONDS,
         "carried": carried,
         "slots": slots,
         "threads_carried": threads_carried,
+        "carried_tokens": tokens,
+        "tokens_per_reply": TOKENS,
         "in_flight_ratio": round(carried["most_in_flight"] / max(slots["most_in_flight"], 1), 1),
     }

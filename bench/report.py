@@ -440,6 +440,7 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
         ("carried", "prefork -c 2, RELAY_MODEL_CARRIED"),
         ("slots", "threads -c 64, RELAY_MODEL_CARRIED=0"),
         ("threads_carried", "threads -c 64, RELAY_MODEL_CARRIED"),
+        ("carried_tokens", "prefork -c 2, RELAY_MODEL_CARRIED, a token at a time"),
     )
     for name, what in shapes:
         v = r.get(name)
@@ -452,7 +453,8 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
                 f"{v['most_in_flight']:,} calls in flight, {v['runs_per_s']:,} runs/s"
                 f" ({v['took_over_allowed']} x what the model allows),"
                 f" {v['worker_cores_busy']} cores busy, {v['kb_per_call_in_flight']:,} KB"
-                f" a call, Redis CPU {v.get('redis_cpu_us_per_step', '?')} us a step",
+                f" a call, Redis CPU {v.get('redis_cpu_us_per_step', '?')} us a step,"
+                f" {v.get('stream_events_per_run', '?')} live events a run",
                 ">= 1,000 in flight, < 1 core" if name == "carried" else "beside",
                 _check(v["most_in_flight"] >= 1_000 and v["worker_cores_busy"] < 1.0)
                 if name == "carried"

@@ -1,8 +1,9 @@
-"""`python -m bench.slow_model --port P [--seconds 2] [--pieces 10]`: a loopback model
-server on asyncio that takes its time, for thousands of calls at once.
+"""`python -m bench.slow_model --port P [--seconds 2] [--pieces 10] [--chars 0]`: a
+loopback model server on asyncio that takes its time, for thousands of calls at once.
 
 OpenAI-compatible enough for Relay's client: every chat completion answers
-`{"final": "done"}`, streamed as `--pieces` events spread over `--seconds` (or sent
+`{"final": "done"}` (with `--chars N`, a final answer N characters long, so that a
+hundred pieces are token-sized), streamed as `--pieces` events spread over `--seconds` (or sent
 whole after them when the call asks for no stream), with the usage when the call
 asks for it. `GET /stats` says how many calls are in flight now, the most at once,
 and how many were answered. It binds 127.0.0.1 only, and runs in a process of its
@@ -20,6 +21,11 @@ from typing import Any
 __all__ = ["main"]
 
 ANSWER = json.dumps({"final": "done"})
+
+
+def answer_of(chars: int) -> str:
+    """The reply's text: `{"final": "done"}`, or a final answer of `chars` characters."""
+    return json.dumps({"final": ("done " * chars)[:chars]}) if chars > 0 else ANSWER
 
 
 class _Stats:
@@ -51,7 +57,7 @@ def _usage_chunk() -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-def _completion() -> bytes:
+def _completion(answer: str) -> bytes:
     return json.dumps(
         {
             "id": "chatcmpl-slow",
@@ -61,7 +67,7 @@ def _completion() -> bytes:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": ANSWER},
+                    "message": {"role": "assistant", "content": answer},
                     "finish_reason": "stop",
                 }
             ],
@@ -71,8 +77,9 @@ def _completion() -> bytes:
 
 
 class _Server:
-    def __init__(self, seconds: float, pieces: int) -> None:
+    def __init__(self, seconds: float, pieces: int, answer: str) -> None:
         self.seconds = seconds
+        self.answer = answer
         self.pieces = max(1, pieces)
         self.stats = _Stats()
 
@@ -109,7 +116,7 @@ class _Server:
                 await self._stream(writer, usage)
             else:
                 await asyncio.sleep(self.seconds)
-                await self._send(writer, 200, _completion())
+                await self._send(writer, 200, _completion(self.answer))
         finally:
             self.stats.in_flight -= 1
         self.stats.answered += 1
@@ -127,9 +134,10 @@ class _Server:
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n"
         )
-        size = -(-len(ANSWER) // self.pieces)
+        answer = self.answer
+        size = -(-len(answer) // self.pieces)
         events = [_chunk({"role": "assistant", "content": ""})]
-        pieces = [_chunk({"content": ANSWER[i : i + size]}) for i in range(0, len(ANSWER), size)]
+        pieces = [_chunk({"content": answer[i : i + size]}) for i in range(0, len(answer), size)]
         gap = self.seconds / len(pieces)
         for event in events + pieces:
             if event is not events[0]:
@@ -143,8 +151,8 @@ class _Server:
         await writer.drain()
 
 
-async def _main(port: int, seconds: float, pieces: int) -> None:
-    server = _Server(seconds, pieces)
+async def _main(port: int, seconds: float, pieces: int, chars: int) -> None:
+    server = _Server(seconds, pieces, answer_of(chars))
     listening = await asyncio.start_server(server.serve, "127.0.0.1", port, backlog=4096)
     print(f"listening on 127.0.0.1:{port}", flush=True)
     async with listening:
@@ -156,8 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--pieces", type=int, default=10)
+    parser.add_argument("--chars", type=int, default=0)
     args = parser.parse_args(argv)
-    asyncio.run(_main(args.port, args.seconds, args.pieces))
+    asyncio.run(_main(args.port, args.seconds, args.pieces, args.chars))
 
 
 if __name__ == "__main__":
