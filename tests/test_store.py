@@ -845,8 +845,8 @@ def test_trace_lines_are_stored_without_their_run_and_read_back_with_it(
 def test_a_save_sent_another_runs_key_fails_rather_than_spell_keys_from_it(
     store: RunStore,
 ) -> None:
-    """SAVE spells the saved call's lease and the activity stream from the run's key (see
-    workers.store.layout): a key that is not the run's is a caller's bug, refused."""
+    """On a single Redis, SAVE, CLAIM and STREAM spell the run's other keys from its own
+    (see workers.store.layout): a key that is not the run's is a caller's bug, refused."""
     store.create(_record(), "snap", due_ms=5_000)
     store.create(_record("r2"), "snap", due_ms=5_000)
     save = scripts.save(store.keys, advanced=_step(_record()), version="1", own=None)
@@ -856,9 +856,20 @@ def test_a_save_sent_another_runs_key_fails_rather_than_spell_keys_from_it(
         admission=Admission(0, 0.0, 0.0), known_version="",
     )  # fmt: skip
     for call in (save, scripts.save_claim(save, claim)):
-        with pytest.raises(StoreUnavailable, match="is not the key of run r1"):
+        with pytest.raises(StoreUnavailable, match=r"SAVE: .* is not the key of run r1"):
             store.connection.run(call)  # type: ignore[arg-type]
     assert store.redis.hget(store.keys.run("r2"), "v") == b"1"  # nothing saved
+    # CLAIM and STREAM spell their other keys from the run's (the root's) too.
+    claim.keys[0] = store.keys.run("r2")
+    with pytest.raises(StoreUnavailable, match=r"CLAIM: .* is not the key of run r1"):
+        store.connection.run(claim)
+    streamed = scripts.stream(store.keys, run_id="r1", events=[("text", "x")], keep=9, idle_s=9)
+    streamed.keys[0] = store.keys.run("r2")
+    with pytest.raises(StoreUnavailable, match=r"STREAM: .* is not the root of run r1"):
+        store.connection.run(streamed)
+    for run in ("r1", "r2"):
+        assert store.redis.hget(store.keys.run(run), "a:call-1") is None  # nothing claimed
+        assert not store.redis.exists(store.keys.lease(run, "call-1"), store.keys.live(run))
 
 
 @pytest.mark.parametrize(
@@ -963,16 +974,18 @@ def test_a_save_and_the_claim_of_the_call_it_decided_are_one_script(store: RunSt
     assert store.redis.zscore(outbox, "t|r1|call-1") == 1_000 + 5_000  # the lease's end
     # The message, were it delivered too, finds the call taken.
     assert _claim(store, "call-1", "other").status is ClaimStatus.BUSY
-    # (Each key is sent once: those the claim shares with the save are not sent again.)
-    again = scripts.save_claim(
-        scripts.save(store.keys, advanced=step, version="2", own=None),
-        scripts.claim(
-            store.keys, run_id="r1", call="call-1", seq=None, token="t", lease_ms=1, now_ms=1,
-            admission=Admission(0, 0.0, 0.0), known_version="",
-        ),
-    )  # fmt: skip
-    assert sorted(again.keys) == sorted(set(again.keys))
-    assert len(again.keys) == 9 + 1  # the lease's (the run is its own root)
+    # On a single Redis only the run's key is sent (the scripts spell the rest); on a
+    # cluster each key is sent once: those the claim shares with the save not again.
+    for keys, sent in ((store.keys, 1), (Keys("t:", cluster=True), 9 + 1)):  # (+ the lease)
+        again = scripts.save_claim(
+            scripts.save(keys, advanced=step, version="2", own=None),
+            scripts.claim(
+                keys, run_id="r1", call="call-1", seq=None, token="t", lease_ms=1, now_ms=1,
+                admission=Admission(0, 0.0, 0.0), known_version="",
+            ),
+        )  # fmt: skip
+        assert sorted(again.keys) == sorted(set(again.keys))
+        assert len(again.keys) == sent
 
 
 def test_a_save_that_does_not_land_claims_nothing(store: RunStore) -> None:

@@ -26,12 +26,16 @@ Per run (a root task, or a specialist's child run `<parent>.<call>`):
     lease:<id>:<x>  string  the token of the worker making call <x> now (a TTL):
                             CLAIM takes it, RENEW keeps it, RECORD/SAVE release it
 
-A few keys the scripts spell themselves from a key they are sent, rather than have each
-step send them (about 400 bytes a turn): SAVE, the saved call's lease and, on a single
-Redis, the activity stream (from `run:<tree>` and the run's `<tree>`, `Keys.tree`);
-on a single Redis, ROUTE_ADMIT and ROUTE_DONE, the route's parts (`route:<r>:<part>`
-from `route:<r>`; a cluster's are sent, so a slot on the move redirects the script
-before it writes).
+Keys the scripts spell themselves from a key they are sent, rather than have each step
+send them (about 1,000 bytes a turn): SAVE, the saved call's lease (from `run:<tree>` and
+the run's `<tree>`, `Keys.tree`). On a single Redis only, where no slot can move, more:
+SAVE and CLAIM are sent the run's hash alone and spell its inbox, trace, history,
+journal, a call's lease, the root's hash and the index keys (`outbox`, `pending`,
+`pending:data`, `runs`, `activity`); STREAM, the tree's `live:<root>` from the root's
+hash; ROUTE_ADMIT and ROUTE_DONE, the route's parts (`route:<r>:<part>` from
+`route:<r>`). On a cluster these are all sent, so a slot on the move redirects the
+script before it writes. Each script refuses (an error reply) a key that is not the
+run's it is told of, rather than spell names from it.
 A name changed here must be changed in those scripts too (and CLAIM and SAVE spell
 a call's outbox member: `engine.ids.OutboxMember`).
 

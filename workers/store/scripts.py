@@ -285,9 +285,11 @@ def claim(
     """CLAIM call `call` of the run (a tool call; with `seq`, the model call `m<seq>`,
     admitted against its tree's budget), carried by the Celery task `task`; the run comes
     back when claimed, with the task of the claim before."""
-    root = root_of(run_id)
-    script_keys = [keys.run(run_id), keys.lease(run_id, call), keys.index(run_id).outbox]
-    script_keys += [keys.run(root), keys.inbox(run_id), keys.history(run_id)]
+    script_keys = [keys.run(run_id)]
+    if keys.cluster:  # (a single Redis's CLAIM spells the others from the run's key)
+        root = root_of(run_id)
+        script_keys += [keys.lease(run_id, call), keys.index(run_id).outbox, keys.run(root)]
+        script_keys += [keys.inbox(run_id), keys.history(run_id)]
     args: list[Any] = [call, "tool" if seq is None else "model", seq or 0, token, lease_ms]
     args += [now_ms + lease_ms, run_id, admission.max_tokens]  # (its outbox member: spelled)
     args += [admission.input_micro, admission.output_micro, known_version, task]
@@ -364,10 +366,12 @@ def save(
     """SAVE a step if the run is still at `version`: its record, snapshot and effects
     (`codec.save_effects`), with `own`, the calling task's own outcome."""
     run_id = advanced.record.id
-    index = keys.index(run_id)
-    script_keys = [keys.run(run_id), keys.inbox(run_id), keys.trace(run_id), index.outbox]
-    script_keys += [index.pending, index.pending_data, index.runs, keys.history(run_id)]
-    script_keys.append(keys.journal(run_id))
+    script_keys = [keys.run(run_id)]
+    if keys.cluster:  # (a single Redis's SAVE spells the others from the run's key)
+        index = keys.index(run_id)
+        script_keys += [keys.inbox(run_id), keys.trace(run_id), index.outbox, index.pending]
+        script_keys += [index.pending_data, index.runs, keys.history(run_id)]
+        script_keys.append(keys.journal(run_id))
     stored = advanced.stored or codec.whole(advanced.snapshot)
     effects = codec.save_effects(keys, advanced, own)
     # (Trace lines are arguments of their own, not strings inside the effects JSON:
@@ -386,14 +390,15 @@ def save_claim(
     same run), in one script: (what SAVE did, CLAIM's answer if it ran)."""
     assert save_call.name == "save"
     assert claim_call.name == "claim"
-    assert len(save_call.keys) == 9, "lua/save_claim.lua hands SAVE its first 9 keys"
-    # CLAIM's keys that SAVE has (the run's hash, outbox, inbox, history) are sent once.
+    # CLAIM's keys that SAVE has (the run's hash, and on a cluster its outbox, inbox and
+    # history) are sent once.
     script_keys = list(save_call.keys)
     for key in claim_call.keys:
         if key not in script_keys:
             script_keys.append(key)
     where = " ".join(str(script_keys.index(key) + 1) for key in claim_call.keys)
-    args: list[Any] = [len(save_call.args), where, *save_call.args, *claim_call.args]
+    sizes = f"{len(save_call.keys)} {len(save_call.args)}"
+    args: list[Any] = [sizes, where, *save_call.args, *claim_call.args]
 
     def read(answer: Any) -> tuple[Saved, ClaimAnswer | None]:
         saved = Saved(_word(answer[0]))
@@ -485,10 +490,11 @@ def stream(
     """STREAM (kind, text) events of `run_id` into its tree's live stream, keeping about
     `keep` entries for `idle_s`; False if the root finished (nothing was written)."""
     root = root_of(run_id)
-    args: list[Any] = [keep, idle_s]
+    args: list[Any] = [keep, idle_s, run_id]
     for kind, text in events:
-        args += [kind, run_id, text]
-    script_keys = [keys.run(root), keys.live(root)]
+        args += [kind, text]
+    # (A single Redis's STREAM spells the live stream's key from the root's.)
+    script_keys = [keys.run(root), keys.live(root)] if keys.cluster else [keys.run(root)]
     return ScriptCall("stream", script_keys, args, lambda answer: _word(answer) == "added")
 
 

@@ -8,14 +8,23 @@
 -- Every write renews the stream's TTL (STREAM_IDLE_S): a tree whose model stops
 -- streaming sheds it.
 --
--- KEYS[1] the root's run hash  KEYS[2] the tree's live stream
+-- KEYS[1] the root's run hash  KEYS[2] the tree's live stream (on a cluster only: a
+-- single Redis's is spelled from KEYS[1], as workers.store.layout.Keys.live spells it)
 -- ARGV[1] entries kept (MAXLEN ~)  ARGV[2] seconds to keep it after this write
--- ARGV[3...] the events, three values each: kind, run id, text
+-- ARGV[3] the run whose events these are  ARGV[4...] the events, two values each: kind, text
 -- Returns: added, or ended (the root finished or is gone: nothing was written).
-if redis.call('TTL', KEYS[1]) ~= -1 then return 'ended' end
-for i = 3, #ARGV, 3 do
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*',
-    'k', ARGV[i], 'r', ARGV[i + 1], 't', ARGV[i + 2])
+local live = KEYS[2]
+if not live then
+  local root = string.match(ARGV[3], '^[^.]*')
+  local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #root - 4)
+  if prefix .. 'run:' .. root ~= KEYS[1] then  -- (a caller's bug: fail, never guess)
+    return redis.error_reply('STREAM: ' .. KEYS[1] .. ' is not the root of run ' .. ARGV[3])
+  end
+  live = prefix .. 'live:' .. root
 end
-redis.call('EXPIRE', KEYS[2], ARGV[2])
+if redis.call('TTL', KEYS[1]) ~= -1 then return 'ended' end
+for i = 4, #ARGV, 2 do
+  redis.call('XADD', live, 'MAXLEN', '~', ARGV[1], '*', 'k', ARGV[i], 'r', ARGV[3], 't', ARGV[i + 1])
+end
+redis.call('EXPIRE', live, ARGV[2])
 return 'added'
