@@ -29,6 +29,7 @@ from agent_core.state import (
     Asking,
     Finished,
     Idle,
+    Loops,
     Questioning,
     Reviewing,
     Running,
@@ -36,6 +37,7 @@ from agent_core.state import (
     TraceEvent,
     dump,
     dump_head,
+    dump_loops,
     dump_start,
     load,
 )
@@ -303,7 +305,7 @@ class Agent:
         """Return the whole state as JSON text; `Agent.restore` continues from it."""
         return dump(self._state)
 
-    def snapshot_head(self, *, without_start: bool = False) -> str:
+    def snapshot_head(self, *, without_start: bool = False, without_loops: bool = False) -> str:
         """Return the snapshot without its history entries (see `history`).
 
         For a host that stores the entries apart, so a step writes only the new
@@ -313,13 +315,27 @@ class Agent:
         With `without_start`, also without what the start set (the task, its
         context and attachments), which never changes after: the host keeps
         `snapshot_start` once and puts its fields back into the state too.
+
+        With `without_loops`, also without the loop counters: the host keeps
+        `snapshot_loops` apart, written when `loops()` is another object than before
+        the step, and puts it back into the state too.
         """
-        return dump_head(self._state, without_start=without_start)
+        return dump_head(self._state, without_start=without_start, without_loops=without_loops)
 
     def snapshot_start(self) -> str:
         """Return what the start set (task, context, attachments) as a JSON object:
         the state's fields `snapshot_head(without_start=True)` leaves out."""
         return dump_start(self._state)
+
+    def snapshot_loops(self) -> str:
+        """Return the loop counters as a JSON object (`{"loops": ...}`, or `{}`): what
+        `snapshot_head(without_loops=True)` leaves out."""
+        return dump_loops(self._state)
+
+    def loops(self) -> Loops:
+        """The loop counters as they stand. Immutable: a step that counts nothing leaves
+        the very same object, so a host sees whether to write them by identity."""
+        return self._state.loops
 
     def history(self) -> tuple[BaseModel, ...]:
         """Return the history entries, oldest first.

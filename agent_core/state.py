@@ -61,6 +61,7 @@ __all__ = [
     "TraceEvent",
     "dump",
     "dump_head",
+    "dump_loops",
     "dump_start",
     "load",
     "seen_digest",
@@ -469,21 +470,34 @@ START_FIELDS = ("task", "context", "attachments")
 nothing; a follow-up keeps the task): a host may store them once (`dump_start`)."""
 
 
-def dump_head(state: AgentState, *, without_start: bool = False) -> str:
+def dump_head(
+    state: AgentState, *, without_start: bool = False, without_loops: bool = False
+) -> str:
     """Return the snapshot text for `state` without its history, for a host that stores
     the entries apart; `load` reads it (with or without the history put back).
 
     It is written every step, so the state's fields that hold their default are left
     out too (`load` gives them back). Only whole fields of the state: a nested value
     is written in full, so every entry and phase keeps its `kind`. With
-    `without_start`, the `START_FIELDS` are left out as well (see `dump_start`).
+    `without_start`, the `START_FIELDS` are left out as well (see `dump_start`); with
+    `without_loops`, the loop counters (see `dump_loops`).
     """
     fields = AgentState.model_fields
     left_out = {n for n, f in fields.items() if n == "history" or getattr(state, n) == f.default}
     if without_start:
         left_out.update(START_FIELDS)
+    if without_loops:
+        left_out.add("loops")
     snapshot = Snapshot(format=FORMAT, version=VERSION, state=state)
     return snapshot.model_dump_json(exclude={"state": left_out})
+
+
+def dump_loops(state: AgentState) -> str:
+    """Return the state's loop counters as a JSON object of that one field (`{}` at its
+    default): what `dump_head(without_loops=True)` leaves out. They are up to SEEN_KEPT
+    digests, most of a long turn's head, and change only when a call's outcome (or an
+    answer of the agent's own) is counted: a host may write them only then."""
+    return state.model_dump_json(include={"loops"}, exclude_defaults=True)
 
 
 def dump_start(state: AgentState) -> str:

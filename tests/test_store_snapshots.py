@@ -71,8 +71,9 @@ def _stored(store: RunStore, run_id: str = "r1") -> object:
     k = store.keys
     head = store.redis.hget(k.run(run_id), "head").decode()
     start = (store.redis.hget(k.run(run_id), "start") or b"").decode()
+    loops = (store.redis.hget(k.run(run_id), "lp") or b"").decode()
     entries = [e.decode() for e in store.redis.lrange(k.history(run_id), 0, -1)]
-    return _parsed(join(head, entries, start))
+    return _parsed(join(head, entries, start, loops))
 
 
 def _of(agent: Agent) -> object:
@@ -90,8 +91,9 @@ def _advance(store: RunStore, agent: Agent, record: RunRecord, moves: int, at: i
         loaded = store.load(record.id, hot=False)
         assert loaded is not None
         before = agent.history() if loaded.apart else None
+        loops = agent.loops() if loaded.loops_stored else None  # (as steps.decide does)
         _move(agent, n)
-        step = Advanced(record, agent.snapshot(), Effects(), stored=write(before, agent))
+        step = Advanced(record, agent.snapshot(), Effects(), stored=write(before, agent, loops))
         assert store.save(step, loaded.version) is Saved.SAVED
         assert _stored(store, record.id) == _of(agent)
 
@@ -111,22 +113,24 @@ def test_every_save_leaves_redis_holding_the_agents_snapshot(
 
 def test_a_step_writes_only_its_new_entries_however_long_the_history(store: RunStore) -> None:
     def step_bytes(moves: int) -> tuple[int, int]:
-        """(bytes a save of two more moves sends besides the head, the head's bytes)"""
+        """(bytes a save of two more moves sends besides the head and the loop counters,
+        the bytes of those two)"""
         agent = _started(Config(require_plan=False, max_calls=10_000))
         _advance_locally(agent, moves)
-        before = agent.history()
+        before, loops = agent.history(), agent.loops()
         _move(agent, moves)
         _move(agent, moves + 1)
-        stored = write(before, agent)
+        stored = write(before, agent, loops)
         assert (stored.drop, len(stored.append), stored.rewrite) == (0, 1, False)
         step = Advanced(_record(), agent.snapshot(), Effects(), stored=stored)
         args = scripts.save(store.keys, advanced=step, version="1", own=None).args
-        return sum(len(str(a)) for a in args) - len(stored.head), len(stored.head)
+        kept = len(stored.head) + len(json.dumps(stored.loops))  # (escaped in the effects)
+        return sum(len(str(a)) for a in args) - kept, kept
 
     (short, _), (long, long_head) = step_bytes(4), step_bytes(60)
     assert len(_history_of(60)) > 5 * len(_history_of(4))  # the long history is much longer
     assert long < short + 100  # but what a step adds to it weighs the same
-    # (The head holds the last 64 calls' digests for loop detection: bounded, not history.)
+    # (The loop counters hold the last 64 calls' digests: bounded, not history.)
     assert long_head < 4_000
 
 
@@ -139,6 +143,74 @@ def _history_of(moves: int) -> tuple[object, ...]:
     agent = _started(Config(require_plan=False, max_calls=10_000))
     _advance_locally(agent, moves)
     return agent.history()
+
+
+def test_the_loop_counters_are_written_only_by_the_steps_that_count_a_call(
+    store: RunStore,
+) -> None:
+    agent, record = _started(), _record()
+    assert store.create(record, agent.snapshot(), due_ms=5_000)
+    written = []
+    for n in range(40):
+        loaded = store.load("r1", hot=False)
+        assert loaded is not None
+        before, counted = agent.history(), agent.loops()
+        _move(agent, n)
+        stored = write(before, agent, counted if loaded.loops_stored else None)
+        # (The first save keeps them apart; after it, only a step that counted writes.)
+        assert bool(stored.loops) == (n == 0 or agent.loops() is not counted), n
+        written.append(bool(stored.loops))
+        step = Advanced(record, agent.snapshot(), Effects(), stored=stored)
+        assert store.save(step, loaded.version) is Saved.SAVED
+        assert _stored(store) == _of(agent)  # what Redis holds is still the agent
+        assert b'"loops":' not in store.redis.hget(store.keys.run("r1"), "head")
+    assert 18 <= sum(written) <= 22  # once a turn (a call and its result), not each step
+
+
+def _stored_with_loops_in_its_head(store: RunStore) -> tuple[Agent, RunRecord]:
+    """A run whose head holds its loop counters, as every head did before they went
+    apart: made from a snapshot, its next step a model call (which counts nothing)."""
+    agent, record = _started(), _record()
+    for n in range(8):
+        _move(agent, n)
+    assert isinstance(agent.resume(), Ask)
+    assert agent.snapshot_loops() != "{}"
+    assert store.create(record, agent.snapshot(), due_ms=5_000)
+    assert b'"loops":' in store.redis.hget(store.keys.run("r1"), "head")
+    return agent, record
+
+
+def _save_a_step_that_counts_nothing(store: RunStore, agent: Agent, record: RunRecord) -> None:
+    loaded = store.load("r1", hot=False)
+    assert loaded is not None
+    before, counted = agent.history(), agent.loops()
+    _move(agent, 8)
+    assert agent.loops() is counted
+    stored = write(before, agent, counted if loaded.loops_stored else None)
+    step = Advanced(record, agent.snapshot(), Effects(), stored=stored)
+    assert store.save(step, loaded.version) is Saved.SAVED
+    assert b'"loops":' not in store.redis.hget(store.keys.run("r1"), "head")
+    assert _stored(store) == _of(agent)  # the counters were written apart, not lost
+
+
+def test_a_head_that_holds_the_loop_counters_has_them_written_apart_by_its_next_save(
+    store: RunStore,
+) -> None:
+    agent, record = _stored_with_loops_in_its_head(store)
+    assert store.redis.hget(store.keys.run("r1"), "lp") is None
+    _save_a_step_that_counts_nothing(store, agent, record)
+    restored = Agent.restore(TRIMMED, TOOLS, store.snapshot("r1") or "")
+    assert restored.snapshot_loops() == agent.snapshot_loops()
+
+
+def test_a_head_that_holds_the_loop_counters_has_the_last_word_over_older_ones_apart(
+    store: RunStore,
+) -> None:
+    # (A run's end saves its snapshot whole, loop counters in the head; a follow-up may
+    # reopen it later, with older counters still kept apart.)
+    agent, record = _stored_with_loops_in_its_head(store)
+    store.redis.hset(store.keys.run("r1"), "lp", '{"loops":{"seen":"AAAAAAAA"}}')
+    _save_a_step_that_counts_nothing(store, agent, record)
 
 
 def test_a_trimmed_history_drops_from_the_front_and_appends(store: RunStore) -> None:

@@ -171,6 +171,9 @@ class SnapshotWrite:
     drop: int = 0
     rewrite: bool = False
     agent: Agent | None = None
+    loops: str = ""
+    """The agent's loop counters (`Agent.snapshot_loops`) when the step changed them, or
+    they are not stored apart yet; '' leaves them as stored."""
 
 
 KEEP = SnapshotWrite("")

@@ -186,13 +186,14 @@ class Steps:
             except AgentError as error:
                 return endings.unreadable_snapshot(record, loaded.snapshot, str(error), around)
         stored = agent.history() if loaded.apart else None
+        loops = agent.loops() if loaded.loops_stored else None  # (None: write them)
         try:
             advanced = decide(record, agent, loaded.inbox, around, own)
         except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"
             return endings.failed_run(record, loaded.snapshot, problem, around)
-        written = snapshots.write(stored, agent)
+        written = snapshots.write(stored, agent, loops)
         return replace(advanced, stored=written, fixed_stored=loaded.fixed_stored)
 
 

@@ -87,6 +87,9 @@ class StoredRun(NamedTuple):
     were kept apart, and when the caller keeps the agent of this version."""
     start: Any = b""
     """What the agent's start set (`RunFields.START`); empty as `fixed` is."""
+    loops: Any = b""
+    """The agent's loop counters (`RunFields.LOOPS`); empty as `fixed` is, and for a run
+    whose counters are not stored apart yet."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,9 @@ class Loaded:
     """Whether the record's fixed fields and the agent's start are stored apart already
     (a save then leaves them); False for a run saved before they were, or one whose
     record is unreadable."""
+    loops_stored: bool = False
+    """Whether the agent's loop counters are stored apart already (a save then writes
+    them only if its step changed them)."""
 
     def agent(self, restore: Callable[[RunRecord, str], Agent]) -> Agent:
         """Return the run's agent to advance: a copy of the hot one, else `restore`d
@@ -205,18 +211,30 @@ def loaded(stored: StoredRun) -> Loaded | None:
     The snapshot is the head, with the history its entries, when the form says the
     history is stored apart; else the whole snapshot.
     """
-    version, meta, form, snap, history, entries, fixed, start = stored
+    version, meta, form, snap, history, entries, fixed, start, loops = stored
     if not version:
         return None
     apart = form == HISTORY_APART
     text = as_text(snap or b"")
-    snapshot = join(text, [as_text(h) for h in history], as_text(start)) if apart else text
+    if apart:
+        snapshot = join(text, [as_text(h) for h in history], as_text(start), as_text(loops))
+    else:
+        snapshot = text
     try:
         record = record_of(meta or b"", fixed)
     except ValidationError as error:
         return Loaded(as_text(version), None, snapshot, inbox_of(entries), corrupt(error), apart)
     inbox, kept_apart = inbox_of(entries), bool(fixed) and bool(start)
-    return Loaded(as_text(version), record, snapshot, inbox, apart=apart, fixed_stored=kept_apart)
+    return Loaded(
+        as_text(version), record, snapshot, inbox, apart=apart, fixed_stored=kept_apart,
+        loops_stored=apart and bool(loops) and _LOOPS not in text,
+    )  # fmt: skip
+
+
+_LOOPS = '"loops":'
+"""A head that holds the loop counters (written whole: before they were apart, or by a
+run's end) has the last word over `lp`: its next save writes them apart again. (In the
+head's JSON this text is only ever the key: inside a string its quotes are escaped.)"""
 
 
 def inbox_of(entries: list[Any]) -> list[tuple[str, InboxEvent | None]]:
@@ -259,6 +277,8 @@ def save_effects(keys: Keys, advanced: Advanced, own: OwnOutcome | None) -> str:
         effects["done_summary"] = advanced.effects.done_summary
     if own is not None:
         effects["own"] = _own(own, advanced.record.id)
+    if advanced.stored is not None and advanced.stored.loops:
+        effects["loops"] = advanced.stored.loops
     if not advanced.fixed_stored:  # a run saved before they were apart, or unreadable
         effects["fixed"] = fixed_json(advanced.record)
         agent = None if advanced.stored is None else advanced.stored.agent

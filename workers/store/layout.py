@@ -210,6 +210,10 @@ class RunFields:
     START = "start"
     """What the agent's start set (task, context, attachments: `Agent.snapshot_start`), a
     JSON object written once with FIXED; `store.snapshots.join` puts it back."""
+    LOOPS = "lp"
+    """The agent's loop counters (`Agent.snapshot_loops`), a JSON object kept apart from
+    HEAD and written only by a step that changes them (or the first that keeps them
+    apart); a HEAD that still holds them has the last word."""
     SNAPSHOT = "snap"
     """The agent's whole snapshot (runs saved before form 2 only)."""
     PROMPT_TOKENS = "tp"

@@ -188,11 +188,12 @@ class RunStore:
                 self.hot.forget(run_id)
                 return self.load(run_id, hot=False)
             inbox = inbox_of(stored.inbox)
-            # (Its fixed fields are stored: the save that made this version left them,
-            # or wrote them.)
+            # (Its fixed fields and loop counters are stored: the save that made this
+            # version left them, or wrote them.)
             return Loaded(
-                known, found.record, "", inbox, apart=True, hot=found.agent, fixed_stored=True
-            )
+                known, found.record, "", inbox, apart=True, hot=found.agent, fixed_stored=True,
+                loops_stored=True,
+            )  # fmt: skip
         return loaded(stored)
 
     def read(self, run_id: str) -> tuple[RunRecord, Usage] | None:

@@ -295,9 +295,11 @@ def claim(
     args += [admission.input_micro, admission.output_micro, known_version, task]
 
     def read(answer: Any) -> ClaimAnswer:
-        status, attempts, over, cap, *run, before, fixed, start = answer
+        status, attempts, over, cap, *run, before, fixed, start, loops = answer
         claimed = ClaimStatus(as_text(status))
-        stored = StoredRun._make([*run, fixed, start]) if claimed is ClaimStatus.CLAIMED else None
+        stored = (
+            StoredRun._make([*run, fixed, start, loops]) if claimed is ClaimStatus.CLAIMED else None
+        )
         over_limit, task_before = _over(as_text(over)), as_text(before)
         return ClaimAnswer(claimed, int(attempts), over_limit, int(cap), stored, task_before)
 

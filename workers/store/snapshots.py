@@ -10,7 +10,10 @@ trimmed from the front; anything else (rare) rewrites the list.
 What the start set (the task, its context and attachments: `Agent.snapshot_start`)
 never changes after, and a task can be long: it is stored once (`start` in the run's
 hash) and the head a step writes leaves it out. A head from before (or one `split`
-kept whole) still holds it, and its own fields win.
+kept whole) still holds it, and its own fields win. The agent's loop counters (up
+to 64 digests, most of a long turn's head) change only when a step counts a call:
+they are kept apart too (`lp`), written by the steps that change them, and a head
+that holds them (written before, or whole) has the last word likewise.
 
 `join` puts a head, its start and its entries back into the snapshot text
 `Agent.restore` reads (and validates); `split` takes any snapshot text apart
@@ -26,7 +29,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from agent_core import Agent
-from agent_core.state import START_FIELDS
+from agent_core.state import START_FIELDS, Loops
 from workers.engine.effects import SnapshotWrite
 
 __all__ = ["join", "split", "write"]
@@ -35,11 +38,11 @@ _HISTORY = ',"history":['
 _STATE = '"state":{'
 
 
-def join(head: str, entries: Sequence[str], start: str = "") -> str:
-    """Return the snapshot text of a head, its `start` (a JSON object; '' for a head
-    that holds it) and its history entries (not validated here: `Agent.restore` does).
-    A head with neither is the snapshot as it is."""
-    fields = start[1:-1]
+def join(head: str, entries: Sequence[str], start: str = "", loops: str = "") -> str:
+    """Return the snapshot text of a head, its `start` and its `loops` (JSON objects of
+    state fields; '' for a head that holds them) and its history entries (not validated
+    here: `Agent.restore` does). A head with none of them is the snapshot as it is."""
+    fields = ",".join(part[1:-1] for part in (start, loops) if len(part) > 2)
     at = head.find(_STATE) + len(_STATE) if fields else -1
     if at >= len(_STATE):
         # The start's fields go in first: a head that holds them too (written before
@@ -76,22 +79,28 @@ def _compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def write(stored: tuple[BaseModel, ...] | None, agent: Agent) -> SnapshotWrite:
+def write(
+    stored: tuple[BaseModel, ...] | None, agent: Agent, loops: Loops | None = None
+) -> SnapshotWrite:
     """Return what saving `agent` changes, given the entries the store holds (the
     agent's history as it was loaded; None for a run still stored whole: the list is
-    written from scratch, and the whole snapshot dropped).
+    written from scratch, and the whole snapshot dropped) and its loop counters as
+    stored (None when they are not stored apart yet: they are written).
 
     Entries are matched by identity: the core keeps an entry it does not drop as
-    the same object, and only appends new ones or drops the oldest.
+    the same object, and only appends new ones or drops the oldest. So are the loop
+    counters: written only when the step counted something (once a turn or so).
     """
-    head, now = agent.snapshot_head(without_start=True), agent.history()
-    kept = agent.copy()
+    head = agent.snapshot_head(without_start=True, without_loops=True)
+    counted = "" if loops is agent.loops() else agent.snapshot_loops()
+    now, kept = agent.history(), agent.copy()
     if stored is None:
-        return SnapshotWrite(head, _texts(now), rewrite=True, agent=kept)
+        return SnapshotWrite(head, _texts(now), rewrite=True, agent=kept, loops=counted)
     drop = _dropped(stored, now)
     if drop is None:
-        return SnapshotWrite(head, _texts(now), rewrite=True, agent=kept)
-    return SnapshotWrite(head, _texts(now[len(stored) - drop :]), drop=drop, agent=kept)
+        return SnapshotWrite(head, _texts(now), rewrite=True, agent=kept, loops=counted)
+    append = _texts(now[len(stored) - drop :])
+    return SnapshotWrite(head, append, drop=drop, agent=kept, loops=counted)
 
 
 def _dropped(stored: tuple[BaseModel, ...], now: tuple[BaseModel, ...]) -> int | None:

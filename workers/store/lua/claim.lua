@@ -36,11 +36,12 @@
 -- the one it replaces handed back (the task of the attempt before, lost if it is there)
 -- Returns: {status, attempts, over, reply cap (0: none), version, record, form,
 -- head or whole snapshot, history entries, inbox, the task before, the record's fixed
--- fields, the agent's start (both '' too when the caller keeps the agent)}; status is
+-- fields, the agent's start, its loop counters (all three '' too when the caller keeps
+-- the agent)}; status is
 -- claimed, gone (no run), done (outcome recorded), refused (the record does not
 -- call for it) or busy (another worker holds the lease).
 local FLOOR = 256  -- the smallest reply worth asking for (a cut reply is asked again)
-local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}, '', '', ''} end
+local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}, '', '', '', ''} end
 
 -- Is the call due (and the model request's size, for a model call)? Read from `due`,
 -- which SAVE writes with the record ("<version>|<model seq>|<asked bytes>|<running tool
@@ -156,12 +157,13 @@ local member = ARGV[2] == 'tool' and ('t|' .. ARGV[7] .. '|' .. ARGV[1])
 redis.call('ZADD', outbox, ARGV[6], member)
 local inbox = redis.call('XRANGE', inbox_key, '-', '+', 'COUNT', 1000)
 if run[1] == ARGV[11] then
-  return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox, before, '', ''}
+  return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox, before, '', '', ''}
 end
-local kept = redis.call('HMGET', KEYS[1], 'fixed', 'start', 'head', 'snap')
+local kept = redis.call('HMGET', KEYS[1], 'fixed', 'start', 'head', 'snap', 'lp')
 if run[3] == '2' then
   return {'claimed', attempts, over, cap, run[1], run[2], '2', kept[3] or '',
-    redis.call('LRANGE', history, 0, -1), inbox, before, kept[1] or '', kept[2] or ''}
+    redis.call('LRANGE', history, 0, -1), inbox, before, kept[1] or '', kept[2] or '',
+    kept[5] or ''}
 end
 return {'claimed', attempts, over, cap, run[1], run[2], '', kept[4] or '', {}, inbox, before,
-  kept[1] or '', kept[2] or ''}
+  kept[1] or '', kept[2] or '', kept[5] or ''}

@@ -24,7 +24,8 @@
 -- The record is written without its fixed fields (id, task, config, ...: `fixed`, written
 -- when the run was made), and the head without the agent's start (`start`, likewise);
 -- fx.fixed and fx.start write them for a run saved before they were kept apart, or one
--- whose record could not be read.
+-- whose record could not be read. The head leaves out the agent's loop counters too
+-- (`lp`): fx.loops writes them when the step changed them.
 --
 -- The step's journal entry (ARGV[7]) is appended to the run's journal, which keeps its
 -- newest JOURNAL_MAX entries (workers.engine.journal); a specialist made here gets its
@@ -112,6 +113,7 @@ else
 end
 if fx.fixed then redis.call('HSET', KEYS[1], 'fixed', fx.fixed) end
 if fx.start then redis.call('HSET', KEYS[1], 'start', fx.start) end
+if fx.loops then redis.call('HSET', KEYS[1], 'lp', fx.loops) end
 if ARGV[7] ~= '' and redis.call('RPUSH', journal, ARGV[7]) > ${JOURNAL_MAX} then
   redis.call('LTRIM', journal, -${JOURNAL_MAX}, -1)
 end
