@@ -830,16 +830,26 @@ def test_trace_lines_are_stored_without_their_run_and_read_back_with_it(
     store.create(_record(), "snap", due_ms=5_000)
     quoted = TraceEntry(at_ms=2, run="r1", kind="result", text='{"rows": ["a", "b"]}')
     other = TraceEntry(at_ms=3, run="r1.1", kind="started", text="a child's line")
-    _save(store, _record(), trace=(_line(), quoted, other))
+    tasks = [
+        TraceEntry(at_ms=5, run="r1", kind="result", data={"task": task, "ms": 1})
+        for task in ("r1:advance:4f73a281", "r1.1:call-2", "r12:call-1", ":forged", "r1")
+    ]
+    _save(store, _record(), trace=(_line(), quoted, other, *tasks))
     trace_key = store.keys.trace("r1")
     stored = [json.loads(line) for line in store.redis.lrange(trace_key, 0, -1)]
     # The trace's key names its run, so its own lines leave it out; another run's keep it.
-    assert [line.get("run") for line in stored] == [None, None, "r1.1"]
+    assert [line.get("run") for line in stored] == [None, None, "r1.1", *[None] * 5]
+    # So does a task id of the run's own (the rest kept apart); any other is kept whole.
+    assert [line["data"] for line in stored[3:]] == [
+        {"tk": ":advance:4f73a281", "ms": 1},
+        *({"task": task, "ms": 1} for task in ("r1.1:call-2", "r12:call-1", ":forged", "r1")),
+    ]
     store.redis.rpush(trace_key, json.dumps({"at_ms": 4, "run": "r1", "kind": "older"}))
     store.redis.hincrby(store.keys.run("r1"), "tn", 1)
     position, entries = store.trace("r1")
-    assert position == 4
-    assert entries == [_line(), quoted, other, TraceEntry(at_ms=4, run="r1", kind="older")]
+    assert position == 9
+    older = TraceEntry(at_ms=4, run="r1", kind="older")
+    assert entries == [_line(), quoted, other, *tasks, older]
 
 
 def test_a_save_sent_another_runs_key_fails_rather_than_spell_keys_from_it(
