@@ -24,10 +24,11 @@ WINDOW = 5
 
 
 def _snapshot_chars(b: Bench, run_id: str) -> int:
-    """The agent's snapshot as stored: its head, start and history entries (or, stored
-    whole, the `snap` of runs saved before the history was kept apart)."""
+    """The agent's snapshot as stored: its head, start, loop counters and history entries
+    (or, stored whole, the `snap` of runs saved before the history was kept apart)."""
     keys = b.relay.store.keys
-    whole = sum(b.redis.hstrlen(keys.run(run_id), f) for f in ("snap", "head", "start"))
+    parts = ("snap", "head", "start", "lp")
+    whole = sum(b.redis.hstrlen(keys.run(run_id), f) for f in parts)
     return whole + sum(len(e) for e in b.redis.lrange(keys.history(run_id), 0, -1))
 
 
