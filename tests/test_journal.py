@@ -34,6 +34,7 @@ from tests.apps.notes import build
 from workers import Relay, Settings
 from workers.client.start import new_run
 from workers.engine.decide import decide
+from workers.engine.effects import Reservation
 from workers.engine.events import (
     Answer,
     CallDecision,
@@ -260,6 +261,29 @@ def _copy_run() -> Host:
     assert host.record.state == "finished"
     assert len(host.journal) == 6  # asked; read_note; read; write_note; written; done
     return host
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["from-the-inbox", "its-own-task"])
+def test_a_reply_that_ends_its_run_lets_go_of_its_reservation_once(own: bool) -> None:
+    kit = _mini().kit
+    record, snapshot, _ = new_run(
+        kit, "Say hi", "", Config(require_plan=False), attachments=None, budget=None,
+        tools=None, notes=None, recipe=None, schedule=None, run_id="r1", key=None,
+        memory=None, remembered=lambda _: [], app="notes",
+    )  # fmt: skip
+    agent = kit.restore(record, snapshot)
+    asked = decide(record, agent, [], AROUND)
+    (message,) = asked.messages
+    assert message.kind == "call_model"
+    assert message.seq is not None
+    reply = ModelReplied(seq=message.seq, text=json.dumps({"final": "hi"}))
+    if own:
+        done = decide(asked.record, agent, [], AROUND, reply)
+    else:
+        done = decide(asked.record, agent, [("1-0", reply)], AROUND)
+    assert done.record.state == "finished"
+    # (Applied as a reply, and let go again as the finished run's last call: once.)
+    assert done.effects.settle == (Reservation("r1", "r1", f"m{message.seq}"),)
 
 
 def test_the_same_code_replays_the_same_run() -> None:

@@ -167,8 +167,11 @@ class Working:
         self.stale_calls.append(call)
 
     def settle_reservation(self, call: str) -> None:
-        """Let go of what the model call `call` reserved on the tree's budget."""
-        self.settle.append(Reservation(self.record.root, self.id, call))
+        """Let go of what the model call `call` reserved on the tree's budget (once: a
+        reply that ends the run is let go as a reply and as the run's last call)."""
+        reservation = Reservation(self.record.root, self.id, call)
+        if reservation not in self.settle:
+            self.settle.append(reservation)
 
     def set_state(self, state: RunState, waiting_for: WaitingFor | None) -> None:
         self.state, self.waiting_for = state, waiting_for
