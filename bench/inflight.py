@@ -38,10 +38,10 @@ __all__ = ["SECONDS", "run"]
 
 SECONDS = 2.0
 STEPS_PER_RUN = 2
+"""An advance (it asks the model) and the model call (its final answer ends the run)."""
 TOKENS = 100
 """The `carried-tokens` variant's reply: 400 characters in 100 pieces over SECONDS, a
 model sending a token at a time (50 a second)."""
-"""An advance (it asks the model) and the model call (its final answer ends the run)."""
 TICK = os.sysconf("SC_CLK_TCK")
 
 

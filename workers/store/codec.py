@@ -186,7 +186,8 @@ def trace_line(entry: TraceEntry, run_id: str) -> str:
     task = entry.data.get("task")
     if isinstance(task, str) and task.startswith(f"{run_id}:"):
         data = {k: v for k, v in entry.data.items() if k != "task"}
-        entry = entry.model_copy(update={"data": {**data, _TASK_IN_RUN: task[len(run_id) :]}})
+        data[_TASK_IN_RUN] = task[len(run_id) :]
+        entry = entry.model_copy(update={"data": data})
     return entry.model_dump_json(
         exclude_defaults=True, exclude=_RUN if entry.run == run_id else None
     )
