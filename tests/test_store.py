@@ -22,6 +22,8 @@ from workers.engine.ids import pending_member as member_of
 from workers.engine.journal import JOURNAL_MAX
 from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
 from workers.engine.working import Surroundings, Working
+from workers.model.endpoints import ModelRoute
+from workers.model.limits import RouteLimits
 from workers.settings import now_ms
 from workers.store import codec, scripts
 from workers.store.layout import TRACE_MAX, Keys, RunFields
@@ -1054,3 +1056,85 @@ def test_a_model_call_claimed_with_a_save_is_admitted_and_reserves(store: RunSto
     assert claim is not None
     assert (claim.status, claim.over, claim.reply_cap) == (ClaimStatus.CLAIMED, None, 100)
     assert store.limits("root").reserved == (300, 0, 1)  # type: ignore[union-attr]
+
+
+_CAPPED = ModelRoute("told", url="http://127.0.0.1:9/v1", model="m", max_concurrency=1, tpm=60_000)
+
+
+def _ask_route(limits: RouteLimits, route: ModelRoute, holder: str, tokens: int, now: int) -> Any:
+    """Admit a call of the key named as `route` (one call of a key at a time)."""
+    return limits.admit(
+        route, key=route.name, holder=holder, tokens=tokens, key_concurrency=1,
+        lease_ms=60_000, now_ms=now,
+    )  # fmt: skip
+
+
+def _route_after(store: RunStore, route: ModelRoute) -> dict[str, Any]:
+    """What a route's limits hold: its hash, its calls in flight and its key's (the key
+    each route's calls are of is named as the route: a key's calls in flight are counted
+    over every route)."""
+    redis, keys = store.redis, store.keys
+    state = {k.decode(): v.decode() for k, v in redis.hgetall(keys.route(route.name)).items()}
+    return {
+        "hash": state,
+        "in flight": redis.zrange(keys.route(route.name, "inflight"), 0, -1),
+        "key's": redis.zrange(keys.key_inflight(route.name, route.name), 0, -1),
+    }
+
+
+@pytest.mark.parametrize("answer", list(Saved))
+def test_a_save_tells_the_route_that_replied_as_route_done_would_whatever_it_answers(
+    store: RunStore, answer: Saved
+) -> None:
+    """On a single Redis the save of a model call's reply takes its route's news along
+    (`OwnOutcome.route`): the route's slots come back, its circuit's failures are reset
+    and the tokens it charged are settled, exactly as ROUTE_DONE told apart leaves a twin
+    route; and so whether the save lands, loses a race, or is fenced or a duplicate (the
+    call was made all the same)."""
+    limits = RouteLimits(store.connection)
+    twins = (_CAPPED, _CAPPED.model_copy(update={"name": "saved"}))
+    for route in twins:
+        for n in range(2):  # two failures in a row: a success sets the count back
+            assert _ask_route(limits, route, f"f{n}", 1, n).admitted
+            limits.done(
+                route, key=route.name, holder=f"f{n}", outcome="failed", now_ms=n, charged=1
+            )
+        admitted = _ask_route(limits, route, "r1|3", 5_000, 10)
+        assert admitted.admitted
+        assert admitted.charged == 5_000
+    news = {"holder": "r1|3", "now_ms": 20, "paused_until_ms": 20, "charged": 5_000, "used": 400}
+    limits.tell(limits.went_well(twins[0], key="told", **news))
+    store.create(_record(), "snap", due_ms=5_000)
+    version = _save(store, _running("call-1"))
+    _claim(store, "call-1", "x")
+    attempt, saved_at = 1, version
+    if answer is Saved.STALE:
+        saved_at = "99"
+    elif answer is Saved.FENCED:
+        attempt = 2
+    elif answer is Saved.DUPLICATE:
+        _record_outcome(store, "call-1", "x", attempt=1)
+    ok = limits.went_well(twins[1], key="saved", **news)
+    own = OwnOutcome("r1", "call-1", attempt, "x", "t|r1|call-1", route=ok)
+    assert store.save(_step(_record(seq=1)), saved_at, own) is answer
+    told, saved = (_route_after(store, route) for route in twins)
+    assert told == saved
+    assert told["in flight"] == told["key's"] == []
+    assert (told["hash"]["failures"], told["hash"]["used"]) == ("0", "400")
+    for route in twins:
+        # The tokens unused came back: the next call waits for 400 tokens' share, not
+        # 5,000's; and the slot is free, not held until the lease lapses (60 s).
+        assert _ask_route(limits, route, "r1|5", 1, 21).verdict == "wait"
+        assert _ask_route(limits, route, "r1|5", 1, 1_000).admitted
+
+
+def test_a_cluster_save_will_not_take_a_routes_news_along(store: RunStore) -> None:
+    """A cluster's routes are in other slots than the run's: its saves cannot tell them,
+    and a caller that asked one to would have the news lost, so it is refused."""
+    ok = RouteLimits.went_well(
+        _CAPPED, key="k", holder="r1|3", now_ms=1, paused_until_ms=1, charged=1, used=1
+    )
+    own = OwnOutcome("r1", "call-1", 1, "x", "t|r1|call-1", route=ok)
+    with pytest.raises(ValueError, match="cannot tell a model route"):
+        scripts.save(Keys("t:", cluster=True), advanced=_step(_record()), version="1", own=own)
+    assert store.saves_tell_routes  # (a single Redis's may)

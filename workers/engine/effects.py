@@ -29,6 +29,7 @@ __all__ = [
     "Outgoing",
     "OwnOutcome",
     "Reservation",
+    "RouteOk",
     "Send",
     "SnapshotWrite",
     "UsageAdd",
@@ -135,6 +136,27 @@ class KeptNotes:
 
 
 @dataclass(frozen=True)
+class RouteOk:
+    """A model call that went well on a route, as the route's limits hear of it (its
+    slots back, its circuit closed, the tokens it was charged settled against those it
+    used: lua/route_done.lua's `ok`). Told with the save of the call's outcome, in the
+    same script, on a single Redis (`OwnOutcome.route`)."""
+
+    route: str
+    key: str
+    holder: str
+    """The call's name at the route (the one its admission held a slot by)."""
+    now_ms: int
+    paused_until_ms: int
+    """The route has nothing left until then (the reply said so), else `now_ms`."""
+    charged: int
+    """The tokens its admission charged."""
+    used: int | None
+    ms_per_token: float
+    """The route's spacing of tokens (0: no tokens-per-minute limit)."""
+
+
+@dataclass(frozen=True)
 class OwnOutcome:
     """The calling task's own outcome, saved with the step: refused if it was recorded
     already, or if a later attempt took the call over."""
@@ -144,6 +166,9 @@ class OwnOutcome:
     attempt: int
     token: str
     member: str
+    route: RouteOk | None = None
+    """The route that gave a model call's reply hears how it went in the save's script,
+    whatever the save answers (a save refused, stale or fenced still frees the slot)."""
 
 
 @dataclass(frozen=True)

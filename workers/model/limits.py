@@ -5,7 +5,8 @@ route may be paused by a 429, its circuit open (one probe per interval gets
 through), its or the key's calls in flight at their cap, or its requests and
 tokens per minute spent; waiting calls queue fairly between keys.
 `done` (lua/route_done.lua) gives the call's slots back and tells the circuit and
-the pause what happened. Every worker shares these, so limits hold for the fleet,
+the pause what happened; a success is `went_well`, which `tell` tells, or (on a single
+Redis) the SAVE of the call's outcome runs the same script. Every worker shares these, so limits hold for the fleet,
 not per process; a worker that dies holding a slot loses it when its lease lapses.
 `fell_back` keeps, once, why a route's server refused its protocol (`relay routes`).
 """
@@ -16,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from workers.engine.effects import RouteOk
 from workers.model.endpoints import ModelRoute
 from workers.store import scripts
 from workers.store.codec import as_text
@@ -163,6 +165,37 @@ class RouteLimits:
             failures_to_open=FAILURES_TO_OPEN,
             probe_ms=PROBE_INTERVAL_MS,
             error=error,
+        )
+        return self._connection.run(done)
+
+    @staticmethod
+    def went_well(
+        route: ModelRoute, *, key: str, holder: str, now_ms: int, paused_until_ms: int,
+        charged: int, used: int | None,
+    ) -> RouteOk:  # fmt: skip
+        """What the route hears of a call that went well (`charged` tokens at its
+        admission, `used` by the call), to `tell` now or with the save of its outcome."""
+        ms_per_token = _spacing(route.tpm)
+        return RouteOk(
+            route.name, key, holder, now_ms, paused_until_ms, charged, used, ms_per_token
+        )
+
+    def tell(self, ok: RouteOk) -> str:
+        """Tell the route a call went well (`went_well`); return its circuit's state."""
+        done = scripts.route_done(
+            self._connection.keys,
+            route=ok.route,
+            key=ok.key,
+            holder=ok.holder,
+            outcome="ok",
+            now_ms=ok.now_ms,
+            paused_until_ms=ok.paused_until_ms,
+            charged=ok.charged,
+            used=ok.used,
+            ms_per_token=ok.ms_per_token,
+            failures_to_open=FAILURES_TO_OPEN,
+            probe_ms=PROBE_INTERVAL_MS,
+            error="",
         )
         return self._connection.run(done)
 

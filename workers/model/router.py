@@ -15,7 +15,9 @@ is capacity, not failure: when no route takes the call, it is re-queued for then
 The call fails when a route failed otherwise and none took it.
 
 Every outcome is told to the route (`RouteLimits.done`): its slots come back,
-its circuit counts failures, a 429 pauses it for the fleet. A route whose client
+its circuit counts failures, a 429 pauses it for the fleet. A caller that saves the
+reply in a script of its own may take a success's news along (`tell_ok=False`,
+`Routed.ok`) rather than have it told in a round trip of its own. A route whose client
 stopped speaking its protocol (its server refused it) is told once per process
 (`RouteLimits.fell_back`), for `relay routes`.
 """
@@ -30,6 +32,7 @@ from functools import partial
 from typing import TypeVar
 
 from agent_core import ModelRequest
+from workers.engine.effects import RouteOk
 from workers.errors import ModelCallError, StoreUnavailable
 from workers.model.endpoints import ModelRoute
 from workers.model.limits import Outcome, RouteLimits
@@ -61,6 +64,8 @@ class Routed:
 
     reply: ModelReply
     route: ModelRoute
+    ok: RouteOk | None = None
+    """What the route is still to hear of the call (`complete(tell_ok=False)`)."""
 
 
 class ModelRouter:
@@ -100,11 +105,14 @@ class ModelRouter:
         on_text: Callable[[str], None] | None = None,
         max_tokens: int | None = None,
         only: Sequence[str] | None = None,
+        tell_ok: bool = True,
     ) -> Routed:
         """Return the first route's reply to `request`; its text goes to `on_text` as it
         comes (`RESTART` first when a route that wrote part of a reply failed); the
         reply is capped at `max_tokens` where that is less than a route's own cap.
         `only` names the routes to take, in order (a fork's `route=`); None: all.
+        Without `tell_ok`, the route that replied is not told the call went well: the
+        caller must, once (`Routed.ok`: with its save, or `tell`).
 
         Raises:
             Requeue: no route can take it within a moment.
@@ -115,7 +123,7 @@ class ModelRouter:
         try:
             return self._first_reply(
                 request, key, holder, tokens, should_stop, waited=waited, text=text,
-                max_tokens=max_tokens, routes=self._chosen(only),
+                max_tokens=max_tokens, routes=self._chosen(only), tell_ok=tell_ok,
             )  # fmt: skip
         except Requeue:
             waited.clear()  # it comes back: it keeps its places in the queues
@@ -136,6 +144,11 @@ class ModelRouter:
                 retryable=False,
             )
         return chosen
+
+    def tell(self, ok: RouteOk) -> None:
+        """Tell a route that a call went well (`Routed.ok`, where the caller's save could
+        not take it along)."""
+        _quietly(lambda: self._limits.tell(ok), "done")
 
     def renew(self, holder: str) -> None:
         """Keep the route slot `holder` holds for another lease (called with its claim's
@@ -163,6 +176,7 @@ class ModelRouter:
         text: _Restarting | None,
         max_tokens: int | None = None,
         routes: Sequence[ModelRoute] = (),
+        tell_ok: bool = True,
     ) -> Routed:
         """The first of `routes`'s replies; `waited` gathers the routes that queued the call."""
         last: ModelCallError | None = None
@@ -203,8 +217,8 @@ class ModelRouter:
                 else:
                     last = error
                 continue
-            self._succeeded(route, key, holder, reply, charged)
-            return Routed(reply, route)
+            ok = self._succeeded(route, key, holder, reply, charged, tell_ok=tell_ok)
+            return Routed(reply, route, ok)
         if soonest is not None and last is None:
             raise Requeue(*soonest)
         if last is not None:
@@ -212,15 +226,22 @@ class ModelRouter:
         raise ModelCallError("no model route is configured: set RELAY_MODEL_URL", retryable=False)
 
     def _succeeded(
-        self, route: ModelRoute, key: str, holder: str, reply: ModelReply, charged: int
-    ) -> None:
-        """Tell the route the call went well, and what it used of what it was `charged`."""
+        self, route: ModelRoute, key: str, holder: str, reply: ModelReply, charged: int,
+        *, tell_ok: bool,
+    ) -> RouteOk | None:  # fmt: skip
+        """Tell the route the call went well, and what it used of what it was `charged`
+        (the route learns its real rate); or, without `tell_ok`, return what it is to hear."""
         self._keep_fallback(route)
         now, used = self._clock(), reply.usage.total_tokens
         spent = int((reply.spent_for_s or 0) * 1000)  # the server has nothing left till then
-        done = partial(self._limits.done, route, key=key, holder=holder, outcome="ok")
-        settled = partial(done, charged=charged, used=used)  # the route learns its real rate
-        _quietly(partial(settled, now_ms=now, paused_until_ms=now + spent), "done")
+        ok = self._limits.went_well(
+            route, key=key, holder=holder, now_ms=now, paused_until_ms=now + spent,
+            charged=charged, used=used,
+        )  # fmt: skip
+        if not tell_ok:
+            return ok
+        self.tell(ok)
+        return None
 
     def _keep_fallback(self, route: ModelRoute) -> None:
         """Record, once, that this process's client of `route` speaks text because its

@@ -27,7 +27,7 @@ from typing import NoReturn
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
 from workers.engine.budget import NO_ADMISSION, Over
-from workers.engine.effects import Message, OwnOutcome
+from workers.engine.effects import Message, OwnOutcome, RouteOk
 from workers.engine.events import (
     InboxEvent,
     ModelFailed,
@@ -105,6 +105,9 @@ class Claimed:
         self._agent: Agent | None = None
         self.task_before = ""
         """The Celery task of the claim before (the lost attempt's, on a retake)."""
+        self.route_ok: RouteOk | None = None
+        """What the model route that replied is still to hear: told by the save of the
+        reply (`OwnOutcome.route`), else by `Calls._tell_route`; once either way."""
 
     @property
     def label(self) -> str:
@@ -342,6 +345,9 @@ class Calls:
             event = produce(call)
         except _Postponed as later:
             return Report(f"{asked.what}: {later.why}", waited=later.waits_for_route)
+        except BaseException:
+            self._tell_route(call)  # (a reply came, then something failed: its slot goes back)
+            raise
         if event is None:  # stale: the run moved on or ended
             self.store.forget_message(asked.member)
             return Report(f"{asked.what}: the run moved on; nothing was run", idle=True)
@@ -350,12 +356,16 @@ class Calls:
     def _kept(self, call: Claimed, made: _Made | Report) -> Report:
         """Keep a call's outcome (`_make`'s) and advance the run."""
         if isinstance(made, Report):
+            self._tell_route(call)
             return made
         asked, started = call.asked, made.started_ns
         event = _with_ran(made.event, call.attempt, (time.time_ns() - started) // 1_000_000)
         facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
         recovery_s = self.settings.recovery_seconds
-        after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        try:
+            after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+        finally:
+            self._tell_route(call)  # (unless the save took it along: then there is none)
         done = did(asked.what, facts.name if asked.seq is None else None, event)
         return Report(done.line, done.failed, facts).then(after)
 
@@ -438,7 +448,10 @@ class Calls:
         """Save `event` with the run as the claim found it; None if the run changed since."""
         asked = call.asked
         advanced = self.steps.decide(asked.run_id, call.loaded, call.take_agent(), event)
-        own = OwnOutcome(asked.run_id, asked.what, call.attempt, asked.token, asked.member)
+        # The route that replied hears of it in the save's script, whatever the save answers;
+        # taken off the call first, so a save tried again (Redis away) does not tell it twice.
+        ok, call.route_ok = call.route_ok, None
+        own = OwnOutcome(asked.run_id, asked.what, call.attempt, asked.token, asked.member, ok)
         saved = self.steps.save(advanced, call.loaded.version, own)
         if saved is Saved.FENCED:
             _log_fenced(call)
@@ -524,8 +537,16 @@ class Calls:
             on_text=live,
             max_tokens=cap,
             only=call.record.routes,
+            tell_ok=not self.store.saves_tell_routes,
         )
+        call.route_ok = routed.ok  # (here, on the call's thread: kept even if the task is not)
         return routed.reply, routed.route
+
+    def _tell_route(self, call: Claimed) -> None:
+        """Tell the route that replied to `call` that it went well, if no save told it."""
+        ok, call.route_ok = call.route_ok, None
+        if ok is not None and self.router is not None:
+            self.router.tell(ok)
 
     def _unclaim(self, call: Claimed, *, due_ms: int) -> None:
         """Give the claim back, uncounted (the call never started); its message is due

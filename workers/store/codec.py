@@ -290,7 +290,7 @@ def save_effects(keys: Keys, advanced: Advanced, own: OwnOutcome | None) -> str:
     if advanced.effects.done_summary is not None:  # (its text may be empty)
         effects["done_summary"] = advanced.effects.done_summary
     if own is not None:
-        effects["own"] = _own(own, advanced.record.id)
+        effects["own"] = _own(keys, own, advanced.record.id)
     if advanced.stored is not None and advanced.stored.loops:
         effects["loops"] = advanced.stored.loops
     if not advanced.fixed_stored:  # a run saved before they were apart, or unreadable
@@ -340,15 +340,26 @@ def _all_effects(keys: Keys, advanced: Advanced) -> dict[str, Any]:
     }
 
 
-def _own(own: OwnOutcome, saved: str) -> dict[str, str]:
+def _own(keys: Keys, own: OwnOutcome, saved: str) -> dict[str, Any]:
     """The call whose outcome is saved with the step, as SAVE reads it (`fx.own`):
     SAVE spells its lease and outbox member from the run's key and the call (about 80
-    bytes a step), so the member must be the call's own, as the tick reads it back."""
+    bytes a step), so the member must be the call's own, as the tick reads it back.
+    With `own.route`, what the model route that replied hears (ROUTE_DONE's `ok`):
+    [route, key, holder, now, paused until, charged, used ('' unknown), ms per token]."""
     message = Message.of(own.member)
     if message is None or message.called != own.call or {own.run_id, message.run} != {saved}:
         raise ValueError(f"call {own.call} ({own.member}) is not one of run {saved}'s own")
     kind = "m" if message.kind == "call_model" else "t"
-    return {"call": own.call, "kind": kind, "attempt": str(own.attempt), "token": own.token}
+    fields: dict[str, Any] = {"call": own.call, "kind": kind}
+    fields |= {"attempt": str(own.attempt), "token": own.token}
+    ok = own.route
+    if ok is not None:
+        if keys.cluster:  # (the route's keys are in other slots: ROUTE_DONE tells it)
+            raise ValueError("a cluster's save cannot tell a model route: ROUTE_DONE does")
+        used = "" if ok.used is None else max(ok.used, 0)
+        fields["route"] = [ok.route, ok.key, ok.holder, ok.now_ms, ok.paused_until_ms]
+        fields["route"] += [max(ok.charged, 0), used, ok.ms_per_token]
+    return fields
 
 
 def _relist(keys: Keys, advanced: Advanced) -> list[Any]:

@@ -380,6 +380,12 @@ class RunStore:
 
     # --- saving ------------------------------------------------------------------------------
 
+    @property
+    def saves_tell_routes(self) -> bool:
+        """Whether a save can tell a model route how its call went (`OwnOutcome.route`):
+        on a single Redis; a cluster's routes are in other slots than the run's."""
+        return not self.keys.cluster
+
     def save(self, advanced: Advanced, version: str, own: OwnOutcome | None = None) -> Saved:
         """Save a step if the run is still at `version`, with all its effects and, with
         `own`, the calling task's own outcome; say what happened."""

@@ -27,6 +27,10 @@
 -- whose record could not be read. The head leaves out the agent's loop counters too
 -- (`lp`): fx.loops writes them when the step changed them.
 --
+-- A model call's own outcome may carry what its route hears (fx.own.route, a single
+-- Redis only): ROUTE_DONE's `ok`, run here (`--# route_done`) before the version check,
+-- so the route is told once, in the save's round trip, whatever the save answers.
+--
 -- The step's journal entry (ARGV[7]) is appended to the run's journal, which keeps its
 -- newest JOURNAL_MAX entries (workers.engine.journal); a specialist made here gets its
 -- journal's start.
@@ -53,13 +57,9 @@ local function push(key, values, from, to)
   end
   return length
 end
+--# route_done
 local traced = tonumber(ARGV[9])
 local entries = 10 + traced  -- (the first history entry to append)
-if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 'stale' end
-local version = tonumber(ARGV[1]) + 1
--- (`due` names the version it was written at: CLAIM trusts it only at that version, so
--- a record saved without it, by an older worker, is decoded instead.)
-local due = version .. '|' .. ARGV[8]
 local fx = cjson.decode(ARGV[4])
 -- The keys a step's own call and trace touch are spelled here from the run's, not sent
 -- with every step: KEYS[1] is <prefix>run:<tree>, the tree the run's id (on a cluster,
@@ -70,6 +70,21 @@ local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #tree - 4)
 if prefix .. 'run:' .. tree ~= KEYS[1] then  -- (a caller's bug: fail, never guess)
   return redis.error_reply('SAVE: ' .. KEYS[1] .. ' is not the key of run ' .. run)
 end
+local own = fx.own
+if own ~= nil and own.route ~= nil then
+  -- The model route that gave this call's reply hears how it went (ROUTE_DONE's `ok`:
+  -- its slots back, its circuit closed), whatever the save answers below: a refused save
+  -- made the call all the same. A single Redis's only, its route keys spelled as
+  -- layout.Keys.route and .key_inflight spell them (a cluster's are in other slots).
+  local r = own.route  -- [route, key, holder, now, paused until, charged, used, ms/token]
+  route_done({prefix .. 'route:' .. r[1], prefix .. 'key-inflight:' .. r[2]},
+    {r[4], r[3], 'ok', r[5], r[6], r[8], 0, 0, '', r[7]})
+end
+if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 'stale' end
+local version = tonumber(ARGV[1]) + 1
+-- (`due` names the version it was written at: CLAIM trusts it only at that version, so
+-- a record saved without it, by an older worker, is decoded instead.)
+local due = version .. '|' .. ARGV[8]
 local activity = fx.activity or (prefix .. 'activity')  -- (a cluster's names its shard)
 -- On a single Redis only KEYS[1] is sent (about 250 bytes a step fewer): the run's other
 -- keys are spelled from it as workers.store.layout.Keys spells them. On a cluster every
@@ -82,7 +97,6 @@ local pending_data = KEYS[6] or (prefix .. 'pending:data')
 local runs = KEYS[7] or (prefix .. 'runs')
 local history = KEYS[8] or (prefix .. 'hist:' .. tree)
 local journal = KEYS[9] or (prefix .. 'jr:' .. tree)
-local own = fx.own
 if own ~= nil then
   if redis.call('HEXISTS', KEYS[1], 'r:' .. own.call) == 1 then return 'duplicate' end
   if redis.call('HGET', KEYS[1], 'a:' .. own.call) ~= own.attempt then return 'fenced' end
