@@ -89,17 +89,22 @@ for _, cap in ipairs(caps) do
   end
 end
 
--- Waiting calls told to come back long ago gave up (their run moved on, or died).
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', told, '-inf', now - tonumber(ARGV[11]))) do
-  forget(gone)
+-- Waiting calls told to come back long ago gave up (their run moved on, or died). Every
+-- call told when to come back is in the queue: with none waiting (a route that spaces
+-- nothing, most of the time) there is nothing to look through.
+local waiting = redis.call('ZCARD', queue)
+if waiting > 0 then
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', told, '-inf', now - tonumber(ARGV[11]))) do
+    forget(gone)
+  end
+  waiting = redis.call('ZCARD', queue)
 end
 
 local tat = math.max(tonumber(state[1] or '0'), now)
 local ttat = math.max(tonumber(state[2] or '0'), now)
 local due = math.max(per_request > 0 and tat or now, per_token > 0 and ttat or now)
 local step = math.max(per_request, per_token > 0 and charge * per_token or 0, 1)
-local waiting = redis.call('ZCARD', queue)
-local place = redis.call('ZRANK', queue, holder)
+local place = waiting > 0 and redis.call('ZRANK', queue, holder) or nil
 if not place and (waiting > 0 or due > now) then
   -- A new waiter: after its key's last waiting call, or after the last admitted.
   local round = tonumber(redis.call('HGET', route, 'round') or '0')

@@ -162,8 +162,9 @@ local counters = {'tp', 'tc', 'tt', 'cc', 'cu', 'mc', 'np'}
 -- (A run's hash is named '' where it is this run's own: KEYS[1].)
 for _, u in ipairs(fx.usage_adds or none) do
   local run = u[1] == '' and KEYS[1] or u[1]
-  -- An ancestor that finished and expired is not brought back without a TTL.
-  if redis.call('HEXISTS', run, 'v') == 1 then
+  -- An ancestor that finished and expired is not brought back without a TTL (the run
+  -- saved is there: its version was read above).
+  if u[1] == '' or redis.call('HEXISTS', run, 'v') == 1 then
     for i, field in ipairs(counters) do
       if u[i + 1] ~= 0 then redis.call('HINCRBY', run, field, u[i + 1]) end
     end
