@@ -14,6 +14,7 @@ from workers.model.limits import (
     FAILURES_TO_OPEN,
     PROBE_INTERVAL_MS,
     SPACING_MARGIN,
+    STALE_MS,
     RouteLimits,
 )
 from workers.store.runs import RunStore
@@ -89,6 +90,19 @@ def test_a_call_late_for_its_turn_does_not_hold_the_queue(limits: RouteLimits) -
     # When it does come, it keeps its place at the front.
     assert _admit(limits, "third", 2 * STEP + ABSENT_MS)[0] == "wait"
     assert _admit(limits, "late", 3 * STEP + ABSENT_MS) == ("admitted", 0)
+
+
+def test_a_waiting_call_that_never_comes_back_leaves_the_queue(limits: RouteLimits) -> None:
+    """A waiting call whose run moved on (or died) is forgotten STALE_MS after its turn:
+    `relay routes` no longer counts it waiting, and its key's next call is not queued
+    behind it."""
+    _admit(limits, "a", 0)
+    assert _admit(limits, "gone", 0, key="moved-on") == ("wait", STEP)
+    assert limits.state(ROUTE, STEP).waiting == 1
+    later = STEP + STALE_MS + 1
+    assert _admit(limits, "b", later) == ("admitted", 0)
+    assert limits.state(ROUTE, later).waiting == 0
+    assert _admit(limits, "again", later + STEP, key="moved-on") == ("admitted", 0)
 
 
 def test_a_429_pauses_the_route_for_everyone(limits: RouteLimits) -> None:
