@@ -15,13 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from agent_core import Stop
 from tests.support.brain import final
 from tests.support.fleet import Fleet, fleet
 from tests.support.gateway import Gateway
 from tests.support.model_server import ModelServer, Reply
-from workers.model.limits import FAILURES_TO_OPEN, PROBE_INTERVAL_MS
+from workers.cli import cli
+from workers.model.endpoints import load_routes
+from workers.model.limits import FAILURES_TO_OPEN, PROBE_INTERVAL_MS, RouteLimits
+from workers.settings import now_ms
 
 WORKER = ("--concurrency", "8", "--pool", "threads")
 
@@ -212,3 +216,35 @@ def test_a_gateways_own_429s_are_waited_out_not_retried_into(tmp_path: Path) -> 
         for run_id in run_ids:
             assert set(f.relay.status(run_id).usage_by_route) == {"gateway"}
         assert "model_failed" not in f.logs()
+
+
+def test_once_its_runs_are_done_relay_routes_shows_the_route_idle_and_closed(
+    tmp_path: Path,
+) -> None:
+    """What an operator sees of a capped route once the fleet's runs on it are done:
+    nothing in flight, nothing waiting, the circuit closed and the failures it had before
+    set back by the successes after. On a single Redis each success is told by the save
+    of its reply, not in a script of its own; a slot the save did not give back would
+    show in flight here until its lease lapsed, and hold the next call that long."""
+    with fleet(tmp_path) as f:
+        env = _routes(f, {"name": "one", "url": f.model.url, "model": "m", "max_concurrency": 1})
+        (route,) = load_routes(env["RELAY_MODELS"])
+        limits = RouteLimits(f.relay.store.connection)
+        for n in range(2):  # two failures in a row, as a worker would have told them
+            limits.admit(route, key="k", holder=f"f{n}", tokens=1, key_concurrency=None,
+                         lease_ms=60_000, now_ms=now_ms())  # fmt: skip
+            limits.done(route, key="k", holder=f"f{n}", outcome="failed", now_ms=now_ms())
+        assert limits.state(route, now_ms()).failures == 2
+        f.worker(*WORKER, env=env)
+        tags = [f"IDLE{n}" for n in range(8)]
+        _answer(f, tags)
+        started = time.monotonic()
+        _finish(f, [f.relay.start(f"{tag}: answer") for tag in tags], timeout=120)
+        took = time.monotonic() - started
+        shown = CliRunner(env={**f.env, **env, "RELAY_APP": ""}).invoke(cli, ["routes", "--json"])
+        assert shown.exit_code == 0, shown.output
+        (state,) = json.loads(shown.stdout)
+        assert (state["in_flight"], state["waiting"]) == (0, 0), state
+        assert (state["circuit"], state["failures"]) == ("closed", 0), state
+        # One call at a time, each slot back at once: not a lease (about 9 s) a call.
+        assert took < 60, took
