@@ -86,9 +86,9 @@ if not lease then
   inbox_key = prefix .. 'inbox:' .. ARGV[7]
   history = prefix .. 'hist:' .. ARGV[7]
 end
-local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf', 'due')
+local run = redis.call('HMGET', KEYS[1], 'v', 'meta', 'sf', 'due', 'r:' .. ARGV[1])
 if not run[1] then return answer('gone') end
-if redis.call('HEXISTS', KEYS[1], 'r:' .. ARGV[1]) == 1 then return answer('done') end
+if run[5] then return answer('done') end  -- (its outcome is recorded)
 local is_due, asked_bytes = due(run)
 if not is_due then return answer('refused') end
 -- (Taken here, not checked here and taken below: one command a claim fewer.)

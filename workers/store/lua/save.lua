@@ -80,7 +80,11 @@ if own ~= nil and own.route ~= nil then
   route_done({prefix .. 'route:' .. r[1], prefix .. 'key-inflight:' .. r[2]},
     {r[4], r[3], 'ok', r[5], r[6], r[8], 0, 0, '', r[7]})
 end
-if redis.call('HGET', KEYS[1], 'v') ~= ARGV[1] then return 'stale' end
+-- The version, and for a call's own outcome its result (recorded already?) and attempt
+-- (the fence), in one read.
+local at = own and redis.call('HMGET', KEYS[1], 'v', 'r:' .. own.call, 'a:' .. own.call)
+  or {redis.call('HGET', KEYS[1], 'v')}
+if at[1] ~= ARGV[1] then return 'stale' end
 local version = tonumber(ARGV[1]) + 1
 -- (`due` names the version it was written at: CLAIM trusts it only at that version, so
 -- a record saved without it, by an older worker, is decoded instead.)
@@ -98,8 +102,8 @@ local runs = KEYS[7] or (prefix .. 'runs')
 local history = KEYS[8] or (prefix .. 'hist:' .. tree)
 local journal = KEYS[9] or (prefix .. 'jr:' .. tree)
 if own ~= nil then
-  if redis.call('HEXISTS', KEYS[1], 'r:' .. own.call) == 1 then return 'duplicate' end
-  if redis.call('HGET', KEYS[1], 'a:' .. own.call) ~= own.attempt then return 'fenced' end
+  if at[2] then return 'duplicate' end
+  if at[3] ~= own.attempt then return 'fenced' end
   local lease = prefix .. 'lease:' .. tree .. ':' .. own.call  -- (layout.Keys.lease)
   if redis.call('GET', lease) == own.token then redis.call('DEL', lease) end
   -- (OutboxMember.model or .tool: a model call `m<seq>` is `m|<run>|<seq>`.)
