@@ -6,8 +6,9 @@ through), its or the key's calls in flight at their cap, or its requests and
 tokens per minute spent; waiting calls queue fairly between keys.
 `done` (lua/route_done.lua) gives the call's slots back and tells the circuit and
 the pause what happened; a success is `went_well`, which `tell` tells, or (on a single
-Redis) the SAVE of the call's outcome runs the same script. Every worker shares these, so limits hold for the fleet,
-not per process; a worker that dies holding a slot loses it when its lease lapses.
+Redis) the SAVE of the call's outcome runs the same script. Every worker shares these,
+so limits hold for the fleet, not per process; a worker that dies holding a slot loses
+it when its lease lapses.
 `fell_back` keeps, once, why a route's server refused its protocol (`relay routes`).
 """
 
