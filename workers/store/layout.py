@@ -36,8 +36,8 @@ hash; ROUTE_ADMIT and ROUTE_DONE, the route's parts (`route:<r>:<part>` from
 `route:<r>`), and SAVE, the route and key a model call's success is told to
 (`route:<r>`, `key-inflight:<key>`, from the prefix: `engine.effects.RouteOk`). On a
 cluster these are all sent (and a save tells no route), so a slot on the move
-redirects the script before it writes. Each script refuses (an error reply) a key that is not the
-run's it is told of, rather than spell names from it.
+redirects the script before it writes. Each script refuses (an error reply) a key that
+is not the run's it is told of, rather than spell names from it.
 A name changed here must be changed in those scripts too (and CLAIM and SAVE spell
 a call's outbox member: `engine.ids.OutboxMember`).
 
