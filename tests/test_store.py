@@ -28,7 +28,7 @@ from workers.settings import now_ms
 from workers.store import codec, scripts
 from workers.store.layout import TRACE_MAX, Keys, RunFields
 from workers.store.runs import CallClaim, Claim, RunStore
-from workers.store.scripts import ClaimStatus, Decided, Recorded, ReplyAnswer, Saved
+from workers.store.scripts import Admitted, ClaimStatus, Decided, Recorded, ReplyAnswer, Saved
 
 
 @pytest.fixture
@@ -1061,7 +1061,9 @@ def test_a_model_call_claimed_with_a_save_is_admitted_and_reserves(store: RunSto
 _CAPPED = ModelRoute("told", url="http://127.0.0.1:9/v1", model="m", max_concurrency=1, tpm=60_000)
 
 
-def _ask_route(limits: RouteLimits, route: ModelRoute, holder: str, tokens: int, now: int) -> Any:
+def _ask_route(
+    limits: RouteLimits, route: ModelRoute, holder: str, tokens: int, now: int
+) -> Admitted:
     """Admit a call of the key named as `route` (one call of a key at a time)."""
     return limits.admit(
         route, key=route.name, holder=holder, tokens=tokens, key_concurrency=1,
@@ -1103,7 +1105,7 @@ def test_a_save_tells_the_route_that_replied_as_route_done_would_whatever_it_ans
         assert admitted.admitted
         assert admitted.charged == 5_000
     news = {"holder": "r1|3", "now_ms": 20, "paused_until_ms": 20, "charged": 5_000, "used": 400}
-    limits.tell(limits.went_well(twins[0], key="told", **news))
+    limits.tell(limits.news(twins[0], key="told", **news))
     store.create(_record(), "snap", due_ms=5_000)
     version = _save(store, _running("call-1"))
     _claim(store, "call-1", "x")
@@ -1114,7 +1116,7 @@ def test_a_save_tells_the_route_that_replied_as_route_done_would_whatever_it_ans
         attempt = 2
     elif answer is Saved.DUPLICATE:
         _record_outcome(store, "call-1", "x", attempt=1)
-    ok = limits.went_well(twins[1], key="saved", **news)
+    ok = limits.news(twins[1], key="saved", **news)
     own = OwnOutcome("r1", "call-1", attempt, "x", "t|r1|call-1", route=ok)
     assert store.save(_step(_record(seq=1)), saved_at, own) is answer
     told, saved = (_route_after(store, route) for route in twins)
@@ -1131,7 +1133,7 @@ def test_a_save_tells_the_route_that_replied_as_route_done_would_whatever_it_ans
 def test_a_cluster_save_will_not_take_a_routes_news_along(store: RunStore) -> None:
     """A cluster's routes are in other slots than the run's: its saves cannot tell them,
     and a caller that asked one to would have the news lost, so it is refused."""
-    ok = RouteLimits.went_well(
+    ok = RouteLimits.news(
         _CAPPED, key="k", holder="r1|3", now_ms=1, paused_until_ms=1, charged=1, used=1
     )
     own = OwnOutcome("r1", "call-1", 1, "x", "t|r1|call-1", route=ok)

@@ -29,7 +29,7 @@ __all__ = [
     "Outgoing",
     "OwnOutcome",
     "Reservation",
-    "RouteOk",
+    "RouteNews",
     "Send",
     "SnapshotWrite",
     "UsageAdd",
@@ -136,11 +136,11 @@ class KeptNotes:
 
 
 @dataclass(frozen=True)
-class RouteOk:
-    """A model call that went well on a route, as the route's limits hear of it (its
-    slots back, its circuit closed, the tokens it was charged settled against those it
-    used: lua/route_done.lua's `ok`). Told with the save of the call's outcome, in the
-    same script, on a single Redis (`OwnOutcome.route`)."""
+class RouteNews:
+    """What a route's limits hear of a call they admitted, whatever came of it
+    (lua/route_done.lua: its slots back, the tokens it was charged settled against those
+    it used). A success's is told with the save of the call's outcome, in the same
+    script, on a single Redis (`OwnOutcome.route`)."""
 
     route: str
     key: str
@@ -152,6 +152,7 @@ class RouteOk:
     charged: int
     """The tokens its admission charged."""
     used: int | None
+    """The tokens it used; None when unknown (it failed: all it was charged comes back)."""
     ms_per_token: float
     """The route's spacing of tokens (0: no tokens-per-minute limit)."""
 
@@ -166,8 +167,8 @@ class OwnOutcome:
     attempt: int
     token: str
     member: str
-    route: RouteOk | None = None
-    """The route that gave a model call's reply hears how it went in the save's script,
+    route: RouteNews | None = None
+    """The route that gave a model call's reply hears it went well in the save's script,
     whatever the save answers (a save refused, stale or fenced still frees the slot)."""
 
 

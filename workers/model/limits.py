@@ -5,10 +5,10 @@ route may be paused by a 429, its circuit open (one probe per interval gets
 through), its or the key's calls in flight at their cap, or its requests and
 tokens per minute spent; waiting calls queue fairly between keys.
 `done` (lua/route_done.lua) gives the call's slots back and tells the circuit and
-the pause what happened; a success is `went_well`, which `tell` tells, or (on a single
-Redis) the SAVE of the call's outcome runs the same script. Every worker shares these,
-so limits hold for the fleet, not per process; a worker that dies holding a slot loses
-it when its lease lapses.
+the pause what happened (`tell` tells a call's `news`); a success's news may instead go
+with the SAVE of the call's outcome, which runs the same script on a single Redis.
+Every worker shares these, so limits hold for the fleet, not per process; a worker
+that dies holding a slot loses it when its lease lapses.
 `fell_back` keeps, once, why a route's server refused its protocol (`relay routes`).
 """
 
@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from workers.engine.effects import RouteOk
+from workers.engine.effects import RouteNews
 from workers.model.endpoints import ModelRoute
 from workers.store import scripts
 from workers.store.codec import as_text
@@ -152,51 +152,40 @@ class RouteLimits:
 
         `charged`: the tokens its admission charged (`Admitted.charged`); `used`: the
         tokens the call used, None if it failed (all it was charged comes back)."""
-        done = scripts.route_done(
-            self._connection.keys,
-            route=route.name,
-            key=key,
-            holder=holder,
-            outcome=outcome,
-            now_ms=now_ms,
-            paused_until_ms=paused_until_ms,
-            charged=charged,
-            used=used,
-            ms_per_token=_spacing(route.tpm),
-            failures_to_open=FAILURES_TO_OPEN,
-            probe_ms=PROBE_INTERVAL_MS,
-            error=error,
-        )
-        return self._connection.run(done)
+        news = self.news(
+            route, key=key, holder=holder, now_ms=now_ms, paused_until_ms=paused_until_ms,
+            charged=charged, used=used,
+        )  # fmt: skip
+        return self.tell(news, outcome, error)
 
     @staticmethod
-    def went_well(
+    def news(
         route: ModelRoute, *, key: str, holder: str, now_ms: int, paused_until_ms: int,
         charged: int, used: int | None,
-    ) -> RouteOk:  # fmt: skip
-        """What the route hears of a call that went well (`charged` tokens at its
-        admission, `used` by the call), to `tell` now or with the save of its outcome."""
+    ) -> RouteNews:  # fmt: skip
+        """What the route is to hear of a call (`charged` tokens at its admission, `used`
+        by it), to `tell` now or, a success's, with the save of its outcome."""
         ms_per_token = _spacing(route.tpm)
-        return RouteOk(
+        return RouteNews(
             route.name, key, holder, now_ms, paused_until_ms, charged, used, ms_per_token
         )
 
-    def tell(self, ok: RouteOk) -> str:
-        """Tell the route a call went well (`went_well`); return its circuit's state."""
+    def tell(self, news: RouteNews, outcome: Outcome = "ok", error: str = "") -> str:
+        """Tell the route `news` of a call (ROUTE_DONE); return its circuit's state."""
         done = scripts.route_done(
             self._connection.keys,
-            route=ok.route,
-            key=ok.key,
-            holder=ok.holder,
-            outcome="ok",
-            now_ms=ok.now_ms,
-            paused_until_ms=ok.paused_until_ms,
-            charged=ok.charged,
-            used=ok.used,
-            ms_per_token=ok.ms_per_token,
+            route=news.route,
+            key=news.key,
+            holder=news.holder,
+            outcome=outcome,
+            now_ms=news.now_ms,
+            paused_until_ms=news.paused_until_ms,
+            charged=news.charged,
+            used=news.used,
+            ms_per_token=news.ms_per_token,
             failures_to_open=FAILURES_TO_OPEN,
             probe_ms=PROBE_INTERVAL_MS,
-            error="",
+            error=error,
         )
         return self._connection.run(done)
 

@@ -32,7 +32,7 @@ from functools import partial
 from typing import TypeVar
 
 from agent_core import ModelRequest
-from workers.engine.effects import RouteOk
+from workers.engine.effects import RouteNews
 from workers.errors import ModelCallError, StoreUnavailable
 from workers.model.endpoints import ModelRoute
 from workers.model.limits import Outcome, RouteLimits
@@ -64,7 +64,7 @@ class Routed:
 
     reply: ModelReply
     route: ModelRoute
-    ok: RouteOk | None = None
+    ok: RouteNews | None = None
     """What the route is still to hear of the call (`complete(tell_ok=False)`)."""
 
 
@@ -145,7 +145,7 @@ class ModelRouter:
             )
         return chosen
 
-    def tell(self, ok: RouteOk) -> None:
+    def tell(self, ok: RouteNews) -> None:
         """Tell a route that a call went well (`Routed.ok`, where the caller's save could
         not take it along)."""
         _quietly(lambda: self._limits.tell(ok), "done")
@@ -228,13 +228,13 @@ class ModelRouter:
     def _succeeded(
         self, route: ModelRoute, key: str, holder: str, reply: ModelReply, charged: int,
         *, tell_ok: bool,
-    ) -> RouteOk | None:  # fmt: skip
+    ) -> RouteNews | None:  # fmt: skip
         """Tell the route the call went well, and what it used of what it was `charged`
         (the route learns its real rate); or, without `tell_ok`, return what it is to hear."""
         self._keep_fallback(route)
         now, used = self._clock(), reply.usage.total_tokens
         spent = int((reply.spent_for_s or 0) * 1000)  # the server has nothing left till then
-        ok = self._limits.went_well(
+        ok = self._limits.news(
             route, key=key, holder=holder, now_ms=now, paused_until_ms=now + spent,
             charged=charged, used=used,
         )  # fmt: skip

@@ -27,7 +27,7 @@ from typing import NoReturn
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
 from workers.engine.budget import NO_ADMISSION, Over
-from workers.engine.effects import Message, OwnOutcome, RouteOk
+from workers.engine.effects import Message, OwnOutcome, RouteNews
 from workers.engine.events import (
     InboxEvent,
     ModelFailed,
@@ -105,7 +105,7 @@ class Claimed:
         self._agent: Agent | None = None
         self.task_before = ""
         """The Celery task of the claim before (the lost attempt's, on a retake)."""
-        self.route_ok: RouteOk | None = None
+        self.route_ok: RouteNews | None = None
         """What the model route that replied is still to hear: told by the save of the
         reply (`OwnOutcome.route`), else by `Calls._tell_route`; once either way."""
 

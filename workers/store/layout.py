@@ -34,7 +34,7 @@ journal, a call's lease, the root's hash and the index keys (`outbox`, `pending`
 `pending:data`, `runs`, `activity`); STREAM, the tree's `live:<root>` from the root's
 hash; ROUTE_ADMIT and ROUTE_DONE, the route's parts (`route:<r>:<part>` from
 `route:<r>`), and SAVE, the route and key a model call's success is told to
-(`route:<r>`, `key-inflight:<key>`, from the prefix: `engine.effects.RouteOk`). On a
+(`route:<r>`, `key-inflight:<key>`, from the prefix: `engine.effects.RouteNews`). On a
 cluster these are all sent (and a save tells no route), so a slot on the move
 redirects the script before it writes. Each script refuses (an error reply) a key that
 is not the run's it is told of, rather than spell names from it.

@@ -91,7 +91,7 @@ if not run[1] then return answer('gone') end
 if run[5] then return answer('done') end  -- (its outcome is recorded)
 local is_due, asked_bytes = due(run)
 if not is_due then return answer('refused') end
--- (Taken here, not checked here and taken below: one command a claim fewer.)
+-- (Taken as it is checked, SET NX: another attempt's lease refuses the claim before it writes.)
 if not redis.call('SET', lease, ARGV[4], 'PX', ARGV[5], 'NX') then return answer('busy') end
 
 local over, cap = '', 0
