@@ -1,7 +1,8 @@
 """The model client: one OpenAI-compatible chat completions call, with retries.
 
 One `ModelClient` per worker process holds one httpx sync client, so the TCP
-(and TLS) connection is kept alive between calls. A call is
+(and TLS) connections are kept alive between calls (one a call in flight:
+`workers.model.connections`). A call is
 `POST {url}` with a system and a user message; image attachments go beside the
 prompt as image parts, other files as text parts.
 
@@ -47,6 +48,7 @@ import httpx
 
 from agent_core.steps import ModelRequest, ReplyShape
 from workers.errors import ModelCallError
+from workers.model.connections import KeptConnections
 from workers.model.protocols import protocol_fields, refuses, reply_text
 from workers.model.wire import (
     RESTART,
@@ -182,12 +184,11 @@ class ModelClient:
         timeout = httpx.Timeout(
             settings.read_timeout, connect=settings.connect_timeout, pool=settings.connect_timeout
         )
-        # No cap of httpx's own (100 connections): the pool's slots and RELAY_MODEL_CARRIED
-        # bound the calls a process makes at once, and a call past httpx's cap would wait
-        # for a connection, then fail.
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        # A connection of its own for each call in flight (`KeptConnections`): httpx's pool
+        # looks through all it holds for every request. No cap: the pool's slots and
+        # RELAY_MODEL_CARRIED bound the calls a process makes at once.
         self._http = httpx.Client(
-            headers=headers, timeout=timeout, transport=transport, limits=limits
+            headers=headers, timeout=timeout, transport=transport or KeptConnections()
         )
         # What no error may show: the key, and the secrets in the URL's query string.
         # (A value of a few characters would garble every message, and hides nothing.)
