@@ -169,7 +169,10 @@ def test_a_second_delivery_does_not_hide_what_the_call_did(tmp_path: Path) -> No
             ids = [f.relay.start(f"TWICE-{i}: read a note") for i in range(10)]
             for run_id in ids:
                 assert f.relay.wait(run_id, timeout=60).summary == "read it"
-            f.until(lambda: worker.output().count(" ignored") >= 10, what="the duplicates")
+            f.until(
+                lambda: worker.output().count("<no final event here: ") >= 10,
+                what="the duplicates",
+            )
             tasks = relay_tasks(flower, ids, expected=40)
             calls = [t for t in tasks if t["name"] in ("relay.call_model", "relay.run_tool")]
             assert len(calls) == 30

@@ -7,11 +7,12 @@ by this worker" for a call that may yet fail; and a FAILURE sent after it would 
 change what Flower shows (Celery's event state ranks SUCCESS above FAILURE, in
 either order).
 
-So such a task raises Ignore: Celery acks it and sends no final event, and Flower
-shows the task STARTED while its call is in flight. Once both are known, in either
-order, the task's own line (on its thread, as it returns) and the call's report (on
-the carrier's thread, in the task's context: `runtime.carrier.carrier()` names the
-task), this process sends the task's final event itself, as its worker would have:
+So such a task returns `NoFinalEvent` (`celery_app.final_events`): Celery acks it and
+sends no final event, and Flower shows the task STARTED while its call is in flight.
+Once both are known, in either order, the task's own line (on its thread, as it
+returns) and the call's report (on the carrier's thread, in the task's context:
+`runtime.carrier.carrier()` names the task), this process sends the task's final
+event itself, as its worker would have:
 `task-succeeded` with the task's line and then the call's, or `task-failed` with a
 StepFailed saying the same when the call (or a step before it) failed.
 
@@ -93,7 +94,7 @@ class CarriedEnds:
 
     def task_ended(self, task_id: str, worker: str, report: Report, started: float) -> None:
         """The task `task_id` returned `report`, a step of which handed its call to the
-        carrier (the task raises Ignore next)."""
+        carrier (the task returns `NoFinalEvent` next)."""
         ended = _Ended(worker, report.line, report.failed, started)
         with self._lock:
             call = self._calls.pop(task_id, None)

@@ -24,7 +24,6 @@ import click
 from celery import Celery, Task, bootsteps
 from celery.concurrency import get_implementation
 from celery.concurrency.thread import TaskPool as ThreadsPool
-from celery.exceptions import Ignore
 from celery.signals import (
     beat_init,
     worker_init,
@@ -36,6 +35,7 @@ from celery.signals import (
 
 from workers.celery_app.carried_ends import CarriedEnds
 from workers.celery_app.control import guard_remote_control
+from workers.celery_app.final_events import NoFinalEvent, QuietRequest
 from workers.celery_app.sending import model_task_id, tool_task_id
 from workers.engine.effects import Message
 from workers.errors import StepFailed
@@ -102,8 +102,10 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     ends = CarriedEnds(app)
     runtime = _Built(build, ends)
 
-    @app.task(name="relay.advance", shared=False, throws=(StepFailed,), bind=True)
-    def advance(task: Task[Any, Any], run_id: str) -> str:
+    @app.task(
+        name="relay.advance", shared=False, throws=(StepFailed,), bind=True, Request=QuietRequest
+    )
+    def advance(task: Task[Any, Any], run_id: str) -> str | NoFinalEvent:
         if not _valid("relay.advance", run_id=run_id):
             return REFUSED
         started = time.monotonic()
@@ -111,8 +113,10 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             report = runtime().task(Message("advance", run_id), _hard_limit(task))
         return _told(report, ends.ended(task, started))
 
-    @app.task(name="relay.call_model", shared=False, throws=(StepFailed,), bind=True)
-    def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str:
+    @app.task(
+        name="relay.call_model", shared=False, throws=(StepFailed,), bind=True, Request=QuietRequest
+    )
+    def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str | NoFinalEvent:
         if not _valid("relay.call_model", run_id=run_id, seq=seq):
             return REFUSED
         own_id = task.request.id == model_task_id(run_id, seq)
@@ -122,8 +126,10 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             report = runtime().task(message, _hard_limit(task))
         return _told(report, ends.ended(task, started), own_id)
 
-    @app.task(name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True)
-    def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str:
+    @app.task(
+        name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True, Request=QuietRequest
+    )
+    def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str | NoFinalEvent:
         if not _valid("relay.run_tool", run_id=run_id, call_id=call_id):
             return REFUSED
         own_id = task.request.id == tool_task_id(run_id, call_id)
@@ -210,23 +216,25 @@ def _hard_limit(task: Task[Any, Any]) -> float | None:
     return float(limits[0])
 
 
-def _told(report: Report, carried: Callable[[Report], bool], own_id: bool = False) -> str:
+def _told(
+    report: Report, carried: Callable[[Report], bool], own_id: bool = False
+) -> str | NoFinalEvent:
     """Return the report's line, or raise StepFailed with it when the step failed.
 
     A call's messages all carry one task id, so Flower shows them as one task. A
     second delivery that does nothing (the call is under way elsewhere, or was made
-    and applied) raises Ignore: it is acked and sends no final event, and Flower
-    keeps the result of the delivery that made the call. A message with another id
-    (sent by someone else) reports as usual, so it too ends in Flower.
+    and applied) returns `NoFinalEvent`: it is acked and sends no final event, and
+    Flower keeps the result of the delivery that made the call. A message with
+    another id (sent by someone else) reports as usual, so it too ends in Flower.
 
-    A task that handed its model call to the carrier raises Ignore too, once
+    A task that handed its model call to the carrier returns `NoFinalEvent` too, once
     `carried(report)` has taken its line: it ends in Flower when the call does
     (`celery_app.carried_ends`).
     """
     if report.idle and own_id:
-        raise Ignore(report.line)
+        return NoFinalEvent(report.line)
     if report.carried and carried(report):
-        raise Ignore(report.line)
+        return NoFinalEvent(report.line)
     if report.failed:
         raise StepFailed(report.line)
     return report.line
