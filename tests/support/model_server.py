@@ -171,6 +171,7 @@ class ModelServer:
         self._usage = (0, 0)
         self._billed: list[tuple[str, int, int]] = []
         self._connections: set[socket.socket] = set()
+        self._accepted = 0
         self._ids = itertools.count(1)
         self._rate: tuple[int, float] | None = None
         self._served: collections.deque[float] = collections.deque()
@@ -303,6 +304,12 @@ class ModelServer:
         with self._lock:
             return len(self._connections)
 
+    @property
+    def accepted_connections(self) -> int:
+        """Connections a client has opened to the server so far (reused ones count once)."""
+        with self._lock:
+            return self._accepted
+
     def billed(self, marker: str = "") -> list[tuple[int, int]]:
         """(prompt, completion) tokens of every completed call whose task (the prompt's
         first section) holds `marker`, in order."""
@@ -335,6 +342,7 @@ class ModelServer:
                 _drop(connection)
             else:
                 self._connections.add(connection)
+                self._accepted += 1
 
     def _untrack(self, connection: socket.socket) -> None:
         with self._lock:
