@@ -64,7 +64,11 @@ class _Writer:
             if not self._serving:  # the first stream of this process
                 self._serving = True
                 threading.Thread(target=self._serve, name="relay-live", daemon=True).start()
-            self._ready.notify()
+            # Woken only when this is now the first due: else the thread already waits
+            # for an earlier one, and takes this with it or after it (a wake-up a piece
+            # was a thread switch a piece, with hundreds of replies streaming).
+            if self._due[0][2] is stream:
+                self._ready.notify()
 
     def _serve(self) -> None:
         while True:
