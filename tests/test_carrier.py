@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -123,3 +124,64 @@ def test_a_call_thread_takes_the_next_call_instead_of_a_new_thread() -> None:
     # One call at a time: the threads that made the first calls made the rest (a thread
     # is spare again just after its call is counted, so now and then one more starts).
     assert started.count(True) <= 5, started.count(True)
+
+
+class _Clock:
+    """A monotonic clock that a call moves by how long it 'took'."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def call_taking(self, seconds: float) -> Callable[[], str]:
+        def make() -> str:
+            self.now += seconds
+            return "reply"
+
+        return make
+
+
+def _one_call(carrier: Carrier, make: Callable[[], str]) -> None:
+    carrier.hold(make, _kept, wait_s=0.0)
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+
+
+def test_a_task_stops_waiting_for_replies_once_most_take_longer_than_its_wait() -> None:
+    """RELAY_MODEL_CARRIED_AFTER_MS is waited while it pays: the carrier learns how many
+    of the process's recent calls came back within it (a remote model: none)."""
+    clock = _Clock()
+    carrier = Carrier(10, _Told(), moment_s=0.01, clock=clock)
+    assert carrier.worth_waiting()  # a new process waits, as a local model answers at once
+    for _ in range(10):
+        _one_call(carrier, clock.call_taking(2.0))
+    assert carrier.worth_waiting()  # (10 slow calls: about half the recent ones still)
+    _one_call(carrier, clock.call_taking(2.0))
+    assert not carrier.worth_waiting()
+    for _ in range(30):
+        _one_call(carrier, clock.call_taking(2.0))
+    assert not carrier.worth_waiting()
+    # The replies come quickly again (a cache, a local model): the tasks wait again.
+    _one_call(carrier, clock.call_taking(0.001))
+    _one_call(carrier, clock.call_taking(0.01))
+    assert not carrier.worth_waiting()
+    for _ in range(8):
+        _one_call(carrier, clock.call_taking(0.001))
+    assert carrier.worth_waiting()
+
+
+def test_a_call_that_fails_quickly_counts_as_quick() -> None:
+    clock = _Clock()
+    carrier = Carrier(10, _Told(), moment_s=0.01, clock=clock)
+    for _ in range(20):
+        _one_call(carrier, clock.call_taking(2.0))
+    assert not carrier.worth_waiting()
+
+    def refused() -> str:
+        raise ValueError("429")
+
+    for _ in range(20):
+        carrier.hold(refused, _kept, wait_s=0.0)
+        assert carrier.wait_idle(timeout_s=5.0) == 0
+    assert carrier.worth_waiting()

@@ -47,7 +47,8 @@
                                  to the carrier: one that quick is kept by the task,
                                  which continues the run in place (10, within the
                                  slice RELAY_INLINE_MS; a threads pool with a slot
-                                 to spare waits out the slice)
+                                 to spare waits out the slice; not waited while
+                                 most recent replies took longer)
     RELAY_METRICS_FLUSH_MS       a worker process writes its tasks' counters at most
                                  this many ms after they end, all in one round trip;
                                  0 = each task writes its own (500)

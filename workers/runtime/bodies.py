@@ -82,7 +82,8 @@ class Runtime:
                 clock=clock,
             )
         carried = settings.model_carried
-        self.carrier = Carrier(carried, self._carried_done) if carried else None
+        moment_s = settings.model_carried_after_ms / 1000
+        self.carrier = Carrier(carried, self._carried_done, moment_s) if carried else None
         self._stop_wait_s = settings.model_timeout
         self.calls = Calls(
             self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,

@@ -327,12 +327,15 @@ class Calls:
 
     def _carried_after_s(self) -> float:
         """How long a task waits for the reply of the call it handed to the carrier. A
-        moment (RELAY_MODEL_CARRIED_AFTER_MS), as its slot may be the next message's; its
-        whole slice where the pool has a slot to spare (a threads pool not full), so a
-        reply that comes within it goes on in place, not as one more message."""
+        moment (RELAY_MODEL_CARRIED_AFTER_MS), as its slot may be the next message's, and
+        none while most recent replies took longer (`Carrier.worth_waiting`); its whole
+        slice where the pool has a slot to spare (a threads pool not full), so a reply
+        that comes within it goes on in place, not as one more message."""
         left = self.slice_left()
         if self.slot_to_spare():
             return left
+        if self.carrier is not None and not self.carrier.worth_waiting():
+            return 0.0
         return min(left, self.settings.model_carried_after_ms / 1000)
 
     def _make(self, call: Claimed, produce: Produce) -> _Made | Report:

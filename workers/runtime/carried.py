@@ -19,7 +19,11 @@ there holds up no other message):
   next step is published once the reply is saved.
 
 The wait is short because it holds the slot: a task that waited its whole slice
-would take in a few calls a second.
+would take in a few calls a second. And it is only waited while it pays: once most
+of the process's recent calls took longer than the wait (a remote model), a task
+hands its call over and returns at once (`Carrier.worth_waiting`), its slot free
+for the next message; should replies come that quickly again, the calls the carrier
+makes show it, and the tasks wait again.
 
 What a crash costs is what it cost before: a worker that dies with calls in
 flight leaves their leases to lapse, and the tick sends each call again (its
@@ -51,7 +55,13 @@ from typing import Generic, TypeVar
 from workers.runtime.leases import on_call_thread
 from workers.runtime.reports import Report
 
-__all__ = ["Carried", "Carrier"]
+__all__ = ["QUICK_ENOUGH", "Carried", "Carrier"]
+
+QUICK_ENOUGH = 0.5
+"""A task waits for its call's reply while at least this share of the process's recent
+calls came back within the wait: below it, the wait mostly holds a slot for nothing."""
+_LEARNING = 1 / 16
+"""How much each call's speed moves that share (about the last 16 calls count)."""
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +110,32 @@ class _Handoff(Generic[Made]):
 
 class Carrier:
     """Carries up to `most` claimed calls at once, each on a call thread; `done` is told
-    what each carried call did once it ends (its report)."""
+    what each carried call did once it ends (its report). `moment_s` is the wait a task
+    makes for a reply (RELAY_MODEL_CARRIED_AFTER_MS), which the carrier learns whether
+    the process's calls come back within; `clock` (monotonic seconds) times them."""
 
-    def __init__(self, most: int, done: Callable[[Report], None]) -> None:
+    def __init__(
+        self,
+        most: int,
+        done: Callable[[Report], None],
+        moment_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.most = most
         self._done = done
+        self._moment_s = moment_s
+        self._clock = clock
         self._lock = threading.Condition()
         self._carried = 0
         self._pid = os.getpid()
+        self._quick = 1.0
+        """The share of recent calls that came back within `moment_s` (a moving mean)."""
+
+    def worth_waiting(self) -> bool:
+        """Whether a task should wait its moment for the reply of the call it hands over:
+        while at least QUICK_ENOUGH of this process's recent calls came back within it."""
+        with self._lock:
+            return self._quick >= QUICK_ENOUGH
 
     @property
     def carried(self) -> int:
@@ -142,8 +170,16 @@ class Carrier:
     def _carry(
         self, handoff: _Handoff[Made], make: Callable[[], Made], keep: Callable[[Made], Report]
     ) -> None:
+        began = self._clock()
+
+        def timed() -> Made:
+            try:
+                return make()
+            finally:
+                self._learn(self._clock() - began <= self._moment_s)
+
         try:
-            report = self._outcome(handoff, make, keep)
+            report = self._outcome(handoff, timed, keep)
             if report is not None:
                 self._tell(report)
         finally:
@@ -171,6 +207,11 @@ class Carrier:
             self._done(report)
         except Exception as error:  # noqa: BLE001 - counting it must not end the thread noisily
             log.warning("could not count a carried call: %s", error)
+
+    def _learn(self, quick: bool) -> None:
+        """A call came back within the moment (`quick`) or took longer."""
+        with self._lock:
+            self._quick += ((1.0 if quick else 0.0) - self._quick) * _LEARNING
 
     def _release(self) -> None:
         with self._lock:
