@@ -10,6 +10,8 @@ advance and one model call. Two workers, each measured alone on the same load:
   slot for its 2 s.
 - `threads carried`: the compose file's model worker as it is, `--pool threads
   -c 64` with carrying at its default.
+- `solo carried`: `--pool solo`, carrying: one process, the issue's unit (calls in
+  flight per model worker process).
 - `carried tokens`: as `carried`, the model sending its reply a token at a time
   (TOKENS pieces over SECONDS), as hosted models do: what the live stream costs.
 
@@ -180,6 +182,9 @@ def run(b: Bench) -> dict[str, Any]:
         b, "threads-carried", runs, ("--pool", "threads", "-c", "64"),
         {"RELAY_MODEL_CARRIED": str(runs)},
     )  # fmt: skip
+    solo = _variant(
+        b, "solo-carried", runs, ("--pool", "solo"), {"RELAY_MODEL_CARRIED": str(runs)},
+    )  # fmt: skip
     tokens = _variant(
         b, "carried-tokens", b.pick(1_000, 200), ("--pool", "prefork", "-c", "2"),
         {"RELAY_MODEL_CARRIED": str(runs)}, pieces=TOKENS, chars=TOKENS * 4,
@@ -189,6 +194,7 @@ def run(b: Bench) -> dict[str, Any]:
         "carried": carried,
         "slots": slots,
         "threads_carried": threads_carried,
+        "solo_carried": solo,
         "carried_tokens": tokens,
         "tokens_per_reply": TOKENS,
         "in_flight_ratio": round(carried["most_in_flight"] / max(slots["most_in_flight"], 1), 1),

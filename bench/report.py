@@ -434,12 +434,17 @@ def _live(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+_GOAL_SHAPES = ("carried", "solo_carried")
+"""The in-flight shapes issue 31's goal is read against: a prefork worker, one process."""
+
+
 def _inflight(r: dict[str, Any]) -> list[Row]:
     rows = []
     shapes = (
         ("carried", "prefork -c 2, RELAY_MODEL_CARRIED"),
         ("slots", "threads -c 64, RELAY_MODEL_CARRIED=0"),
         ("threads_carried", "threads -c 64, RELAY_MODEL_CARRIED"),
+        ("solo_carried", "solo (one process), RELAY_MODEL_CARRIED"),
         ("carried_tokens", "prefork -c 2, RELAY_MODEL_CARRIED, a token at a time"),
     )
     for name, what in shapes:
@@ -452,12 +457,14 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
                 f"{what}: {v['runs']:,} runs, {r['seconds_per_reply']:g} s a reply",
                 f"{v['most_in_flight']:,} calls in flight, {v['runs_per_s']:,} runs/s"
                 f" ({v['took_over_allowed']} x what the model allows),"
-                f" {v['worker_cores_busy']} cores busy, {v['kb_per_call_in_flight']:,} KB"
+                f" {v['worker_cores_busy']} cores busy"
+                f" ({v.get('worker_cpu_ms_per_run', '?')} ms a run),"
+                f" {v['kb_per_call_in_flight']:,} KB"
                 f" a call, Redis CPU {v.get('redis_cpu_us_per_step', '?')} us a step,"
                 f" {v.get('stream_events_per_run', '?')} live events a run",
-                ">= 1,000 in flight, < 1 core" if name == "carried" else "beside",
+                ">= 1,000 in flight, < 1 core" if name in _GOAL_SHAPES else "beside",
                 _check(v["most_in_flight"] >= 1_000 and v["worker_cores_busy"] < 1.0)
-                if name == "carried"
+                if name in _GOAL_SHAPES
                 else "",
             )
         )
