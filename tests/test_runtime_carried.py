@@ -166,3 +166,22 @@ def test_a_run_cancelled_while_its_call_is_carried_stops_the_call_and_frees_the_
         _slow(f, "AFTER", 0.5)
         assert f.relay.wait(f.relay.start("AFTER: answer"), timeout=60).summary == "answered slowly"
         f.until(lambda: f.full_logs().count(ended) == 2, 30, what="the second carried call's end")
+
+
+def test_once_its_replies_come_slowly_a_task_hands_its_call_over_without_waiting(
+    tmp_path: Path,
+) -> None:
+    """RELAY_MODEL_CARRIED_AFTER_MS is waited while it pays. After a run of slow replies
+    (a remote model), even a reply that would have come within it is carried: the task
+    no longer holds its slot waiting. (One process, so one carrier learns it all.)"""
+    wait = {"RELAY_MODEL_CARRIED": "100", "RELAY_MODEL_CARRIED_AFTER_MS": "300"}
+    with fleet(tmp_path) as f:
+        f.worker("--pool", "prefork", "-c", "1", env=wait)
+        _slow(f, "REMOTE", 0.8)
+        slow = [f.relay.start(f"REMOTE-{n}: answer") for n in range(16)]
+        assert all(f.relay.wait(run_id, timeout=120).stop is Stop.DONE for run_id in slow)
+        f.brain.script("LOCAL", {0: final("answered at once")})
+        quick = f.relay.start("LOCAL: answer")
+        assert f.relay.wait(quick, timeout=60).summary == "answered at once"
+        ended = [line for line in f.full_logs().splitlines() if f"{quick}:" in line]
+        assert any("ended with the call it carried" in line for line in ended), ended
