@@ -85,6 +85,16 @@ class _Built:
         return self._runtime
 
 
+_STEP_TASK: dict[str, Any] = {
+    "shared": False,
+    "throws": (StepFailed,),
+    "bind": True,
+    "Request": QuietRequest,
+}
+"""The step tasks' options: this app's alone, StepFailed an expected end, and a request
+that sends no final event for a `NoFinalEvent` (see `register_tasks`)."""
+
+
 def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     """Register `relay.advance`, `relay.call_model`, `relay.run_tool` and `relay.tick` on
     `app`, each a short body on the runtime, and the tick in every worker of the app.
@@ -102,9 +112,7 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     ends = CarriedEnds(app)
     runtime = _Built(build, ends)
 
-    @app.task(
-        name="relay.advance", shared=False, throws=(StepFailed,), bind=True, Request=QuietRequest
-    )
+    @app.task(name="relay.advance", **_STEP_TASK)
     def advance(task: Task[Any, Any], run_id: str) -> str | NoFinalEvent:
         if not _valid("relay.advance", run_id=run_id):
             return REFUSED
@@ -113,9 +121,7 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             report = runtime().task(Message("advance", run_id), _hard_limit(task))
         return _told(report, ends.ended(task, started))
 
-    @app.task(
-        name="relay.call_model", shared=False, throws=(StepFailed,), bind=True, Request=QuietRequest
-    )
+    @app.task(name="relay.call_model", **_STEP_TASK)
     def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str | NoFinalEvent:
         if not _valid("relay.call_model", run_id=run_id, seq=seq):
             return REFUSED
@@ -126,9 +132,7 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             report = runtime().task(message, _hard_limit(task))
         return _told(report, ends.ended(task, started), own_id)
 
-    @app.task(
-        name="relay.run_tool", shared=False, throws=(StepFailed,), bind=True, Request=QuietRequest
-    )
+    @app.task(name="relay.run_tool", **_STEP_TASK)
     def run_tool(task: Task[Any, Any], run_id: str, call_id: str) -> str | NoFinalEvent:
         if not _valid("relay.run_tool", run_id=run_id, call_id=call_id):
             return REFUSED
