@@ -16,11 +16,12 @@ import pytest
 from agent_core.steps import ModelRequest
 from tests.support.model_server import ModelServer, Reply, refusing_url
 from workers.errors import ModelCallError
-from workers.model.connections import KEEPALIVE_S, KeptConnections
+from workers.model.connections import KeptConnections
 from workers.model.transport import ModelClient
 from workers.settings import ModelSettings
 
 REQUEST = ModelRequest(system="You are terse.", prompt="Say hi.")
+KEEPALIVE_S = 60.0
 
 
 class Clock:
@@ -89,7 +90,8 @@ def test_connections_idle_past_their_expiry_are_closed_as_later_calls_pass(
     server: ModelServer,
 ) -> None:
     clock = Clock()
-    connections = KeptConnections(clock=clock)
+    # (An expiry of a minute: httpcore's own, on the real clock, never comes within the test.)
+    connections = KeptConnections(keepalive_s=KEEPALIVE_S, clock=clock)
     with _client(server.url, connections) as client:
         _at_once(client, 4)
         assert connections.kept == 4
