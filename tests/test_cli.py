@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -32,6 +33,7 @@ from tests.support.model_server import ModelServer, refusing_url
 from tests.support.redis_server import RedisServer
 from workers import Relay, Settings
 from workers.cli import cli
+from workers.cli.serve import _quiet_http_lines
 
 APP = "tests.apps.notes:relay"
 VERBS = [
@@ -724,3 +726,24 @@ def test_run_in_a_terminal_asks_questions_and_ctrl_c_offers_to_cancel(running: F
     assert "answered: May" in terminal.text
     assert f"Cancelled run {run_id[1]}." in terminal.text
     assert running.relay.wait(run_id[1], timeout=30).stop is Stop.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("own_level", "loglevel", "after"),
+    [
+        (logging.NOTSET, "INFO", logging.WARNING),  # httpx's line a request: left out
+        (logging.NOTSET, "debug", logging.NOTSET),  # asked for everything: kept
+        (logging.INFO, "INFO", logging.INFO),  # the app's own logging set it: kept
+    ],
+)
+def test_a_worker_leaves_out_httpx_s_line_a_request_unless_asked(
+    own_level: int, loglevel: str, after: int
+) -> None:
+    http = logging.getLogger("httpx")
+    before = http.level
+    http.setLevel(own_level)
+    try:
+        _quiet_http_lines(loglevel)
+        assert http.level == after
+    finally:
+        http.setLevel(before)

@@ -32,6 +32,11 @@ def test_a_run_goes_end_to_end(tmp_path: Path) -> None:
         kinds = [e.kind for e in f.relay.trace(run_id)]
         assert kinds[0] == "started", kinds
         assert kinds[-1] == "finished", kinds
+        # Two model calls: each task's line says how its call ended; httpx's own line for
+        # each request is left out at INFO (`relay worker --loglevel`).
+        log = f.processes[0].output()
+        assert "succeeded in" in log, log[-3000:]
+        assert "HTTP Request:" not in log, log[-3000:]
 
 
 def test_a_plain_celery_worker_runs_relay_too(tmp_path: Path) -> None:

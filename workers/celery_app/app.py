@@ -19,6 +19,7 @@ from typing import Any
 from celery import Celery
 
 from workers.celery_app.brokers import broker_conf, kombu_url
+from workers.celery_app.channels import RelayAMQP
 from workers.celery_app.events import RelayEvents
 from workers.settings import Settings
 
@@ -95,8 +96,15 @@ def delivery_settings(visibility_timeout_s: int, *, events: bool) -> dict[str, A
 def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
     """Return the configured Celery app (`tasks.register_tasks` gives it its tasks)."""
     queues = Queues.under(settings.prefix)
-    # RelayEvents: task events that reach Flower from a threads pool too (celery_app.events).
-    app = Celery(name, broker=kombu_url(broker_url), set_as_current=False, events=RelayEvents)
+    # RelayEvents: task events that reach Flower from a threads pool too (celery_app.events);
+    # RelayAMQP: a Redis broker channel that keeps its client (celery_app.channels).
+    app = Celery(
+        name,
+        broker=kombu_url(broker_url),
+        set_as_current=False,
+        events=RelayEvents,
+        amqp=RelayAMQP,
+    )
     timeout_s = visibility_timeout(settings)
     # Declared, so a plain `celery -A mymodule:app worker` consumes all four.
     declared = broker_conf(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 
@@ -42,7 +43,14 @@ __all__ = ["beat", "flower", "ping", "worker"]
     help="Obey Celery's remote control commands (shutdown, pool_restart...): by default a"
     " worker answers inspections only, which Flower's worker pages read.",
 )
-@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option(
+    "--loglevel",
+    "-l",
+    default="INFO",
+    show_default=True,
+    help="A line for each task. httpx's own line for each HTTP request (every model call)"
+    " only at DEBUG, or when its logger has a level of its own.",
+)
 @click.option("--hostname", "-n", help="Worker name (default: relay-<app>@<host>).")
 @app_option
 @click.pass_obj
@@ -96,7 +104,21 @@ def worker(
         argv.append("--no-tick")
     if remote_control:
         argv.append("--remote-control")
+    _quiet_http_lines(loglevel)
     relay.celery.worker_main(argv)
+
+
+def _quiet_http_lines(loglevel: str) -> None:
+    """Leave out httpx's INFO line for each request, unless asked for.
+
+    Each model call's task line already says how the call ended. httpx's line beside
+    it doubled a worker's log and cost more of its CPU than Celery's own lines
+    (py-spy under `bench/many.py`). A level set on httpx's logger (by the app's own
+    logging setup) is kept.
+    """
+    http = logging.getLogger("httpx")
+    if http.level == logging.NOTSET and loglevel.upper() != "DEBUG":
+        http.setLevel(logging.WARNING)
 
 
 def _check_durable(relay: Relay) -> None:
