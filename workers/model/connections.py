@@ -28,7 +28,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
+import httpcore  # noqa: F401 - imported here, not at the first request (see below)
 import httpx
+
+# httpx imports httpcore (and h11) when its first transport is made. The transports here
+# are made at a process's first request, so a prefork worker's every child imported
+# them at its first model call: a third of a second of CPU each (py-spy, bench many).
+# Imported with this module instead, they are loaded once, before the pool forks.
 
 __all__ = ["KEEPALIVE_S", "KeptConnections"]
 
