@@ -20,9 +20,37 @@ from typing import Any
 
 from workers.processes import stop_group
 
-__all__ = ["Counters", "Worker", "bare_worker", "relay_worker"]
+__all__ = ["Counters", "Worker", "bare_worker", "cpu_seconds", "relay_worker", "session_pids"]
 
 ROOT = Path(__file__).resolve().parents[1]
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def session_pids(leader: int) -> list[int]:
+    """The processes of the session `leader` started (a worker and its pool's children)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) == leader:  # (after the name: state, ppid, pgrp, session)
+            found.append(int(entry))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """The CPU time (user and system) the processes `pids` have used so far."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / TICK
 
 
 class Worker:
@@ -61,6 +89,10 @@ class Worker:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def cpu_s(self) -> float:
+        """The CPU time its processes (the pool's children too) have used so far."""
+        return cpu_seconds(session_pids(self.pid))
 
     def stop(self) -> None:
         process = self.process

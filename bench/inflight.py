@@ -24,7 +24,6 @@ the peak less before), and Redis server time per step (INFO commandstats).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import Counters, Worker, relay_worker
+from bench.cluster import Counters, Worker, cpu_seconds, relay_worker, session_pids
 from bench.context import Bench
 from tests.support.redis_server import free_port, wait_for_port
 
@@ -44,33 +43,6 @@ STEPS_PER_RUN = 2
 TOKENS = 100
 """The `carried-tokens` variant's reply: 400 characters in 100 pieces over SECONDS, a
 model sending a token at a time (50 a second)."""
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _session(leader: int) -> list[int]:
-    """The processes of the worker's session (its pool's children too)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[3]) == leader:  # (after the name: state, ppid, pgrp, session)
-            found.append(int(entry))
-    return found
-
-
-def _cpu_s(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / TICK
 
 
 def _rss_mb(pids: list[int]) -> float:
@@ -94,9 +66,9 @@ def _stats(url: str) -> dict[str, int]:
 
 def _load(b: Bench, worker: Worker, stats_url: str, runs: int, marker: str) -> dict[str, Any]:
     """Start `runs` runs at once; follow them to the end; return the figures."""
-    pids = _session(worker.pid)
+    pids = session_pids(worker.pid)
     time.sleep(1.0)  # the worker settles: its RSS before any call
-    rss_before, cpu_before = _rss_mb(pids), _cpu_s(pids)
+    rss_before, cpu_before = _rss_mb(pids), cpu_seconds(pids)
     redis_before = Counters.read(b.redis)
     began = time.monotonic()
     for n in range(runs):
@@ -107,10 +79,10 @@ def _load(b: Bench, worker: Worker, stats_url: str, runs: int, marker: str) -> d
         if time.monotonic() - began > 600:
             raise TimeoutError(f"{marker}: {b.relay.count_runs('done')} of {runs} runs done")
         most = max(most, _stats(stats_url)["most"])
-        peak_rss = max(peak_rss, _rss_mb(_session(worker.pid)))
+        peak_rss = max(peak_rss, _rss_mb(session_pids(worker.pid)))
         time.sleep(0.2)
     took = time.monotonic() - began
-    cpu = _cpu_s(_session(worker.pid)) - cpu_before
+    cpu = cpu_seconds(session_pids(worker.pid)) - cpu_before
     redis = Counters.read(b.redis).since(redis_before)
     most = max(most, _stats(stats_url)["most"])
     allowed = runs / max(most, 1) * SECONDS

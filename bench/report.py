@@ -214,6 +214,15 @@ def _many(r: dict[str, Any]) -> list[Row]:
                 _check(pool["ratio"] >= r["goal"]),
             )
         )
+        if "worker_cpu_ms_per_step" in relay:
+            rows.append(
+                Row(
+                    "3 many",
+                    "  workers' CPU ms per step (all their processes)",
+                    _fmt(relay["worker_cpu_ms_per_step"]),
+                    f"bare: {_fmt(pool['bare_worker_cpu_ms_per_task'])} per task",
+                )
+            )
     return rows
 
 
