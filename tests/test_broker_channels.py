@@ -45,7 +45,7 @@ def test_forty_task_messages_are_sent_with_one_client(
             made = _count_clients(monkeypatch)
             for n in range(40):
                 app.send_task("relay.run_tool", args=[f"r{n}"], queue=queue, producer=producer)
-        # kombu's own channel: one client a message (40), and one more a task event.
+        # (kombu's own channel makes one for each message and one for each task event.)
         assert made == [], len(made)
         plain = redis.Redis.from_url(server.url)
         assert plain.llen(queue) == 41
