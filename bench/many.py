@@ -35,14 +35,19 @@ POOLS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _cpu_s(workers: list[Worker]) -> float:
+    """The CPU seconds the workers (all their processes) have used so far."""
+    return sum(worker.cpu_s() for worker in workers)
+
+
 def _cpu_ms(workers: list[Worker], since: float, count: int) -> float:
-    """The workers' CPU since `since` (their summed CPU seconds then), in ms per `count`."""
-    return (sum(worker.cpu_s() for worker in workers) - since) * 1000 / count
+    """The workers' CPU since `since` (their `_cpu_s` then), in ms per `count`."""
+    return (_cpu_s(workers) - since) * 1000 / count
 
 
 def _relay(b: Bench, runs: int, name: str, workers: list[Worker]) -> dict[str, Any]:
     markers = [f"many-{name}-{i}" for i in range(runs)]
-    cpu = sum(worker.cpu_s() for worker in workers)
+    cpu = _cpu_s(workers)
     started = time.monotonic()
     for marker in markers:
         b.relay.start(Task(marker, turns=2, delay_ms=MODEL_MS).text())
@@ -60,7 +65,7 @@ def _relay(b: Bench, runs: int, name: str, workers: list[Worker]) -> dict[str, A
 
 
 def _bare(b: Bench, chains: int, prefix: str, workers: list[Worker]) -> dict[str, Any]:
-    cpu = sum(worker.cpu_s() for worker in workers)
+    cpu = _cpu_s(workers)
     started = time.monotonic()
     b.chains(chains, STEPS, prefix)
     wall = time.monotonic() - started

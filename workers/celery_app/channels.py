@@ -64,9 +64,8 @@ class RelayConnection(Connection):
         return _Pool(self, limit=limit, **kwargs)
 
 
-class _Pooled(PooledConnection):
-    def create_transport(self) -> Any:
-        return _kept_clients(super().create_transport())  # type: ignore[misc]
+class _Pooled(PooledConnection, RelayConnection):  # type: ignore[misc]  # kombu: __enter__ typed apart
+    """A connection of `_Pool`: kombu's pooled connection, with `RelayConnection`'s transport."""
 
 
 class _Pool(ConnectionPool):
