@@ -89,3 +89,71 @@ def test_halves_that_never_meet_are_not_kept_for_ever(monkeypatch: pytest.Monkey
         with carried_by(f"lost-{n}", "w1@host"):
             ends.call_ended(REPLIED)
     assert ends.waiting() == 3
+
+
+CHAINED = Report(
+    "model call m1 replied; run waits for call-1 | continued call-1 read_note: ok"
+    " | continued model call m3: m3: carried by this worker (1 in flight)",
+    carried=True,
+)
+LAST = Report("model call m3 replied, 9 tokens; run finished (done): read it")
+
+
+@pytest.mark.parametrize("task_first", [True, False], ids=["task-first", "call-first"])
+def test_a_call_that_went_on_to_carry_the_next_one_ends_its_task_with_that_one(
+    *, task_first: bool
+) -> None:
+    """The carried call's thread went on with the run in a free slot and handed the next
+    model call over in turn: the task is under way until that call ends too."""
+    ends, events = _ends()
+    if task_first:
+        ends.task_ended("task-5", "w1@host", HANDED, started=time.monotonic())
+    with carried_by("task-5", "w1@host"):
+        ends.call_ended(CHAINED)
+    if not task_first:
+        ends.task_ended("task-5", "w1@host", HANDED, started=time.monotonic())
+    assert events.sent == []  # m3 is still in flight: the task is not over
+    with carried_by("task-5", "w1@host"):
+        ends.call_ended(LAST)
+    [(_, kind, fields)] = events.sent
+    assert (kind, fields["uuid"]) == ("task-succeeded", "task-5")
+    assert fields["result"].startswith("'m1: carried by this worker (1 in flight); then model")
+    assert (
+        "| continued call-1 read_note: ok | continued model call m3: m3: carried"
+        in (fields["result"])
+    )
+    assert fields["result"].endswith(
+        "; then model call m3 replied, 9 tokens; run finished (done): read it'"
+    )
+    assert ends.waiting() == 0
+
+
+def test_both_calls_may_end_before_their_task_says_its_line() -> None:
+    ends, events = _ends()
+    with carried_by("task-6", "w1@host"):
+        ends.call_ended(CHAINED)
+        ends.call_ended(Report("model call m3 failed: 400; run failed", failed=True))
+    assert events.sent == []
+    ends.task_ended("task-6", "w1@host", HANDED, started=time.monotonic())
+    [(_, kind, fields)] = events.sent
+    assert kind == "task-failed"
+    assert "continued model call m3" in fields["exception"]
+    assert "then model call m3 failed: 400" in fields["exception"]
+    assert ends.waiting() == 0
+
+
+def test_a_task_line_that_grows_call_after_call_is_cut_at_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(carried_ends, "LINE_CHARS", 200)
+    ends, events = _ends()
+    ends.task_ended("task-7", "w1@host", HANDED, started=time.monotonic())
+    with carried_by("task-7", "w1@host"):
+        for _ in range(50):
+            ends.call_ended(CHAINED)
+        assert ends.waiting() == 1
+        ends.call_ended(LAST)
+    [(_, _, fields)] = events.sent
+    result = fields["result"]
+    assert result.endswith("run finished (done): read it'")
+    assert len(result) < 200 + len(LAST.line) + 20

@@ -185,3 +185,60 @@ def test_a_call_that_fails_quickly_counts_as_quick() -> None:
         carrier.hold(refused, _kept, wait_s=0.0)
         assert carrier.wait_idle(timeout_s=5.0) == 0
     assert carrier.worth_waiting()
+
+
+class _GoesOn:
+    """A `kept` hook: keeps the outcome, then says it went on with the run (as
+    `Runtime._keep_carried` does in a free slot), or raises as it goes on."""
+
+    def __init__(self, raises: bool = False) -> None:
+        self.kept: list[Report] = []
+        self.raises = raises
+
+    def __call__(self, keep: Callable[[], Report]) -> Report:
+        report = keep()
+        self.kept.append(report)
+        if self.raises:
+            raise ConnectionError("the broker went away")
+        return report.continued("call-1 read_note", Report("ok"))
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["kept", "failed-before-saved"])
+def test_what_the_carrier_keeps_goes_through_its_kept_hook(*, fails: bool) -> None:
+    told, goes_on = _Told(), _GoesOn()
+    carrier = Carrier(10, told, kept=goes_on)
+    go = threading.Event()
+
+    def reply() -> str:
+        go.wait(5.0)
+        if fails:
+            raise ValueError("the model client broke")
+        return "slow"
+
+    assert isinstance(carrier.hold(reply, _kept, wait_s=0.0), Carried)
+    go.set()
+    assert told.event.wait(5.0)
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+    # Kept (or failed) once, through the hook, and told with what the hook went on to do.
+    [kept] = goes_on.kept
+    assert kept.failed is fails
+    assert [r.line for r in told.reports] == [f"{kept.line} | continued call-1 read_note: ok"]
+
+
+def test_a_task_that_waited_keeps_its_outcome_without_the_hook() -> None:
+    told, goes_on = _Told(), _GoesOn()
+    carrier = Carrier(10, told, kept=goes_on)
+    assert carrier.hold(lambda: "quick", _kept, wait_s=5.0) == "quick"
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+    assert (goes_on.kept, told.reports) == ([], [])
+
+
+def test_a_hook_that_raises_after_the_save_still_ends_the_call() -> None:
+    told = _Told()
+    carrier = Carrier(10, told, kept=_GoesOn(raises=True))
+    assert isinstance(carrier.hold(lambda: time.sleep(0.05) or "slow", _kept, 0.0), Carried)
+    assert told.event.wait(5.0)
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+    [report] = told.reports
+    assert report.failed
+    assert "saved; its next step not sent (the broker went away)" in report.line

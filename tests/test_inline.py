@@ -5,6 +5,8 @@ What a real worker does with them is tested in tests/test_runtime_inline.py.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -228,3 +230,110 @@ def test_a_claim_that_cannot_be_given_back_does_not_keep_its_message_from_going_
     with pytest.raises(ConnectionError, match="Redis went away"):
         w.inline.run(ADVANCE, w.step)
     assert w.events == [("published", MODEL)]  # (its claim lapses with its lease)
+
+
+# --- a carried call's thread borrows a free slot (`Continuation.borrow`) -----------------
+
+
+def _saved_call(w: World) -> Report:
+    """What a carried call's save does: it decides the run's next step, the tool call."""
+    w.inline.send([TOOL])
+    return Report("model call m1 replied")
+
+
+def test_a_carried_call_goes_on_with_the_run_in_a_free_slot() -> None:
+    w = world(plan=CHAIN)
+    report = w.inline.borrow(lambda: _saved_call(w), w.step)
+    assert w.ran == [TOOL, MODEL2]
+    assert w.published == []
+    assert report.line == (
+        "model call m1 replied | continued call-1 read_note: did run_tool"
+        " | continued model call m3: did call_model"
+    )
+    assert w.inline.slot_to_spare()  # the slot is given back
+
+
+def test_with_every_slot_taken_a_carried_call_publishes_its_next_step() -> None:
+    w = world(plan=CHAIN)
+    during: list[Report] = []
+
+    def task_step(message: Message) -> Report:  # a task runs in the process's one slot
+        def carried_call_ends() -> None:  # (on a call thread of its own)
+            during.append(w.inline.borrow(lambda: _saved_call(w), w.step))
+
+        thread = threading.Thread(target=carried_call_ends)
+        thread.start()
+        thread.join(10)
+        return Report("did advance")
+
+    w.inline.run(ADVANCE, task_step)
+    assert during == [Report("model call m1 replied")]
+    assert w.published == [TOOL]
+    assert w.ran == []
+
+
+def test_off_a_carried_call_publishes_its_next_step() -> None:
+    w = world(slice_ms=0, plan=CHAIN)
+    w.inline.borrow(lambda: _saved_call(w), w.step)
+    assert w.ran == []
+    assert w.published == [TOOL]
+
+
+def test_a_borrowed_slice_publishes_what_comes_after_it() -> None:
+    w = world(plan=CHAIN, step_s=0.3)
+    w.inline.borrow(lambda: _saved_call(w), w.step)
+    assert w.ran == [TOOL]  # 0.3 s: past the 0.25 s slice, the next step is published
+    assert w.published == [MODEL2]
+
+
+def _borrowing(w: World, release: threading.Event) -> tuple[threading.Thread, threading.Event]:
+    """A carried call's thread that borrows the slot and holds it until `release`."""
+    holding = threading.Event()
+
+    def held(message: Message) -> Report:
+        holding.set()
+        release.wait(10)
+        return Report(f"did {message.kind}")
+
+    thread = threading.Thread(target=w.inline.borrow, args=(lambda: _saved_call(w), held))
+    thread.start()
+    assert holding.wait(10)
+    return thread, holding
+
+
+def test_a_task_waits_for_a_slot_a_carried_call_borrowed() -> None:
+    w = world(slice_ms=5_000, plan={})
+    release = threading.Event()
+    borrower, _ = _borrowing(w, release)
+    started = threading.Event()
+    task = threading.Thread(
+        target=w.inline.run, args=(ADVANCE, lambda _: started.set() or Report("did advance"))
+    )
+    task.start()
+    # The pool's one slot is the borrower's: the task does not start beside it...
+    assert not started.wait(0.3)
+    _saved_call_elsewhere = threading.Thread(
+        target=w.inline.borrow, args=(lambda: _saved_call(w), w.step)
+    )
+    _saved_call_elsewhere.start()
+    _saved_call_elsewhere.join(10)
+    # ...and no other carried call takes the slot ahead of the task: it publishes
+    assert (w.ran, w.published) == ([], [TOOL])
+    release.set()
+    assert started.wait(10)  # ...until the borrowed step ends
+    for thread in (borrower, task):
+        thread.join(10)
+    assert w.inline.slot_to_spare()
+
+
+def test_a_task_waits_for_a_borrowed_slot_at_most_a_slice() -> None:
+    w = world(slice_ms=100, plan={})
+    release = threading.Event()
+    borrower, _ = _borrowing(w, release)
+    began = time.monotonic()
+    w.inline.run(ADVANCE, lambda _: Report("did advance"))
+    waited = time.monotonic() - began
+    release.set()
+    borrower.join(10)
+    assert 0.09 <= waited < 5  # it waited the 0.1 s slice, then ran beside the borrowed step
+    assert w.inline.slot_to_spare()

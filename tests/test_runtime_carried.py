@@ -69,7 +69,8 @@ def test_without_carrying_the_slots_bound_the_calls_in_flight(tmp_path: Path) ->
 def test_a_quick_reply_is_kept_by_its_task_and_a_slow_one_is_carried(tmp_path: Path) -> None:
     """The task waits RELAY_MODEL_CARRIED_AFTER_MS for the reply of the call it handed on: a
     reply within it is the task's to save, and the run goes on in place; a slower one is
-    saved by the carrier's thread, and the run's next step is published."""
+    saved by the carrier's thread, which goes on with the run in the slot the task left
+    free (the worker runs nothing else)."""
     waits = {"RELAY_MODEL_CARRIED_AFTER_MS": "1500", "RELAY_INLINE_MS": "10000"}
     with fleet(tmp_path) as f:
         f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100", **waits})
@@ -82,13 +83,14 @@ def test_a_quick_reply_is_kept_by_its_task_and_a_slow_one_is_carried(tmp_path: P
         slow = Reply(text=call("read_note", name="b"), delay=3.0)
         f.brain.script("SLOW", {0: slow, 1: final("slow done")})
         assert f.relay.wait(f.relay.start("SLOW: read a note"), timeout=60).stop is Stop.DONE
-        # The first reply outlasted the wait: carried, and the tool call after it published
-        # (its task then kept the quick second reply and finished the run in place).
-        assert f.messages() == {"relay.advance": 2, "relay.call_model": 0, "relay.run_tool": 1}
-        # Once: its task sent no final event, and the carrier told its end.
+        # The first reply outlasted the wait: carried; its thread then ran the tool call and
+        # the quick second reply in the free slot, as the task would have: no message.
+        assert f.messages() == {"relay.advance": 2, "relay.call_model": 0, "relay.run_tool": 0}
+        # Once: its task sent no final event, and the carrier told its end, and the rest.
         logs = f.full_logs()
         assert logs.count("<no final event here: ") == 1, f.logs()
         assert logs.count("carried by this worker (1 in flight); then model call m1") == 1
+        assert logs.count("| continued call-1 read_note: ") == 2, f.logs()  # (QUICK's, SLOW's)
 
 
 def test_a_threads_pool_with_slots_to_spare_keeps_a_reply_within_its_slice(
@@ -108,8 +110,9 @@ def test_a_threads_pool_with_slots_to_spare_keeps_a_reply_within_its_slice(
         threads.stop()
         f.worker("--pool", "prefork", "-c", "1", env=waits, name="prefork")
         assert f.relay.wait(f.relay.start("SPARE: read b"), timeout=60).stop is Stop.DONE
-        # Its first reply outlasted the moment: carried, and the tool call after it published.
-        assert f.messages() == {"relay.advance": 2, "relay.call_model": 0, "relay.run_tool": 1}
+        # Its first reply outlasted the moment: carried, and the tool call after it continued
+        # by the carrier's thread in the child's free slot.
+        assert f.messages() == {"relay.advance": 2, "relay.call_model": 0, "relay.run_tool": 0}
         f.until(lambda: "carried by this worker (1 in flight)" in f.full_logs(), 30,
                 what="the carried call's end")  # fmt: skip
 
@@ -185,3 +188,39 @@ def test_once_its_replies_come_slowly_a_task_hands_its_call_over_without_waiting
         assert f.relay.wait(quick, timeout=60).summary == "answered at once"
         ended = [line for line in f.full_logs().splitlines() if f"{quick}:" in line]
         assert any("ended with the call it carried" in line for line in ended), ended
+
+
+def test_a_run_of_slow_replies_goes_on_in_the_slot_its_calls_left_free(tmp_path: Path) -> None:
+    """A prefork child with nothing else to run: each carried call's thread saves the reply
+    and goes on with the run in the child's free slot (the tool, then the next call, which
+    it hands to the carrier in turn), so the run is one Celery task, ended in the log (and
+    Flower) with its last call. Every call's trace names that task; each step is counted
+    once."""
+    turns = {
+        0: Reply(text=call("read_note", name="a"), delay=0.4),
+        1: Reply(text=call("read_note", name="b"), delay=0.4),
+        2: Reply(text=final("read both"), delay=0.4),
+    }
+    with fleet(tmp_path) as f:
+        f.brain.script("CHAINED", turns)
+        worker = f.worker("--pool", "prefork", "-c", "1", env={"RELAY_MODEL_CARRIED": "100"})
+        run_id = f.relay.start("CHAINED: read two notes")
+        assert f.relay.wait(run_id, timeout=60).summary == "read both"
+        assert f.messages() == {"relay.advance": 1, "relay.call_model": 0, "relay.run_tool": 0}
+        f.until(lambda: "ended with the call it carried" in f.full_logs(), 30,
+                what="the task's end")  # fmt: skip
+        [ended] = [line for line in f.full_logs().splitlines() if "ended with the call" in line]
+        for step in ("then model call m1 replied", "continued call-1 read_note",
+                     "continued model call m3", "then model call m3 replied",
+                     "continued call-2 read_note", "then model call m5 replied"):  # fmt: skip
+            assert step in ended, ended
+        assert ended.endswith("run finished (done): read both"), ended
+        made = [e for e in f.relay.trace(run_id) if "task" in e.data]
+        tasks = {e.data["task"] for e in made}
+        assert len(made) >= 5, made  # (3 replies, 2 results)
+        assert len(tasks) == 1, made  # (one task carried them all)
+        worker.stop()
+        store = f.relay.store
+        totals = FleetMetrics(store.connection, store.shards, store.people).totals()
+    steps = {task: n for (task, outcome), n in totals.steps.items() if outcome == "ok"}
+    assert (steps.get("call_model"), steps.get("run_tool")) == (3, 2), totals.steps

@@ -16,6 +16,11 @@ event itself, as its worker would have:
 `task-succeeded` with the task's line and then the call's, or `task-failed` with a
 StepFailed saying the same when the call (or a step before it) failed.
 
+The call's report may say it went on with the run's next steps, in a pool slot it
+borrowed (`runtime.continuation`), and handed the run's next model call to the carrier
+in turn: then the task waits for that call too, its line growing by each, and ends once
+a call's report carries nothing further.
+
 A worker that dies while it carries a call sends nothing, as for any task it was
 running: the task stays STARTED in Flower. The tick sends the call again, as a
 model call task of its own, which ends as usual.
@@ -51,6 +56,10 @@ raised after its call was carried never says how it ended, and must not leak."""
 RESULT_CHARS = 1_024
 """How much of a result Celery's worker puts in its event (`Task.resultrepr_maxsize`)."""
 
+LINE_CHARS = 8 * RESULT_CHARS
+"""How much of a task's line is kept while it waits for more calls: a run that goes on
+call after call in borrowed slots must not grow one line without end."""
+
 
 @dataclass(frozen=True)
 class _Ended:
@@ -61,6 +70,11 @@ class _Ended:
     failed: bool
     started: float
     """When the task began (monotonic seconds): the final event's runtime counts from it."""
+
+    def then(self, call: Report) -> _Ended:
+        """This, and a call it carried that went on to carry another (the task waits on)."""
+        line = _joined(self.line, call.line)
+        return _Ended(self.worker, line, self.failed or call.failed, self.started)
 
 
 class CarriedEnds:
@@ -98,8 +112,8 @@ class CarriedEnds:
         ended = _Ended(worker, report.line, report.failed, started)
         with self._lock:
             call = self._calls.pop(task_id, None)
-            if call is None:
-                _keep(self._tasks, task_id, ended)
+            if call is None or call.carried:  # (carried: the task waits for its next call)
+                _keep(self._tasks, task_id, ended if call is None else ended.then(call))
                 return
         self._send(task_id, ended, call)
 
@@ -112,7 +126,12 @@ class CarriedEnds:
         with self._lock:
             ended = self._tasks.pop(here.task, None)
             if ended is None:
-                _keep(self._calls, here.task, report)
+                earlier = self._calls.get(here.task)
+                call = report if earlier is None else _after(earlier, report)
+                _keep(self._calls, here.task, call)
+                return
+            if report.carried:  # it went on to carry the run's next call: the task waits for it
+                _keep(self._tasks, here.task, ended.then(report))
                 return
         self._send(here.task, ended, report)
 
@@ -137,6 +156,18 @@ class CarriedEnds:
                     events.send("task-succeeded", uuid=task_id, result=result, runtime=runtime)
         except Exception as error:  # noqa: BLE001 - Flower misses one end; the call is saved
             log.warning("could not tell Flower how task %s ended: %s", task_id, error)
+
+
+def _after(earlier: Report, call: Report) -> Report:
+    """A carried call's report and then the next call's, carried after it."""
+    line = _joined(earlier.line, call.line)
+    return Report(line, earlier.failed or call.failed, carried=call.carried)
+
+
+def _joined(line: str, then: str) -> str:
+    """`line`, then `then`, cut to its last LINE_CHARS (what came last says most)."""
+    joined = f"{line}; then {then}"
+    return joined if len(joined) <= LINE_CHARS else "…" + joined[-LINE_CHARS:]
 
 
 def _keep(waiting: dict[str, T], task_id: str, half: T) -> None:

@@ -83,7 +83,9 @@ class Runtime:
             )
         carried = settings.model_carried
         moment_s = settings.model_carried_after_ms / 1000
-        self.carrier = Carrier(carried, self._carried_done, moment_s) if carried else None
+        self.carrier = None
+        if carried:
+            self.carrier = Carrier(carried, self._carried_done, moment_s, kept=self._keep_carried)
         self._stop_wait_s = settings.model_timeout
         self.calls = Calls(
             self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,
@@ -125,14 +127,21 @@ class Runtime:
             report = self.steps.advance(message.run)
         return report if report.carried else self._counted(message.kind, report)
 
+    def _keep_carried(self, keep: Callable[[], Report]) -> Report:
+        """Keep a carried call's outcome (`keep`, on its call thread), counted and traced as
+        the call's own; then, if the pool has a slot free, go on with the steps it leaves
+        in the slot's slice (`Continuation.borrow`), as the call's task would have."""
+
+        def counted() -> Report:
+            return self._counted("call_model", keep())
+
+        return self.continuation.borrow(counted, self._step)
+
     def _carried_done(self, report: Report) -> None:
-        """A carried model call ended (on its carrier's thread): count and trace it, and say
-        so to whoever ends its task (`on_carried_end`)."""
-        try:
-            self._counted("call_model", report)
-        finally:  # (its task must end in Flower even if counting it failed)
-            if self._carried_end is not None:
-                self._carried_end(report)
+        """A carried model call ended (on its carrier's thread), with the steps continued
+        after it: say so to whoever ends its task (`on_carried_end`)."""
+        if self._carried_end is not None:
+            self._carried_end(report)
 
     def on_carried_end(self, hook: Callable[[Report], None]) -> None:
         """Tell `hook` what each carried model call did once it ends, on the carrier's

@@ -120,9 +120,13 @@ class Carrier:
         done: Callable[[Report], None],
         moment_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        kept: Callable[[Callable[[], Report]], Report] = lambda keep: keep(),
     ) -> None:
         self.most = most
         self._done = done
+        self._kept = kept
+        """How a carried call's outcome is kept: `kept(keep)` calls `keep` (the save; it
+        raises nothing) and may go on with the run (`Runtime._keep_carried`)."""
         self._moment_s = moment_s
         self._clock = clock
         self._lock = threading.Condition()
@@ -179,28 +183,27 @@ class Carrier:
                 self._learn(self._clock() - began <= self._moment_s)
 
         try:
-            report = self._outcome(handoff, timed, keep)
+            try:
+                report = self._outcome(handoff, timed, keep)
+            except Exception as error:  # noqa: BLE001 - saved, and its outbox covers the rest
+                report = _not_sent(error)
             if report is not None:
                 self._tell(report)
         finally:
             self._release()  # after it is counted: a stopping worker writes the count
 
-    @staticmethod
     def _outcome(
-        handoff: _Handoff[Made], make: Callable[[], Made], keep: Callable[[Made], Report]
+        self, handoff: _Handoff[Made], make: Callable[[], Made], keep: Callable[[Made], Report]
     ) -> Report | None:
         """Make the call and, once its task has gone, keep it: what it did, or None if the
         task took its outcome (or its error) while it waited."""
         try:
             made = make()
         except Exception as error:  # noqa: BLE001 - the task raises it, or its lease lapses
-            return None if handoff.give(None, error) else _unsaved(error)
+            return None if handoff.give(None, error) else self._kept(partial(_unsaved, error))
         if handoff.give((made,), None):
             return None
-        try:
-            return keep(made)
-        except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
-            return _unsaved(error)
+        return self._kept(partial(_saved, keep, made))
 
     def _tell(self, report: Report) -> None:
         try:
@@ -228,6 +231,21 @@ class Carrier:
             while self._carried and time.monotonic() < give_up:
                 self._lock.wait(max(0.0, give_up - time.monotonic()))
             return self._carried
+
+
+def _saved(keep: Callable[[Made], Report], made: Made) -> Report:
+    """What keeping `made` did: `keep`'s report, or why it was not saved."""
+    try:
+        return keep(made)
+    except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
+        return _unsaved(error)
+
+
+def _not_sent(error: Exception) -> Report:
+    """What a carried call did when its outcome was saved but what followed could not be
+    sent (the save's outbox has it: the tick sends it)."""
+    log.warning("a carried call's next step could not be sent: %s", error)
+    return Report(f"saved; its next step not sent ({error}): the tick sends it", failed=True)
 
 
 def _unsaved(error: Exception) -> Report:

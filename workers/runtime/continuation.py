@@ -24,6 +24,17 @@ then makes the call with no CLAIM of its own. Should the task not get to it, the
 claim is given back as the message is published.
 
 A slice belongs to one task on one thread: a threads pool runs several at once.
+
+A model call carried past its task (`workers.runtime.carried`) is saved on its call
+thread once it ends. When the process's pool has a slot free then (no task running in
+it, none waiting for it), that thread borrows the slot (`borrow`) and continues the
+run's next steps in place as a task would, in a slice of its own, instead of
+publishing the next step as a message for a task of this same pool to take. A task
+that comes meanwhile waits for the slot (at most one slice: past that it runs beside
+the borrowed step), so the pool runs no more steps at once than it has slots. A tool
+continued there keeps its own timeout (`run_leased`); what a prefork pool adds, the
+kill at the task's hard time limit, does not reach a call thread (as on a threads
+pool): a tool that hangs past its timeout holds its helper thread, not the slot.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from workers.engine.effects import Message
@@ -89,7 +101,10 @@ class Continuation:
         """Tasks this process's pool runs at once (a threads pool's -c; a prefork child or
         a solo pool: 1), as the worker says it as it starts (`Runtime.use_slots`)."""
         self._running = 0
-        self._count = threading.Lock()
+        """Slots taken: tasks in a slice, and call threads that borrowed one (`borrow`)."""
+        self._waiting = 0
+        """Tasks waiting for a slot a call thread borrowed."""
+        self._count = threading.Condition()
 
     def send(self, messages: list[Message]) -> None:
         """Publish `messages`, unless they are one step this task may run itself: then
@@ -113,7 +128,7 @@ class Continuation:
         """Whether this process's pool has a slot free beside the tasks running now (a
         threads pool that is not full: a task may wait there without holding up another)."""
         with self._count:
-            return self._running < self.slots
+            return self._running + self._waiting < self.slots
 
     def left_s(self) -> float:
         """Seconds left of the slice of the task running on this thread (0 outside one)."""
@@ -135,12 +150,42 @@ class Continuation:
             return step(first)
         now = self._clock()
         killed_at = None if hard_limit_s is None else now + hard_limit_s
-        here = _Slice(now + self.slice_ms / 1000, killed_at)
-        self._local.slice = here
+        self._take_slot()
+        here = _Slice(self._clock() + self.slice_ms / 1000, killed_at)
+        return self._sliced(here, partial(step, first), step)
+
+    def borrow(self, first: Callable[[], Report], step: Step) -> Report:
+        """Run `first` (a carried call's save, on its call thread) in a slice of its own
+        when this process's pool has a slot free, then each step it leaves to continue,
+        as a task would; else just `first` (what it sends is published)."""
+        if self.slice_ms <= 0 or getattr(self._local, "slice", None) is not None:
+            return first()
         with self._count:
+            free = self._running + self._waiting < self.slots
+            if free:
+                self._running += 1
+        if not free:
+            return first()
+        here = _Slice(self._clock() + self.slice_ms / 1000, None)
+        return self._sliced(here, first, step)
+
+    def _take_slot(self) -> None:
+        """Take a slot for a task: at once, unless a call thread borrowed it; then wait
+        for it, at most a slice (past that the task runs beside the borrowed step)."""
+        with self._count:
+            if self._running >= self.slots:
+                self._waiting += 1
+                try:
+                    self._count.wait_for(lambda: self._running < self.slots, self.slice_ms / 1000)
+                finally:
+                    self._waiting -= 1
             self._running += 1
+
+    def _sliced(self, here: _Slice, first: Callable[[], Report], step: Step) -> Report:
+        """`first`, then each step kept for this slice; the slot `here` took is given back."""
+        self._local.slice = here
         try:
-            report = step(first)
+            report = first()
             while here.next is not None:
                 message, here.next, here.release = here.next, None, None
                 report = report.continued(label(message), self._continued(message, step))
@@ -149,6 +194,7 @@ class Continuation:
             self._local.slice = None
             with self._count:
                 self._running -= 1
+                self._count.notify()
             if here.next is not None:  # a step raised after keeping its successor: publish it
                 self._give_back(here)
                 self._send([here.next])
