@@ -337,3 +337,24 @@ def test_a_task_waits_for_a_borrowed_slot_at_most_a_slice() -> None:
     borrower.join(10)
     assert 0.09 <= waited < 5  # it waited the 0.1 s slice, then ran beside the borrowed step
     assert w.inline.slot_to_spare()
+
+
+def test_no_carried_call_borrows_a_slot_while_a_task_waits_for_one() -> None:
+    w = world(slice_ms=5_000, plan={})
+    release = threading.Event()
+    borrower, _ = _borrowing(w, release)
+    started = threading.Event()
+    task = threading.Thread(
+        target=w.inline.run, args=(ADVANCE, lambda _: started.set() or Report("did"))
+    )
+    task.start()
+    assert not started.wait(0.3)  # the task waits for the borrowed slot
+    # A second slot appears (as the pool's count, once the borrower's is back): the task
+    # waiting is owed one, so a carried call ending now publishes its next step.
+    w.inline.slots = 2
+    assert not w.inline.slot_to_spare()
+    w.inline.borrow(lambda: _saved_call(w), w.step)
+    assert (w.ran, w.published) == ([], [TOOL])
+    release.set()
+    for thread in (borrower, task):
+        thread.join(10)
