@@ -86,10 +86,13 @@ def test_a_quick_reply_is_kept_by_its_task_and_a_slow_one_is_carried(tmp_path: P
         # The first reply outlasted the wait: carried; its thread then ran the tool call and
         # the quick second reply in the free slot, as the task would have: no message.
         assert f.messages() == {"relay.advance": 2, "relay.call_model": 0, "relay.run_tool": 0}
-        # Once: its task sent no final event, and the carrier told its end, and the rest.
+        # Once: its task sent no final event, and the carrier told its end, and the rest
+        # (once the run is saved: the line comes after the save that finished it).
+        told = "carried by this worker (1 in flight); then model call m1"
+        f.until(lambda: told in f.full_logs(), 30, what="the carried call's end")
         logs = f.full_logs()
         assert logs.count("<no final event here: ") == 1, f.logs()
-        assert logs.count("carried by this worker (1 in flight); then model call m1") == 1
+        assert logs.count(told) == 1
         assert logs.count("| continued call-1 read_note: ") == 2, f.logs()  # (QUICK's, SLOW's)
 
 
@@ -186,8 +189,12 @@ def test_once_its_replies_come_slowly_a_task_hands_its_call_over_without_waiting
         f.brain.script("LOCAL", {0: final("answered at once")})
         quick = f.relay.start("LOCAL: answer")
         assert f.relay.wait(quick, timeout=60).summary == "answered at once"
-        ended = [line for line in f.full_logs().splitlines() if f"{quick}:" in line]
-        assert any("ended with the call it carried" in line for line in ended), ended
+
+        def ended() -> list[str]:  # (its line comes after the save that finished the run)
+            return [line for line in f.full_logs().splitlines() if f"{quick}:" in line]
+
+        f.until(lambda: any("ended with the call it carried" in line for line in ended()), 30,
+                what="the carried call's end in the log")  # fmt: skip
 
 
 def test_a_run_of_slow_replies_goes_on_in_the_slot_its_calls_left_free(tmp_path: Path) -> None:
