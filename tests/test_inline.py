@@ -286,7 +286,7 @@ def test_a_borrowed_slice_publishes_what_comes_after_it() -> None:
     assert w.published == [MODEL2]
 
 
-def _borrowing(w: World, release: threading.Event) -> tuple[threading.Thread, threading.Event]:
+def _borrowing(w: World, release: threading.Event) -> threading.Thread:
     """A carried call's thread that borrows the slot and holds it until `release`."""
     holding = threading.Event()
 
@@ -298,27 +298,26 @@ def _borrowing(w: World, release: threading.Event) -> tuple[threading.Thread, th
     thread = threading.Thread(target=w.inline.borrow, args=(lambda: _saved_call(w), held))
     thread.start()
     assert holding.wait(10)
-    return thread, holding
+    return thread
 
 
-def test_a_task_waits_for_a_slot_a_carried_call_borrowed() -> None:
-    w = world(slice_ms=5_000, plan={})
-    release = threading.Event()
-    borrower, _ = _borrowing(w, release)
+def _waiting_task(w: World) -> tuple[threading.Thread, threading.Event]:
+    """A task that comes while the process's one slot is borrowed: it waits (it has not
+    started its step 0.3 s later). Returns its thread and what says it started."""
     started = threading.Event()
     task = threading.Thread(
         target=w.inline.run, args=(ADVANCE, lambda _: started.set() or Report("did advance"))
     )
     task.start()
-    # The pool's one slot is the borrower's: the task does not start beside it...
     assert not started.wait(0.3)
-    _saved_call_elsewhere = threading.Thread(
-        target=w.inline.borrow, args=(lambda: _saved_call(w), w.step)
-    )
-    _saved_call_elsewhere.start()
-    _saved_call_elsewhere.join(10)
-    # ...and no other carried call takes the slot ahead of the task: it publishes
-    assert (w.ran, w.published) == ([], [TOOL])
+    return task, started
+
+
+def test_a_task_waits_for_a_slot_a_carried_call_borrowed() -> None:
+    w = world(slice_ms=5_000, plan={})
+    release = threading.Event()
+    borrower = _borrowing(w, release)
+    task, started = _waiting_task(w)  # the task does not start beside the borrowed step...
     release.set()
     assert started.wait(10)  # ...until the borrowed step ends
     for thread in (borrower, task):
@@ -329,7 +328,7 @@ def test_a_task_waits_for_a_slot_a_carried_call_borrowed() -> None:
 def test_a_task_waits_for_a_borrowed_slot_at_most_a_slice() -> None:
     w = world(slice_ms=100, plan={})
     release = threading.Event()
-    borrower, _ = _borrowing(w, release)
+    borrower = _borrowing(w, release)
     began = time.monotonic()
     w.inline.run(ADVANCE, lambda _: Report("did advance"))
     waited = time.monotonic() - began
@@ -342,19 +341,18 @@ def test_a_task_waits_for_a_borrowed_slot_at_most_a_slice() -> None:
 def test_no_carried_call_borrows_a_slot_while_a_task_waits_for_one() -> None:
     w = world(slice_ms=5_000, plan={})
     release = threading.Event()
-    borrower, _ = _borrowing(w, release)
-    started = threading.Event()
-    task = threading.Thread(
-        target=w.inline.run, args=(ADVANCE, lambda _: started.set() or Report("did"))
-    )
-    task.start()
-    assert not started.wait(0.3)  # the task waits for the borrowed slot
+    borrower = _borrowing(w, release)
+    task, _ = _waiting_task(w)
+    assert (w.inline.borrow(lambda: _saved_call(w), w.step), w.published) == (
+        Report("model call m1 replied"),
+        [TOOL],
+    )  # (the one slot is the borrower's: the carried call publishes its next step)
     # A second slot appears (as the pool's count, once the borrower's is back): the task
-    # waiting is owed one, so a carried call ending now publishes its next step.
+    # waiting is owed one, so a carried call ending now publishes its next step too.
     w.inline.slots = 2
     assert not w.inline.slot_to_spare()
     w.inline.borrow(lambda: _saved_call(w), w.step)
-    assert (w.ran, w.published) == ([], [TOOL])
+    assert (w.ran, w.published) == ([], [TOOL, TOOL])
     release.set()
     for thread in (borrower, task):
         thread.join(10)
