@@ -356,3 +356,24 @@ def test_no_carried_call_borrows_a_slot_while_a_task_waits_for_one() -> None:
     release.set()
     for thread in (borrower, task):
         thread.join(10)
+
+
+def test_tasks_beyond_the_slots_counted_never_wait_for_each_other() -> None:
+    """A pool that runs more tasks at once than its process counts slots (greenlets,
+    counted as one): with no slot borrowed, a second task starts at once."""
+    w = world(slice_ms=5_000, plan={})
+    release, holding = threading.Event(), threading.Event()
+
+    def held(_: Message) -> Report:
+        holding.set()
+        release.wait(10)
+        return Report("did advance")
+
+    first = threading.Thread(target=w.inline.run, args=(ADVANCE, held))
+    first.start()
+    assert holding.wait(10)
+    began = time.monotonic()
+    w.inline.run(ADVANCE, lambda _: Report("did advance"))
+    assert time.monotonic() - began < 2.5  # (a wait would be the 5 s slice)
+    release.set()
+    first.join(10)

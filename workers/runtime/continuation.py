@@ -102,6 +102,8 @@ class Continuation:
         a solo pool: 1), as the worker says it as it starts (`Runtime.use_slots`)."""
         self._running = 0
         """Slots taken: tasks in a slice, and call threads that borrowed one (`borrow`)."""
+        self._borrowed = 0
+        """Slots call threads hold (`borrow`): only for these does a task ever wait."""
         self._waiting = 0
         """Tasks waiting for a slot a call thread borrowed."""
         self._count = threading.Condition()
@@ -164,25 +166,36 @@ class Continuation:
             free = self._running + self._waiting < self.slots
             if free:
                 self._running += 1
+                self._borrowed += 1
         if not free:
             return first()
         here = _Slice(self._clock() + self.slice_ms / 1000, None)
-        return self._sliced(here, first, step)
+        return self._sliced(here, first, step, borrowed=True)
 
     def _take_slot(self) -> None:
         """Take a slot for a task: at once, unless a call thread borrowed it; then wait
-        for it, at most a slice (past that the task runs beside the borrowed step)."""
+        for it, at most a slice (past that the task runs beside the borrowed step).
+
+        Only a borrowed slot is waited for: a pool whose tasks outnumber `slots` (one
+        that runs greenlets, counted as one slot) never waits for its own tasks."""
         with self._count:
-            if self._running >= self.slots:
+            if not self._borrowed_slot_back():
                 self._waiting += 1
                 try:
-                    self._count.wait_for(lambda: self._running < self.slots, self.slice_ms / 1000)
+                    self._count.wait_for(self._borrowed_slot_back, self.slice_ms / 1000)
                 finally:
                     self._waiting -= 1
             self._running += 1
 
-    def _sliced(self, here: _Slice, first: Callable[[], Report], step: Step) -> Report:
-        """`first`, then each step kept for this slice; the slot `here` took is given back."""
+    def _borrowed_slot_back(self) -> bool:
+        """Whether a task may take a slot now: none is borrowed, or one is free."""
+        return not self._borrowed or self._running < self.slots
+
+    def _sliced(
+        self, here: _Slice, first: Callable[[], Report], step: Step, *, borrowed: bool = False
+    ) -> Report:
+        """`first`, then each step kept for this slice; the slot `here` took (`borrowed`
+        by a call thread) is given back."""
         self._local.slice = here
         try:
             report = first()
@@ -194,6 +207,7 @@ class Continuation:
             self._local.slice = None
             with self._count:
                 self._running -= 1
+                self._borrowed -= borrowed
                 self._count.notify()
             if here.next is not None:  # a step raised after keeping its successor: publish it
                 self._give_back(here)
