@@ -30,11 +30,12 @@ thread once it ends. When the process's pool has a slot free then (no task runni
 it, none waiting for it), that thread borrows the slot (`borrow`) and continues the
 run's next steps in place as a task would, in a slice of its own, instead of
 publishing the next step as a message for a task of this same pool to take. A task
-that comes meanwhile waits for the slot (at most one slice: past that it runs beside
-the borrowed step), so the pool runs no more steps at once than it has slots. A tool
-continued there keeps its own timeout (`run_leased`); what a prefork pool adds, the
-kill at the task's hard time limit, does not reach a call thread (as on a threads
-pool): a tool that hangs past its timeout holds its helper thread, not the slot.
+that comes meanwhile waits for the slot, so the pool runs no more steps at once than
+it has slots, but at most one slice: a borrowed step that outlasts it has the task run
+beside it. A tool continued there keeps its own timeout (`run_leased`); what a prefork
+pool adds, the kill at the task's hard time limit, does not reach a call thread (as on
+a threads pool): a tool that hangs past its timeout holds its helper thread, not the
+slot.
 """
 
 from __future__ import annotations
