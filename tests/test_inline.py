@@ -377,3 +377,33 @@ def test_tasks_beyond_the_slots_counted_never_wait_for_each_other() -> None:
     assert time.monotonic() - began < 2.5  # (a wait would be the 5 s slice)
     release.set()
     first.join(10)
+
+
+def test_every_task_waiting_goes_once_the_borrowed_slot_is_back() -> None:
+    """Tasks beyond the slots counted (greenlets, counted as one) that came while a slot
+    was borrowed all start when it is given back, none a slice later (each runs on, so
+    none makes room for another)."""
+    w = world(slice_ms=5_000, plan={})
+    release, done = threading.Event(), threading.Event()
+    borrower = _borrowing(w, release)
+    starts = [threading.Event() for _ in range(2)]
+
+    def task(started: threading.Event) -> None:
+        def step(_: Message) -> Report:
+            started.set()
+            done.wait(10)
+            return Report("did advance")
+
+        w.inline.run(ADVANCE, step)
+
+    tasks = [threading.Thread(target=task, args=(started,)) for started in starts]
+    for thread in tasks:
+        thread.start()
+    assert not any(started.wait(0.3) for started in starts)  # both wait for the slot
+    began = time.monotonic()
+    release.set()
+    assert all(started.wait(10) for started in starts)
+    assert time.monotonic() - began < 2.5  # (one left waiting would wait the 5 s slice)
+    done.set()
+    for thread in [borrower, *tasks]:
+        thread.join(10)

@@ -209,7 +209,8 @@ class Continuation:
             with self._count:
                 self._running -= 1
                 self._borrowed -= borrowed
-                self._count.notify()
+                # (all: once no slot is borrowed, every task waiting may go, not just one)
+                self._count.notify_all()
             if here.next is not None:  # a step raised after keeping its successor: publish it
                 self._give_back(here)
                 self._send([here.next])
