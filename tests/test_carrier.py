@@ -4,6 +4,7 @@ In process, with real threads (the runtime tests run it in real workers)."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,34 @@ def test_an_outcome_past_the_wait_is_kept_and_told_by_the_carrier() -> None:
     held = carrier.hold(lambda: "slow" if go.wait(5.0) else "never", _kept, wait_s=0.01)
     assert held == Carried(1)
     assert carrier.carried == 1
+    go.set()
+    assert told.event.wait(5.0)
+    assert [r.line for r in told.reports] == ["kept slow on relay-call"]
+    assert carrier.wait_idle(timeout_s=5.0) == 0
+
+
+class _Stopped(BaseException):
+    """What a prefork child's SIGTERM handler raises in its main thread (a SystemExit)."""
+
+
+def test_a_task_stopped_while_it_waits_leaves_the_outcome_to_the_carrier() -> None:
+    """SIGTERM to a worker's process group raises in each child's running task: if the
+    task was waiting for its call's reply, the call is the carrier's to keep, not lost."""
+    told = _Told()
+    carrier = Carrier(10, told)
+    go = threading.Event()
+
+    def stop(*_: object) -> None:
+        raise _Stopped
+
+    before = signal.signal(signal.SIGALRM, stop)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)  # (it comes during the 30 s wait)
+        with pytest.raises(_Stopped):
+            carrier.hold(lambda: "slow" if go.wait(5.0) else "never", _kept, wait_s=30.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
     go.set()
     assert told.event.wait(5.0)
     assert [r.line for r in told.reports] == ["kept slow on relay-call"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from agent_core import Stop
 from tests.support.brain import call, final
 from tests.support.fleet import Fleet, fleet
@@ -21,9 +23,12 @@ def _slow(f: Fleet, marker: str, seconds: float) -> None:
     f.brain.script(marker, {0: Reply(text=final("answered slowly"), delay=seconds)})
 
 
-def _carrying(f: Fleet, marker: str, seconds: float, count: int) -> tuple[RelayProcess, list[str]]:
+def _carrying(
+    f: Fleet, marker: str, seconds: float, count: int, env: dict[str, str] | None = None
+) -> tuple[RelayProcess, list[str]]:
     """A worker that carries model calls, with `count` runs' calls in flight on it."""
-    worker = f.worker("--pool", "prefork", "-c", "2", env={"RELAY_MODEL_CARRIED": "100"})
+    env = {"RELAY_MODEL_CARRIED": "100", **(env or {})}
+    worker = f.worker("--pool", "prefork", "-c", "2", env=env)
     _slow(f, marker, seconds)
     runs = [f.relay.start(f"{marker}-{n}: answer") for n in range(count)]
     f.until(lambda: f.model.delaying >= count, 30, what=f"{count} calls in flight")
@@ -131,9 +136,15 @@ def test_calls_carried_by_a_worker_that_dies_are_made_again(tmp_path: Path) -> N
         assert all(_resent(f, run_id) == 1 for run_id in runs)
 
 
-def test_a_worker_that_stops_lets_its_carried_calls_end_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize("after_ms", ["10", "1000"])
+def test_a_worker_that_stops_lets_its_carried_calls_end_first(
+    tmp_path: Path, after_ms: str
+) -> None:
+    """SIGTERM to the worker's process group also raises in each child's running task: at
+    1,000 ms, the last two tasks are waiting for their calls' replies as it comes."""
     with fleet(tmp_path) as f:
-        worker, runs = _carrying(f, "STOPPING", 2.0, 6)
+        env = {"RELAY_MODEL_CARRIED_AFTER_MS": after_ms}
+        worker, runs = _carrying(f, "STOPPING", 2.0, 6, env)
         began = time.monotonic()
         worker.stop()  # a warm shutdown (SIGTERM), with no other worker to take over
         assert time.monotonic() - began < 30

@@ -99,9 +99,12 @@ class _Handoff(Generic[Made]):
         """The task waits up to `timeout_s` for the outcome: it, boxed, if it came (its
         error is raised here), else None and the call is the carrier's."""
         with self._lock:
-            self._lock.wait_for(lambda: self._state == "given", max(0.0, timeout_s))
+            try:
+                self._lock.wait_for(lambda: self._state == "given", max(0.0, timeout_s))
+            finally:  # (also when the wait is cut short: a prefork child's SIGTERM raises)
+                if self._state != "given":
+                    self._state = "carried"
             if self._state != "given":
-                self._state = "carried"
                 return None
             if self._error is not None:
                 raise self._error
