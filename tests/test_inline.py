@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -253,23 +254,57 @@ def test_a_carried_call_goes_on_with_the_run_in_a_free_slot() -> None:
     assert w.inline.slot_to_spare()  # the slot is given back
 
 
-def test_with_every_slot_taken_a_carried_call_publishes_its_next_step() -> None:
-    w = world(plan=CHAIN)
+def _carried_call_in_task(w: World, hold_s: float, saved: Callable[[], Report]) -> Report:
+    """A task holds the process's one slot while a carried call ends on a thread of its
+    own (its save: `saved`) and for up to `hold_s` more; returns what the call's thread did."""
     during: list[Report] = []
+    thread = threading.Thread(target=lambda: during.append(w.inline.borrow(saved, w.step)))
 
-    def task_step(message: Message) -> Report:  # a task runs in the process's one slot
-        def carried_call_ends() -> None:  # (on a call thread of its own)
-            during.append(w.inline.borrow(lambda: _saved_call(w), w.step))
-
-        thread = threading.Thread(target=carried_call_ends)
+    def task_step(_: Message) -> Report:
         thread.start()
-        thread.join(10)
+        thread.join(hold_s)
         return Report("did advance")
 
     w.inline.run(ADVANCE, task_step)
-    assert during == [Report("model call m1 replied")]
-    assert w.published == [TOOL]
-    assert w.ran == []
+    thread.join(10)
+    return during[0]
+
+
+def test_with_every_slot_taken_a_carried_call_waits_for_one_and_goes_on() -> None:
+    w = world(slice_ms=5_000, plan=CHAIN)
+    began = time.monotonic()
+    report = _carried_call_in_task(w, 0.2, lambda: _saved_call(w))
+    assert report.line.startswith("model call m1 replied | continued call-1 read_note")
+    assert w.ran == [TOOL, MODEL2]  # (after the task gave the slot back)
+    assert w.published == []
+    assert time.monotonic() - began < 2.5  # (no waiting out its 5 s slice)
+    assert w.inline.slot_to_spare()
+
+
+def test_a_carried_call_waits_for_a_slot_at_most_its_slice_then_publishes() -> None:
+    w = world(slice_ms=100, plan=CHAIN)
+    given_back: list[Message] = []
+
+    def saved_claiming_its_tool_call() -> Report:  # (SAVE_CLAIM: the call claimed with it)
+        ahead = w.inline.ahead([TOOL])
+        assert ahead == TOOL
+        w.inline.keep(ahead, lambda: given_back.append(ahead))
+        return Report("model call m1 replied")
+
+    began = time.monotonic()
+    report = _carried_call_in_task(w, 10, saved_claiming_its_tool_call)
+    assert report == Report("model call m1 replied")
+    assert (w.ran, w.published, given_back) == ([], [TOOL], [TOOL])
+    assert 0.09 <= time.monotonic() - began < 5  # it waited out its 0.1 s slice
+    assert w.inline.slot_to_spare()
+
+
+def test_a_carried_call_with_no_next_step_waits_for_no_slot() -> None:
+    w = world(slice_ms=5_000, plan=CHAIN)
+    began = time.monotonic()
+    report = _carried_call_in_task(w, 10, lambda: Report("model call m5 replied; run done"))
+    assert time.monotonic() - began < 2.5
+    assert (report.line, w.ran, w.published) == ("model call m5 replied; run done", [], [])
 
 
 def test_off_a_carried_call_publishes_its_next_step() -> None:
@@ -339,23 +374,21 @@ def test_a_task_waits_for_a_borrowed_slot_at_most_a_slice() -> None:
 
 
 def test_no_carried_call_borrows_a_slot_while_a_task_waits_for_one() -> None:
-    w = world(slice_ms=5_000, plan={})
+    w = world(slice_ms=5_000, plan={TOOL: []})
     release = threading.Event()
     borrower = _borrowing(w, release)
-    task, _ = _waiting_task(w)
-    assert (w.inline.borrow(lambda: _saved_call(w), w.step), w.published) == (
-        Report("model call m1 replied"),
-        [TOOL],
-    )  # (the one slot is the borrower's: the carried call publishes its next step)
-    # A second slot appears (as the pool's count, once the borrower's is back): the task
-    # waiting is owed one, so a carried call ending now publishes its next step too.
+    task, started = _waiting_task(w)
+    # A second slot appears (as the pool's count would): the task waiting is owed it, so
+    # a carried call ending now waits too, and does not run its next step beside it.
     w.inline.slots = 2
-    assert not w.inline.slot_to_spare()
-    w.inline.borrow(lambda: _saved_call(w), w.step)
-    assert (w.ran, w.published) == ([], [TOOL, TOOL])
+    carried = threading.Thread(target=w.inline.borrow, args=(lambda: _saved_call(w), w.step))
+    carried.start()
+    time.sleep(0.3)
+    assert (w.ran, started.is_set()) == ([], False)
     release.set()
-    for thread in (borrower, task):
+    for thread in (borrower, task, carried):
         thread.join(10)
+    assert (w.ran, w.published, started.is_set()) == ([TOOL], [], True)
 
 
 def test_tasks_beyond_the_slots_counted_never_wait_for_each_other() -> None:

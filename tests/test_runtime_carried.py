@@ -208,6 +208,24 @@ def test_once_its_replies_come_slowly_a_task_hands_its_call_over_without_waiting
                 what="the carried call's end in the log")  # fmt: skip
 
 
+def test_calls_that_end_while_the_slot_is_taken_wait_for_it_and_go_on(tmp_path: Path) -> None:
+    """Six runs on one prefork child, their replies back together, each next step a 0.1 s
+    tool: each call's thread finds the slot held by another's step, waits its turn (within
+    its slice) and goes on there, rather than sending its tool call as a message."""
+    turns = {
+        0: Reply(text=call("sleep", seconds=0.1), delay=0.5),
+        1: Reply(text=final("slept"), delay=0.2),
+    }
+    with fleet(tmp_path) as f:
+        f.brain.script("TOGETHER", turns)
+        env = {"RELAY_MODEL_CARRIED": "100", "RELAY_INLINE_MS": "10000"}
+        f.worker("--pool", "prefork", "-c", "1", env=env)
+        runs = [f.relay.start(f"TOGETHER-{n}: sleep a while") for n in range(6)]
+        assert [f.relay.wait(run_id, timeout=60).summary for run_id in runs] == ["slept"] * 6
+        assert f.messages() == {"relay.advance": 6, "relay.call_model": 0, "relay.run_tool": 0}
+        assert f.ledger().count("sleep end 0.1") == 6  # (each tool ran once)
+
+
 def test_a_run_of_slow_replies_goes_on_in_the_slot_its_calls_left_free(tmp_path: Path) -> None:
     """A prefork child with nothing else to run: each carried call's thread saves the reply
     and goes on with the run in the child's free slot (the tool, then the next call, which

@@ -40,7 +40,8 @@
     RELAY_EVENTS                 Celery task events for Flower: 1 or 0 (1)
     RELAY_INLINE_MS              a worker continues a run's next step in the same task
                                  (no broker hop) for up to this many ms, and a carried
-                                 model call's thread in a free slot; 0 = off (250)
+                                 model call's thread in a slot of the pool (free, or
+                                 waited for within its slice); 0 = off (250)
     RELAY_MODEL_CARRIED          model calls a worker process carries past their tasks
                                  (the task claims the call and ends; a thread makes
                                  it); 0 = each call holds its task's slot (1000)

@@ -129,8 +129,8 @@ class Runtime:
 
     def _keep_carried(self, keep: Callable[[], Report]) -> Report:
         """Keep a carried call's outcome (`keep`, on its call thread), counted and traced as
-        the call's own; then, if the pool has a slot free, go on with the steps it leaves
-        in the slot's slice (`Continuation.borrow`), as the call's task would have."""
+        the call's own; then go on with the steps it leaves in a slot of the pool, free or
+        given back within a slice (`Continuation.borrow`), as the call's task would have."""
 
         def counted() -> Report:
             return self._counted("call_model", keep())

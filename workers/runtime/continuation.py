@@ -26,13 +26,18 @@ claim is given back as the message is published.
 A slice belongs to one task on one thread: a threads pool runs several at once.
 
 A model call carried past its task (`workers.runtime.carried`) is saved on its call
-thread once it ends. When the process's pool has a slot free then (no task running in
-it, none waiting for it), that thread borrows the slot (`borrow`) and continues the
-run's next steps in place as a task would, in a slice of its own, instead of
-publishing the next step as a message for a task of this same pool to take. A task
-that comes meanwhile waits for the slot, so the pool runs no more steps at once than
-it has slots, but at most one slice: a borrowed step that outlasts it has the task run
-beside it. A tool continued there keeps its own timeout (`run_leased`); what a prefork
+thread once it ends, in a slice of its own. That thread borrows a slot of the
+process's pool (`borrow`) and continues the run's next steps in place as a task would,
+instead of publishing the next step as a message for a task of this same pool to take.
+It takes a slot free then (no task running in it, none waiting for it); else, once the
+save has left a step to continue (claimed with it), it waits for one to be given back,
+at most the rest of its slice, and never takes one a task waits for; past that the
+step is published and its claim given back. (Tasks are short when their calls are
+carried, so on a busy prefork child the wait is mostly a few milliseconds, where a
+message would cost a publish, a delivery, an ack and a claim of its own.) A task that
+comes while a slot is borrowed waits for it, so the pool runs no more steps at once
+than it has slots, but at most one slice: a borrowed step that outlasts it has the
+task run beside it. A tool continued there keeps its own timeout (`run_leased`); what a prefork
 pool adds, the kill at the task's hard time limit, does not reach a call thread (as on
 a threads pool): a tool that hangs past its timeout holds its helper thread, not the
 slot.
@@ -107,7 +112,13 @@ class Continuation:
         """Slots call threads hold (`borrow`): only for these does a task ever wait."""
         self._waiting = 0
         """Tasks waiting for a slot a call thread borrowed."""
-        self._count = threading.Condition()
+        self._borrowers = 0
+        """Call threads waiting for a slot (`borrow`)."""
+        lock = threading.Lock()
+        self._count = threading.Condition(lock)
+        """Tasks wait on this one: every one may go once no slot is borrowed."""
+        self._spare = threading.Condition(lock)
+        """Call threads wait on this one: one is woken each time a slot is given back."""
 
     def send(self, messages: list[Message]) -> None:
         """Publish `messages`, unless they are one step this task may run itself: then
@@ -131,7 +142,7 @@ class Continuation:
         """Whether this process's pool has a slot free beside the tasks running now (a
         threads pool that is not full: a task may wait there without holding up another)."""
         with self._count:
-            return self._running + self._waiting < self.slots
+            return self._slot_for_call_thread()
 
     def left_s(self) -> float:
         """Seconds left of the slice of the task running on this thread (0 outside one)."""
@@ -158,20 +169,57 @@ class Continuation:
         return self._sliced(here, partial(step, first), step)
 
     def borrow(self, first: Callable[[], Report], step: Step) -> Report:
-        """Run `first` (a carried call's save, on its call thread) in a slice of its own
-        when this process's pool has a slot free, then each step it leaves to continue,
-        as a task would; else just `first` (what it sends is published)."""
+        """Run `first` (a carried call's save, on its call thread) in a slice of its own,
+        then each step it leaves to continue, as a task would, in a slot of this process's
+        pool: one free now, or else one given back (and no task waiting for it) before the
+        slice is over; past that the step it left is published."""
         if self.slice_ms <= 0 or getattr(self._local, "slice", None) is not None:
             return first()
-        with self._count:
-            free = self._running + self._waiting < self.slots
-            if free:
-                self._running += 1
-                self._borrowed += 1
-        if not free:
-            return first()
         here = _Slice(self._clock() + self.slice_ms / 1000, None)
-        return self._sliced(here, first, step, borrowed=True)
+        if self._borrow_slot(0.0):
+            return self._sliced(here, first, step, borrowed=True)
+        report = self._slotless(here, first)
+        if here.next is None:
+            return report
+        if self._borrow_slot(here.ends - self._clock()):
+            return self._sliced(here, lambda: report, step, borrowed=True)
+        self._give_back(here)
+        self._send([here.next])
+        return report
+
+    def _slotless(self, here: _Slice, first: Callable[[], Report]) -> Report:
+        """`first` in slice `here` that holds no slot (yet): the one step it leaves to
+        continue is kept in `here.next`, its call claimed with the save."""
+        self._local.slice = here
+        try:
+            return first()
+        except BaseException:
+            if here.next is not None:  # kept, then the save's caller raised: publish it
+                self._give_back(here)
+                self._send([here.next])
+            raise
+        finally:
+            self._local.slice = None
+
+    def _borrow_slot(self, wait_s: float) -> bool:
+        """Take a slot for a call thread: one free now, or given back within `wait_s`.
+        A task waiting for a slot comes first: a call thread never takes one from it."""
+        with self._count:
+            if not self._slot_for_call_thread() and wait_s > 0:
+                self._borrowers += 1
+                try:
+                    self._spare.wait_for(self._slot_for_call_thread, wait_s)
+                finally:
+                    self._borrowers -= 1
+            if not self._slot_for_call_thread():
+                return False
+            self._running += 1
+            self._borrowed += 1
+            return True
+
+    def _slot_for_call_thread(self) -> bool:
+        """Whether a slot is free that no task waits for."""
+        return self._running + self._waiting < self.slots
 
     def _take_slot(self) -> None:
         """Take a slot for a task: at once, unless a call thread borrowed it; then wait
@@ -211,6 +259,8 @@ class Continuation:
                 self._borrowed -= borrowed
                 # (all: once no slot is borrowed, every task waiting may go, not just one)
                 self._count.notify_all()
+                if self._borrowers:
+                    self._spare.notify()
             if here.next is not None:  # a step raised after keeping its successor: publish it
                 self._give_back(here)
                 self._send([here.next])
