@@ -174,3 +174,21 @@ def test_a_worker_loads_the_http_stack_before_its_pool_forks() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert found.stdout.split() == ["h11", "httpcore"], found.stderr
+
+
+def test_a_worker_makes_the_tls_context_before_its_pool_forks(tmp_path: Path) -> None:
+    # Loading the CA bundle costs some 20 ms of CPU: made as the worker starts (its
+    # parent, before a prefork pool forks), it is each child's, and every connection's.
+    from celery.signals import worker_init  # noqa: PLC0415 - only this test sends it
+
+    from tests.apps.notes import relay  # noqa: PLC0415 - its app, as a worker loads it
+    from workers.model.connections import shared_tls  # noqa: PLC0415
+
+    shared_tls.cache_clear()
+    class Worker:  # (what of a WorkController the signal's receivers read)
+        app, pool_cls, concurrency = relay.celery, "prefork", 2
+
+    worker_init.send(sender=Worker())
+    made = shared_tls.cache_info()
+    assert (made.misses, made.currsize) == (1, 1)
+    assert KeptConnections()._tls is shared_tls()

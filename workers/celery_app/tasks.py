@@ -39,6 +39,7 @@ from workers.celery_app.final_events import NoFinalEvent, QuietRequest
 from workers.celery_app.sending import model_task_id, tool_task_id
 from workers.engine.effects import Message
 from workers.errors import StepFailed
+from workers.model.connections import shared_tls
 from workers.runtime.carrier import carried_by
 from workers.runtime.leases import held
 from workers.runtime.reports import Report
@@ -172,6 +173,7 @@ def _connect_signals(app: Celery, runtime: _Built) -> None:
     def build_runtime(sender: Any, **_: Any) -> None:
         if getattr(sender, "app", None) is app:  # a worker of this app (not of another)
             runtime().use_slots(_slots_in_process(sender))
+            shared_tls()  # (before a prefork pool forks: its children inherit it)
 
     worker_init.connect(build_runtime, weak=False, dispatch_uid=f"relay-runtime-{id(app)}")
 

@@ -23,6 +23,8 @@ before: they take precedence over this transport.
 
 from __future__ import annotations
 
+import functools
+import ssl
 import threading
 import time
 from collections import deque
@@ -36,7 +38,7 @@ import httpx
 # them at its first model call: a third of a second of CPU each (py-spy, bench many).
 # Imported with this module instead, they are loaded once, before the pool forks.
 
-__all__ = ["KEEPALIVE_S", "KeptConnections"]
+__all__ = ["KEEPALIVE_S", "KeptConnections", "shared_tls"]
 
 KEEPALIVE_S = 5.0
 """How long an idle connection is kept (httpx's default keep-alive expiry)."""
@@ -61,6 +63,15 @@ class _Given(httpx.SyncByteStream):
                 give_back()
 
 
+@functools.cache
+def shared_tls() -> ssl.SSLContext:
+    """This process's TLS context for model connections (httpx's default: it honours
+    SSL_CERT_FILE). Loading the CA bundle takes some 20 ms of CPU, so it is made once,
+    and a worker makes it as it starts (`celery_app.tasks`): a prefork pool's children
+    inherit it rather than each paying at its first model call."""
+    return httpx.create_ssl_context()
+
+
 class KeptConnections(httpx.BaseTransport):
     """A transport of one kept-alive connection per request in flight (see the module).
 
@@ -74,7 +85,7 @@ class KeptConnections(httpx.BaseTransport):
     ) -> None:
         self._keepalive_s = keepalive_s
         self._clock = clock
-        self._tls = httpx.create_ssl_context()  # honours SSL_CERT_FILE, as httpx's own
+        self._tls = shared_tls()
         self._limits = httpx.Limits(
             max_connections=1, max_keepalive_connections=1, keepalive_expiry=keepalive_s
         )
