@@ -185,6 +185,7 @@ def test_a_worker_makes_the_tls_context_before_its_pool_forks(tmp_path: Path) ->
     from workers.model.connections import shared_tls  # noqa: PLC0415
 
     shared_tls.cache_clear()
+
     class Worker:  # (what of a WorkController the signal's receivers read)
         app, pool_cls, concurrency = relay.celery, "prefork", 2
 
