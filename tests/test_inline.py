@@ -72,10 +72,13 @@ def world(
     plan: dict[Message, list[Message]],
     step_s: float = 0.01,
     fails: frozenset[Message] = frozenset(),
+    claim_held_s: float = float("inf"),
 ) -> World:
     clock = Clock()
     published: list[Message] = []
-    inline = Continuation(published.extend, slice_ms, reach or Reach(), clock)
+    inline = Continuation(
+        published.extend, slice_ms, reach or Reach(), clock, claim_held_s=claim_held_s
+    )
     return World(inline, clock, plan, step_s, published, fails=set(fails))
 
 
@@ -281,8 +284,14 @@ def test_with_every_slot_taken_a_carried_call_waits_for_one_and_goes_on() -> Non
     assert w.inline.slot_to_spare()
 
 
-def test_a_carried_call_waits_for_a_slot_at_most_its_slice_then_publishes() -> None:
-    w = world(slice_ms=100, plan=CHAIN)
+@pytest.mark.parametrize(
+    ("why", "slice_ms", "claim_held_s"),
+    [("its slice", 100, float("inf")), ("its claim's renewal", 60_000, 0.1)],
+)
+def test_a_carried_call_waits_for_a_slot_no_longer_than_then_publishes(
+    why: str, slice_ms: int, claim_held_s: float
+) -> None:
+    w = world(slice_ms=slice_ms, plan=CHAIN, claim_held_s=claim_held_s)
     given_back: list[Message] = []
 
     def saved_claiming_its_tool_call() -> Report:  # (SAVE_CLAIM: the call claimed with it)
@@ -293,9 +302,9 @@ def test_a_carried_call_waits_for_a_slot_at_most_its_slice_then_publishes() -> N
 
     began = time.monotonic()
     report = _carried_call_in_task(w, 10, saved_claiming_its_tool_call)
-    assert report == Report("model call m1 replied")
-    assert (w.ran, w.published, given_back) == ([], [TOOL], [TOOL])
-    assert 0.09 <= time.monotonic() - began < 5  # it waited out its 0.1 s slice
+    assert report == Report("model call m1 replied"), why
+    assert (w.ran, w.published, given_back) == ([], [TOOL], [TOOL]), why
+    assert 0.09 <= time.monotonic() - began < 5, why  # it waited 0.1 s, not the 10 s hold
     assert w.inline.slot_to_spare()
 
 

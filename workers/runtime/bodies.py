@@ -67,7 +67,9 @@ class Runtime:
         self.send = send
         timing = settings.timing
         # Steps send through it: one next step may be kept and run by the same task.
-        self.continuation = Continuation(send, settings.inline_ms, reach)
+        self.continuation = Continuation(
+            send, settings.inline_ms, reach, claim_held_s=timing.lease_ms / 3000
+        )
         self.steps = Steps(store, kit, timing, self.continuation.send, clock, app=key)
         routed = routes if models.given is None else ()
         pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens, routed)

@@ -31,7 +31,8 @@ process's pool (`borrow`) and continues the run's next steps in place as a task 
 instead of publishing the next step as a message for a task of this same pool to take.
 It takes a slot free then (no task running in it, none waiting for it); else, once the
 save has left a step to continue (claimed with it), it waits for one to be given back,
-at most the rest of its slice, and never takes one a task waits for; past that the
+at most the rest of its slice (and a third of the claim's lease: it is not renewed
+meanwhile), and never takes one a task waits for; past that the
 step is published and its claim given back. (Tasks are short when their calls are
 carried, so on a busy prefork child the wait is mostly a few milliseconds, where a
 message would cost a publish, a delivery, an ack and a claim of its own.) A task that
@@ -97,8 +98,13 @@ class Continuation:
         slice_ms: int,
         reach: Reach | None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        claim_held_s: float = float("inf"),
     ) -> None:
         self._send = send
+        self._claim_held_s = claim_held_s
+        """How long a call thread may wait for a slot with the claim its save took (not
+        renewed meanwhile): a third of a call's lease, as often as a running call renews."""
         self.slice_ms = slice_ms if reach is not None else 0
         self._reach = reach
         self._clock = clock
@@ -172,7 +178,8 @@ class Continuation:
         """Run `first` (a carried call's save, on its call thread) in a slice of its own,
         then each step it leaves to continue, as a task would, in a slot of this process's
         pool: one free now, or else one given back (and no task waiting for it) before the
-        slice is over; past that the step it left is published."""
+        slice is over (and the claim the save took is due its renewal); past that the
+        step it left is published."""
         if self.slice_ms <= 0 or getattr(self._local, "slice", None) is not None:
             return first()
         here = _Slice(self._clock() + self.slice_ms / 1000, None)
@@ -181,7 +188,7 @@ class Continuation:
         report = self._slotless(here, first)
         if here.next is None:
             return report
-        if self._borrow_slot(here.ends - self._clock()):
+        if self._borrow_slot(min(here.ends - self._clock(), self._claim_held_s)):
             return self._sliced(here, lambda: report, step, borrowed=True)
         self._give_back(here)
         self._send([here.next])
