@@ -34,8 +34,9 @@ def test_a_run_goes_end_to_end(tmp_path: Path) -> None:
         assert kinds[-1] == "finished", kinds
         # Two model calls: each task's line says how its call ended; httpx's own line for
         # each request is left out at INFO (`relay worker --loglevel`).
+        # (The task's line comes once it returns, a moment after the save that ended the run.)
+        f.until(lambda: "succeeded in" in f.processes[0].output(), 30, what="the task's line")
         log = f.processes[0].output()
-        assert "succeeded in" in log, log[-3000:]
         assert "HTTP Request:" not in log, log[-3000:]
 
 
