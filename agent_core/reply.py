@@ -276,7 +276,10 @@ def ends_inside_object(text: str) -> bool:
     """
     if not isinstance(parse_reply(text), Unusable):
         return False
-    text = strip_thinking(clean(text))
+    text = clean(text)
+    if _open_across_dropped_tag(text):
+        return True
+    text = strip_thinking(text)
     last = len(text.rstrip()) - 1
     candidate = text.find("{")
     while candidate != -1:
@@ -289,6 +292,28 @@ def ends_inside_object(text: str) -> bool:
         if closed is None:
             return True
         candidate = text.find("{", closed)
+    return False
+
+
+def _open_across_dropped_tag(text: str) -> bool:
+    """Whether a `</think>` with no `<think>` before it (a dropped opening tag, read as
+    the end of thinking) falls inside an object opened before it that the text never
+    closes: then the tag is text of that object (`{"final": "</think>` is cut off), as
+    `first_object` reads a tag that an object decodes across."""
+    close = text.find(THINK_CLOSE)
+    opened = text.find(THINK_OPEN)
+    if close == -1 or (opened != -1 and opened < close):
+        return False
+    candidate = text.find("{", 0, close)
+    while candidate != -1:
+        if _can_open_object(text, candidate):
+            closed = _closing(text, candidate)
+            if closed is None:
+                return True
+            candidate = closed
+        else:
+            candidate += 1
+        candidate = text.find("{", candidate, close)
     return False
 
 

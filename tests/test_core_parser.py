@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agent_core import Agent, Ask, Config, Done, Kind, Risk, Run, Step, Tool, ToolOutput
@@ -322,6 +322,11 @@ def test_any_text_from_outside_leaves_a_snapshot_that_encodes(texts: list[str]) 
         ('{"a": 1} {"b"', True),  # the whole object is no reply; the next is cut
         ('{"final": "done"} {"b"', False),  # a usable reply came first: the rest is chatter
         ('<think>{"plan"</think>no object here', False),  # thinking is not the reply
+        # A `</think>` inside the cut object's string is text, not a dropped opening tag:
+        ('{"final": "</think>', True),
+        ('{"final": "use </think> to close', True),
+        ('thought it over</think>{"final": "x', True),  # the tag closes thinking here
+        ("thought it over</think>no object here", False),
     ],
 )
 def test_a_reply_that_ends_inside_its_object_is_told_from_one_the_model_got_wrong(
@@ -331,6 +336,7 @@ def test_a_reply_that_ends_inside_its_object_is_told_from_one_the_model_got_wron
 
 
 @given(st.text(max_size=300))
+@example("</think>")  # (found by this test in CI: the tag was read as a dropped opening)
 @FUZZ
 def test_any_prefix_of_a_whole_reply_ends_inside_its_object(tail: str) -> None:
     whole = json.dumps({"final": tail, "data": {"k": [1, "}"]}})
