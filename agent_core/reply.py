@@ -127,9 +127,8 @@ def strip_thinking(text: str) -> str:
     A `</think>` before any `<think>` means the server dropped the opening tag:
     everything up to it is thinking. An unclosed `<think>` hides the rest.
     """
-    first_close = text.find(THINK_CLOSE)
-    first_open = text.find(THINK_OPEN)
-    if first_close != -1 and (first_open == -1 or first_close < first_open):
+    first_close = _dropped_opening(text)
+    if first_close != -1:
         text = text[first_close + len(THINK_CLOSE) :]
     kept: list[str] = []
     start = 0
@@ -144,6 +143,14 @@ def strip_thinking(text: str) -> str:
             break
         start = closed + len(THINK_CLOSE)
     return "".join(kept)
+
+
+def _dropped_opening(text: str) -> int:
+    """Where the first `</think>` is if no `<think>` comes before it (the server dropped
+    the opening tag: what precedes it is thinking), else -1."""
+    close = text.find(THINK_CLOSE)
+    opened = text.find(THINK_OPEN)
+    return close if opened == -1 or close < opened else -1
 
 
 def _past_deep_nesting(text: str, start: int) -> int:
@@ -202,9 +209,8 @@ def first_object(text: str) -> dict[str, Any] | Unusable:
     """
     scan = _Scan(text)
     start = 0
-    close = text.find(THINK_CLOSE)
-    opened = text.find(THINK_OPEN)
-    if close != -1 and (opened == -1 or close < opened):
+    close = _dropped_opening(text)
+    if close != -1:
         found = scan.objects(0, close, spanning=close)
         if found is not None:
             return found
@@ -277,43 +283,30 @@ def ends_inside_object(text: str) -> bool:
     if not isinstance(parse_reply(text), Unusable):
         return False
     text = clean(text)
-    if _open_across_dropped_tag(text):
+    # A `</think>` read as a dropped opening tag's close is text of an object opened before
+    # it that never closes (`{"final": "</think>` is cut off), as `first_object` reads a
+    # tag that an object decodes across.
+    close = _dropped_opening(text)
+    if close != -1 and _left_open(text, close):
         return True
     text = strip_thinking(text)
+    return _left_open(text, len(text))
+
+
+def _left_open(text: str, before: int) -> bool:
+    """Whether an object opened in `text` before index `before` is never closed."""
     last = len(text.rstrip()) - 1
-    candidate = text.find("{")
+    candidate = text.find("{", 0, before)
     while candidate != -1:
         if candidate == last:
             return True  # the text ends at the brace
         if not _can_open_object(text, candidate):
-            candidate = text.find("{", candidate + 1)
+            candidate = text.find("{", candidate + 1, before)
             continue
         closed = _closing(text, candidate)
         if closed is None:
             return True
-        candidate = text.find("{", closed)
-    return False
-
-
-def _open_across_dropped_tag(text: str) -> bool:
-    """Whether a `</think>` with no `<think>` before it (a dropped opening tag, read as
-    the end of thinking) falls inside an object opened before it that the text never
-    closes: then the tag is text of that object (`{"final": "</think>` is cut off), as
-    `first_object` reads a tag that an object decodes across."""
-    close = text.find(THINK_CLOSE)
-    opened = text.find(THINK_OPEN)
-    if close == -1 or (opened != -1 and opened < close):
-        return False
-    candidate = text.find("{", 0, close)
-    while candidate != -1:
-        if _can_open_object(text, candidate):
-            closed = _closing(text, candidate)
-            if closed is None:
-                return True
-            candidate = closed
-        else:
-            candidate += 1
-        candidate = text.find("{", candidate, close)
+        candidate = text.find("{", closed, before)
     return False
 
 
