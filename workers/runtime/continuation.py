@@ -32,16 +32,15 @@ instead of publishing the next step as a message for a task of this same pool to
 It takes a slot free then (no task running in it, none waiting for it); else, once the
 save has left a step to continue (claimed with it), it waits for one to be given back,
 at most the rest of its slice (and a third of the claim's lease: it is not renewed
-meanwhile), and never takes one a task waits for; past that the
-step is published and its claim given back. (Tasks are short when their calls are
-carried, so on a busy prefork child the wait is mostly a few milliseconds, where a
-message would cost a publish, a delivery, an ack and a claim of its own.) A task that
-comes while a slot is borrowed waits for it, so the pool runs no more steps at once
-than it has slots, but at most one slice: a borrowed step that outlasts it has the
-task run beside it. A tool continued there keeps its own timeout (`run_leased`); what a prefork
-pool adds, the kill at the task's hard time limit, does not reach a call thread (as on
-a threads pool): a tool that hangs past its timeout holds its helper thread, not the
-slot.
+meanwhile), and never takes one a task waits for; past that the step is published and
+its claim given back. (Tasks are short when their calls are carried, so on a busy
+prefork child the wait is mostly a few milliseconds, where a message would cost a
+publish, a delivery, an ack and a claim of its own.) A task that comes while a slot is
+borrowed waits for it, so the pool runs no more steps at once than it has slots, but at
+most one slice: a borrowed step that outlasts it has the task run beside it. A tool
+continued there keeps its own timeout (`run_leased`); what a prefork pool adds, the
+kill at the task's hard time limit, does not reach a call thread (as on a threads
+pool): a tool that hangs past its timeout holds its helper thread, not the slot.
 """
 
 from __future__ import annotations
@@ -118,8 +117,6 @@ class Continuation:
         """Slots call threads hold (`borrow`): only for these does a task ever wait."""
         self._waiting = 0
         """Tasks waiting for a slot a call thread borrowed."""
-        self._borrowers = 0
-        """Call threads waiting for a slot (`borrow`)."""
         lock = threading.Lock()
         self._count = threading.Condition(lock)
         """Tasks wait on this one: every one may go once no slot is borrowed."""
@@ -190,8 +187,7 @@ class Continuation:
             return report
         if self._borrow_slot(min(here.ends - self._clock(), self._claim_held_s)):
             return self._sliced(here, lambda: report, step, borrowed=True)
-        self._give_back(here)
-        self._send([here.next])
+        self._publish_kept(here)
         return report
 
     def _slotless(self, here: _Slice, first: Callable[[], Report]) -> Report:
@@ -201,9 +197,7 @@ class Continuation:
         try:
             return first()
         except BaseException:
-            if here.next is not None:  # kept, then the save's caller raised: publish it
-                self._give_back(here)
-                self._send([here.next])
+            self._publish_kept(here)  # (a step kept, then the save's caller raised)
             raise
         finally:
             self._local.slice = None
@@ -213,11 +207,7 @@ class Continuation:
         A task waiting for a slot comes first: a call thread never takes one from it."""
         with self._count:
             if not self._slot_for_call_thread() and wait_s > 0:
-                self._borrowers += 1
-                try:
-                    self._spare.wait_for(self._slot_for_call_thread, wait_s)
-                finally:
-                    self._borrowers -= 1
+                self._spare.wait_for(self._slot_for_call_thread, wait_s)
             if not self._slot_for_call_thread():
                 return False
             self._running += 1
@@ -266,11 +256,15 @@ class Continuation:
                 self._borrowed -= borrowed
                 # (all: once no slot is borrowed, every task waiting may go, not just one)
                 self._count.notify_all()
-                if self._borrowers:
-                    self._spare.notify()
-            if here.next is not None:  # a step raised after keeping its successor: publish it
-                self._give_back(here)
-                self._send([here.next])
+                self._spare.notify()
+            self._publish_kept(here)  # (a step raised after keeping its successor)
+
+    def _publish_kept(self, here: _Slice) -> None:
+        """Publish the step `here` kept, if any, that it will not run: its claim given back
+        first."""
+        if here.next is not None:
+            self._give_back(here)
+            self._send([here.next])
 
     @staticmethod
     def _give_back(here: _Slice) -> None:
