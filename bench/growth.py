@@ -84,10 +84,10 @@ def _workers(b: Bench, turns: int, samples: list[int]) -> dict[str, Any]:
 
 
 def _in_process(b: Bench, turns: int, samples: list[int]) -> dict[str, float]:
-    local = LocalRuntime(Settings.from_env(b.env), LocalModel())
-    gaps: list[float | None] = list(
-        local_turn_ms(local, Task("grow-local", turns=turns, size=SIZE))
-    )
+    with LocalRuntime(Settings.from_env(b.env), LocalModel()) as local:
+        gaps: list[float | None] = list(
+            local_turn_ms(local, Task("grow-local", turns=turns, size=SIZE))
+        )
     return {str(t): _around(gaps, t) for t in samples}
 
 

@@ -107,6 +107,17 @@ class LocalRuntime:
             reach=EveryQueue() if continued else None,
         )
 
+    def stop(self) -> None:
+        """Write what the runtime counted (its metrics) while its Redis is still up: left
+        to the process's exit, the counts meet a Redis the bench has already stopped."""
+        self.runtime.stop()
+
+    def __enter__(self) -> LocalRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def _send(self, messages: list[Message]) -> None:
         for message in messages:
             self.messages[message.kind] = self.messages.get(message.kind, 0) + 1

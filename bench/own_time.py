@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from statistics import median
 
@@ -30,12 +31,17 @@ def measure(runs: int, turns: int) -> dict[str, list[float]]:
     """Each way's ms a turn, one figure a run."""
     from tests.support.redis_server import RedisServer  # noqa: PLC0415 - a bench-only import
 
-    with tempfile.TemporaryDirectory() as work, RedisServer(Path(work)) as server:
+    with (
+        tempfile.TemporaryDirectory() as work,
+        RedisServer(Path(work)) as server,
+        ExitStack() as stack,  # (the runtimes stop first: their counts reach Redis)
+    ):
         # (A slice longer than any run here: every next step is continued.)
         env = {"RELAY_REDIS_URL": server.url, "RELAY_INLINE_MS": "600000"}
         settings = Settings.from_env(env)
         locals_ = {
-            way: LocalRuntime(settings, LocalModel(), continued=way == WAYS[0]) for way in WAYS
+            way: stack.enter_context(LocalRuntime(settings, LocalModel(), continued=way == WAYS[0]))
+            for way in WAYS
         }
         for way, local in locals_.items():
             local.start(Task(f"warm-{_tag(way)}", turns=5))

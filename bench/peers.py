@@ -193,6 +193,11 @@ def _ratios(b: Bench, out: dict[str, Any]) -> dict[str, Any]:
         peer = out[key].get("turn_ms")
         if relay is not None and peer is not None:
             ratios[f"relay_over_{key}"] = relay / peer
+    own = b.results.get("turns", {}).get("summary", {})
+    if "relay_own_ms_per_turn_continued" in own:  # (issue 31: continuation in place on)
+        ratios["own_turn_ms"] = own["relay_own_ms_per_turn_continued"]
+        ratios["own_turn_ms_sent"] = own["relay_own_ms_per_turn"]
+        ratios["own_over_core_http"] = ratios["own_turn_ms"] / out["core_http_turn_ms"]
     lg = out["langgraph"].get("turn_ms")
     if lg is not None:
         ratios["core_over_langgraph"] = out["core_turn_ms"] / lg

@@ -54,6 +54,24 @@ class Row:
     verdict: str = ""
 
 
+# Issue 31's goals, each printed beside its figure with a verdict (bench/RESULTS.md,
+# "At a glance"). The other goals below are earlier issues' and stay where they are.
+BYTES_PER_TURN_GOAL = 4_096
+"""Bytes written to Redis a turn (store + broker + events), the replay journal included."""
+REDIS_USEC_PER_STEP_GOAL = 150
+"""Redis server time a step, µs."""
+OWN_OVER_CORE_HTTP_GOAL = 1.5
+"""Relay's own ms a turn in process over the core + HTTP model turn, same run."""
+PEER_GOALS: dict[str, tuple[bool, float]] = {
+    "langgraph_sync": (False, 1.0),
+    "langgraph_postgres_sync": (False, 1.0),
+    "langgraph": (False, 1.5),
+    "langgraph_postgres": (False, 1.5),
+    "dbos": (True, 0.6),
+}
+"""Relay per step over each peer's: (strictly below, the bound)."""
+
+
 def _fmt(value: float, digits: int = 2) -> str:
     return f"{value:,.{digits}f}"
 
@@ -89,7 +107,8 @@ def _turns(r: dict[str, Any]) -> list[Row]:
             item,
             "bytes written to Redis per turn",
             _fmt(s["bytes_in_per_turn"], 0),
-            f"bare hop {_fmt(s['bare_bytes_in_per_hop'], 0)}",
+            f"<= {BYTES_PER_TURN_GOAL:,} (bare hop {_fmt(s['bare_bytes_in_per_hop'], 0)})",
+            _check(s["bytes_in_per_turn"] <= BYTES_PER_TURN_GOAL),
         ),
         Row(
             item,
@@ -101,8 +120,10 @@ def _turns(r: dict[str, Any]) -> list[Row]:
             item,
             "Redis server time per step (us, commandstats, idle workers' share out)",
             _fmt(s["redis_usec_per_step"], 0),
-            f"bare hop {_fmt(s['bare_redis_usec_per_hop'], 0)}; summed as before, with"
-            f" scripts' commands counted twice: {_fmt(s['redis_usec_per_step_counted_twice'], 0)}",
+            f"<= {REDIS_USEC_PER_STEP_GOAL} (bare hop {_fmt(s['bare_redis_usec_per_hop'], 0)};"
+            " summed as before, with scripts' commands counted twice:"
+            f" {_fmt(s['redis_usec_per_step_counted_twice'], 0)})",
+            _check(s["redis_usec_per_step"] <= REDIS_USEC_PER_STEP_GOAL),
         ),
         Row(
             item,
@@ -352,12 +373,22 @@ def _peers(r: dict[str, Any]) -> list[Row]:
     for key, name in _PEER_NAMES.items():
         ratio = r.get(f"relay_over_{key}")
         if ratio is not None:
-            goal, ok = (
-                ("<= 1", ratio <= 1)
-                if key in ("langgraph", "langgraph_sync")
-                else ("< 1", ratio < 1)
-            )
+            below, most = PEER_GOALS[key]
+            ok = ratio < most if below else ratio <= most
+            goal = f"{'<' if below else '<='} {most:g}"
             rows.append(Row(item, f"Relay per step / {name}", _fmt(ratio), goal, _check(ok)))
+    own = r.get("own_over_core_http")
+    if own is not None:
+        rows.append(
+            Row(
+                item,
+                "Relay's own ms per turn / core + HTTP model turn",
+                _fmt(own),
+                f"<= {OWN_OVER_CORE_HTTP_GOAL:g} (own {_fmt(r['own_turn_ms'])} ms, each next"
+                f" step continued in place; each step a message: {_fmt(r['own_turn_ms_sent'])})",
+                _check(own <= OWN_OVER_CORE_HTTP_GOAL),
+            )
+        )
     return rows
 
 

@@ -58,13 +58,13 @@ def _recording() -> Iterator[list[tuple[Any, ...]]]:
 
 
 def _record(url: str, runs: int, turns: int) -> list[tuple[Any, ...]]:
-    local = LocalRuntime(Settings.from_env({"RELAY_REDIS_URL": url}), LocalModel())
-    local.start(Task("warm", turns=3))
-    local.drain()
-    with _recording() as sent:
-        for n in range(runs):
-            local.start(Task(f"timed-{n}", turns=turns))
-            local.drain()
+    with LocalRuntime(Settings.from_env({"RELAY_REDIS_URL": url}), LocalModel()) as local:
+        local.start(Task("warm", turns=3))
+        local.drain()
+        with _recording() as sent:
+            for n in range(runs):
+                local.start(Task(f"timed-{n}", turns=turns))
+                local.drain()
     return list(sent)
 
 

@@ -40,14 +40,14 @@ def measure(turns: int) -> dict[str, int]:
 
     with tempfile.TemporaryDirectory() as work, RedisServer(Path(work)) as server:
         settings = Settings.from_env({"RELAY_REDIS_URL": server.url})
-        local = LocalRuntime(settings, LocalModel())
-        _bytes_for(local, 3, 0, "warm")
-        found = {}
-        for padding in PADDINGS:
-            long = _bytes_for(local, turns, padding, f"long-{padding}")
-            short = _bytes_for(local, turns // 2, padding, f"short-{padding}")
-            found[f"task +{padding:,} chars"] = round((long - short) / (turns - turns // 2))
-        return found
+        with LocalRuntime(settings, LocalModel()) as local:
+            _bytes_for(local, 3, 0, "warm")
+            found = {}
+            for padding in PADDINGS:
+                long = _bytes_for(local, turns, padding, f"long-{padding}")
+                short = _bytes_for(local, turns // 2, padding, f"short-{padding}")
+                found[f"task +{padding:,} chars"] = round((long - short) / (turns - turns // 2))
+            return found
 
 
 def run(b: Bench) -> dict[str, Any]:

@@ -329,21 +329,21 @@ def _in_process(b: Bench, turns: int, runs: int) -> dict[str, Any]:
     )
     for name, model in variants:
         b.model.streams = name != "http_model_plain"
-        local = LocalRuntime(settings, model, continued=name == "http_model_continued")
-        local_turn_ms(local, Task(f"local-warm-{name}", turns=3))
-        times = [
-            sum(local_turn_ms(local, Task(f"local-{name}-{r}", turns=turns))) / turns
-            for r in range(runs)
-        ]
+        with LocalRuntime(settings, model, continued=name == "http_model_continued") as local:
+            local_turn_ms(local, Task(f"local-warm-{name}", turns=3))
+            times = [
+                sum(local_turn_ms(local, Task(f"local-{name}-{r}", turns=turns))) / turns
+                for r in range(runs)
+            ]
         out[f"turn_ms_{name}"] = median(times)
     b.model.streams = True
-    local = LocalRuntime(settings, LocalModel())
     profile = cProfile.Profile()
-    profile.enable()
-    for r in range(runs):
-        local.start(Task(f"local-profiled-{r}", turns=turns))
-        local.drain()
-    profile.disable()
+    with LocalRuntime(settings, LocalModel()) as local:
+        profile.enable()
+        for r in range(runs):
+            local.start(Task(f"local-profiled-{r}", turns=turns))
+            local.drain()
+        profile.disable()
     out["pieces"] = _pieces(profile, runs * turns)
     out["top_self_time"] = _top(profile, runs * turns)
     return out
