@@ -884,6 +884,19 @@ def test_a_save_sent_another_runs_key_fails_rather_than_spell_keys_from_it(
         assert not store.redis.exists(store.keys.lease(run, "call-1"), store.keys.live(run))
 
 
+def test_a_step_with_neither_a_snapshot_nor_what_to_store_is_refused_before_redis(
+    store: RunStore,
+) -> None:
+    """`decide(..., whole=False)` makes no snapshot text, for a caller that works out what
+    to store itself: an Advanced that has neither would store an empty agent."""
+    store.create(_record(), "snap", due_ms=5_000)
+    with pytest.raises(ValueError, match="neither a snapshot nor what to store"):
+        store.save(_step(_record(seq=1), ""), "1")
+    loaded = store.load("r1")
+    assert loaded is not None
+    assert (loaded.version, loaded.snapshot) == ("1", "snap")  # nothing saved
+
+
 @pytest.mark.parametrize(
     "own",
     [

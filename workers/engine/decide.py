@@ -88,9 +88,14 @@ def decide(
     inbox: list[tuple[str, InboxEvent | None]],
     around: Surroundings,
     own: InboxEvent | None = None,
+    *,
+    whole: bool = True,
 ) -> Advanced:
     """Apply `inbox` (and `own`, the outcome of the calling task) to the run, then
-    decide what happens next."""
+    decide what happens next. With `whole` False, the agent's whole snapshot text is
+    not made (`Advanced.snapshot` is ''): for a caller that works out what to store from
+    the advanced agent itself (`Steps.decide`) or stores nothing (`replay`), where it was
+    made only to be dropped (some 3% of a step's CPU)."""
     run = Working(record, agent, around)
     run.take_trace()
     for entry_id, event in inbox:
@@ -106,7 +111,7 @@ def decide(
     _settle(run)
     consumed = [event for _, event in inbox] + ([own] if own is not None else [])
     run.journal = entry_text(consumed, run.agent)
-    return run.decided(run.agent.snapshot())
+    return run.decided(run.agent.snapshot() if whole else "")
 
 
 # --- applying events -----------------------------------------------------------------

@@ -251,6 +251,8 @@ class Advanced:
 
     record: RunRecord
     snapshot: str
+    """The agent's whole snapshot text; '' where `stored` was worked out from the agent
+    instead (`Steps.decide`)."""
     effects: Effects
     messages: tuple[Message, ...] = ()
     stored: SnapshotWrite | None = None

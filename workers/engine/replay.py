@@ -74,7 +74,7 @@ def replay(
     for number, entry in enumerate(entries, start=1):
         inbox = [(str(i), event) for i, event in enumerate(entry.events)]
         try:
-            advanced = decide(played.record, agent, inbox, around)
+            advanced = decide(played.record, agent, inbox, around, whole=False)
         except Exception as error:  # noqa: BLE001 - a host's code raising is a divergence
             why = f"advancing it raised {type(error).__name__}: {error}"
             played.divergence = Divergence(number, entry.step, None, why)

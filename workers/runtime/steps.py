@@ -188,7 +188,7 @@ class Steps:
         stored = agent.history() if loaded.apart else None
         loops = agent.loops() if loaded.loops_stored else None  # (None: write them)
         try:
-            advanced = decide(record, agent, loaded.inbox, around, own)
+            advanced = decide(record, agent, loaded.inbox, around, own, whole=False)
         except Exception as error:  # a host bug (a tool's validate, a verifier) ends the run
             log.exception("run %s: advancing failed; the run is stopped", run_id)
             problem = f"advancing it raised {type(error).__name__}: {error}"

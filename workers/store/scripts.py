@@ -374,6 +374,8 @@ def save(
         script_keys += [keys.inbox(run_id), keys.trace(run_id), index.outbox, index.pending]
         script_keys += [index.pending_data, index.runs, keys.history(run_id)]
         script_keys.append(keys.journal(run_id))
+    if advanced.stored is None and not advanced.snapshot:  # (a caller's bug: never store it)
+        raise ValueError(f"run {run_id}: a step with neither a snapshot nor what to store")
     stored = advanced.stored or codec.whole(advanced.snapshot)
     effects = codec.save_effects(keys, advanced, own)
     # (Trace lines are arguments of their own, not strings inside the effects JSON:
