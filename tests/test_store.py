@@ -806,6 +806,31 @@ def test_live_events_of_many_runs_go_in_one_round_trip_each_answered_alone(
     assert [e.text for e in store.live.read("r2", "0", None)] == ["two", "y"]
 
 
+def test_live_events_of_many_runs_ask_no_script_exists_and_survive_a_script_flush(
+    store: RunStore,
+) -> None:
+    """One pipeline of EVALSHA (redis-py's pipelined scripts ask SCRIPT EXISTS first: a
+    round trip more each time). A script Redis lost (a restart, SCRIPT FLUSH) is loaded
+    again and its calls sent once more: they had not run, so each event is there once."""
+    store.create(_record("r1"), "snap", due_ms=5_000)
+    store.create(_record("r2"), "snap", due_ms=5_000)
+    store.redis.script_flush()  # (the first pipeline loads the script)
+    assert store.live.add_many([("r1", [("text", "one")]), ("r2", [("text", "two")])]) == [
+        True,
+        True,
+    ]
+    store.redis.config_resetstat()
+    store.live.add_many([("r1", [("text", "more")]), ("r2", [("text", "more")])])
+    stats = store.redis.info("commandstats")
+    assert "cmdstat_script|exists" not in stats
+    assert stats["cmdstat_evalsha"]["calls"] == 2
+    store.redis.script_flush()
+    answers = store.live.add_many([("r1", [("text", "three")]), ("r2", [("text", "four")])])
+    assert answers == [True, True]
+    assert [e.text for e in store.live.read("r1", "0", None)] == ["one", "more", "three"]
+    assert [e.text for e in store.live.read("r2", "0", None)] == ["two", "more", "four"]
+
+
 def test_a_save_keeps_the_newest_trace_lines_and_journal_entries_up_to_their_caps(
     store: RunStore,
 ) -> None:

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import redis
-from redis.exceptions import RedisClusterException
+from redis.exceptions import NoScriptError, RedisClusterException
 
 from workers.errors import StoreUnavailable
 from workers.redact import redact_url
@@ -68,17 +68,37 @@ class Connection:
             return found
         try:
             with self.errors():
-                pipe = self.redis.pipeline(transaction=False)
-                for call in calls:
-                    script = self._script(call.name, self.redis)
-                    script(keys=call.keys, args=call.args, client=pipe)
-                answers = pipe.execute(raise_on_error=False)
+                answers = self._pipelined(calls)
         except StoreUnavailable as error:
             return [error] * len(calls)
         return [
             StoreUnavailable(str(answer)) if isinstance(answer, Exception) else call.read(answer)
             for call, answer in zip(calls, answers, strict=True)
         ]
+
+    def _pipelined(self, calls: Sequence[ScriptCall[A]]) -> list[Any]:
+        """Each call's raw answer (or the error it met), all as EVALSHA in one pipeline.
+        (redis-py's own pipelined scripts ask SCRIPT EXISTS before every pipeline: a round
+        trip more each time.) The calls of a script Redis does not hold (it restarted, or
+        its scripts were flushed) did not run: the script is loaded, and they are sent
+        again, once."""
+        scripts = [self._script(call.name, self.redis) for call in calls]
+        answers = self._evalshas(calls, scripts)
+        missing = [i for i, answer in enumerate(answers) if isinstance(answer, NoScriptError)]
+        if missing:
+            for script in {id(scripts[i]): scripts[i] for i in missing}.values():
+                self.redis.script_load(script.script)
+            again = self._evalshas([calls[i] for i in missing], [scripts[i] for i in missing])
+            for i, answer in zip(missing, again, strict=True):
+                answers[i] = answer
+        return answers
+
+    def _evalshas(self, calls: Sequence[ScriptCall[A]], scripts: Sequence[Any]) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        for call, script in zip(calls, scripts, strict=True):
+            pipe.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        answers: list[Any] = pipe.execute(raise_on_error=False)
+        return answers
 
     def _script(self, name: str, client: Any) -> Any:
         # A script is registered once per client: no round trip (EVALSHA, and the
