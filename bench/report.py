@@ -160,9 +160,10 @@ def _turns(r: dict[str, Any]) -> list[Row]:
         ),
         Row(
             item,
-            "  solo turn = 2 bare hops + Relay's own work + rest",
+            "  solo turn = its Celery hops + Relay's own work + rest",
             " + ".join(f"{v:.1f}" for v in s["solo_turn_split_ms"].values()),
-            "ms",
+            "ms (the own work, in process, pays the loopback model server's CPU too:"
+            " the rest can be below 0)",
         ),
         Row(
             item,

@@ -404,11 +404,16 @@ def _summary(out: dict[str, Any]) -> dict[str, Any]:
         "relay_own_ms_per_turn": out["in_process"]["turn_ms_http_model"],
         "relay_own_ms_per_turn_plain": out["in_process"]["turn_ms_http_model_plain"],
         "relay_own_ms_per_turn_continued": out["in_process"]["turn_ms_http_model_continued"],
-        "solo_turn_split_ms": {
-            "two_bare_hops": 2 * p["hop_ms_solo"],
-            "relay_own_work": out["in_process"]["turn_ms_http_model"],
-            "rest": p["turn_ms_solo"]
-            - 2 * p["hop_ms_solo"]
-            - out["in_process"]["turn_ms_http_model"],
-        },
+        "solo_turn_split_ms": _solo_split(out),
     }
+
+
+def _solo_split(out: dict[str, Any]) -> dict[str, float]:
+    """A solo worker's turn, taken apart: the Celery hops it made (the turn's messages,
+    each a bare hop: none while each next step is continued in place), Relay's own work in
+    process done the same way, and the rest (the worker's own threads and loop)."""
+    p, own = out["profiles"], out["in_process"]
+    messages = out["relay_counts"]["messages"]
+    hops = messages * p["hop_ms_solo"]
+    work = own["turn_ms_http_model_continued" if messages < 1 else "turn_ms_http_model"]
+    return {"celery_hops": hops, "relay_own_work": work, "rest": p["turn_ms_solo"] - hops - work}
