@@ -251,8 +251,9 @@ class Advanced:
 
     record: RunRecord
     snapshot: str
-    """The agent's whole snapshot text; '' where `stored` was worked out from the agent
-    instead (`Steps.decide`)."""
+    """The agent's whole snapshot text; '' where the caller asked for none
+    (`decide(..., whole=False)`: `Steps.decide` works out `stored` from the agent, and a
+    replay stores nothing)."""
     effects: Effects
     messages: tuple[Message, ...] = ()
     stored: SnapshotWrite | None = None
