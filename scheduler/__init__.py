@@ -1,6 +1,6 @@
-"""scheduler: recurring recipes and the beat's tick.
+"""scheduler: recurring recipes and the fleet's tick.
 
-`tick(relay, now_ms)` is what the beat's `relay.tick` task calls with the real
+`tick(relay, now_ms)` is what the fleet's tick (the `relay.tick` task) calls with the real
 clock. It never imports `workers`: it takes what it needs through `TickHost`.
 A `Schedule` is plain data; `ScheduleStore` keeps schedules and notifications
 in Redis and claims each (schedule, slot) exactly once.

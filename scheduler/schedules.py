@@ -24,11 +24,19 @@ does every computation of a firing here, with or without a zone), and the zone
 must be one the zone data knows, both when the schedule is made and when it is
 read back: a stored schedule with an unknown zone, or one that cannot say when
 it fires next, does not load (the store logs it and never fires it).
+
+What a schedule holds is bounded when it is made (`create`): its template (at most
+MAX_TEMPLATE_CHARS), each value (MAX_VALUE_CHARS), the task they fill (MAX_TASK_CHARS,
+the most a run takes, so no firing fails for its size) and its stored text
+(MAX_STORED_CHARS: the recipe's params and help, and every value, together). A schedule
+stored before these bounds still loads, so it can be shown and removed; a firing it
+cannot start is recorded as failed, with its reason.
 """
 
 from __future__ import annotations
 
 import hashlib
+import string
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any, Literal
@@ -50,6 +58,10 @@ from scheduler import calendar
 from scheduler.errors import SchedulerError
 
 __all__ = [
+    "MAX_STORED_CHARS",
+    "MAX_TASK_CHARS",
+    "MAX_TEMPLATE_CHARS",
+    "MAX_VALUE_CHARS",
     "MODES",
     "NEVER_MS",
     "ON_WAITS",
@@ -73,6 +85,15 @@ NEVER_MS = 253_402_300_799_000
 MAX_WINDOW_MS = 366 * 24 * 60 * 60 * 1000
 """The longest catch-up window and jitter: a leap year."""
 RISK_NAMES = frozenset(risk.value for risk in Risk)
+MAX_TEMPLATE_CHARS = 50_000
+"""The longest template a schedule takes (characters)."""
+MAX_VALUE_CHARS = 10_000
+"""The longest value of one blank (characters)."""
+MAX_TASK_CHARS = 100_000
+"""The longest filled task: the most a run's task may be (workers.client.start says the
+same; a test holds them equal), so a schedule never fires a task no run can take."""
+MAX_STORED_CHARS = 250_000
+"""The longest a schedule is as stored (its JSON): the tick reads every due one."""
 
 
 class Schedule(BaseModel):
@@ -137,6 +158,9 @@ class Schedule(BaseModel):
         Raises:
             DefinitionError: the name is not a usable identifier (letters,
                 digits, `_`, `-`; at most 64), the recipe or trigger is not one,
+                the template is over MAX_TEMPLATE_CHARS, a value over
+                MAX_VALUE_CHARS, the filled task over MAX_TASK_CHARS, or the
+                whole schedule over MAX_STORED_CHARS (each message names its limit),
                 the trigger's zone is unknown ("unknown time zone ..."), the
                 offset is not a whole number of minutes from -840 to 840 (or is
                 given with a zone), `now_ms` is not a time, or the mode is not
@@ -157,10 +181,11 @@ class Schedule(BaseModel):
             )
         if mode not in MODES:
             raise DefinitionError(f"schedule {name!r}: mode is 'run' or 'notify', not {mode!r}")
+        _check_sizes(name, recipe, values)  # before filling: a blank used 10,000 times is big
         recipe.fill(values)
         _check_firing(name, trigger, now_ms, utc_offset_minutes)
         try:
-            return cls(
+            made = cls(
                 name=name,
                 recipe=recipe,
                 values=dict(values),
@@ -175,6 +200,13 @@ class Schedule(BaseModel):
             )
         except ValidationError as error:
             raise DefinitionError(f"schedule {name!r}: {first_error(error)}") from None
+        stored = len(made.model_dump_json())
+        if stored > MAX_STORED_CHARS:
+            raise DefinitionError(
+                f"schedule {name!r} is {stored:,} characters as stored (its recipe's params"
+                f" and help, and its values); a schedule is at most {MAX_STORED_CHARS:,}"
+            )
+        return made
 
     @model_validator(mode="before")
     @classmethod
@@ -187,7 +219,9 @@ class Schedule(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Schedule:
         # Raised here, these become pydantic's ValidationError: this guards data
-        # read back from Redis; `create` has already given the clear errors.
+        # read back from Redis; `create` has already given the clear errors. The size
+        # bounds are not checked here: a schedule stored before them still loads, so a
+        # person can see it and remove it, and its firings say why they fail.
         check_name(self.name, "schedule")
         self.recipe.fill(self.values)
         # A zone someone wrote into Redis by hand may not exist: refuse it here, so the
@@ -297,6 +331,53 @@ def _next_or_never(trigger: Trigger, after_ms: int, utc_offset_minutes: int) -> 
         return calendar.next_fire(trigger, after_ms, utc_offset_minutes=utc_offset_minutes)
     except DefinitionError:  # no firing within the search window, or before the year 10000
         return NEVER_MS
+
+
+def _check_sizes(name: str, recipe: Recipe, values: Mapping[str, str]) -> None:
+    """Check the template, each value and the task they fill against their bounds.
+
+    Raises:
+        DefinitionError: one is over its bound; the message names the bound.
+    """
+    template = recipe.template
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise DefinitionError(
+            f"schedule {name!r}: its template is {len(template):,} characters;"
+            f" a template is at most {MAX_TEMPLATE_CHARS:,}"
+        )
+    if not isinstance(values, Mapping):
+        return  # `fill` says so
+    for blank, value in values.items():
+        if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+            raise DefinitionError(
+                f"schedule {name!r}: the value of {str(blank)[:64]!r} is {len(value):,}"
+                f" characters; a value is at most {MAX_VALUE_CHARS:,}"
+            )
+    filled = _filled_chars(template, values)
+    if filled > MAX_TASK_CHARS:
+        raise DefinitionError(
+            f"schedule {name!r}: its template filled with its values is {filled:,}"
+            f" characters; a run's task is at most {MAX_TASK_CHARS:,}"
+        )
+
+
+def _filled_chars(template: str, values: Mapping[str, str]) -> int:
+    """How long the filled task is, counted without building it.
+
+    A recipe's template is Python's format syntax restricted to `{name}` blanks and
+    doubled braces (agent_core.recipes), so `string.Formatter` splits it the same way.
+    A blank without a text value counts nothing: `fill` refuses it by name.
+    """
+    try:
+        parts = list(string.Formatter().parse(template))
+    except ValueError:  # a template no Recipe allows; `fill` says what is wrong
+        return 0
+    total = 0
+    for literal, blank, _, _ in parts:
+        total += len(literal)
+        value = values.get(blank) if blank is not None else None
+        total += len(value) if isinstance(value, str) else 0
+    return total
 
 
 def _check_zone(name: str, trigger: Trigger, utc_offset_minutes: int) -> None:

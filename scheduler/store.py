@@ -33,7 +33,9 @@ one Lua script that in one step
      buffered: the tick decides, from the overlap policy and the catch-up window).
 A queued firing is taken the same way by `take`: removing it from the queue is
 the claim (ZREM answers 1 for one caller), with its firing and history entry in
-the same script.
+the same script. A fired slot whose run then cannot start is marked `failed` by
+`failed`, one script again: its history entry says so, with why, and the slot is
+neither firing nor a run the schedule started any more.
 Claim and last-run update cannot be split by a crash, so a slot is never fired
 twice and never left claimed with the old last run. A run slot's run gets an id
 derived from the schedule and the slot (`fire_id`), and the slot stays in the
@@ -87,9 +89,9 @@ RECENT_RUNS = 20
 UNREADABLE_RETRY_MS = 60 * 60 * 1000
 """When a schedule whose stored text cannot be read is looked at (and logged) again."""
 
-_CLAIM, _TAKE, _UPDATE = (
+_CLAIM, _TAKE, _UPDATE, _FAIL = (
     files("scheduler").joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    for name in ("claim", "take", "update")
+    for name in ("claim", "take", "update", "fail")
 )
 
 
@@ -191,7 +193,9 @@ class Notification(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     schedule: str
-    task: str
+    task: str = ""
+    """The filled task of a notify-only slot; empty when a run could not start (its
+    `problem` says why; the task is the schedule's, and may be long)."""
     slot_ms: int
     at_ms: int
     problem: str = ""
@@ -277,6 +281,7 @@ class ScheduleStore:
         self._claim: Any = redis_client.register_script(_CLAIM)
         self._take: Any = redis_client.register_script(_TAKE)
         self._update: Any = redis_client.register_script(_UPDATE)
+        self._fail: Any = redis_client.register_script(_FAIL)
 
     def put(self, schedule: Schedule) -> bool:
         """Store `schedule`, replacing one of the same name; return True if it replaced one.
@@ -463,6 +468,17 @@ class ScheduleStore:
         """Forget a firing slot: its run exists (or cannot ever start)."""
         member = firing_member(name, firing.slot_ms, firing.source)
         self.redis.zrem(self.shards.of(name).firing, member)
+
+    def failed(self, name: str, firing: Queued, entry: Firing) -> bool:
+        """Record that `firing`'s run could not start: its `fired` history entry becomes
+        `entry` (a `failed` one), and the slot is forgotten as firing and as a run the
+        schedule started. False (no entry written) if its entry had gone."""
+        keys = self.shards.of(name)
+        run_id = fire_id(name, firing.slot_ms, firing.source)
+        member = firing_member(name, firing.slot_ms, firing.source)
+        args = [run_id, entry.model_dump_json(), HISTORY_MAX, member]
+        done = self._fail(keys=[keys.history(name), keys.runs(name), keys.firing], args=args)
+        return bool(done)
 
     def stale_firings(self, older_than_ms: int) -> list[tuple[str, Queued]]:
         """Return (schedule name, firing) of slots claimed before `older_than_ms` whose

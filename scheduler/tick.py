@@ -1,4 +1,4 @@
-"""The tick: everything the beat does every few seconds, with the clock passed in.
+"""The tick: everything the fleet does every few seconds, with the clock passed in.
 
 For each due schedule the tick decides what its slot does, then claims it
 (`ScheduleStore.claim`: exactly one claimer per schedule and slot, however many
@@ -16,6 +16,8 @@ ticks run at once) with that decision, which the claim writes to the history:
     busy, overlap cancel_previous                 fired            the runs still going
                                                                    are cancelled first
 
+A fired slot whose run then cannot start is recorded as failed, with why (not the task).
+
 A run starts with the filled recipe, only the recipe's tools, the notes the
 schedule's earlier runs remembered, the schedule's policy and, with
 `approve_plan`, its plan approved by the schedule. Then the tick takes queued
@@ -32,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agent_core import Every, Policy
+from agent_core.text import cut
 from scheduler.calendar import next_fire
 from scheduler.errors import StoreUnreachable
 from scheduler.history import Firing
@@ -48,6 +51,8 @@ QUEUE_PER_TICK = 100
 """Queued firings one tick takes of one schedule at most (under allow_all)."""
 GOING = ("running", "waiting")
 """Run states that make a schedule busy for its overlap policy."""
+REASON_MAX = 500
+"""The longest reason a failed firing keeps (characters), in its history and notification."""
 
 
 class TickHost(Protocol):
@@ -100,7 +105,8 @@ def tick(relay: TickHost, now_ms: int) -> list[str]:
     ids of runs it started.
 
     A run that cannot be started (say a tool was unregistered since) loses its
-    slot and leaves a notification saying why; the other schedules still fire.
+    slot: its history says `failed` and why, and so does a notification; the other
+    schedules still fire.
 
     Raises:
         whatever the Redis client raises when Redis cannot be reached.
@@ -298,12 +304,19 @@ def _start(
     except StoreUnreachable:
         raise  # the store is away: the slot stays firing, and a later tick starts it
     except Exception as error:  # noqa: BLE001 - one schedule's failure must not stop the others
-        log.warning("schedule %r: could not start its run: %s", schedule.name, error)
-        problem = f"the run could not start: {error}"
-        notice = Notification(
-            schedule=schedule.name, task=schedule.task(), slot_ms=firing.slot_ms, at_ms=now_ms
-        )
-        store.notify(notice.model_copy(update={"problem": problem[:2_000]}))
-        run_id = None
+        _failed(store, schedule.name, firing, now_ms, str(error))
+        return None
     store.fired(schedule.name, firing)
     return run_id
+
+
+def _failed(store: ScheduleStore, name: str, firing: Queued, now_ms: int, error: str) -> None:
+    """Record a firing whose run could not start: failed in its history and a notification,
+    each with the reason cut short (an error may quote the task), never the task."""
+    reason = cut(f"the run could not start: {error}", REASON_MAX)
+    log.warning("schedule %r: %s", name, reason)
+    entry = Firing(
+        kind="failed", slot_ms=firing.slot_ms, at_ms=now_ms, source=firing.source, why=reason
+    )
+    store.failed(name, firing, entry)
+    store.notify(Notification(schedule=name, slot_ms=firing.slot_ms, at_ms=now_ms, problem=reason))

@@ -42,6 +42,7 @@ from agent_core import Cron, Daily, Every, Policy, Recipe, Risk, Trigger, Weekly
 from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
 from scheduler import Schedule, SchedulerError, calendar
+from scheduler.history import HISTORY_MAX
 from scheduler.schedules import ON_WAITS, OVERLAPS, first_error, local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.terminal import json_text, one_line
@@ -210,7 +211,8 @@ def _recipe(
 
 @click.group()
 def schedule() -> None:
-    """Recurring recipes: a task with blanks, filled and fired on a trigger by the beat."""
+    """Recurring recipes: a task with blanks, filled and started as a run each time its
+    trigger comes (the fleet's tick does it: every worker takes part)."""
 
 
 @schedule.command("add")
@@ -377,7 +379,7 @@ def show(name: str, *, as_json: bool) -> None:
         ("time zone", found.time_zone),
         ("mode", found.mode),
         ("next", _next_row(found)),
-        ("last run", utc_text(found.last_run_ms)),
+        _last_row(found),
         ("tools", "all" if found.tools is None else ", ".join(found.tools) or "none"),
         *_running_rows(found),
         ("task", found.task()),
@@ -477,6 +479,22 @@ def _unattended(
 def _next_row(found: Schedule) -> str:
     shown = found.next_text()
     return shown if shown in ("paused", "ended") else f"{shown}  ({utc_text(found.fire_at_ms)})"
+
+
+def _last_row(found: Schedule) -> tuple[str, str]:
+    """When the schedule last started a run (notified, for a notify-only one), from its
+    history: `last_run_ms` is where its next slot is counted from (when it was made,
+    resumed or last claimed a slot, skipped ones too), not a run."""
+    notify = found.mode == "notify"
+    label = "last notified" if notify else "last run"
+    with schedule_errors():
+        entry, looked = current_relay().scheduling.last(
+            found.name, "notified" if notify else "fired"
+        )
+    if entry is None:
+        return label, "never" if looked < HISTORY_MAX else f"not in its last {looked} firings"
+    when = f"{found.local_time(entry.slot_ms)}  ({utc_text(entry.slot_ms)})"
+    return label, when if entry.run_id is None else f"{when}  run {entry.run_id}"
 
 
 def _running_rows(found: Schedule) -> list[tuple[str, str]]:

@@ -10,10 +10,11 @@
     relay.scheduling.run_now("standup")                 # fire once now, under its overlap policy
     relay.scheduling.backfill("standup", start_ms, end_ms)  # the firings in the range
     relay.scheduling.history("standup")                 # what each firing did, newest first
+    relay.scheduling.last("standup", "fired")           # its newest run, or None
     relay.scheduling.get("standup")                     # one schedule, or None
 
 The schedules themselves live in `scheduler.ScheduleStore`, on this Relay's
-Redis and key prefix (on a cluster, in shards: workers.store.schedule_shards); the beat's
+Redis and key prefix (on a cluster, in shards: workers.store.schedule_shards); the fleet's
 tick (`scheduler.tick`) fires them.
 """
 
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent_core import Every, Recipe, Tool, Trigger
 from scheduler import Notification, Schedule, ScheduleStore, calendar
-from scheduler.history import Firing
+from scheduler.history import HISTORY_MAX, Firing, FiringKind
 from scheduler.schedules import Mode
 from scheduler.store import Queued
 from workers.engine.budget import Budget
@@ -232,6 +233,15 @@ class Scheduling:
             state, stop = briefs.get(entry.run_id or "") or (None, None)
             views.append(FiringView(firing=entry, state=state, stop=stop))
         return views
+
+    def last(self, name: str, kind: FiringKind) -> tuple[Firing | None, int]:
+        """Return the schedule's newest history entry of `kind` (None: there is none), and
+        how many entries were looked through: HISTORY_MAX when the history is full, so
+        "none" means none among them, not never."""
+        with self.store.errors():
+            entries = self.schedule_store.history(name, HISTORY_MAX)
+        found = next((entry for entry in entries if entry.kind == kind), None)
+        return found, len(entries)
 
     def get(self, name: str) -> Schedule | None:
         """Return the schedule called `name`, or None (also when its stored text is unusable)."""
