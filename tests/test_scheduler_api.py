@@ -107,6 +107,21 @@ def test_a_recipe_with_a_tool_that_is_not_registered_is_refused(relay: Relay) ->
     assert relay.schedules() == []
 
 
+def test_an_oversize_template_or_value_is_refused_naming_the_bound_and_nothing_changes(
+    relay: Relay,
+) -> None:
+    """Made or replaced: a 10 MB template (every firing of which would fail) and a value
+    over its bound are refused, and a schedule being replaced stays as it was."""
+    kept = relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5), now_ms=1_000)
+    huge = Recipe("look", "Read {note}. " + "x" * 10 * 2**20).param("note")
+    for name in ("look", "other"):
+        with pytest.raises(DefinitionError, match="a template is at most 50,000"):
+            relay.schedule(name, huge, {"note": "a.txt"}, Every(5))
+        with pytest.raises(DefinitionError, match="the value of 'note' is 10,001 characters"):
+            relay.schedule(name, RECIPE, {"note": "n" * 10_001}, Every(5))
+    assert relay.schedules() == [kept]
+
+
 def test_a_tick_starts_the_run_with_the_filled_task_and_the_schedule_names(relay: Relay) -> None:
     relay.schedule("look", RECIPE, {"note": "a.txt"}, Every(5), now_ms=1_000_000)
     assert relay.tick(1_000_000 + 5 * MINUTE - 1) == []

@@ -11,12 +11,18 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from agent_core import Cron, Daily, Recipe
+from agent_core import Cron, Daily, Every, Recipe
+from scheduler.store import fire_id
+from tests.support.cli import clean_env
+from tests.support.cli import relay as cli_relay
+from tests.support.redis_server import RedisServer
 from tests.support.schedule_cli import relay, run
 from workers import Relay
 from workers.cli.schedule import parse_offset
 
 __all__ = ["relay"]  # the fixture, used here
+
+T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
 
 
 def fails(result: Result, message: str) -> None:
@@ -216,3 +222,74 @@ def test_preview_shows_the_firings_in_the_zone_across_summer_time(relay: Relay) 
              "utc": "2027-03-28T01:00:00Z"},
         ],
     }  # fmt: skip
+
+
+# --- bounds, and what `show` says ran --------------------------------------------------------
+
+
+def test_an_oversize_template_or_value_is_refused_at_add_naming_the_bound(
+    relay: Relay, tmp_path: Path
+) -> None:
+    huge = tmp_path / "huge.json"
+    huge.write_text(
+        Recipe("huge", "Read {note}. " + "x" * 10 * 2**20).param("note").model_dump_json()
+    )
+    fails(
+        run(relay, "add", "big", "--recipe-file", str(huge), "-v", "note=a", "--every", "5"),
+        "schedule 'big': its template is 10,485,773 characters; a template is at most 50,000",
+    )
+    fails(
+        run(relay, "add", "big", "--template", "t" * 50_001, "--every", "5"),
+        "a template is at most 50,000",
+    )
+    fails(
+        run(relay, "add", "big", "--template", "Do {x}", "-v", "x=" + "v" * 10_001, "--every", "5"),
+        "the value of 'x' is 10,001 characters; a value is at most 10,000",
+    )
+    assert relay.schedules() == []
+    # Replacing one with an oversize template leaves it as it was.
+    run(relay, "add", "big", "--template", "Do {x}", "-v", "x=small", "--every", "5")
+    fails(run(relay, "add", "big", "--template", "t" * 50_001, "--every", "5"), "at most 50,000")
+    assert [s.task() for s in relay.schedules()] == ["Do small"]
+
+
+def test_the_real_command_refuses_a_10_mb_template_in_one_line(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.json"
+    huge.write_text(Recipe("huge", "x" * 10 * 2**20).model_dump_json())
+    with RedisServer(tmp_path) as server:
+        env = clean_env(RELAY_REDIS_URL=server.url)
+        added = cli_relay("schedule", "add", "big", "--recipe-file", str(huge), "--every", "5",
+                          env=env)  # fmt: skip
+        assert added.returncode == 1, added.stdout
+        assert added.stderr == (
+            "relay: schedule 'big': its template is 10,485,760 characters;"
+            " a template is at most 50,000\n"
+        )
+        assert cli_relay("schedule", "list", env=env).stdout == "no schedules\n"
+
+
+def test_show_says_never_until_a_run_starts(relay: Relay) -> None:
+    made_at = T0 - 30 * 60_000
+    relay.schedule("watch", Recipe("watch", "Watch"), {}, Every(60), now_ms=made_at)
+    relay.schedule("ping", Recipe("ping", "Ping"), {}, Every(60), now_ms=made_at, mode="notify")
+
+    def row(name: str, label: str) -> str:
+        shown = run(relay, "show", name)
+        assert shown.exit_code == 0, shown.output
+        [found] = [line for line in shown.stdout.splitlines() if line.startswith(f"{label}:")]
+        return found
+
+    assert row("watch", "last run") == "last run:  never"
+    assert row("ping", "notified") == "notified:  never"
+
+    relay.scheduling.pause("watch")
+    relay.scheduling.resume("watch", now_ms=T0)  # moves its last_run_ms on; runs nothing
+    assert row("watch", "last run") == "last run:  never"
+
+    slot = T0 + 60 * 60_000
+    [run_id] = relay.tick(slot)
+    assert run_id == fire_id("watch", slot)
+    assert row("watch", "last run") == (
+        f"last run:  2023-11-14T23:13:20+00:00 (2023-11-14T23:13:20Z), run {run_id}"
+    )
+    assert row("ping", "notified").startswith("notified:  2023-11-14T22:43:20+00:00")

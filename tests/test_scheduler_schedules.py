@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
@@ -16,7 +18,16 @@ from agent_core import Cron, Daily, Every, Recipe, Trigger, Weekly
 from agent_core.errors import DefinitionError, RecipeError
 from scheduler import Schedule
 from scheduler.calendar import next_fire
-from scheduler.schedules import format_offset, local_iso
+from scheduler.schedules import (
+    MAX_STORED_CHARS,
+    MAX_TASK_CHARS,
+    MAX_TEMPLATE_CHARS,
+    MAX_VALUE_CHARS,
+    _filled_chars,
+    format_offset,
+    local_iso,
+)
+from workers.client import start
 
 MINUTE = 60_000
 DAY = 24 * 60 * MINUTE
@@ -311,3 +322,94 @@ def test_a_schedule_stored_before_zones_existed_loads_and_fires_as_before() -> N
     assert schedule.next_due_ms == Daily(9, 0).next_after(T0, -420)
     assert schedule.local_time(schedule.next_due_ms) == "2023-11-15T09:00:00-07:00"
     assert "tz" not in json.loads(schedule.model_dump_json())["trigger"]
+
+
+# --- what a schedule may hold: bounded when it is made ---------------------------------------
+
+
+def blank(name: str = "x") -> Recipe:
+    return Recipe("r", f"Do {{{name}}}.").param(name)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (  # the issue's 10 MB template
+            {"recipe": Recipe("r", "x" * 10 * 2**20), "values": {}},
+            "its template is 10,485,760 characters; a template is at most 50,000",
+        ),
+        (
+            {"recipe": Recipe("r", "x" * (MAX_TEMPLATE_CHARS + 1)), "values": {}},
+            "a template is at most 50,000",
+        ),
+        (
+            {"recipe": blank("team"), "values": {"team": "v" * (MAX_VALUE_CHARS + 1)}},
+            "the value of 'team' is 10,001 characters; a value is at most 10,000",
+        ),
+        (  # each part within its bound, the task they fill not: one blank used 20 times
+            {"recipe": Recipe("r", "{v}" * 20).param("v"), "values": {"v": "v" * 10_000}},
+            "filled with its values is 200,000 characters; a run's task is at most 100,000",
+        ),
+        (  # the help of many params, and values none of them fills in the task
+            {
+                "recipe": Recipe("r", "t")
+                .param("a", "h" * 100_000)
+                .param("b", "h" * 100_000)
+                .param("c", "h" * 50_000),
+                "values": {"a": "v" * 10_000, "b": "v" * 10_000, "c": ""},
+            },
+            "as stored (its recipe's params and help, and its values); a schedule is at most"
+            " 250,000",
+        ),
+    ],
+)
+def test_a_schedule_too_big_is_refused_naming_the_bound(
+    changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(DefinitionError, match=re.escape(message)):
+        make(**changes)
+
+
+@pytest.mark.timeout(20)
+def test_a_task_filled_huge_is_refused_before_it_is_built() -> None:
+    """A 50,000-character template of one blank used 16,666 times, each 10,000 characters,
+    would fill 166 MB: it is counted, not built."""
+    recipe = Recipe("r", "{v}" * (MAX_TEMPLATE_CHARS // 3)).param("v")
+    started = time.monotonic()
+    with pytest.raises(DefinitionError, match="a run's task is at most 100,000"):
+        make(recipe=recipe, values={"v": "v" * MAX_VALUE_CHARS})
+    assert time.monotonic() - started < 5  # building it takes longer, and 166 MB
+
+
+def test_a_schedule_at_its_bounds_is_made() -> None:
+    template = "{a}{b}" + "t" * (MAX_TEMPLATE_CHARS - 6)
+    values = {"a": "a" * MAX_VALUE_CHARS, "b": "b" * MAX_VALUE_CHARS}
+    made = make(recipe=Recipe("r", template).param("a").param("b"), values=values)
+    assert len(made.task()) == MAX_TEMPLATE_CHARS - 6 + 2 * MAX_VALUE_CHARS
+    exact = Recipe("r", "{v}" * 10).param("v")
+    assert len(make(recipe=exact, values={"v": "v" * 10_000}).task()) == MAX_TASK_CHARS
+
+
+def test_a_schedules_task_bound_is_what_a_run_takes() -> None:
+    assert MAX_TASK_CHARS == start.MAX_TASK_CHARS
+    assert MAX_TEMPLATE_CHARS < MAX_TASK_CHARS < MAX_STORED_CHARS
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["{a}", "{bb}", "{{", "}}", "{a}{a}"]),
+            st.text(alphabet="xyz é\n", max_size=5),
+        ),
+        max_size=12,
+    ),
+    st.text(max_size=6),
+    st.text(max_size=6),
+)
+def test_the_filled_size_is_counted_as_fill_fills(
+    pieces: list[str], a_value: str, bb_value: str
+) -> None:
+    template = "".join(pieces)
+    recipe = Recipe("r", template).param("a").param("bb")
+    values = {"a": a_value, "bb": bb_value}
+    assert _filled_chars(template, values) == len(recipe.fill(values))

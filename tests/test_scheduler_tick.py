@@ -14,7 +14,7 @@ import pytest
 
 from agent_core import Daily, Every, Trigger, Weekly
 from scheduler import ScheduleStore, StoreUnreachable, tick
-from scheduler.store import READ_MAX, UNREADABLE_RETRY_MS, fire_id
+from scheduler.store import READ_MAX, UNREADABLE_RETRY_MS, Queued, fire_id
 from scheduler.tick import REFIRE_AFTER_MS
 from tests.support.redis_cluster import redis_cluster
 from tests.support.schedule_host import (
@@ -229,7 +229,7 @@ def test_a_notify_only_schedule_records_a_notification_once_instead_of_a_run(
     assert [n.slot_ms for n in store.notifications()] == [slot + 5 * MINUTE, slot]
 
 
-def test_a_run_that_cannot_start_leaves_a_notification_and_others_still_fire(
+def test_a_run_that_cannot_start_is_recorded_as_failed_and_others_still_fire(
     host: RecordingHost,
 ) -> None:
     store = host.schedule_store
@@ -239,10 +239,78 @@ def test_a_run_that_cannot_start_leaves_a_notification_and_others_still_fire(
     slot = T0 + 5 * MINUTE
     assert tick(host, slot) == ["run-1"]
     assert fired_slots(host) == ["fine"]
+    [entry] = store.history("broken")  # its `fired` entry, replaced: told once, as it went
+    assert (entry.kind, entry.slot_ms, entry.at_ms, entry.source, entry.run_id) == (
+        "failed", slot, slot, "schedule", None,
+    )  # fmt: skip
+    assert entry.why == "the run could not start: unknown tools: read_note"
+    assert [e.kind for e in store.history("fine")] == ["fired"]
     [notice] = store.notifications()
-    assert notice.schedule == "broken"
-    assert "unknown tools: read_note" in notice.problem
+    assert (notice.schedule, notice.slot_ms, notice.problem, notice.task) == (
+        "broken", slot, entry.why, "",
+    )  # fmt: skip
     assert tick(host, slot + 1) == []  # the slot is spent, not retried every tick
+    assert store.stale_firings(slot + DAY) == []  # nor started by a later tick
+    assert store.recent_runs("broken") == []  # nor a run its overlap policy waits for
+
+
+def test_a_failed_start_does_not_make_the_next_firing_wait_for_it(host: RecordingHost) -> None:
+    """Under overlap skip, a run that never started is not one still going: a run-now
+    firing right after it starts (it was skipped as "starting" before)."""
+    store = host.schedule_store
+    store.put(make("broken"))
+    host.refuse.add("broken")
+    slot = T0 + 5 * MINUTE
+    assert tick(host, slot) == []
+    host.refuse.clear()
+    store.enqueue("broken", [Queued("run now", slot + 1_000)])
+    assert tick(host, slot + 1_000) == ["run-1"]
+    assert [e.kind for e in store.history("broken")] == ["fired", "failed"]
+
+
+def test_a_queued_or_refired_firing_that_cannot_start_is_failed_too(host: RecordingHost) -> None:
+    store = host.schedule_store
+    store.put(make("broken"))
+    host.refuse.add("broken")
+    store.enqueue("broken", [Queued("run now", T0 + MINUTE)])
+    assert tick(host, T0 + MINUTE) == []
+    # A slot claimed by a tick that died before starting its run: a later tick tries it.
+    due = store.due(T0 + 5 * MINUTE)[0]
+    assert claim(store, due, T0 + 5 * MINUTE)
+    assert tick(host, T0 + 5 * MINUTE + REFIRE_AFTER_MS + 1) == []
+    entries = store.history("broken")
+    assert [(e.kind, e.source, e.slot_ms) for e in entries] == [
+        ("failed", "schedule", T0 + 5 * MINUTE),
+        ("failed", "run now", T0 + MINUTE),
+    ]
+    assert all(e.why == "the run could not start: unknown tools: read_note" for e in entries)
+    assert store.stale_firings(T0 + DAY) == []
+
+
+def test_a_failing_schedule_stores_its_reason_cut_short_and_never_its_task(
+    host: RecordingHost,
+) -> None:
+    """The issue's case: each firing of a schedule whose task no run takes fails. What it
+    leaves per firing stays small, however long the task and the error quoting it."""
+    store = host.schedule_store
+    long_task = "y" * 9_990  # the longest value; a schedule stored before the bounds was 10 MB
+    store.put(make("broken", thing=long_task))
+    host.refuse.add("broken")
+    host.refusal = f"the task is too long: {'Check ' + long_task * 100}"  # 1 MB of error
+    firings = 5
+    for n in range(1, firings + 1):
+        assert tick(host, T0 + n * 5 * MINUTE) == []
+    keys = store.shards.of("broken")
+    history = store.redis.lrange(keys.history("broken"), 0, -1)
+    notices = store.redis.lrange(keys.notifications, 0, -1)
+    assert len(history) == len(notices) == firings
+    for stored in history + notices:
+        assert len(stored) < 900, len(stored)  # REASON_MAX characters and the JSON around them
+        assert b"y" * 1_000 not in stored
+    [entry, *_] = store.history("broken")
+    assert entry.kind == "failed"
+    assert entry.why.startswith("the run could not start: the task is too long: Check yyy")
+    assert "[… cut: " in entry.why
 
 
 def test_an_unreadable_stored_schedule_is_skipped_and_the_others_fire(

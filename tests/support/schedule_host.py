@@ -73,6 +73,8 @@ class RecordingHost:
     starts: list[Started] = field(default_factory=list)
     heals: list[int] = field(default_factory=list)
     refuse: set[str] = field(default_factory=set)
+    """Schedules whose runs cannot start: `start` raises RuntimeError(refusal)."""
+    refusal: str = "unknown tools: read_note"
     unreachable: int = 0
     """How many more starts fail as if the store were away (StoreUnreachable)."""
     ids: dict[str, str] = field(default_factory=dict)
@@ -114,7 +116,7 @@ class RecordingHost:
     ) -> str:
         del context, budget, on_wait  # the tick gives no context; the rest is the Relay's
         if schedule in self.refuse:
-            raise RuntimeError("unknown tools: read_note")
+            raise RuntimeError(self.refusal)
         with self.lock:
             if self.unreachable > 0:
                 self.unreachable -= 1

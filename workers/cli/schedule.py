@@ -486,15 +486,15 @@ def _last_row(found: Schedule) -> tuple[str, str]:
     history: `last_run_ms` is where its next slot is counted from (when it was made,
     resumed or last claimed a slot, skipped ones too), not a run."""
     notify = found.mode == "notify"
-    label = "last notified" if notify else "last run"
+    label = "notified" if notify else "last run"  # the labels fit the column of `show`
     with schedule_errors():
         entry, looked = current_relay().scheduling.last(
             found.name, "notified" if notify else "fired"
         )
     if entry is None:
         return label, "never" if looked < HISTORY_MAX else f"not in its last {looked} firings"
-    when = f"{found.local_time(entry.slot_ms)}  ({utc_text(entry.slot_ms)})"
-    return label, when if entry.run_id is None else f"{when}  run {entry.run_id}"
+    when = f"{found.local_time(entry.slot_ms)} ({utc_text(entry.slot_ms)})"
+    return label, when if entry.run_id is None else f"{when}, run {entry.run_id}"
 
 
 def _running_rows(found: Schedule) -> list[tuple[str, str]]:
