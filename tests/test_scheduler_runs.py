@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 
 from agent_core import Config, Every, Recipe, Stop
+from scheduler import Schedule
 from scheduler.store import fire_id
 from tests.apps.notes import build
 from tests.support.brain import call, final
+from tests.support.cli import clean_env
+from tests.support.cli import relay as cli
 from tests.support.fleet import fleet
 from workers import Settings
 from workers.settings import now_ms
@@ -150,3 +153,60 @@ def test_on_wait_skip_declines_what_would_wait_money_still_waits_and_notify_says
         [notice] = relay.notifications()
         assert (notice.schedule, notice.run_id) == ("watched", watched)
         assert notice.waits == "plan: look"
+
+
+def test_a_schedule_whose_runs_cannot_start_says_failed_and_why_and_stores_little(
+    tmp_path: Path,
+) -> None:
+    """The issue's case: a schedule stored before the bounds, with a 10 MB template. Each
+    firing fails (no run takes a task that long): its history says failed and why, as
+    `relay schedule history` prints it, each entry small; a schedule beside it still fires
+    and its run finishes on a real worker; `relay schedule show` says it never ran."""
+    huge = Recipe("huge", "HUGE " + "x" * 10 * 2**20)
+    with fleet(tmp_path) as f:
+        f.brain.script("SCHED-FINE", {0: final("fine done")})
+        f.worker("--concurrency", "2")
+        made = now_ms() - 2 * MINUTE
+        old = Schedule(
+            name="huge",
+            recipe=huge,
+            values={},
+            trigger=Every(1),
+            created_ms=made,
+            last_run_ms=made,
+        )  # fmt: skip  (as stored before the bounds: `create` refuses it now)
+        f.relay.schedule_store.put(old)
+        fine = Recipe("fine", "SCHED-FINE {x}").param("x")
+        f.relay.schedule("fine", fine, {"x": "a"}, Every(1), now_ms=made)
+
+        first = now_ms()
+        [run_id] = f.relay.tick(first)
+        assert run_id == fire_id("fine", made + MINUTE)
+        assert f.relay.wait(run_id, timeout=30).stop is Stop.DONE, f.logs()
+        assert f.relay.tick(first + MINUTE) == [fire_id("fine", first + MINUTE)]
+        assert {s.schedule for s in f.relay.runs()} == {"fine"}  # huge started none
+
+        env = {**clean_env(), **f.env}
+        shown = cli("schedule", "history", "huge", "--json", env=env)
+        assert shown.returncode == 0, shown.stderr
+        entries = [json.loads(line)["firing"] for line in shown.stdout.splitlines()]
+        assert [(e["kind"], e["run_id"]) for e in entries] == [("failed", None)] * 2
+        reason = "the run could not start: the task is longer than 100000 characters"
+        assert {e["why"] for e in entries} == {reason}
+        table = cli("schedule", "history", "huge", env=env).stdout.splitlines()
+        assert table[0].split() == ["TIME", "WHAT", "BY", "RUN", "OUTCOME", "WHY"]
+        assert [line.split()[1:3] for line in table[1:]] == [["failed", "schedule"]] * 2
+        assert all(line.endswith(f"  {reason}") for line in table[1:])
+        notices = cli("schedule", "notifications", env=env).stdout
+        assert notices.count("huge  could not start: the run could not start") == 2
+
+        last = [line for line in cli("schedule", "show", "huge", env=env).stdout.splitlines()
+                if line.startswith("last run:")]  # fmt: skip
+        assert last == ["last run:  never"]
+
+        keys = f.relay.schedule_store.shards.of("huge")
+        redis = f.relay.store.redis
+        for key in (keys.history("huge"), keys.notifications):
+            sizes = [len(stored) for stored in redis.lrange(key, 0, -1)]
+            assert len(sizes) == 2
+            assert max(sizes) < 400, (key, sizes)  # not the 10 MB task each time

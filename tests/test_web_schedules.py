@@ -8,6 +8,7 @@ import html
 from pathlib import Path
 
 from agent_core import Daily, Every, Recipe
+from scheduler import Schedule
 from scheduler.store import fire_id
 from tests.support.fleet import fleet
 from tests.support.web import RelayWeb
@@ -55,3 +56,27 @@ def test_the_schedule_pages_tell_the_history_on_the_schedules_clock(tmp_path: Pa
             in run_page
         )
         assert web.client.get("/schedules/nothing").status_code == 404
+
+
+def test_a_firing_whose_run_cannot_start_shows_failed_and_why(tmp_path: Path) -> None:
+    """A schedule stored before the bounds, whose task no run takes: its page's history
+    says failed and why, with no run, and the schedules page lists the notification."""
+    recipe = Recipe("long", "LONG " + "x" * 200_000)
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        old = Schedule(
+            name="long",
+            recipe=recipe,
+            values={},
+            trigger=Every(1),
+            created_ms=T0 - 30 * MINUTE,
+            last_run_ms=T0 - 30 * MINUTE,
+        )  # fmt: skip  (as stored before the bounds: `create` refuses it now)
+        f.relay.schedule_store.put(old)
+        assert f.relay.tick(T0) == []
+
+        reason = "the run could not start: the task is longer than 100000 characters"
+        page = html.unescape(web.client.get("/schedules/long").text)
+        assert f"<td>failed</td><td>schedule</td><td></td><td></td><td>{reason}</td>" in page, page
+        assert "<td>fired</td>" not in page
+        listing = html.unescape(web.client.get("/schedules").text)
+        assert f"✗ the run did not start: {reason}" in listing

@@ -19,7 +19,6 @@ import click
 
 from workers.cli.schedule import (
     current_relay,
-    cut_text,
     find_schedule,
     parse_time,
     schedule,
@@ -31,6 +30,9 @@ from workers.cli.terminal import json_text, one_line
 from workers.client.schedules import BACKFILL_MAX
 
 __all__ = ["backfill", "history", "pause", "resume", "run_now"]
+
+_WHY_SHOWN = 160
+"""The last column of `history`, so longer than a task's: a failed firing's reason is read here."""
 
 
 @schedule.command("pause")
@@ -117,7 +119,7 @@ def history(name: str, *, limit: int, as_json: bool) -> None:
                 entry.source,
                 entry.run_id or "",
                 outcome if entry.kind == "fired" else "",
-                cut_text(entry.why),
+                one_line(entry.why, _WHY_SHOWN),
             )
         )
     click.echo(text_table(rows))
