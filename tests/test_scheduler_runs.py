@@ -167,6 +167,7 @@ def test_a_schedule_whose_runs_cannot_start_says_failed_and_why_and_stores_littl
         f.brain.script("SCHED-FINE", {0: final("fine done")})
         f.worker("--concurrency", "2")
         made = now_ms() - 2 * MINUTE
+        # As stored before the bounds: `Schedule.create` refuses it now.
         old = Schedule(
             name="huge",
             recipe=huge,
@@ -174,7 +175,7 @@ def test_a_schedule_whose_runs_cannot_start_says_failed_and_why_and_stores_littl
             trigger=Every(1),
             created_ms=made,
             last_run_ms=made,
-        )  # fmt: skip  (as stored before the bounds: `create` refuses it now)
+        )
         f.relay.schedule_store.put(old)
         fine = Recipe("fine", "SCHED-FINE {x}").param("x")
         f.relay.schedule("fine", fine, {"x": "a"}, Every(1), now_ms=made)

@@ -63,6 +63,7 @@ def test_a_firing_whose_run_cannot_start_shows_failed_and_why(tmp_path: Path) ->
     says failed and why, with no run, and the schedules page lists the notification."""
     recipe = Recipe("long", "LONG " + "x" * 200_000)
     with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        # As stored before the bounds: `Schedule.create` refuses it now.
         old = Schedule(
             name="long",
             recipe=recipe,
@@ -70,7 +71,7 @@ def test_a_firing_whose_run_cannot_start_shows_failed_and_why(tmp_path: Path) ->
             trigger=Every(1),
             created_ms=T0 - 30 * MINUTE,
             last_run_ms=T0 - 30 * MINUTE,
-        )  # fmt: skip  (as stored before the bounds: `create` refuses it now)
+        )
         f.relay.schedule_store.put(old)
         assert f.relay.tick(T0) == []
 

@@ -43,7 +43,15 @@ from agent_core.errors import AgentError
 from agent_core.triggers import DAY_NAMES, MAX_UTC_OFFSET_MINUTES
 from scheduler import Schedule, SchedulerError, calendar
 from scheduler.history import HISTORY_MAX
-from scheduler.schedules import ON_WAITS, OVERLAPS, first_error, local_iso
+from scheduler.schedules import (
+    MAX_TASK_CHARS,
+    MAX_TEMPLATE_CHARS,
+    MAX_VALUE_CHARS,
+    ON_WAITS,
+    OVERLAPS,
+    first_error,
+    local_iso,
+)
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
@@ -222,7 +230,11 @@ def schedule() -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="A recipe as JSON (as Recipe.model_dump_json writes it).",
 )
-@click.option("--template", help="The task with {blanks}; the recipe is named after the schedule.")
+@click.option(
+    "--template",
+    help="The task with {blanks}; the recipe is named after the schedule."
+    f" At most {MAX_TEMPLATE_CHARS:,} characters.",
+)
 @click.option(
     "--param",
     "params",
@@ -230,7 +242,15 @@ def schedule() -> None:
     metavar="NAME[=HELP]",
     help="Declare a blank (with --template; default: every blank the template uses).",
 )
-@click.option("--value", "-v", "values", multiple=True, metavar="NAME=TEXT", help="Fill a blank.")
+@click.option(
+    "--value",
+    "-v",
+    "values",
+    multiple=True,
+    metavar="NAME=TEXT",
+    help=f"Fill a blank (at most {MAX_VALUE_CHARS:,} characters; the filled task at most"
+    f" {MAX_TASK_CHARS:,}).",
+)
 @click.option("--tool", "tools", multiple=True, help="Only this tool (repeat; with --template).")
 @click.option("--every", type=click.IntRange(min=1), metavar="MINUTES", help="Every N minutes.")
 @click.option("--daily", metavar="HH:MM", help="Every day at this local time.")

@@ -96,8 +96,9 @@ def backfill(name: str, start: str, end: str, *, force: bool) -> None:
 @click.option("--limit", type=click.IntRange(1, 200), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
 def history(name: str, *, limit: int, as_json: bool) -> None:
-    """What each firing did, newest first: fired (and its run's outcome), skipped and why,
-    missed, buffered, paused, resumed. Times on the schedule's own clock."""
+    """What each firing did, newest first: fired (and its run's outcome), failed (its run
+    could not start) and why, skipped and why, missed, buffered, paused, resumed. Times on
+    the schedule's own clock."""
     found = find_schedule(name)
     with schedule_errors():
         views = current_relay().scheduling.history(name, limit)
