@@ -293,3 +293,11 @@ def test_show_says_never_until_a_run_starts(relay: Relay) -> None:
         f"last run:  2023-11-14T23:13:20+00:00 (2023-11-14T23:13:20Z), run {run_id}"
     )
     assert row("ping", "notified").startswith("notified:  2023-11-14T22:43:20+00:00")
+
+
+def test_the_help_says_what_fires_a_schedule_in_a_users_words(relay: Relay) -> None:
+    shown = run(relay, "--help")
+    assert shown.exit_code == 0, shown.output
+    words = " ".join(shown.stdout.split())
+    assert "started as a run each time its trigger comes (the fleet's tick does it" in words
+    assert "beat" not in words
