@@ -100,8 +100,10 @@ class Scheduling:
         Raises:
             RecipeError: `values` name a blank the recipe lacks or miss one it has.
             DefinitionError: a bad name, trigger, offset or mode, a time zone
-                the zone data does not know, or the recipe names a tool this
-                Relay has not registered.
+                the zone data does not know, the recipe names a tool this
+                Relay has not registered, or the template, a value, the filled
+                task or the whole schedule is over its bound (see
+                `scheduler.schedules`; the message names it).
             StoreUnavailable: Redis cannot be reached.
         """
         made = Schedule.create(
