@@ -158,9 +158,7 @@ class Schedule(BaseModel):
         Raises:
             DefinitionError: the name is not a usable identifier (letters,
                 digits, `_`, `-`; at most 64), the recipe or trigger is not one,
-                the template is over MAX_TEMPLATE_CHARS, a value over
-                MAX_VALUE_CHARS, the filled task over MAX_TASK_CHARS, or the
-                whole schedule over MAX_STORED_CHARS (each message names its limit),
+                it is over a size bound (MAX_TEMPLATE_CHARS and the others, named),
                 the trigger's zone is unknown ("unknown time zone ..."), the
                 offset is not a whole number of minutes from -840 to 840 (or is
                 given with a zone), `now_ms` is not a time, or the mode is not
@@ -200,12 +198,7 @@ class Schedule(BaseModel):
             )
         except ValidationError as error:
             raise DefinitionError(f"schedule {name!r}: {first_error(error)}") from None
-        stored = len(made.model_dump_json())
-        if stored > MAX_STORED_CHARS:
-            raise DefinitionError(
-                f"schedule {name!r} is {stored:,} characters as stored (its recipe's params"
-                f" and help, and its values); a schedule is at most {MAX_STORED_CHARS:,}"
-            )
+        _check_stored(made)
         return made
 
     @model_validator(mode="before")
@@ -358,6 +351,20 @@ def _check_sizes(name: str, recipe: Recipe, values: Mapping[str, str]) -> None:
         raise DefinitionError(
             f"schedule {name!r}: its template filled with its values is {filled:,}"
             f" characters; a run's task is at most {MAX_TASK_CHARS:,}"
+        )
+
+
+def _check_stored(made: Schedule) -> None:
+    """Check the schedule as stored against MAX_STORED_CHARS (the tick reads each due one).
+
+    Raises:
+        DefinitionError: it is over; the message names the bound.
+    """
+    stored = len(made.model_dump_json())
+    if stored > MAX_STORED_CHARS:
+        raise DefinitionError(
+            f"schedule {made.name!r} is {stored:,} characters as stored (its recipe's params"
+            f" and help, and its values); a schedule is at most {MAX_STORED_CHARS:,}"
         )
 
 
