@@ -48,8 +48,9 @@ def tools(obj: Context, refresh: bool, as_json: bool) -> None:
     risk comes from, its time limit and its arguments (`?`: optional).
 
     An MCP tool's risk is its server's `risk` override ("override"), its annotations
-    if the server is trusted ("annotations (trusted)"), else WRITE and not idempotent
-    ("default: untrusted server"); a Python tool's is its code's.
+    if the server is marked `trust_annotations` ("annotations (trusted)"), else WRITE
+    and not idempotent ("default: untrusted server"); a Python tool's is what its
+    code says ("code").
 
     MCP servers' tools are as Redis keeps their listing for the whole app; with
     --refresh they are listed from the servers again first (what a stdio server
