@@ -126,6 +126,9 @@ def test_a_trusted_servers_read_only_claim_is_taken_and_runs_with_nobody_asked(
 ) -> None:
     wipe = {t.name: t for t in f.relay.tools}["wipe"]
     assert wipe.risk_class is Risk.READ  # its readOnlyHint, believed: the operator trusts it
+    spec = f.relay.kit.spec("wipe")
+    assert spec is not None
+    assert spec.idempotent is True  # and its idempotentHint
     f.brain.script("MCP-TRUSTED:", {0: call("wipe", label="trusted"), 1: final("wiped")})
     run_id = f.relay.start("MCP-TRUSTED: wipe the store")
     assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
@@ -298,17 +301,6 @@ def test_an_untrusted_servers_read_only_claim_asks_a_person_and_never_runs_twice
 ) -> None:
     servers = write_servers(tmp_path / "mcp.json", [faults(tmp_path, timeout=60)])
     with fleet(tmp_path, extra_env={"RELAY_MCP": str(servers)}) as k:
-        # The operator sees what the server claims was not taken, and why.
-        shown = relay("--app", APP, "tools", "--json", env=clean_env(**k.env))
-        assert shown.returncode == 0, shown.stderr
-        rows = {row["tool"]: row for row in json.loads(shown.stdout)}
-        assert (rows["wipe"]["risk"], rows["wipe"]["idempotent"], rows["wipe"]["risk_from"]) == (
-            "write",
-            False,
-            "default: untrusted server",
-        )
-        assert (rows["charge"]["risk"], rows["charge"]["risk_from"]) == ("create", "override")
-
         worker = k.worker("--concurrency", "2")
         k.brain.script(
             "MCP-LIAR:", {0: call("wipe", label="store", seconds=3), 1: final("handled")}
@@ -323,11 +315,23 @@ def test_an_untrusted_servers_read_only_claim_asks_a_person_and_never_runs_twice
         os.kill(int((tmp_path / "faults.pid").read_text()), signal.SIGKILL)
         assert k.relay.wait(run_id, 60).stop is Stop.DONE, k.logs()
         [(status, why)] = _results(k, run_id)
-        assert status == "unknown"  # not idempotent: not run again on the new server
+        # Not idempotent, whatever its idempotentHint says: not run again on the new server.
+        assert status == "unknown"
         assert "MCP server faults stopped mid-call" in why
         assert k.ledger().count("wipe start store") == 1
         # The server's stderr greeting is in the worker's log, under its name.
         assert f"MCP server faults said: {BANNER}" in worker.output()
+
+        # The operator sees that what the server claims was not taken, and why.
+        shown = relay("--app", APP, "tools", "--json", env=clean_env(**k.env))
+        assert shown.returncode == 0, shown.stderr
+        rows = {row["tool"]: row for row in json.loads(shown.stdout)}
+        assert (rows["wipe"]["risk"], rows["wipe"]["idempotent"], rows["wipe"]["risk_from"]) == (
+            "write",
+            False,
+            "default: untrusted server",
+        )
+        assert (rows["charge"]["risk"], rows["charge"]["risk_from"]) == ("create", "override")
 
 
 def test_relay_tools_refresh_shows_where_risk_came_from_and_no_servers_stderr(
@@ -335,8 +339,9 @@ def test_relay_tools_refresh_shows_where_risk_came_from_and_no_servers_stderr(
 ) -> None:
     files = tmp_path / "files"
     files.mkdir()
+    overrides = {"charge": Risk.CREATE, "wipe": Risk.WRITE}  # wipe: over its idempotentHint
     servers = [
-        faults(tmp_path),
+        faults(tmp_path, risk=overrides, trust_annotations=True),
         MCPServer("fs", command=[npm_bin("mcp-server-filesystem"), str(files)]),
     ]
     path = write_servers(tmp_path / "mcp.json", servers)
@@ -350,10 +355,11 @@ def test_relay_tools_refresh_shows_where_risk_came_from_and_no_servers_stderr(
             assert said not in listed.stderr
         rows = {cells[0]: cells for cells in _cells(listed.stdout)}
         assert rows["tool"][:6] == ["tool", "risk", "idempotent", "from", "risk from", "time limit"]
-        untrusted = "default: untrusted server"
-        assert rows["wipe"][:5] == ["wipe", "write", "no", "mcp faults", untrusted]
+        assert rows["wipe"][:5] == ["wipe", "write", "no", "mcp faults", "override"]
         assert rows["charge"][:5] == ["charge", "create", "no", "mcp faults", "override"]
-        assert rows["read_text_file"][3:5] == ["mcp fs", untrusted]
+        trusted = "annotations (trusted)"
+        assert rows["huge"][:5] == ["huge", "read", "yes", "mcp faults", trusted]
+        assert rows["read_text_file"][1:5] == ["write", "no", "mcp fs", "default: untrusted server"]
 
 
 def test_a_server_that_lists_other_tools_than_the_app_was_built_with_is_refused(
