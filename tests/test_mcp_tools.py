@@ -981,15 +981,15 @@ def test_a_servers_stderr_banner_is_logged_never_written_to_this_process(
     caplog.set_level(logging.INFO, logger="workers.mcp.stderr")
     toolset = MCPToolset("notes", [faults(tmp_path)], output_chars=1_000)
     [listing] = toolset.listings(client, PREFIX)
-    assert "wipe" in {t.name for t in listing.tools}
+    assert "wipe" in {t.name for t in listing.tools}  # (it greeted before it answered)
     banner = "faults MCP server running on stdio"  # what tests/support/mcp_faults.py greets with
+    out, err = capfd.readouterr()  # file descriptors 1 and 2, which a child would inherit
+    assert banner not in out + err
     said = f"MCP server faults said: {banner}; ledger in {tmp_path}"
     deadline = time.monotonic() + 10
     while said not in caplog.messages and time.monotonic() < deadline:
         time.sleep(0.05)
     assert said in caplog.messages
-    out, err = capfd.readouterr()  # file descriptors 1 and 2, which a child would inherit
-    assert banner not in out + err
 
 
 def test_a_server_that_cannot_start_is_reported_with_what_it_wrote_to_stderr(
