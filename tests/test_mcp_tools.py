@@ -995,14 +995,18 @@ def test_a_servers_stderr_banner_is_logged_never_written_to_this_process(
 def test_a_server_that_cannot_start_is_reported_with_what_it_wrote_to_stderr(
     client: redis.Redis,
 ) -> None:
-    code = "import sys; print('needs TICKETS_TOKEN set', file=sys.stderr); sys.exit(3)"
+    code = (
+        "import sys; print('starting', file=sys.stderr);"
+        " print('\\x1b[2Jneeds TICKETS_TOKEN set', file=sys.stderr); sys.exit(3)"
+    )
     server = MCPServer("tickets", command=[sys.executable, "-c", code], connect_timeout=10)
     toolset = MCPToolset("notes", [server], output_chars=1_000)
     with pytest.raises(MCPServerError) as raised:
         toolset.listings(client, PREFIX)
     message = str(raised.value)
     assert message.startswith("MCP server tickets (")
-    assert message.endswith("; its stderr said: needs TICKETS_TOKEN set")
+    # Its last lines, a terminal's escape shown as '?' (it must not clear the screen).
+    assert message.endswith("; its stderr said: starting / ?[2Jneeds TICKETS_TOKEN set")
 
 
 def test_each_tool_gets_a_call_expecting_its_listings_digest() -> None:

@@ -59,7 +59,13 @@ class ServerStderr:
     def _drain(self, pipe: BinaryIO) -> None:
         with pipe:
             for raw in pipe:
-                line = raw.decode("utf-8", "replace").rstrip()[:LINE_CHARS]
+                line = _printable(raw.decode("utf-8", "replace").rstrip())[:LINE_CHARS]
                 if line:
                     self._last.append(line)
                     log.info("MCP server %s said: %s", self.server, line)
+
+
+def _printable(line: str) -> str:
+    """The line with each control character (a terminal's escape, a carriage return) shown
+    as '?': what a server writes must not steer the terminal that reads the log."""
+    return "".join(c if c.isprintable() or c == "\t" else "?" for c in line)
