@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,11 +24,21 @@ import redis
 from pydantic import ValidationError
 
 from agent_core import Kind, Risk, Tool
-from tests.support.mcp_servers import pypi_bin
+from tests.support.mcp_servers import faults, pypi_bin
 from tests.support.redis_server import RedisServer
 from workers import MCPServer, MCPServerError, SettingsError
 from workers.mcp.config import checked_servers, load_servers
-from workers.mcp.mapping import PASSTHROUGH, Listed, MCPTool, digest, relay_tools, risk_of
+from workers.mcp.mapping import (
+    FROM_OVERRIDE,
+    FROM_TRUSTED,
+    FROM_UNTRUSTED,
+    PASSTHROUGH,
+    Listed,
+    MCPTool,
+    digest,
+    relay_tools,
+    risk_of,
+)
 from workers.mcp.results import output_of
 from workers.mcp.toolset import Listing, MCPToolset
 
@@ -353,9 +364,41 @@ def test_checked_servers_refuses_anything_but_a_list_of_servers(given: object) -
         ({"readOnlyHint": "true"}, Risk.WRITE),  # a hint is true only when it is true
     ],
 )
-def test_risk_follows_the_annotation_table(annotations: dict[str, Any], risk: Risk) -> None:
+def test_a_trusted_servers_risk_follows_the_annotation_table(
+    annotations: dict[str, Any], risk: Risk
+) -> None:
     assert risk_of(annotations) is risk
-    assert _one(_stdio(), _listed("t", annotations=annotations)).tool.risk_class is risk
+    made = _one(_stdio(trust_annotations=True), _listed("t", annotations=annotations))
+    assert (made.tool.risk_class, made.risk_from) == (risk, FROM_TRUSTED)
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {"readOnlyHint": True},
+        {"readOnlyHint": True, "idempotentHint": True},
+        {"destructiveHint": False, "idempotentHint": True},
+        {"openWorldHint": False, "readOnlyHint": True, "destructiveHint": False},
+        {},
+    ],
+)
+def test_an_untrusted_servers_tools_are_write_and_not_idempotent_whatever_they_claim(
+    annotations: dict[str, Any],
+) -> None:
+    made = _one(_stdio(), _listed("wipe", annotations=annotations))
+    assert (made.tool.risk_class, made.idempotent, made.risk_from) == (
+        Risk.WRITE,
+        False,
+        FROM_UNTRUSTED,
+    )
+
+
+def test_a_server_is_untrusted_unless_the_operator_says_so(tmp_path: Path) -> None:
+    assert _stdio().trust_annotations is False
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps([{"name": "fs", "command": ["x"], "trust_annotations": True}]))
+    [server] = load_servers(path)
+    assert server.trust_annotations is True
 
 
 # --- mapping: names --------------------------------------------------------------------
@@ -430,7 +473,7 @@ def test_two_tools_that_would_still_share_a_name_raise() -> None:
 
 
 def test_the_teams_risk_override_beats_the_annotations() -> None:
-    server = _stdio(risk={"charge": Risk.CREATE, "peek": Risk.OUTSIDE})
+    server = _stdio(risk={"charge": Risk.CREATE, "peek": Risk.OUTSIDE}, trust_annotations=True)
     made = relay_tools(
         [
             (
@@ -445,6 +488,16 @@ def test_the_teams_risk_override_beats_the_annotations() -> None:
         [],
     )
     assert [m.tool.risk_class for m in made] == [Risk.CREATE, Risk.OUTSIDE, Risk.READ]
+    assert [m.risk_from for m in made] == [FROM_OVERRIDE, FROM_OVERRIDE, FROM_TRUSTED]
+
+
+def test_an_untrusted_servers_override_is_the_teams_word() -> None:
+    made = _one(_stdio(risk={"peek": Risk.READ}), _listed("peek", annotations={}))
+    assert (made.tool.risk_class, made.idempotent, made.risk_from) == (
+        Risk.READ,
+        True,
+        FROM_OVERRIDE,
+    )
 
 
 def test_a_risk_override_applies_to_the_renamed_tool_too() -> None:
@@ -454,8 +507,8 @@ def test_a_risk_override_applies_to_the_renamed_tool_too() -> None:
     assert made.tool.risk_class is Risk.MONEY
 
 
-def test_idempotent_comes_from_the_hint_or_read_only_unless_overridden() -> None:
-    server = _stdio(idempotent={"put": False, "post": True})
+def test_idempotent_comes_from_a_trusted_hint_or_read_only_unless_overridden() -> None:
+    server = _stdio(idempotent={"put": False, "post": True}, trust_annotations=True)
     made = relay_tools(
         [
             (
@@ -480,6 +533,41 @@ def test_idempotent_comes_from_the_hint_or_read_only_unless_overridden() -> None
         "put": False,
         "post": True,
     }
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_a_risk_override_decides_idempotency_over_the_hint(trusted: bool) -> None:
+    server = _stdio(
+        risk={"lookup": Risk.READ, "put": Risk.WRITE, "add": Risk.CREATE},
+        trust_annotations=trusted,
+    )
+    made = relay_tools(
+        [
+            (
+                server,
+                [
+                    _listed("lookup", annotations={"idempotentHint": False}),
+                    _listed("put", annotations={"idempotentHint": True, "readOnlyHint": True}),
+                    _listed("add", annotations={"idempotentHint": True}),
+                ],
+            )
+        ],
+        [],
+    )
+    # READ is idempotent, any other risk is not: the hint no longer counts.
+    assert {m.remote: m.idempotent for m in made} == {"lookup": True, "put": False, "add": False}
+
+
+def test_idempotent_beats_a_risk_override_both_ways_by_either_name() -> None:
+    server = _stdio(
+        risk={"lookup": Risk.READ, "put": Risk.WRITE},
+        idempotent={"lookup": False, "s_put": True},  # `put` is renamed s_put: taken
+    )
+    made = relay_tools([(server, [_listed("lookup"), _listed("put")])], ["put"])
+    assert [(m.tool.name, m.tool.risk_class, m.idempotent) for m in made] == [
+        ("lookup", Risk.READ, False),
+        ("s_put", Risk.WRITE, True),
+    ]
 
 
 def test_a_money_override_is_never_idempotent_unless_the_override_says_so() -> None:
@@ -885,6 +973,40 @@ def test_a_server_that_never_speaks_mcp_times_out_at_its_connect_timeout(
     assert "MCP server mute (sleep 30)" in message
     assert "could not be started or reached: no answer within 1 s" in message
     assert client.keys("*") == []
+
+
+def test_a_servers_stderr_banner_is_logged_never_written_to_this_process(
+    client: redis.Redis, tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: Any
+) -> None:
+    caplog.set_level(logging.INFO, logger="workers.mcp.stderr")
+    toolset = MCPToolset("notes", [faults(tmp_path)], output_chars=1_000)
+    [listing] = toolset.listings(client, PREFIX)
+    assert "wipe" in {t.name for t in listing.tools}  # (it greeted before it answered)
+    banner = "faults MCP server running on stdio"  # what tests/support/mcp_faults.py greets with
+    out, err = capfd.readouterr()  # file descriptors 1 and 2, which a child would inherit
+    assert banner not in out + err
+    said = f"MCP server faults said: {banner}; ledger in {tmp_path}"
+    deadline = time.monotonic() + 10
+    while said not in caplog.messages and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert said in caplog.messages
+
+
+def test_a_server_that_cannot_start_is_reported_with_what_it_wrote_to_stderr(
+    client: redis.Redis,
+) -> None:
+    code = (
+        "import sys; print('starting', file=sys.stderr);"
+        " print('\\x1b[2Jneeds TICKETS_TOKEN set', file=sys.stderr); sys.exit(3)"
+    )
+    server = MCPServer("tickets", command=[sys.executable, "-c", code], connect_timeout=10)
+    toolset = MCPToolset("notes", [server], output_chars=1_000)
+    with pytest.raises(MCPServerError) as raised:
+        toolset.listings(client, PREFIX)
+    message = str(raised.value)
+    assert message.startswith("MCP server tickets (")
+    # Its last lines, a terminal's escape shown as '?' (it must not clear the screen).
+    assert message.endswith("; its stderr said: starting / ?[2Jneeds TICKETS_TOKEN set")
 
 
 def test_each_tool_gets_a_call_expecting_its_listings_digest() -> None:

@@ -1,9 +1,11 @@
 """Tools from MCP servers on a real fleet: real servers over stdio and HTTP, real workers.
 
-The notes app with RELAY_MCP naming three servers: npm's filesystem server over
-a folder, PyPI's time server, and our faults server (tests/support/mcp_faults.py)
-for what a real server does only by accident: die mid-call, hang, answer hugely,
-lie about its schema, change its listing under the fleet.
+The notes app with RELAY_MCP naming four servers the operator trusts: npm's
+filesystem server over a folder, PyPI's time and git servers, and our faults server
+(tests/support/mcp_faults.py) for what a real server does only by accident: die
+mid-call, hang, answer hugely, lie about its schema or its tool's risk, change its
+listing under the fleet, greet on stderr. The same faults server untrusted (the
+default) gets a fleet of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from tests.support.waiting import pending_for
 from workers import MCPServer
 
 APP = "tests.apps.notes:relay"
+BANNER = "faults MCP server running on stdio"
+"""What the faults server writes to its stderr when it starts."""
 
 
 def _servers(directory: Path) -> list[MCPServer]:
@@ -40,11 +44,14 @@ def _servers(directory: Path) -> list[MCPServer]:
     repo.mkdir(exist_ok=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / "draft.txt").write_text("a draft\n")
+    git = [pypi_bin("mcp-server-git"), "--repository", str(repo)]
     return [
-        MCPServer("fs", command=[npm_bin("mcp-server-filesystem"), str(files)]),
-        MCPServer("time", command=[pypi_bin("mcp-server-time")]),
-        MCPServer("git", command=[pypi_bin("mcp-server-git"), "--repository", str(repo)]),
-        faults(directory, timeout=5),
+        MCPServer(
+            "fs", command=[npm_bin("mcp-server-filesystem"), str(files)], trust_annotations=True
+        ),
+        MCPServer("time", command=[pypi_bin("mcp-server-time")], trust_annotations=True),
+        MCPServer("git", command=git, trust_annotations=True),
+        faults(directory, timeout=5, trust_annotations=True),
     ]
 
 
@@ -93,16 +100,40 @@ def test_relay_tools_shows_each_tool_as_the_workers_run_it(f: Fleet) -> None:
         "risk": "create",
         "idempotent": False,
         "source": "mcp faults",
+        "risk_from": "override",
         "timeout": 5,
         "arguments": ["label", "seconds?"],
     }
     assert (rows["read_note"]["source"], rows["write_file"]["source"]) == ("python", "mcp fs")
-    table = relay("--app", APP, "tools", env=clean_env(**f.env))
+    assert (rows["read_note"]["risk_from"], rows["write_file"]["risk_from"]) == (
+        "code",
+        "annotations (trusted)",
+    )
+    table = relay("--app", APP, "tools", env=clean_env(**f.env, COLUMNS="200"))
     assert table.returncode == 0, table.stderr
-    shown_rows = {
-        line.split()[0]: line.split() for line in table.stdout.splitlines() if line.strip()
-    }
-    assert shown_rows["get_current_time"][:5] == ["get_current_time", "read", "yes", "mcp", "time"]
+    shown_rows = {cells[0]: cells for cells in _cells(table.stdout)}
+    assert shown_rows["get_current_time"][:5] == [
+        "get_current_time",
+        "read",
+        "yes",
+        "mcp time",
+        "annotations (trusted)",
+    ]
+
+
+def test_a_trusted_servers_read_only_claim_is_taken_and_runs_with_nobody_asked(
+    f: Fleet,
+) -> None:
+    wipe = {t.name: t for t in f.relay.tools}["wipe"]
+    assert wipe.risk_class is Risk.READ  # its readOnlyHint, believed: the operator trusts it
+    spec = f.relay.kit.spec("wipe")
+    assert spec is not None
+    assert spec.idempotent is True  # and its idempotentHint
+    f.brain.script("MCP-TRUSTED:", {0: call("wipe", label="trusted"), 1: final("wiped")})
+    run_id = f.relay.start("MCP-TRUSTED: wipe the store")
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+    assert _results(f, run_id) == [("ok", "wiped trusted")]
+    assert "wipe start trusted" in f.ledger()
 
 
 def test_a_run_reads_a_file_and_its_write_waits_for_a_person(f: Fleet) -> None:
@@ -265,6 +296,72 @@ def test_a_worker_killed_mid_call_to_a_non_idempotent_mcp_tool_leaves_it_unknown
         k.until(lambda: not _alive(server_pid), 20, what="the orphaned server to exit")
 
 
+def test_an_untrusted_servers_read_only_claim_asks_a_person_and_never_runs_twice(
+    tmp_path: Path,
+) -> None:
+    servers = write_servers(tmp_path / "mcp.json", [faults(tmp_path, timeout=60)])
+    with fleet(tmp_path, extra_env={"RELAY_MCP": str(servers)}) as k:
+        worker = k.worker("--concurrency", "2")
+        k.brain.script(
+            "MCP-LIAR:", {0: call("wipe", label="store", seconds=3), 1: final("handled")}
+        )
+        run_id = k.relay.start("MCP-LIAR: tidy the store")
+        pending = pending_for(k, run_id)  # WRITE, whatever its readOnlyHint says
+        assert (pending.call_id, pending.tool) == ("call-1", "wipe")
+        assert not any(line.startswith("wipe") for line in k.ledger())
+
+        k.relay.approve(run_id, "call-1")
+        k.until(lambda: "wipe start store" in k.ledger(), 30, what="the wipe to start")
+        os.kill(int((tmp_path / "faults.pid").read_text()), signal.SIGKILL)
+        assert k.relay.wait(run_id, 60).stop is Stop.DONE, k.logs()
+        [(status, why)] = _results(k, run_id)
+        # Not idempotent, whatever its idempotentHint says: not run again on the new server.
+        assert status == "unknown"
+        assert "MCP server faults stopped mid-call" in why
+        assert k.ledger().count("wipe start store") == 1
+        # The server's stderr greeting is in the worker's log, under its name.
+        assert f"MCP server faults said: {BANNER}" in worker.output()
+
+        # The operator sees that what the server claims was not taken, and why.
+        shown = relay("--app", APP, "tools", "--json", env=clean_env(**k.env))
+        assert shown.returncode == 0, shown.stderr
+        rows = {row["tool"]: row for row in json.loads(shown.stdout)}
+        assert (rows["wipe"]["risk"], rows["wipe"]["idempotent"], rows["wipe"]["risk_from"]) == (
+            "write",
+            False,
+            "default: untrusted server",
+        )
+        assert (rows["charge"]["risk"], rows["charge"]["risk_from"]) == ("create", "override")
+
+
+def test_relay_tools_refresh_shows_where_risk_came_from_and_no_servers_stderr(
+    tmp_path: Path,
+) -> None:
+    files = tmp_path / "files"
+    files.mkdir()
+    overrides = {"charge": Risk.CREATE, "wipe": Risk.WRITE}  # wipe: over its idempotentHint
+    servers = [
+        faults(tmp_path, risk=overrides, trust_annotations=True),
+        MCPServer("fs", command=[npm_bin("mcp-server-filesystem"), str(files)]),
+    ]
+    path = write_servers(tmp_path / "mcp.json", servers)
+    with fleet(tmp_path, extra_env={"RELAY_MCP": str(path)}) as k:
+        env = clean_env(**k.env, COLUMNS="200")
+        listed = relay("--app", APP, "tools", "--refresh", env=env)
+        assert listed.returncode == 0, listed.stderr
+        # Both servers greet on stderr when started: neither line reaches the command.
+        for said in (BANNER, "running on stdio"):
+            assert said not in listed.stdout
+            assert said not in listed.stderr
+        rows = {cells[0]: cells for cells in _cells(listed.stdout)}
+        assert rows["tool"][:6] == ["tool", "risk", "idempotent", "from", "risk from", "time limit"]
+        assert rows["wipe"][:5] == ["wipe", "write", "no", "mcp faults", "override"]
+        assert rows["charge"][:5] == ["charge", "create", "no", "mcp faults", "override"]
+        trusted = "annotations (trusted)"
+        assert rows["huge"][:5] == ["huge", "read", "yes", "mcp faults", trusted]
+        assert rows["read_text_file"][1:5] == ["write", "no", "mcp fs", "default: untrusted server"]
+
+
 def test_a_server_that_lists_other_tools_than_the_app_was_built_with_is_refused(
     tmp_path: Path,
 ) -> None:
@@ -284,7 +381,7 @@ def test_a_server_that_lists_other_tools_than_the_app_was_built_with_is_refused(
         # The way out the refusal names: list again, restart the workers.
         listed = relay("--app", APP, "tools", "--refresh", env=clean_env(**k.env, COLUMNS="200"))
         assert listed.returncode == 0, listed.stderr
-        assert "Listed 7 tools from 1 MCP server(s)" in listed.stdout
+        assert "Listed 8 tools from 1 MCP server(s)" in listed.stdout
         assert "extra" in [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
         k.processes[0].stop()
         k.worker("--concurrency", "2", name="restarted")
@@ -346,7 +443,8 @@ def test_a_real_server_behind_streamable_http_answers_with_text_an_image_and_lin
     )
     try:
         wait_for_port(port)
-        everything = MCPServer("everything", url=f"http://127.0.0.1:{port}/mcp")
+        url = f"http://127.0.0.1:{port}/mcp"
+        everything = MCPServer("everything", url=url, trust_annotations=True)
         servers = write_servers(tmp_path / "mcp.json", [everything])
         with fleet(tmp_path, extra_env={"RELAY_MCP": str(servers)}) as k:
             k.worker("--concurrency", "2")
@@ -372,6 +470,11 @@ def test_a_real_server_behind_streamable_http_answers_with_text_an_image_and_lin
     finally:
         server.terminate()
         server.wait(10)
+
+
+def _cells(table: str) -> list[list[str]]:
+    """The cells of each row of a printed table (its columns are 2 or more spaces apart)."""
+    return [re.split(r"\s{2,}", line.strip()) for line in table.splitlines() if line.strip()]
 
 
 def _alive(pid: int) -> bool:

@@ -66,9 +66,10 @@ def pypi_bin(name: str) -> str:
 
 
 def faults(directory: Path, **fields: object) -> MCPServer:
-    """Our faults server over stdio, keeping its ledger in `directory`. Its `charge` is
-    destructive by its annotations; the team's override makes it CREATE, so it runs
-    without a person (it stays not idempotent)."""
+    """Our faults server over stdio, keeping its ledger in `directory`, not trusted
+    unless `trust_annotations=True` is given. Its `charge` is destructive by its
+    annotations; the team's override makes it CREATE, so it runs without a person (and
+    is not idempotent)."""
     command = [sys.executable, "-m", "tests.support.mcp_faults", str(directory)]
     fields = {"risk": {"charge": Risk.CREATE}, **fields}
     return MCPServer("faults", command=command, cwd=str(ROOT), **fields)  # type: ignore[arg-type]

@@ -1,8 +1,10 @@
 """`MCPServer`: one Model Context Protocol server whose tools a Relay's agents may call.
 
-    MCPServer("fs", command=["npx", "@modelcontextprotocol/server-filesystem", "/data"])
+    MCPServer("fs", command=["npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"],
+              trust_annotations=True)
     MCPServer("tickets", url="https://tickets.internal/mcp",
-              headers={"Authorization": "env:TICKETS_TOKEN"})
+              headers={"Authorization": "env:TICKETS_TOKEN"},
+              risk={"lookup": "read"}, idempotent={"close": True})
 
 A stdio server is a command line each tool worker process starts when it first
 needs it (and again after it dies); a streamable-HTTP server is a URL. A header
@@ -11,6 +13,12 @@ the secret lives in the worker's environment, never in the app's code, a file
 or a log: `repr` shows neither headers nor env. `RELAY_MCP` names a JSON or TOML file
 of servers (`{"servers": [...]}`, a list, or TOML `[[servers]]`), read when the
 app gives none.
+
+A server's tool annotations (`readOnlyHint`, ...) are its own claims about its tools:
+they decide a tool's risk and idempotency only when the operator trusts the server
+(`trust_annotations=True`). Otherwise each of its tools is WRITE (a person is asked
+under the default policy) and not idempotent (a call a crash interrupted is never run
+again), unless `risk` or `idempotent` name it: the team's word, which always wins.
 """
 
 from __future__ import annotations
@@ -81,10 +89,18 @@ class MCPServer(BaseModel):
     """Seconds one call may take (default RELAY_TOOL_TIMEOUT)."""
     connect_timeout: float = Field(default=30.0, gt=0, le=3600, allow_inf_nan=False)
     """Seconds to start (or reach) the server and list its tools."""
+    trust_annotations: bool = False
+    """Take the server's annotations as its tools' risk and idempotency (`readOnlyHint`
+    READ, ...; see `workers.mcp.mapping`). Off: every tool is WRITE and not idempotent,
+    whatever the server claims, unless `risk` or `idempotent` name it."""
     risk: dict[str, Risk] = Field(default_factory=dict)
-    """Risk by tool name, over what its annotations say (`{"pay": "money"}`)."""
+    """Risk by tool name (the server's or Relay's), over the annotations and the
+    untrusted default (`{"pay": "money"}`). It decides idempotency too: a tool
+    overridden to READ is idempotent, to any other risk not, unless `idempotent` says."""
     idempotent: dict[str, bool] = Field(default_factory=dict)
-    """Idempotency by tool name, over its `idempotentHint`."""
+    """Whether a worker that crashed mid-call may run the tool again, by tool name (the
+    server's or Relay's), over everything else: the `idempotentHint` of a trusted server,
+    what a `risk` override implies, the untrusted default (no)."""
 
     def __init__(self, name: str | None = None, /, **fields: Any) -> None:
         super().__init__(**fields if name is None else {**fields, "name": name})

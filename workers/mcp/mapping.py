@@ -1,15 +1,26 @@
 """An MCP server's tool listing as Relay tools: names, arguments, risk and idempotency.
 
-    readOnlyHint: true                 -> READ
-    destructiveHint: false             -> CREATE (it only adds)
-    otherwise                          -> WRITE
-    openWorldHint: true (not read-only) -> OUTSIDE
-    the server's `risk` override       -> that (MONEY always asks a person)
-    idempotentHint (or the override)   -> whether a crash mid-call may run it again
+A tool's risk and idempotency, from the first line that applies:
 
-An annotation the server leaves out counts as not given: a tool is OUTSIDE only
-when it says so (MCP's own default would make every unannotated tool OUTSIDE).
-Annotations are hints from the server; the override is the team's word.
+    the server's `risk` names it        -> that risk (MONEY always asks a person);
+                                           idempotent if READ
+    the operator trusts the server (`trust_annotations=True`), by its annotations:
+      readOnlyHint: true                -> READ, idempotent
+      openWorldHint: true               -> OUTSIDE
+      destructiveHint: false            -> CREATE (it only adds)
+      otherwise                         -> WRITE
+      idempotentHint: true              -> idempotent, whatever its risk
+    otherwise (an untrusted server)     -> WRITE, not idempotent
+
+and the server's `idempotent`, where it names the tool, says whether a crash
+mid-call may run it again, over all of these.
+
+Annotations are the server's claims about itself: a destructive tool may say
+`readOnlyHint: true`, and taken at its word it would run with no person asked
+and be run again after a crash. So they count only for a server the operator
+trusts; the overrides are the team's word. An annotation the server leaves out
+counts as not given: a tool is OUTSIDE only when it says so (MCP's own default
+would make every unannotated tool OUTSIDE).
 
 Arguments: each property of an input schema the core can say (string, integer,
 number, boolean, array, object; `[T, "null"]` or `anyOf [T, null]` as an
@@ -36,10 +47,25 @@ from agent_core.tools import RESERVED_TOOL_NAMES
 from workers.errors import MCPServerError
 from workers.mcp.config import MCPServer
 
-__all__ = ["PASSTHROUGH", "Listed", "MCPTool", "digest", "relay_tools", "risk_of"]
+__all__ = [
+    "FROM_OVERRIDE",
+    "FROM_TRUSTED",
+    "FROM_UNTRUSTED",
+    "PASSTHROUGH",
+    "Listed",
+    "MCPTool",
+    "digest",
+    "relay_tools",
+    "risk_of",
+]
 
 PASSTHROUGH = "arguments"
 """The one argument of a tool whose schema is passed through."""
+
+# Where a tool's risk came from, as `relay tools` shows it.
+FROM_OVERRIDE = "override"
+FROM_TRUSTED = "annotations (trusted)"
+FROM_UNTRUSTED = "default: untrusted server"
 
 _KINDS = {
     "string": Kind.TEXT,
@@ -102,6 +128,8 @@ class MCPTool:
     idempotent: bool
     passthrough: bool
     """Its arguments are one object, `arguments`, sent as they are."""
+    risk_from: str
+    """Where its risk came from: FROM_OVERRIDE, FROM_TRUSTED or FROM_UNTRUSTED."""
 
     def arguments(self, args: Mapping[str, object]) -> dict[str, object]:
         """The arguments to send the server for a call's checked `args`."""
@@ -112,7 +140,8 @@ class MCPTool:
 
 
 def risk_of(annotations: Mapping[str, Any]) -> Risk:
-    """The risk a tool's annotations say (see the module's table)."""
+    """The risk a tool's annotations claim (see the module's table: it counts only for a
+    trusted server)."""
     if annotations.get("readOnlyHint") is True:
         return Risk.READ
     if annotations.get("openWorldHint") is True:
@@ -169,12 +198,7 @@ def _relay_tool(server: MCPServer, entry: Listed, local: str) -> MCPTool:
     description = cut(
         entry.description or f"{entry.name} (from MCP server {server.name})", _DESCRIPTION_CHARS
     )
-    risk = server.risk.get(entry.name, server.risk.get(local, risk_of(entry.annotations)))
-    idempotent = server.idempotent.get(
-        entry.name, entry.annotations.get("idempotentHint") is True or risk is Risk.READ
-    )
-    if risk is Risk.MONEY:
-        idempotent = server.idempotent.get(entry.name, False)
+    risk, idempotent, risk_from = _risk(server, entry, local)
     tool = Tool(local, description).risk(risk)
     try:
         tool = _with_arguments(tool, entry.input_schema)
@@ -184,7 +208,23 @@ def _relay_tool(server: MCPServer, entry: Listed, local: str) -> MCPTool:
             Tool(local, description).risk(risk).arg(PASSTHROUGH, Kind.OBJECT, _schema_help(entry))
         )
         passthrough = True
-    return MCPTool(server.name, entry.name, tool, idempotent, passthrough)
+    return MCPTool(server.name, entry.name, tool, idempotent, passthrough, risk_from)
+
+
+def _risk(server: MCPServer, entry: Listed, local: str) -> tuple[Risk, bool, str]:
+    """A tool's risk, whether a crash mid-call may run it again, and where its risk came
+    from (the module's table). An override names the tool as the server or Relay does."""
+    risk_said = server.risk.get(entry.name, server.risk.get(local))
+    idempotent_said = server.idempotent.get(entry.name, server.idempotent.get(local))
+    if risk_said is not None:
+        risk, idempotent, risk_from = risk_said, risk_said is Risk.READ, FROM_OVERRIDE
+    elif server.trust_annotations:
+        risk = risk_of(entry.annotations)
+        idempotent = entry.annotations.get("idempotentHint") is True or risk is Risk.READ
+        risk_from = FROM_TRUSTED
+    else:
+        risk, idempotent, risk_from = Risk.WRITE, False, FROM_UNTRUSTED
+    return risk, idempotent if idempotent_said is None else idempotent_said, risk_from
 
 
 class _Unexpressible(Exception):

@@ -14,6 +14,9 @@ started anew; the next call waits for that check. A connection quiet for a secon
 asked the same before its next call, so a server that died between calls is started
 again first. A server that hangs is replaced instead of hanging every call after it.
 
+A stdio server's stderr is logged line by line (`workers.mcp.stderr`), never printed
+over a command's output; its last lines are part of the error when it cannot be started.
+
 The MCP SDK is imported here (and by the toolset's call, lazily): an app without MCP
 servers never loads it.
 """
@@ -23,11 +26,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sys
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from typing import Any, TextIO
+from typing import Any
 
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters
@@ -38,6 +40,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED
 from workers.errors import MCPServerError
 from workers.mcp.config import MCPServer
 from workers.mcp.mapping import Listed, digest
+from workers.mcp.stderr import ServerStderr
 
 __all__ = ["MAX_TOOLS", "ServerDied", "call_tool", "close_all", "list_tools"]
 
@@ -193,7 +196,10 @@ class _Connection:
             asyncio.get_running_loop().create_future()
         )
         closing = asyncio.Event()
-        owner = asyncio.create_task(self._own(opened, closing), name=f"mcp-{self.server.name}")
+        stderr = ServerStderr(self.server.name) if self.server.command is not None else None
+        owner = asyncio.create_task(
+            self._own(opened, closing, stderr), name=f"mcp-{self.server.name}"
+        )
         try:
             client, listed = await asyncio.wait_for(
                 asyncio.shield(opened), self.server.connect_timeout
@@ -204,9 +210,12 @@ class _Connection:
             # Wait (briefly) for the SDK to stop what it started: a one-shot command that
             # exits next must not leave a server process behind.
             await asyncio.wait({owner}, timeout=5)
+            if stderr is not None:
+                stderr.handed_over()  # (the owner may have been cancelled before it began)
             if isinstance(error, asyncio.CancelledError):
                 raise
-            raise _not_opened(self.server, error) from None
+            said = await asyncio.to_thread(stderr.last) if stderr is not None else ""
+            raise _not_opened(self.server, error, said) from None
         self._client, self.listed, self._closing, self._owner = client, listed, closing, owner
         self.heard = time.monotonic()
         log.info(
@@ -217,11 +226,17 @@ class _Connection:
         )
 
     async def _own(
-        self, opened: asyncio.Future[tuple[Client, list[Listed]]], closing: asyncio.Event
+        self,
+        opened: asyncio.Future[tuple[Client, list[Listed]]],
+        closing: asyncio.Event,
+        stderr: ServerStderr | None,
     ) -> None:
         try:
             async with AsyncExitStack() as stack:
-                client = await stack.enter_async_context(Client(await self._transport(stack)))
+                transport = await self._transport(stack, stderr)
+                client = await stack.enter_async_context(Client(transport))
+                if stderr is not None:
+                    stderr.handed_over()  # the server's process has its end now
                 listed = await _listing(client)
                 if not opened.done():
                     opened.set_result((client, listed))
@@ -231,17 +246,21 @@ class _Connection:
                 opened.set_exception(error)
             else:
                 log.info("MCP server %s closed: %s", self.server.name, error)
+        finally:
+            if stderr is not None:
+                stderr.handed_over()
 
-    async def _transport(self, stack: AsyncExitStack) -> Any:
-        """What the SDK's client connects through: the command's stdio, or HTTP with the
-        server's headers (read from the environment now)."""
+    async def _transport(self, stack: AsyncExitStack, stderr: ServerStderr | None) -> Any:
+        """What the SDK's client connects through: the command's stdio (its stderr into
+        `stderr`), or HTTP with the server's headers (read from the environment now)."""
         server = self.server
         if server.command is not None:
             program, *args = server.command
             params = StdioServerParameters(
                 command=program, args=args, env=server.env or None, cwd=server.cwd
             )
-            return stdio_client(params, errlog=_stderr())
+            assert stderr is not None
+            return stdio_client(params, errlog=stderr.errlog)
         assert server.url is not None
         http = await stack.enter_async_context(
             httpx2.AsyncClient(
@@ -276,19 +295,6 @@ _retiring: set[asyncio.Task[None]] = set()
 """Connections ending in the background (kept here: the loop holds tasks weakly)."""
 
 
-def _stderr() -> TextIO:
-    """Where a stdio server's own messages go: the process's real stderr (a Celery worker
-    replaces `sys.stderr` with a logging proxy, which a child process cannot write to)."""
-    for stream in (sys.stderr, sys.__stderr__):
-        try:
-            if stream is not None:
-                stream.fileno()
-                return stream
-        except (AttributeError, OSError, ValueError):
-            continue
-    return open(os.devnull, "w")
-
-
 async def _listing(client: Client) -> list[Listed]:
     """Every page of the server's tool listing."""
     listed: list[Listed] = []
@@ -306,7 +312,7 @@ async def _listing(client: Client) -> list[Listed]:
             return listed
 
 
-def _not_opened(server: MCPServer, error: BaseException) -> MCPServerError:
+def _not_opened(server: MCPServer, error: BaseException, said: str) -> MCPServerError:
     if isinstance(error, MCPServerError) and str(error).startswith("MCP server"):
         return error
     if isinstance(error, TimeoutError):
@@ -315,8 +321,9 @@ def _not_opened(server: MCPServer, error: BaseException) -> MCPServerError:
         why = "; ".join(f"{type(e).__name__}: {e}" for e in _leaves(error))[:500]
     else:
         why = f"{type(error).__name__}: {error}"[:500]
+    heard = f"; its stderr said: {said}" if said else ""
     return MCPServerError(
-        f"MCP server {server.name} ({server.where}) could not be started or reached: {why}"
+        f"MCP server {server.name} ({server.where}) could not be started or reached: {why}{heard}"
     )
 
 
