@@ -5,7 +5,8 @@
                                                a page: `X-Total-Count` says how many are in
                                                it, `Link: <...>; rel="next"` the next page
     GET  /api/runs/<id>                        one run, its specialists under it
-    GET  /api/runs/<id>/trace?after=N          trace lines from position N on, and `next`
+    GET  /api/runs/<id>/trace?after=N          trace lines from position N on, and `next`;
+                                               the run's state, tokens, cost and age now
     GET  /api/runs/<id>/live?after=ID          its replies as they are written (`relay.stream`'s
                                                events after stream id ID), and `next`
     GET  /api/pending                          what waits on a person
@@ -35,7 +36,7 @@ from workers.store import reads
 from workers.store.live import stream_id
 from workers.web.auth import cross_site, whole_number
 from workers.web.site import Web
-from workers.web.views import pending_row, run_tree, runs_page, trace_row
+from workers.web.views import pending_row, run_row, run_tree, runs_page, trace_row
 
 __all__ = ["routes"]
 
@@ -89,9 +90,11 @@ class _Api:
             return _error(str(error), 404)
         position, entries = await relay.drive(reads.trace(relay.keys, run_id, after))
         rows = [trace_row(entry, self.web.settings.flower_url) for entry in entries]
+        run = run_row(status, now_ms())  # what the run's page shows anew at each poll
         return JSONResponse(
             {"next": position, "entries": rows, "state": status.state,
-             "waiting_for": status.waiting_for or "", "tokens": status.total_usage.total_tokens}
+             "waiting_for": status.waiting_for or "", "tokens": status.total_usage.total_tokens,
+             "tokens_text": run["tokens_text"], "cost_text": run["cost_text"], "age": run["age"]}
         )  # fmt: skip
 
     async def live(self, request: Request) -> Response:
