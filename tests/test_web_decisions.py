@@ -236,6 +236,8 @@ def test_a_question_is_answered_on_the_web_and_the_run_goes_on(tmp_path: Path) -
         anonymous = httpx.Client(base_url=web.url, timeout=10)
         with anonymous:
             assert anonymous.post("/approvals/decide", data=said).status_code == 401
+        unsigned = {k: v for k, v in said.items() if k != "token"}
+        assert web.client.post("/approvals/decide", data=unsigned).status_code == 403
         empty = web.client.post("/approvals/decide", data={**said, "answer": "  "})
         assert (empty.status_code, "write the answer" in empty.text) == (400, True)
         assert f.relay.status(run_id).waiting_for == "question"
