@@ -295,7 +295,9 @@ def test_a_budget_is_raised_on_the_web_and_the_run_goes_on(tmp_path: Path) -> No
         )
         assert tokens.status_code == 409
         assert "has no limit of tokens to raise" in tokens.text
-        assert f.relay.status(run_id).waiting_for == "budget"
+        # Still parked where the person saw it: nothing was woken by what was refused.
+        still = [p.seq for p in f.relay.status(run_id).pending if p.kind == "budget"]
+        assert still == [parked.seq]
 
         with browser_page(web) as page:
             page.goto("/approvals")
