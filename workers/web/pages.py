@@ -3,14 +3,15 @@
 GET  /runs?state=failed&before=CURSOR   the runs, a page at a time (state or how it ended,
                              waiting for, age, key, tokens, cost)
 GET  /runs/<id>              one run: task, plan, outcome, usage, specialists, live trace
-GET  /approvals              plans and calls waiting, whole, with Approve (as is, or
-                             edited) and Deny (with a reason)
+GET  /approvals              plans, calls, questions and budgets waiting, whole: Approve
+                             (as is, or edited, where this app's tool can check the
+                             edit) and Deny (with a reason), Answer, Raise the budget
 GET  /schedules              the schedules, when they fire next, their latest runs
 GET  /schedules/{name}       one schedule: how it runs unattended, and its firing history
 GET  /routes                 the model routes as the fleet shares them
 GET  /diff?a=RUN&b=RUN       two runs step by step (a fork and its original, say)
-POST /approvals/decide       one decision (or a run's Cancel), from a form made for this
-                             person and call
+POST /approvals/decide       one decision, answer or raise (or a run's Cancel), from a
+                             form made for this person and what it decides
 POST /runs/fork              a fork of a run from one of its steps (route, stubbed tools),
                              from a form made for this person and step
 """
