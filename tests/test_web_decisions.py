@@ -252,6 +252,16 @@ def test_a_question_is_answered_on_the_web_and_the_run_goes_on(tmp_path: Path) -
         assert "no longer pending" in refused.text
         assert f.relay.status(run_id).waiting_for == "question"
 
+        # The JSON API answers as the page does: by the question's step, as JSON only.
+        api = f"/api/runs/{run_id}/answer"
+        old_step = web.client.post(api, json={"text": "2024", "step": first.seq})
+        assert (old_step.status_code, "no longer pending" in old_step.json()["error"]) == (
+            409, True
+        )  # fmt: skip
+        assert web.client.post(api, data={"text": "2024"}).status_code == 415
+        assert web.client.post(api, json={"text": " ", "step": 1}).status_code == 400
+        assert f.relay.status(run_id).waiting_for == "question"
+
         with browser_page(web) as page:
             page.goto(f"/runs/{run_id}")
             place = page.locator("li.pending")
@@ -320,6 +330,20 @@ def test_a_budget_is_raised_on_the_web_and_the_run_goes_on(tmp_path: Path) -> No
         status = f.relay.status(run_id)
         assert status.budget == Budget(model_calls=3)
         assert [e.kind for e in f.relay.trace(run_id)].count("budget_extended") == 1
+
+        # Through the JSON API, for scripts: the same raise, named by the parked step.
+        again = f.relay.start("BUDGET-W: read a again", budget=Budget(model_calls=1))
+        step = pending_for(f, again, "budget").seq
+        api = f"/api/runs/{again}/budget"
+        assert web.client.post(api, json={"calls": 0, "step": step}).status_code == 400
+        cross = web.client.post(api, json={"calls": 1, "step": step},
+                                headers={"Origin": "http://evil"})  # fmt: skip
+        assert cross.status_code == 403
+        raised = web.client.post(api, json={"calls": 1, "step": step})
+        said = raised.json()["done"]  # ("1 model call", however Budget words it)
+        assert said.startswith(f"raised the budget of run {again}'s tree by 1 model call")
+        assert said.endswith("; 1 parked run went on")
+        assert f.relay.wait(again, timeout=30).summary == "read it"
 
 
 @pytest.mark.timeout(180)

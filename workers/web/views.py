@@ -20,6 +20,7 @@ from workers.engine.records import Pending, RunStatus, TraceEntry, run_list
 from workers.errors import RunNotFound
 
 __all__ = [
+    "BUDGET_FIELDS",
     "LONG_ARGS_CHARS",
     "MARKS",
     "RunsPage",
