@@ -294,17 +294,23 @@ def test_a_run_page_shows_the_answer_while_it_is_written(tmp_path: Path) -> None
 
 LATER = "The second answer, written after a tool ran."
 
-# Every text the "Being written" box shows while it is visible, as the page shows it.
-RECORD_LIVE = """() => {
-  window.shownLive = [];
-  window.notReloaded = true;
+# Every text the "Being written" box shows while it is visible, from the page's first
+# paint on, kept in the tab's sessionStorage (a reload, once the run ends, keeps it).
+RECORD_LIVE = """document.addEventListener('DOMContentLoaded', () => {
   const box = document.getElementById('live-box');
   const live = document.getElementById('live');
-  const seen = () => { if (!box.hidden) window.shownLive.push(live.textContent); };
+  if (!box) return;
+  const seen = () => {
+    if (box.hidden) return;
+    const shown = JSON.parse(sessionStorage.getItem('shownLive') || '[]');
+    shown.push(live.textContent);
+    sessionStorage.setItem('shownLive', JSON.stringify(shown));
+  };
   new MutationObserver(seen).observe(box, {
     subtree: true, childList: true, characterData: true, attributes: true,
   });
-}"""
+});"""
+SHOWN_LIVE = "() => JSON.parse(sessionStorage.getItem('shownLive') || '[]')"
 
 
 @pytest.mark.timeout(180)
@@ -321,8 +327,9 @@ def test_the_live_page_counts_tokens_and_age_and_never_shows_a_reply_as_json(
         })  # fmt: skip
         with browser_page(web) as page:  # (the browser first: the page opens as it starts)
             run_id = f.relay.start("LIVE-3: read a, then say so")
+            page.add_init_script(RECORD_LIVE)
             page.goto(f"/runs/{run_id}")
-            page.evaluate(RECORD_LIVE)
+            page.evaluate("window.notReloaded = true")
             tokens = page.locator("#run-tokens").inner_text()
             age = page.locator("#run-age").inner_text()
             # Both change on the page as it is, from its poll: the page is not reloaded.
@@ -337,11 +344,10 @@ def test_the_live_page_counts_tokens_and_age_and_never_shows_a_reply_as_json(
             assert page.evaluate("window.notReloaded") is True
             assert f.relay.status(run_id).state == "running"
             # (The whole answer may be replaced by the outcome before a poll shows it.)
-            page.wait_for_function(
-                "() => (window.shownLive || []).some(t => t.length >= 12)", timeout=30_000
-            )
-            shown = page.evaluate("window.shownLive")
+            page.wait_for_function(f"() => ({SHOWN_LIVE})().some(t => t.length >= 12)",
+                                   timeout=30_000)  # fmt: skip
             page.wait_for_selector("dd.outcome", timeout=30_000)
+            shown = page.evaluate(SHOWN_LIVE)
             done = f.relay.status(run_id).total_usage.total_tokens
             assert page.locator("#run-tokens").inner_text().startswith(f"{done:,} (")
         assert f.relay.wait(run_id, timeout=30).summary == LATER
