@@ -292,6 +292,71 @@ def test_a_run_page_shows_the_answer_while_it_is_written(tmp_path: Path) -> None
             assert page.locator("#live-box").is_hidden()
 
 
+LATER = "The second answer, written after a tool ran."
+
+# Every text the "Being written" box shows while it is visible, from the page's first
+# paint on, kept in the tab's sessionStorage (a reload, once the run ends, keeps it).
+RECORD_LIVE = """document.addEventListener('DOMContentLoaded', () => {
+  const box = document.getElementById('live-box');
+  const live = document.getElementById('live');
+  if (!box) return;
+  const seen = () => {
+    if (box.hidden) return;
+    const shown = JSON.parse(sessionStorage.getItem('shownLive') || '[]');
+    shown.push(live.textContent);
+    sessionStorage.setItem('shownLive', JSON.stringify(shown));
+  };
+  new MutationObserver(seen).observe(box, {
+    subtree: true, childList: true, characterData: true, attributes: true,
+  });
+});"""
+SHOWN_LIVE = "() => JSON.parse(sessionStorage.getItem('shownLive') || '[]')"
+
+
+@pytest.mark.timeout(180)
+def test_the_live_page_counts_tokens_and_age_and_never_shows_a_reply_as_json(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        # A tool call, streamed; then the next reply starts 3 s late (the page still holds
+        # the tool call's text) and is written over about 3 s.
+        f.brain.script("LIVE-3:", {
+            0: Reply(call("read_note", name="a"), piece_chars=4, gap=0.05, delay=3),
+            1: Reply(final(LATER), piece_chars=2, gap=0.1, delay=3),
+        })  # fmt: skip
+        with browser_page(web) as page:  # (the browser first: the page opens as it starts)
+            run_id = f.relay.start("LIVE-3: read a, then say so")
+            page.add_init_script(RECORD_LIVE)
+            page.goto(f"/runs/{run_id}")
+            page.evaluate("window.notReloaded = true")
+            tokens = page.locator("#run-tokens").inner_text()
+            age = page.locator("#run-age").inner_text()
+            # Both change on the page as it is, from its poll: the page is not reloaded.
+            page.wait_for_function(
+                "t => document.getElementById('run-tokens').textContent !== t", arg=tokens,
+                timeout=20_000,
+            )  # fmt: skip
+            page.wait_for_function(
+                "a => document.getElementById('run-age').textContent !== a", arg=age,
+                timeout=20_000,
+            )  # fmt: skip
+            assert page.evaluate("window.notReloaded") is True
+            assert f.relay.status(run_id).state == "running"
+            # (The whole answer may be replaced by the outcome before a poll shows it.)
+            page.wait_for_function(f"() => ({SHOWN_LIVE})().some(t => t.length >= 12)",
+                                   timeout=30_000)  # fmt: skip
+            page.wait_for_selector("dd.outcome", timeout=30_000)
+            shown = page.evaluate(SHOWN_LIVE)
+            done = f.relay.status(run_id).total_usage.total_tokens
+            assert page.locator("#run-tokens").inner_text().startswith(f"{done:,} (")
+        assert f.relay.wait(run_id, timeout=30).summary == LATER
+        # Only the answer, as far as it had come, was ever shown: never a reply's JSON.
+        json_like = [text for text in shown if "{" in text or '"tool"' in text]
+        assert json_like == []
+        assert all(LATER.startswith(text) for text in shown), shown
+
+
 ODD = [
     "²",
     "٣",

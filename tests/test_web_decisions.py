@@ -1,6 +1,8 @@
 """What a person approves is what runs: the whole call beside Approve (on the web, the
 JSON API and the command line), Deny with a reason, and approving with edited arguments
-checked as the model's were. Real workers, a real Redis, `relay web` and chromium."""
+checked as the model's were (and no edit form where an edit would be refused); questions
+answered and budgets raised on the web like approvals. Real workers, a real Redis,
+`relay web` and chromium."""
 
 from __future__ import annotations
 
@@ -8,12 +10,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.brain import call, final
 from tests.support.cli import clean_env, relay
 from tests.support.fleet import Fleet, fleet
+from tests.support.waiting import pending_for
 from tests.support.web import RelayWeb, browser_page, form_of, screen
+from workers import Budget
 
 APP = "tests.apps.notes:relay"
 HIDDEN = "THEN-ALSO-WIRE-TO-ATTACKER-IBAN"
@@ -204,3 +209,160 @@ def test_approve_with_an_args_file_on_the_command_line(tmp_path: Path) -> None:
         assert f.ledger() == ["pay 7"]  # nothing more was paid
         [declined] = [e for e in f.relay.trace(forged) if e.kind == "declined"]
         assert declined.text.startswith("the edited arguments were refused: ")
+
+
+# --- questions and budgets, answered and raised on the web ------------------------------
+
+
+def _ask(question: str) -> str:
+    return json.dumps({"ask_user": question})
+
+
+@pytest.mark.timeout(180)
+def test_a_question_is_answered_on_the_web_and_the_run_goes_on(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        script = {0: _ask("Which month?"), 1: _ask("Which year?"), 2: final("the report")}
+        f.brain.script("ASK-W:", script)
+        run_id = f.relay.start("ASK-W: write the report")
+        first = pending_for(f, run_id, "question")
+
+        # The form is made for this person and this question, like an approval's.
+        stale = form_of(web.client.get("/approvals").text, run_id, str(first.seq))
+        assert stale["kind"] == "question"
+        said = {**stale, "decision": "answer", "answer": "May"}
+        cross = web.client.post("/approvals/decide", data=said, headers={"Origin": "http://evil"})
+        assert cross.status_code == 403
+        anonymous = httpx.Client(base_url=web.url, timeout=10)
+        with anonymous:
+            assert anonymous.post("/approvals/decide", data=said).status_code == 401
+        unsigned = {k: v for k, v in said.items() if k != "token"}
+        assert web.client.post("/approvals/decide", data=unsigned).status_code == 403
+        empty = web.client.post("/approvals/decide", data={**said, "answer": "  "})
+        assert (empty.status_code, "write the answer" in empty.text) == (400, True)
+        assert f.relay.status(run_id).waiting_for == "question"
+
+        # Answered elsewhere, the run asks its next question: the form for the first one
+        # is refused, and does not answer the question it never showed.
+        f.relay.answer(run_id, "June", by="bob")
+        f.until(lambda: _question_seq(f, run_id) not in (None, first.seq), what="question 2")
+        refused = web.client.post("/approvals/decide", data=said)
+        assert refused.status_code == 409
+        assert "the question of run" in refused.text
+        assert "no longer pending" in refused.text
+        assert f.relay.status(run_id).waiting_for == "question"
+
+        # The JSON API answers as the page does: by the question's step, as JSON only.
+        api = f"/api/runs/{run_id}/answer"
+        old_step = web.client.post(api, json={"text": "2024", "step": first.seq})
+        assert (old_step.status_code, "no longer pending" in old_step.json()["error"]) == (
+            409, True
+        )  # fmt: skip
+        assert web.client.post(api, data={"text": "2024"}).status_code == 415
+        assert web.client.post(api, json={"text": " ", "step": 1}).status_code == 400
+        assert f.relay.status(run_id).waiting_for == "question"
+
+        with browser_page(web) as page:
+            page.goto(f"/runs/{run_id}")
+            place = page.locator("li.pending")
+            assert place.locator(".question").inner_text() == "Which year?"
+            screen(page, "run-question", whole=False)
+            place.locator("textarea.answer").fill("2025, the <b>whole</b> year")
+            place.locator("button.answer").click()
+            page.wait_for_url("**/approvals?said=*")
+            assert page.locator("p.said").inner_text() == f"answered the question of run {run_id}"
+            page.goto(f"/runs/{run_id}")
+            page.wait_for_selector("dd.outcome", timeout=30_000)
+            assert "the report" in page.locator("dd.outcome").inner_text()
+        assert f.relay.wait(run_id, timeout=30).summary == "the report"
+        trace = f.relay.trace(run_id)
+        decided = [e.text for e in trace if e.kind == "decided"]
+        assert decided == ["question answered by bob", "question answered by alice"]
+        last = [c.prompt for c in f.model.calls if "ASK-W:" in c.prompt][-1]
+        assert "→ they answered: 2025, the <b>whole</b> year" in last
+
+
+def _question_seq(f: Fleet, run_id: str) -> int | None:
+    asked = [p.seq for p in f.relay.status(run_id).pending if p.kind == "question"]
+    return asked[0] if asked else None
+
+
+@pytest.mark.timeout(180)
+def test_a_budget_is_raised_on_the_web_and_the_run_goes_on(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        f.brain.script("BUDGET-W:", {0: call("read_note", name="a"), 1: final("read it")})
+        run_id = f.relay.start("BUDGET-W: read a", budget=Budget(model_calls=1))
+        parked = pending_for(f, run_id, "budget")
+        form = form_of(web.client.get("/approvals").text, run_id, str(parked.seq))
+        for calls, says in (("-3", "more than 0"), ("lots", "not a whole number"), ("", "say")):
+            bad = {**form, "decision": "extend", "calls": calls}
+            answer = web.client.post("/approvals/decide", data=bad)
+            assert (answer.status_code, says in answer.text) == (400, True), answer.text
+        # A limit the tree never had: refused, as `relay extend` refuses it.
+        tokens = web.client.post(
+            "/approvals/decide", data={**form, "decision": "extend", "tokens": "500"}
+        )
+        assert tokens.status_code == 409
+        assert "has no limit of tokens to raise" in tokens.text
+        # Still parked where the person saw it: nothing was woken by what was refused.
+        still = [p.seq for p in f.relay.status(run_id).pending if p.kind == "budget"]
+        assert still == [parked.seq]
+
+        with browser_page(web) as page:
+            page.goto("/approvals")
+            place = page.locator(f"tr.pending[data-run='{run_id}']")
+            fields = place.locator("form.decide-budget input[type=text]")
+            # Only the limit the tree has is offered, with what it is now.
+            assert [fields.nth(n).get_attribute("name") for n in range(fields.count())] == ["calls"]
+            assert fields.first.get_attribute("placeholder") == "now 1"
+            page.goto(f"/runs/{run_id}")
+            place = page.locator("li.pending")
+            assert "the budget: The tree has used 1 model call" in place.inner_text()
+            place.locator("input[name=calls]").fill("2")
+            screen(page, "run-budget", whole=False)
+            place.locator("button.extend").click()
+            page.wait_for_url("**/approvals?said=*")
+            assert page.locator("p.said").inner_text() == (
+                f"raised the budget of run {run_id}'s tree by 2 model calls; 1 parked run went on"
+            )
+        assert f.relay.wait(run_id, timeout=30).summary == "read it"
+        status = f.relay.status(run_id)
+        assert status.budget == Budget(model_calls=3)
+        assert [e.kind for e in f.relay.trace(run_id)].count("budget_extended") == 1
+
+        # Through the JSON API, for scripts: the same raise, named by the parked step.
+        again = f.relay.start("BUDGET-W: read a again", budget=Budget(model_calls=1))
+        step = pending_for(f, again, "budget").seq
+        api = f"/api/runs/{again}/budget"
+        assert web.client.post(api, json={"calls": 0, "step": step}).status_code == 400
+        cross = web.client.post(api, json={"calls": 1, "step": step},
+                                headers={"Origin": "http://evil"})  # fmt: skip
+        assert cross.status_code == 403
+        raised = web.client.post(api, json={"calls": 1, "step": step})
+        said = raised.json()["done"]  # ("1 model call", however Budget words it)
+        assert said.startswith(f"raised the budget of run {again}'s tree by 1 model call")
+        assert said.endswith("; 1 parked run went on")
+        assert f.relay.wait(again, timeout=30).summary == "read it"
+
+
+@pytest.mark.timeout(180)
+def test_no_edit_form_where_an_edit_would_be_refused(tmp_path: Path) -> None:
+    with fleet(tmp_path) as f:
+        f.worker("--pool", "threads", "-c", "4")
+        run_id = _waiting(f, "NOEDIT-1", call("delete_note", name="old.txt"))
+        with RelayWeb(f.env, tmp_path / "bare.log") as bare, browser_page(bare) as page:
+            for path in ("/approvals", f"/runs/{run_id}"):
+                page.goto(path)
+                place = page.locator("[data-what='call-1']").first
+                assert place.locator("details.edit").count() == 0, path
+                assert place.locator("textarea[name=args]").count() == 0, path
+                why = place.locator("p.no-edit").inner_text()
+                assert "needs relay web started with the app" in why
+                assert "--app" in why
+                assert place.locator("button.approve").is_enabled()  # deciding as is works
+        with RelayWeb(f.env, tmp_path / "app.log", app=APP) as with_app:
+            html = with_app.client.get(f"/runs/{run_id}").text
+            assert '<details class="edit">' in html
+            assert "no-edit" not in html
+        assert f.relay.status(run_id).state == "waiting"

@@ -47,8 +47,9 @@ def _credentials() -> tuple[str, str]:
 def web(obj: Context, address: str, port: int, flower_url: str) -> None:
     """Start relay web: runs (filtered by state), one run's trace and steps (fork from
     any of them), approvals with Approve (as is, or with edited arguments) and Deny,
-    Cancel, two runs compared (/diff), the schedules and the model routes, a JSON API
-    under /api/ and Prometheus metrics on /metrics.
+    questions answered, budgets raised, Cancel, two runs compared (/diff), the
+    schedules and the model routes, a JSON API under /api/ and Prometheus metrics on
+    /metrics.
 
     Every page needs basic auth: RELAY_WEB_USER and RELAY_WEB_PASSWORD (it
     refuses to start without them). It listens on 127.0.0.1 unless --address
@@ -56,8 +57,8 @@ def web(obj: Context, address: str, port: int, flower_url: str) -> None:
     RELAY_WEB_SECRET signs approval forms (default: random at each start, so
     forms rendered before a restart are refused; set it when several relay web
     processes serve the same users). --app is optional: without it, relay web
-    works on the runs under the RELAY_* settings, but cannot check (so refuses)
-    edited arguments, nor fork runs: both need the app's tools.
+    works on the runs under the RELAY_* settings, but cannot check edited arguments
+    (so shows no edit form, and says why), nor fork runs: both need the app's tools.
     """
     import uvicorn  # noqa: PLC0415 - only this verb serves HTTP
 

@@ -1,5 +1,6 @@
-"""`relay web`: the runs, one run with its specialists and live trace, the approvals with
-Approve and Deny, a JSON API under /api/ and Prometheus metrics on /metrics.
+"""`relay web`: the runs, one run with its specialists and live trace, what waits on a
+person (Approve and Deny, Answer, Raise the budget), a JSON API under /api/ and
+Prometheus metrics on /metrics.
 
 Starlette routes requests and serves the files; Jinja2 renders the pages;
 uvicorn serves it (`relay web`). Every request needs basic auth.

@@ -5,13 +5,19 @@
                                                a page: `X-Total-Count` says how many are in
                                                it, `Link: <...>; rel="next"` the next page
     GET  /api/runs/<id>                        one run, its specialists under it
-    GET  /api/runs/<id>/trace?after=N          trace lines from position N on, and `next`
+    GET  /api/runs/<id>/trace?after=N          trace lines from position N on, and `next`;
+                                               the run's state, tokens, cost and age now
     GET  /api/runs/<id>/live?after=ID          its replies as they are written (`relay.stream`'s
                                                events after stream id ID), and `next`
     GET  /api/pending                          what waits on a person
     POST /api/runs/<id>/calls/<call>/decision  {"approve": true|false, "reason": "...",
                                                "args": {...} to approve with edited arguments}
     POST /api/runs/<id>/plan/decision          {"approve": true|false, "step": N}
+    POST /api/runs/<id>/answer                 {"text": "...", "step": N}: the question of step
+                                               N (`relay answer`)
+    POST /api/runs/<id>/budget                 {"calls": N, "tokens": N, "usd": X, "minutes": X,
+                                               "step": N}: raise the tree's limits, the run
+                                               parked at step N goes on (`relay extend`)
 
 A decision must be sent as `application/json` (a page on another site cannot
 send that without a preflight, which this server never grants). Errors are
@@ -35,7 +41,15 @@ from workers.store import reads
 from workers.store.live import stream_id
 from workers.web.auth import cross_site, whole_number
 from workers.web.site import Web
-from workers.web.views import pending_row, run_tree, runs_page, trace_row
+from workers.web.views import (
+    BUDGET_FIELDS,
+    budget_raise,
+    pending_row,
+    run_row,
+    run_tree,
+    runs_page,
+    trace_row,
+)
 
 __all__ = ["routes"]
 
@@ -89,9 +103,11 @@ class _Api:
             return _error(str(error), 404)
         position, entries = await relay.drive(reads.trace(relay.keys, run_id, after))
         rows = [trace_row(entry, self.web.settings.flower_url) for entry in entries]
+        run = run_row(status, now_ms())  # what the run's page shows anew at each poll
         return JSONResponse(
             {"next": position, "entries": rows, "state": status.state,
-             "waiting_for": status.waiting_for or "", "tokens": status.total_usage.total_tokens}
+             "waiting_for": status.waiting_for or "", "tokens": status.total_usage.total_tokens,
+             "tokens_text": run["tokens_text"], "cost_text": run["cost_text"], "age": run["age"]}
         )  # fmt: skip
 
     async def live(self, request: Request) -> Response:
@@ -138,6 +154,32 @@ class _Api:
             return _error(str(error), 409)
         return JSONResponse({"done": said})
 
+    async def answer(self, request: Request) -> Response:
+        """A question's answer, or a raise of the budget a run is parked at."""
+        body = await _json_body(request)
+        if isinstance(body, Response):
+            return body
+        kind = "question" if request.url.path.endswith("/answer") else "budget"
+        text, more = body.get("text"), None
+        if kind == "question" and not (isinstance(text, str) and text.strip()):
+            return _error('"text" is the answer: non-empty text', 400)
+        if kind == "budget":
+            fields = {name: str(body[name]) for name, _, _ in BUDGET_FIELDS if name in body}
+            raised = budget_raise(fields)
+            if isinstance(raised, str):
+                return _error(raised, 400)
+            more = raised
+        try:
+            said = await self.web.decide(
+                self.web.user(request), kind, request.path_params["run_id"],
+                str(body.get("step", "")), yes=True, reason=str(text or "")[:20_000], more=more,
+            )  # fmt: skip
+        except RunNotFound as error:
+            return _error(str(error), 404)
+        except DecisionRefused as error:
+            return _error(str(error), 409)
+        return JSONResponse({"done": said})
+
 
 def routes(web: Web) -> list[Route]:
     """The API's routes, on `web`."""
@@ -150,6 +192,8 @@ def routes(web: Web) -> list[Route]:
         Route("/api/pending", api.pending),
         Route("/api/runs/{run_id}/calls/{call_id}/decision", api.decision, methods=["POST"]),
         Route("/api/runs/{run_id}/plan/decision", api.decision, methods=["POST"]),
+        Route("/api/runs/{run_id}/answer", api.answer, methods=["POST"]),
+        Route("/api/runs/{run_id}/budget", api.answer, methods=["POST"]),
     ]
 
 

@@ -3,14 +3,15 @@
 GET  /runs?state=failed&before=CURSOR   the runs, a page at a time (state or how it ended,
                              waiting for, age, key, tokens, cost)
 GET  /runs/<id>              one run: task, plan, outcome, usage, specialists, live trace
-GET  /approvals              plans and calls waiting, whole, with Approve (as is, or
-                             edited) and Deny (with a reason)
+GET  /approvals              plans, calls, questions and budgets waiting, whole: Approve
+                             (as is, or edited, where this app's tool can check the
+                             edit) and Deny (with a reason), Answer, Raise the budget
 GET  /schedules              the schedules, when they fire next, their latest runs
 GET  /schedules/{name}       one schedule: how it runs unattended, and its firing history
 GET  /routes                 the model routes as the fleet shares them
 GET  /diff?a=RUN&b=RUN       two runs step by step (a fork and its original, say)
-POST /approvals/decide       one decision (or a run's Cancel), from a form made for this
-                             person and call
+POST /approvals/decide       one decision, answer or raise (or a run's Cancel), from a
+                             form made for this person and what it decides
 POST /runs/fork              a fork of a run from one of its steps (route, stubbed tools),
                              from a form made for this person and step
 """
@@ -39,6 +40,8 @@ from workers.web.views import (
     LONG_ARGS_CHARS,
     args_digest,
     args_text,
+    budget_limits,
+    budget_raise,
     cost_of,
     journal_rows,
     money,
@@ -57,10 +60,14 @@ SCHEDULE_RUNS_READ = 500
 FIRINGS_SHOWN = 5
 HISTORY_SHOWN = 100
 """Entries of a schedule's history its page shows, the newest."""
+MAX_ANSWER_CHARS = 20_000
+"""An answer to a question, from the form, at most (what `relay answer` keeps)."""
 MAX_FORM_BYTES = 262_144
 """A decision's form, edited arguments included."""
 MAX_FORK_TASK_CHARS = 10_000
 """A new request a fork begins with, from the form, at most."""
+FormRow = tuple[dict[str, Any], str]
+"""Something that waits on a person, as a page shows it, and the token of its form."""
 STEPS_SHOWN = 200
 """The newest journal steps a run's page offers to fork from."""
 
@@ -115,7 +122,7 @@ class _Pages:
         plans = [entry.text for entry in entries if entry.kind == "plan"]
         trace = [trace_row(entry, web.settings.flower_url) for entry in entries]
         user = web.user(request)
-        pending = [(row, _token(web, user, row)) for row in tree["pending"]]
+        pending = await _forms(web, user, tree["pending"])
         said = _said(web, request)
         stop = {"kind": "cancel", "run_id": run_id, "what": "run"}
         cancel = (stop, web.form_token(user, stop)) if tree["state"] != "finished" else None
@@ -230,7 +237,7 @@ class _Pages:
         web = self.web
         user, now = web.user(request), now_ms()
         rows = [pending_row(p, now) for p in await web.arelay.pending()]
-        forms = [(row, _token(web, user, row)) for row in rows]
+        forms = await _forms(web, user, rows)
         tasks = await _tasks(web, {str(row["run_id"]) for row in rows})
         said = _said(web, request)
         return web.page(request, "approvals.html", pending=forms, said=said, tasks=tasks)
@@ -244,17 +251,24 @@ class _Pages:
         decision = form.get("decision", "")
         yes = decision in ("approve", "approve_edited")
         edited = _edited(form.get("args", "")) if decision == "approve_edited" else None
-        if isinstance(edited, str):  # (before the form is used: send it again, mended)
-            return _refused(web, request, edited, status=400)
+        more = budget_raise(form) if kind == "budget" else None
+        answer = form.get("answer", "").strip()[:MAX_ANSWER_CHARS]
+        # A form to mend is refused before its token is used: send it again, mended.
+        if isinstance(edited, str) or isinstance(more, str):
+            return _refused(web, request, str(edited if isinstance(edited, str) else more), 400)
+        if kind == "question" and not answer:
+            return _refused(web, request, "write the answer: the run goes on with it", 400)
         user = web.user(request)
         why = await _form_refused(web, form, user, (kind, run_id, what))
         if why:
             return _refused(web, request, why)
-        reason = form.get("reason", "").strip()[:2_000]
+        reason = answer if kind == "question" else form.get("reason", "").strip()[:2_000]
         try:
             if yes and kind == "call" and edited is None:
                 await _whole_call_seen(web, run_id, what, form.get("seen", ""))
-            said = await web.decide(user, kind, run_id, what, yes=yes, reason=reason, args=edited)
+            said = await web.decide(
+                user, kind, run_id, what, yes=yes, reason=reason, args=edited, more=more
+            )
         except (DecisionRefused, RunNotFound) as error:
             return _refused(web, request, str(error), status=409)
         query = urlencode({"said": said, "sig": web.signed(said)})
@@ -279,10 +293,45 @@ def routes(web: Web) -> list[Route]:
     ]
 
 
-def _token(web: Web, user: str, row: dict[str, object]) -> str:
-    """An approval form's token, for a call or a plan; none for what relay web does not
-    decide (a question: `relay answer`; a budget: `relay extend`)."""
-    return web.form_token(user, row) if row["kind"] in ("call", "plan") else ""
+async def _forms(web: Web, user: str, rows: list[dict[str, Any]]) -> list[FormRow]:
+    """Each of `rows` (what waits on a person) with the token of the form that decides it,
+    and what its form needs: whether a call's arguments can be edited here (`edit_note`
+    says why not), the limits a parked tree's budget form can raise."""
+    notes: dict[str, str] = {}
+    budgets: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        if row["kind"] == "call":
+            tool = str(row["tool"])
+            if tool not in notes:
+                notes[tool] = await _edit_note(web, tool)
+            row["edit_note"] = notes[tool]
+        elif row["kind"] == "budget":
+            root = str(row["root_id"])
+            if root not in budgets:
+                try:
+                    budgets[root] = budget_limits((await web.arelay.status(root)).budget)
+                except RunNotFound:
+                    budgets[root] = []
+            row["limits"] = budgets[root]
+    return [(row, web.form_token(user, row)) for row in rows]
+
+
+async def _edit_note(web: Web, tool: str) -> str:
+    """Why a call of `tool` cannot be approved with edited arguments from this relay web
+    ("" if it can): the app's own tool checks them, so an edit form is shown only where
+    that tool is known (with no app, any edit would be refused)."""
+    kit = web.relay.kit
+    if not kit.any_tools():
+        return (
+            "Editing the arguments needs relay web started with the app that runs this"
+            " tool (relay --app MODULE:ATTR web): its tool checks the edited arguments."
+        )
+    if await run_in_threadpool(kit.spec, tool) is None:  # (may start an MCP server)
+        return (
+            f"This app has no tool {tool!r} to check edited arguments against: edit them"
+            " from a relay web started with the app that runs it (--app)."
+        )
+    return ""
 
 
 def web_routes(web: Web, request: Request) -> Response:

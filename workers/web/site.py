@@ -15,7 +15,9 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from workers.aio import AsyncRelay
-from workers.errors import DecisionRefused
+from workers.engine.budget import Budget
+from workers.engine.records import RunStatus
+from workers.errors import DecisionRefused, RelayError, RunNotFound
 from workers.relay import Relay
 from workers.web.auth import FormTokens, WebSettings
 
@@ -52,13 +54,19 @@ class Web:
         yes: bool,
         reason: str = "",
         args: dict[str, Any] | None = None,
+        more: Budget | None = None,
     ) -> str:
-        """Decide a pending call or plan in `user`'s name (a call approved with `args` if
-        given: edited arguments); return what was done, in words.
+        """Decide what waits on a person, in `user`'s name, through the client API the
+        command line uses; return what was done, in words. A call is approved (with
+        `args` if given: edited arguments) or denied; a plan approved or not; a question
+        answered with `reason` (`relay answer`); a tree's budget raised by `more`
+        (`relay extend`); a run cancelled. A plan, question or budget is named by its
+        step (`what`): a form for one the run no longer waits on is refused.
 
         Raises:
-            DecisionRefused: it is not pending (any more), was decided already, or the
-                edited arguments are refused (the call stays pending).
+            DecisionRefused: it is not pending (any more), was decided already, the
+                edited arguments are refused (the call stays pending), or the budget
+                has no limit `more` raises.
             RunNotFound: there is no such run.
         """
         verb, relay = ("approved" if yes else "denied"), self.arelay
@@ -75,12 +83,40 @@ class Web:
                 raise DecisionRefused(f"run {run_id} had finished already")
             return f"cancelling run {run_id} (its specialists stop too)"
         if kind == "plan":
-            pending = [p for p in (await relay.status(run_id)).pending if p.kind == "plan"]
-            if not pending or str(pending[0].seq) != what:
-                raise DecisionRefused(f"the plan of run {run_id} you saw is no longer pending")
+            await self._still_waiting(run_id, "plan", what, "the plan")
             await relay.approve_plan(run_id, yes=yes, by=user)
             return f"{verb} the plan of run {run_id}"
-        raise DecisionRefused(f"relay web decides calls and plans and cancels runs, not {kind!r}")
+        if kind == "question":
+            await self._still_waiting(run_id, "question", what, "the question")
+            await relay.answer(run_id, reason, by=user)
+            return f"answered the question of run {run_id}"
+        if kind == "budget" and more is not None:
+            status = await self._still_waiting(run_id, "budget", what, "the budget")
+            never = _unlimited(status.budget, more)
+            if never:  # (refused before EXTEND, which would wake the parked runs anyway)
+                raise DecisionRefused(
+                    f"the budget of run {status.root} has no limit of {never} to raise"
+                )
+            try:
+                woken = await relay.extend(run_id, more)
+            except RunNotFound:
+                raise
+            except RelayError as error:  # a limit the tree never had
+                raise DecisionRefused(str(error)) from None
+            went = "no parked run" if woken == 0 else f"{woken} parked run{'s' * (woken > 1)}"
+            return f"raised the budget of run {run_id}'s tree by {more.describe()}; {went} went on"
+        raise DecisionRefused(
+            f"relay web decides calls, plans, questions and budgets, not {kind!r}"
+        )
+
+    async def _still_waiting(self, run_id: str, kind: str, step: str, shown: str) -> RunStatus:
+        """The run's status, once sure it still waits on `shown` (the plan, question or
+        budget of step `step`); refused once it went on, or waits on a later one."""
+        status = await self.arelay.status(run_id)
+        pending = [p for p in status.pending if p.kind == kind]
+        if not pending or str(pending[0].seq) != step:
+            raise DecisionRefused(f"{shown} of run {run_id} you saw is no longer pending")
+        return status
 
     def signed(self, text: str) -> str:
         """A signature for `text` (a message this server puts in a redirect's URL)."""
@@ -89,3 +125,16 @@ class Web:
     def form_token(self, user: str, pending: dict[str, Any]) -> str:
         what = (pending["kind"], pending["run_id"], pending["what"])
         return self.tokens.issue(user, what, int(time.time()))
+
+
+_LIMITS = {"tokens": "tokens", "usd": "dollars", "model_calls": "model calls", "seconds": "time"}
+
+
+def _unlimited(budget: Budget | None, more: Budget) -> str:
+    """What `more` raises that `budget` has no limit of ("tokens, dollars"; "" if none):
+    a limit a tree was started without stays unlimited, so raising it is refused."""
+    return ", ".join(
+        label
+        for field, label in _LIMITS.items()
+        if getattr(more, field) is not None and getattr(budget, field, None) is None
+    )

@@ -14,16 +14,20 @@ from urllib.parse import quote
 
 from workers.aio import AsyncRelay
 from workers.client.runs import page_cursor
+from workers.engine.budget import Budget
 from workers.engine.journal import JournalError, read_entry
 from workers.engine.records import Pending, RunStatus, TraceEntry, run_list
 from workers.errors import RunNotFound
 
 __all__ = [
+    "BUDGET_FIELDS",
     "LONG_ARGS_CHARS",
     "MARKS",
     "RunsPage",
     "args_digest",
     "args_text",
+    "budget_limits",
+    "budget_raise",
     "cost_of",
     "duration",
     "journal_rows",
@@ -33,6 +37,7 @@ __all__ = [
     "run_row",
     "run_tree",
     "runs_page",
+    "tokens_text",
     "trace_row",
 ]
 
@@ -91,6 +96,11 @@ def money(micro: int | None) -> str:
     return f"${whole}.{cents.ljust(2, '0')}"
 
 
+def tokens_text(total: int, prompt: int, completion: int, own: int) -> str:
+    """A run's tokens as its page says them (the page's live poll says them anew)."""
+    return f"{total:,} ({prompt:,} prompt, {completion:,} completion; its own calls {own:,})"
+
+
 def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
     """One run, as the runs list and the API show it."""
     usage = status.total_usage
@@ -117,6 +127,12 @@ def run_row(status: RunStatus, now_ms: int) -> dict[str, Any]:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "own_tokens": status.usage.total_tokens,
+        "tokens_text": tokens_text(
+            usage.total_tokens,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            status.usage.total_tokens,
+        ),
         "cost_usd": cost,
         "cost_micro": None if cost is None else status.total_usage.cost_micro,
         "cost_text": money(None if cost is None else status.total_usage.cost_micro),
@@ -237,6 +253,55 @@ def args_text(args: dict[str, Any] | None) -> str:
 def args_digest(args: dict[str, Any] | None) -> str:
     """What the page sends back once the whole arguments were opened (see LONG_ARGS_CHARS)."""
     return hashlib.sha256(args_text(args).encode()).hexdigest()[:32]
+
+
+BUDGET_FIELDS = (
+    ("tokens", "tokens", "tokens"),
+    ("usd", "dollars", "usd"),
+    ("calls", "model calls", "model_calls"),
+    ("minutes", "minutes", "seconds"),
+)
+"""A budget form's fields: (its name, what it raises by, the `Budget` field it fills)."""
+MAX_RAISE = {"tokens": 10**15, "usd": 10**9, "calls": 10**9, "minutes": 10**7}
+"""A raise each field may ask for, under what a `Budget` holds (seconds: 10**9)."""
+
+
+def budget_limits(budget: Budget | None) -> list[dict[str, str]]:
+    """The fields of the form that raises a tree's budget: one for each limit the tree has
+    (raising one it never had is refused, as `relay extend` is), with the limit now."""
+    if budget is None:
+        return []
+    now = {
+        "tokens": None if budget.tokens is None else f"{budget.tokens:,}",
+        "usd": None if budget.usd is None else f"${budget.usd:,.2f}",
+        "calls": None if budget.model_calls is None else f"{budget.model_calls:,}",
+        "minutes": None if budget.seconds is None else duration(int(budget.seconds * 1000)),
+    }
+    return [
+        {"name": name, "label": label, "now": limit}
+        for name, label, _ in BUDGET_FIELDS
+        if (limit := now[name]) is not None
+    ]
+
+
+def budget_raise(fields: dict[str, str]) -> Budget | str:
+    """The raise a budget form asks for (its empty fields raise nothing), or why it is
+    none: a field that is no positive number, or no field filled."""
+    more: dict[str, float] = {}
+    for name, label, field in BUDGET_FIELDS:
+        text = fields.get(name, "").strip().lstrip("$").replace(",", "")
+        if not text:
+            continue
+        try:
+            number = int(text) if name in ("tokens", "calls") else float(text)
+        except ValueError:
+            return f"{label}: {text[:40]!r} is not a{' whole' if name != 'usd' else ''} number"
+        if not 0 < number < MAX_RAISE[name]:  # (NaN and infinity are not either)
+            return f"{label}: raise it by more than 0 and less than {MAX_RAISE[name]:,}"
+        more[field] = number * 60 if name == "minutes" else number
+    if not more:
+        return "say what to raise: tokens, dollars, model calls or minutes"
+    return Budget.model_validate(more)
 
 
 def pending_row(pending: Pending, now_ms: int) -> dict[str, Any]:

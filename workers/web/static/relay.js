@@ -42,6 +42,15 @@ function traceRow(body, t) {
 // Whether the run is asking its model now: only then is a reply "being written".
 let modelWriting = false;
 
+// What the run's facts say that changes while it works: its tokens, cost and age.
+function showNow(answer) {
+  for (const [id, text] of [["run-tokens", answer.tokens_text], ["run-cost", answer.cost_text],
+                            ["run-age", answer.age]]) {
+    const shown = document.getElementById(id);
+    if (shown && typeof text === "string") shown.textContent = text;
+  }
+}
+
 async function follow(facts) {
   const body = document.querySelector("#trace tbody");
   let after = Number(facts.dataset.after);
@@ -58,6 +67,7 @@ async function follow(facts) {
     showTimes(body);
     after = answer.next ?? after;
     modelWriting = answer.state === "running" && answer.waiting_for === "model";
+    showNow(answer);
     const state = document.getElementById("run-state");
     state.textContent = answer.state + (answer.waiting_for ? ", waiting for " + answer.waiting_for : "");
     if (answer.state !== started) { location.reload(); return; }
@@ -110,12 +120,15 @@ async function followLive(facts) {
       else if (e.kind === "done" && e.run_id === facts.dataset.run) return;
     }
     after = answer.next ?? after;
-    if (raw && modelWriting) {
-      const answerText = finalSoFar(raw);
-      shown.textContent = answerText === null ? raw : answerText;
+    // Only a final answer's text is shown, never the reply's JSON: a reply that calls a
+    // tool or gives a plan shows nothing, and so does one written before (the run parked,
+    // runs its tools, or waits for its next reply to begin).
+    const answerText = raw && modelWriting ? finalSoFar(raw) : null;
+    if (answerText) {
+      shown.textContent = answerText;
       box.hidden = false;
     } else {
-      box.hidden = true;  // a reply written before (the run parked, or runs its tools)
+      box.hidden = true;
     }
     await new Promise((done) => setTimeout(done, 700));
   }
