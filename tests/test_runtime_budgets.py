@@ -21,7 +21,7 @@ from tests.support.brain import batch, call, final
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from tests.support.waiting import calls_for, pending_for, wait_state
-from workers import Budget, Price
+from workers import Budget, Price, RelayError
 
 MAX_TOKENS = 160
 PRICE = Price(input_per_m=3.0, output_per_m=15.0, cached_input_per_m=0.3)
@@ -125,6 +125,12 @@ def test_a_parked_tree_holds_no_worker_and_goes_on_once_extended(tmp_path: Path)
         # Parked, it holds no worker: the single worker slot serves another run meanwhile.
         f.brain.script("EXT-OTHER:", {0: final("done meanwhile")})
         assert f.relay.wait(f.relay.start("EXT-OTHER: answer"), 30).stop is Stop.DONE
+        # A raise of a limit the tree never had is refused, and wakes nobody: the run
+        # stays parked where a person saw it (it would only have parked again).
+        with pytest.raises(RelayError, match="no limit that"):
+            f.relay.extend(root, Budget(tokens=500))
+        assert [p.run_id for p in f.relay.pending() if p.kind == "budget"] == [root]
+        assert f.relay.status(root).waiting_for == "budget"
         assert f.relay.extend(root, Budget(model_calls=1)) == 1
         assert f.relay.wait(root, 60).stop is Stop.DONE, f.logs()
         assert f.relay.status(root).budget == Budget(model_calls=2)

@@ -4,7 +4,8 @@
 -- the deadline) is raised by the amount given; a limit the tree never had stays
 -- unlimited. Each run still parked at the budget (its pending entry named in ARGV)
 -- is decided once, like an approval: the entry goes, the run's inbox gets a
--- BudgetExtended event, and the run is woken.
+-- BudgetExtended event, and the run is woken. A raise that raises no limit the tree
+-- has wakes nobody: the runs would only park again, and the caller is told so.
 --
 -- KEYS[1] root's hash  KEYS[2] deadlines index  KEYS[3] pending index
 -- KEYS[4] pending data  KEYS[5] outbox; then for each parked run: its hash, its inbox
@@ -22,6 +23,7 @@ for i, field in ipairs(limits) do
     if field == 'ld' then redis.call('ZADD', KEYS[2], now, ARGV[5]) end
   end
 end
+if raised == 0 then return {0, 0} end
 local woken = 0
 local parked = (#KEYS - 5) / 2
 for k = 1, parked do
