@@ -27,6 +27,9 @@ def test_the_schedule_pages_tell_the_history_on_the_schedules_clock(tmp_path: Pa
         )  # fmt: skip
         relay.schedule("often", recipe, {"thing": "b"}, Every(1), now_ms=T0 - 30 * MINUTE)
         relay.scheduling.pause("often", "too chatty")
+        # Nothing has fired: "last fired" says never (not when each was made).
+        before = web.client.get("/schedules").text
+        assert before.count('<td class="never">never</td>') == 2, before
         [run_id] = relay.tick(T0 + 1_000)  # berlin's 09:00 fires; often is paused
         assert run_id == fire_id("berlin", T0)
         relay.tick(T0 + 2 * 24 * 60 * MINUTE)  # the next day's: the first run still goes
@@ -38,6 +41,10 @@ def test_the_schedule_pages_tell_the_history_on_the_schedules_clock(tmp_path: Pa
         text = html.unescape(listing.text)
         assert '<td class="next">paused</td>' in text
         assert "2027-01-18T09:00:00+01:00" in text  # berlin's next, in Berlin
+        # berlin last started a run at its first 09:00 (the next day's was skipped);
+        # often, paused, at the firing a person asked for.
+        assert f'<td class="at" data-ms="{T0}"></td>' in text
+        assert '<td class="never">' not in text
 
         page = html.unescape(web.client.get("/schedules/berlin").text)
         assert "2027-01-15T09:00:00+01:00</td><td>fired</td><td>schedule</td>" in page

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from scheduler.history import FiringKind
 from scheduler.schedules import Schedule, local_iso
 from scheduler.store import Notification
 from workers.engine.records import RUN_FILTERS
@@ -186,18 +187,18 @@ class _Pages:
         for status in await web.arelay.runs(limit=SCHEDULE_RUNS_READ):
             if status.schedule and len(fired.setdefault(status.schedule, [])) < FIRINGS_SHOWN:
                 fired[status.schedule].append(run_row(status, now))
-        found_schedules, notes = await run_in_threadpool(_schedules_and_notes, web)
+        found_schedules, notes, lasts = await run_in_threadpool(_schedules_and_notes, web)
         rows = [
             {
                 "name": found.name,
                 "describe": found.describe(),
                 "mode": found.mode,
                 "next": found.next_text(),
-                "last_ms": found.last_run_ms,
+                "last_ms": last,
                 "task": found.task(),
                 "runs": fired.get(found.name, []),
             }
-            for found in found_schedules
+            for found, last in zip(found_schedules, lasts, strict=True)
         ]
         return web.page(request, "schedules.html", schedules=rows, notifications=notes)
 
@@ -415,9 +416,21 @@ async def _whole_call_seen(web: Web, run_id: str, call_id: str, seen: str) -> No
         )
 
 
-def _schedules_and_notes(web: Web) -> tuple[list[Schedule], list[Notification]]:
-    """Every schedule and the newest notifications (the schedule store reads redis-py)."""
-    return web.relay.schedules(), web.relay.notifications(limit=20)
+def _schedules_and_notes(
+    web: Web,
+) -> tuple[list[Schedule], list[Notification], list[int | None]]:
+    """Every schedule, the newest notifications, and when each schedule last started a
+    run (notified, for a notify-only one), from its history; None: never among the
+    entries kept. (`last_run_ms` is where the next slot is counted from: when it was
+    made, resumed or last claimed a slot, skipped ones too; not a firing.) The schedule
+    store reads redis-py."""
+    found = web.relay.schedules()
+    lasts: list[int | None] = []
+    for schedule in found:
+        kind: FiringKind = "notified" if schedule.mode == "notify" else "fired"
+        entry, _ = web.relay.scheduling.last(schedule.name, kind)
+        lasts.append(None if entry is None else entry.slot_ms)
+    return found, web.relay.notifications(limit=20), lasts
 
 
 def _refused(web: Web, request: Request, why: str, status: int = 403) -> Response:
