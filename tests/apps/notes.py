@@ -185,6 +185,13 @@ async def async_wait(label: str, seconds: float) -> str:
     return await async_once(label, seconds)
 
 
+async def async_boom(label: str) -> str:
+    """Fail after an await, asynchronously (the coroutine raises on the event loop)."""
+    ledger(f"async_boom start {label}")
+    await asyncio.sleep(0.05)
+    raise ValueError(f"async kaboom {label}")
+
+
 TOOLS = [
     (read_note, Risk.READ),
     (write_note, Risk.CREATE),
@@ -199,6 +206,7 @@ TOOLS = [
     (crunch_then_wait, Risk.READ),
     (unsure, Risk.READ),
     (async_once, Risk.CREATE),
+    (async_boom, Risk.READ),
 ]
 
 
