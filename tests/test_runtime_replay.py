@@ -12,6 +12,7 @@ its stated result.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -34,7 +35,9 @@ from tests.support.cli import relay as relay_command
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ModelServer
 from tests.support.waiting import calls_for, pending_for, prompts_for
-from workers import Relay, RelayError, Settings
+from workers import Budget, Relay, RelayError, Settings
+from workers.engine.journal import call_digest
+from workers.store.layout import RunFields
 
 TRUSTING = Config(require_plan=False, max_batch=4, max_calls=20, policy=Policy.TRUSTING)
 CAUTIOUS = Config(require_plan=False, max_batch=4, max_calls=20)
@@ -364,6 +367,34 @@ def test_fork_edges_beyond_the_end_mid_batch_waiting_on_a_person_and_cancelled(f
     _finished(f, revived, Stop.CANCELLED)
 
 
+def test_a_fork_counts_its_time_budget_from_the_fork_not_the_originals_start(f: Fleet) -> None:
+    f.brain.script("RP-CLOCK", {0: call("delete_note", name="clock.txt"), 1: final("deleted")})
+    run_id = f.relay.start("RP-CLOCK: delete", config=CAUTIOUS, budget=Budget(seconds=4))
+    pending_for(f, run_id, "call")
+    asked = f.relay.replay(run_id).steps  # the step that waits on a person
+    _finished(f, run_id, Stop.BUDGET_EXCEEDED)  # nobody came within its 4 s
+    started_ms = f.relay.status(run_id).created_ms
+    assert time.time() * 1000 - started_ms > 4_000
+
+    # Forked later than its budget after the original's start: the fork still runs.
+    fork = f.relay.fork(run_id, asked)
+    mine = pending_for(f, fork, "call")
+    f.relay.approve(fork, mine.call_id or "")
+    _finished(f, fork)
+    assert f.ledger().count("delete_note clock.txt") == 1
+    assert f.relay.status(fork).budget == Budget(seconds=4)  # the budget came along
+
+    # ... and its own 4 s are counted: a fork nobody decides for stops at them.
+    idle = f.relay.fork(run_id, asked)
+    forked_at = time.monotonic()
+    pending_for(f, idle, "call")
+    outcome = f.relay.wait(idle, 60)
+    assert outcome.stop is Stop.BUDGET_EXCEEDED, outcome
+    assert "time budget" in outcome.summary
+    assert time.monotonic() - forked_at >= 3.5
+    assert f.ledger().count("delete_note clock.txt") == 1
+
+
 # --- fork at every step onto another model server, tools stubbed ----------------------------
 
 
@@ -430,6 +461,41 @@ def test_a_fork_at_every_step_runs_nothing_twice_and_asks_the_second_server(
     finally:
         second.set_responder(f.brain)
     assert f.ledger().count("write_note one.txt") == 3
+
+
+def test_a_stubbed_call_whose_recorded_outcome_is_gone_is_not_run_and_says_why(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, second, relay = two
+    f.brain.script(
+        "RP-GONE", {0: call("write_note", name="gone.txt", text="once"), 1: final("handled")}
+    )
+    original = relay.start("RP-GONE: write once", config=TRUSTING)
+    _finished(f, original)
+    assert f.ledger().count("write_note gone.txt") == 1
+    field = RunFields.stub(call_digest("write_note", {"name": "gone.txt", "text": "once"}))
+    made: dict[str, str] = {}
+
+    def lose_the_recorded_outcome(chat: Any) -> Any:
+        # While the fork's model is asked (before it calls the write again), the outcome
+        # its --stub-tools recorded is lost from Redis.
+        f.until(lambda: "fork" in made, 10, what="the fork's id")
+        assert relay.store.redis.hdel(relay.store.keys.run(made["fork"]), field) in (0, 1)
+        return f.brain(chat)
+
+    second.set_responder(lose_the_recorded_outcome)
+    try:
+        made["fork"] = relay.fork(original, 0, route="second", stub_tools=True)
+        assert relay.store.redis.hexists(relay.store.keys.run(made["fork"]), field)
+        _finished(f, made["fork"])
+    finally:
+        second.set_responder(f.brain)
+    assert not relay.store.redis.hexists(relay.store.keys.run(made["fork"]), field)
+    # The write did not run again: the call was stopped, and the model was told why.
+    assert f.ledger().count("write_note gone.txt") == 1
+    [result] = [e for e in relay.trace(made["fork"]) if e.kind == "result"]
+    assert (result.tool, result.status) == ("write_note", "error")
+    assert result.text == "its recorded outcome is gone; it was not run"
 
 
 def test_a_fork_onto_an_unknown_route_or_bad_config_is_refused(
