@@ -498,6 +498,24 @@ def test_a_stubbed_call_whose_recorded_outcome_is_gone_is_not_run_and_says_why(
     assert result.text == "its recorded outcome is gone; it was not run"
 
 
+def test_a_stubbed_call_whose_original_outcome_is_unknown_is_not_run_again(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, _, relay = two
+    f.brain.script("RP-UNSURE", {0: call("unsure", amount=7), 1: final("told")})
+    original = relay.start("RP-UNSURE: transfer", config=TRUSTING)
+    _finished(f, original)
+    [was] = [e for e in relay.trace(original) if e.kind == "result"]
+    assert was.status == "unknown"
+    fork = relay.fork(original, 0, route="second", stub_tools=True)
+    _finished(f, fork)
+    assert f.ledger().count("unsure 7") == 1  # it may have gone through once: not again
+    [result] = [e for e in relay.trace(fork) if e.kind == "result"]
+    assert result.status == "error"
+    assert result.text.startswith("with stubbed tools it was not run: the run it was forked")
+    assert "its outcome is unknown (the bank timed out" in result.text
+
+
 def test_a_fork_onto_an_unknown_route_or_bad_config_is_refused(
     two: tuple[Fleet, ModelServer, Relay],
 ) -> None:

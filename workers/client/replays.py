@@ -354,12 +354,15 @@ class Replays:
 
     def _stubs(self, start: JournalStart, entries: Sequence[JournalEntry]) -> dict[str, str]:
         """The recorded outcome of every tool call the run (and its specialists) made,
-        by the call's digest (tool and exact arguments): the first outcome of each."""
+        by the call's digest (tool and exact arguments): the first outcome of each. A call
+        whose outcome is unknown has none to hand back: it gets an error saying so, and
+        is not run (it may have taken effect once already)."""
         stubs: dict[str, str] = {}
         for tool, args, output in self._tree_calls(self._play(start, entries)):
-            if output is not None and output.status in ("ok", "error"):
-                # (an unknown outcome is no outcome to hand back)
-                stubs.setdefault(call_digest(tool, args), output.model_dump_json())
+            if output is None or output.status == "declined":
+                continue  # (not made: the fork's call runs, its own person asked if need be)
+            kept = output if output.status in ("ok", "error") else _not_known(output)
+            stubs.setdefault(call_digest(tool, args), kept.model_dump_json())
         return stubs
 
     def calls(self, run_id: str) -> list[MadeCall]:
@@ -410,6 +413,14 @@ class Replays:
         rows = _rows(steps[0][1], steps[1][1], offset_a, offset_b)
         first = next((r.step for r in rows if not r.same), None)
         return Diff(a=sides[0], b=sides[1], rows=tuple(rows), first_difference=first)
+
+
+def _not_known(output: ToolOutput) -> ToolOutput:
+    """What a stubbed call gets for an original call whose outcome is unknown."""
+    return ToolOutput.error(
+        f"with stubbed tools it was not run: the run it was forked from made this call,"
+        f" and its outcome is unknown ({output.text})"
+    )
 
 
 def _said(step: StepSeen | None) -> str:
