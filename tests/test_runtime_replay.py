@@ -516,6 +516,38 @@ def test_a_stubbed_call_whose_original_outcome_is_unknown_is_not_run_again(
     assert "its outcome is unknown (the bank timed out" in result.text
 
 
+def test_a_stubbed_result_says_so_in_the_trace_and_relay_show(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, _, relay = two
+    f.brain.script(
+        "RP-MARK", {0: call("write_note", name="mark.txt", text="hello"), 1: final("marked")}
+    )
+    original = relay.start("RP-MARK: write", config=TRUSTING)
+    _finished(f, original)
+    fork = relay.fork(original, 0, route="second", stub_tools=True)
+    _finished(f, fork)
+    assert f.ledger().count("write_note mark.txt") == 1
+    [real] = [e for e in relay.trace(original) if e.kind == "result"]
+    [stub] = [e for e in relay.trace(fork) if e.kind == "result"]
+    assert real.data["attempt"] == 1
+    assert "stubbed" not in real.data
+    assert stub.text == real.text == "wrote 5 characters to mark.txt"
+    # Not a first attempt that took 0 ms: nothing ran, and the line says so.
+    assert stub.data["stubbed"] is True
+    assert "attempt" not in stub.data
+    assert "ms" not in stub.data
+    env = clean_env(
+        **f.env, RELAY_MODELS=str(f.directory / "models.json"), RELAY_APP="tests.apps.notes:relay"
+    )
+    shown = relay_command("show", fork, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "← stubbed, nothing ran: wrote 5 characters to mark.txt" in shown.stdout
+    plain = relay_command("show", original, env=env)
+    assert "← wrote 5 characters to mark.txt" in plain.stdout
+    assert "stubbed" not in plain.stdout
+
+
 def test_a_fork_onto_an_unknown_route_or_bad_config_is_refused(
     two: tuple[Fleet, ModelServer, Relay],
 ) -> None:

@@ -59,6 +59,9 @@ class Ran(BaseModel):
     task: str = ""
     ms: int | None = None
     """How long the call took, from its claim to its outcome."""
+    stubbed: bool = False
+    """Nothing ran: the outcome is one recorded before (a fork's `stub_tools`, a recorded
+    tool), handed back by this worker."""
 
 
 class ModelReplied(BaseModel):

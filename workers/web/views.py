@@ -302,7 +302,10 @@ def _flower_task(flower_url: str, task_id: str | None) -> str | None:
 
 
 def _made(data: dict[str, Any]) -> str:
-    """`took 1.2 s, attempt 2 on celery@w2`, or what of it is known ("" for none)."""
+    """`took 1.2 s, attempt 2 on celery@w2`, or what of it is known ("" for none);
+    `stubbed: its recorded outcome, nothing ran` for an outcome handed back."""
+    if data.get("stubbed") is True:
+        return "stubbed: its recorded outcome, nothing ran"
     attempt, worker, took = data.get("attempt"), data.get("worker"), data.get("ms")
     parts = [f"took {duration(took)}," if isinstance(took, int) else ""]
     parts.append(f"attempt {attempt}" if isinstance(attempt, int) else "")
