@@ -548,6 +548,70 @@ def test_a_stubbed_result_says_so_in_the_trace_and_relay_show(
     assert "stubbed" not in plain.stdout
 
 
+def test_diff_labels_each_ending_as_it_ended_and_says_what_differs(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, second, relay = two
+    f.brain.script(
+        "RP-TEN", {0: call("write_note", name="ten.txt", text="ten"), 1: final("wrote ten")}
+    )
+    original = relay.start("RP-TEN: write", config=TRUSTING)
+    _finished(f, original)
+
+    def twenty(chat: Any) -> Any:
+        reply = f.brain(chat)
+        return reply.replace("ten", "twenty") if isinstance(reply, str) else reply
+
+    second.set_responder(twenty)
+    try:
+        other = relay.fork(original, 0, route="second")
+        _finished(f, other)
+    finally:
+        second.set_responder(f.brain)
+    env = clean_env(
+        **f.env, RELAY_MODELS=str(f.directory / "models.json"), RELAY_APP="tests.apps.notes:relay",
+        COLUMNS="250",
+    )  # fmt: skip
+    shown = relay_command("diff", original, other, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {r["step"]: r for r in json.loads(shown.stdout)["rows"]}
+    assert json.loads(shown.stdout)["first_difference"] == 2
+    assert (rows[1]["same"], rows[1]["differs"]) == (True, "")
+    assert (rows[2]["a"], rows[2]["b"]) == ("run write_note", "run write_note")
+    assert (
+        rows[2]["differs"] == 'args differ: name "ten.txt" -> "twenty.txt"; text "ten" -> "twenty"'
+    )
+    assert rows[3]["differs"].startswith("prompt differs")  # its result said "twenty"
+    assert (rows[4]["a"], rows[4]["b"], rows[4]["differs"]) == (
+        "done",
+        "done",
+        "reply text differs",
+    )
+    table = relay_command("diff", original, other, env=env)
+    assert 'first difference: args differ: name "ten.txt" -> "twenty.txt"' in table.stdout
+    assert "reply text differs" in table.stdout
+
+    # A run that was cancelled ends "cancelled", not "done"; the fork that went on, "done".
+    f.brain.script("RP-HALT", {0: call("delete_note", name="halt.txt"), 1: final("deleted")})
+    halted = relay.start("RP-HALT: delete", config=CAUTIOUS)
+    pending_for(f, halted, "call")
+    asked = relay.replay(halted).steps
+    relay.cancel(halted, "not now")
+    _finished(f, halted, Stop.CANCELLED)
+    went_on = relay.fork(halted, asked)
+    relay.approve(went_on, pending_for(f, went_on, "call").call_id or "")
+    _finished(f, went_on)
+    rows = {r.step: r for r in relay.diff(halted, went_on).rows}
+    assert (rows[asked].a, rows[asked].same) == ("run delete_note", True)
+    assert (rows[asked + 1].a, rows[asked + 1].b) == ("cancelled", "run delete_note")
+    assert rows[asked + 1].differs == "step differs: cancelled -> run delete_note"
+    assert rows[max(rows)].a == ""
+    assert (rows[max(rows)].b, rows[max(rows)].differs) == (
+        "done",
+        "only the second run went this far",
+    )
+
+
 def test_a_fork_onto_an_unknown_route_or_bad_config_is_refused(
     two: tuple[Fleet, ModelServer, Relay],
 ) -> None:

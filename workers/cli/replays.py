@@ -128,7 +128,8 @@ def fork(
 @app_option
 @click.pass_obj
 def diff(obj: Context, a: str, b: str, as_json: bool) -> None:
-    """Two runs side by side, step by step: the first difference, outcomes, tokens, cost."""
+    """Two runs side by side, step by step: what differs at each step that does (the
+    first marked), how each ended, tokens, cost."""
     try:
         found = obj.relay.diff(a, b)
     except RelayError as error:
@@ -156,11 +157,8 @@ def _print_diff(found: Diff) -> None:
     for column in ("step", found.a.run_id, found.b.run_id, ""):
         steps.add_column(one_line(column))
     for line in found.rows:
-        mark = (
-            ""
-            if line.same
-            else ("first difference" if line.step == found.first_difference else "differs")
-        )
+        first = "first difference: " if line.step == found.first_difference else ""
+        mark = "" if line.same else first + line.differs
         steps.add_row(*row(str(line.step), line.a or "-", line.b or "-", mark))
     console().print(steps)
     if found.first_difference is None:

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from agent_core import Agent, Config, Done, ToolOutput
 from agent_core.errors import AgentError
 from agent_core.steps import FROZEN
+from workers.client.diffs import Diff, DiffRow, RunSide, Steps, diff_of
 from workers.engine.journal import (
     JournalEntry,
     JournalError,
@@ -31,7 +32,7 @@ from workers.engine.journal import (
     read_start,
     start_text,
 )
-from workers.engine.records import ForkedFrom, RunList, RunRecord, TraceEntry, Usage
+from workers.engine.records import ForkedFrom, RunList, RunRecord, TraceEntry
 from workers.engine.replay import Replayed, replay
 from workers.engine.working import Surroundings
 from workers.errors import RelayError
@@ -79,39 +80,6 @@ class ReplayReport(BaseModel):
     problem: str | None = None
     state: str = ""
     """Where the run is now (running, waiting, finished)."""
-
-
-class RunSide(BaseModel):
-    """One run of a diff: its outcome and what it used."""
-
-    model_config = FROZEN
-    run_id: str
-    state: str
-    stop: str | None
-    steps: int
-    usage: Usage
-    tool_calls: int
-    forked_from: ForkedFrom | None = None
-
-
-class DiffRow(BaseModel):
-    model_config = FROZEN
-    step: int
-    """The step, numbered as in the first run (a fork's steps follow its fork point)."""
-    a: str
-    b: str
-    same: bool
-
-
-class Diff(BaseModel):
-    """Two runs step by step (`relay diff A B`), with the first step they differ at."""
-
-    model_config = FROZEN
-    a: RunSide
-    b: RunSide
-    rows: tuple[DiffRow, ...]
-    first_difference: int | None
-    """The first step that differs (None: the same steps, as far as both went)."""
 
 
 class MadeCall(NamedTuple):
@@ -397,8 +365,8 @@ class Replays:
     # --- diff ---------------------------------------------------------------------------
 
     def diff(self, a: str, b: str) -> Diff:
-        """Two runs side by side, step by step, the first difference marked."""
-        sides, steps = [], []
+        """Two runs side by side, step by step, the first difference marked and said."""
+        sides = []
         for run_id in (a, b):
             try:
                 start, entries = self._journal(run_id)
@@ -407,12 +375,9 @@ class Replays:
             found = self.store.read(run_id)
             record = found[0] if found is not None else start.record
             total = found[1] if found is not None else record.usage
-            sides.append(_side(record, total, entries))
-            steps.append((start.record.forked_from, [e.step for e in entries]))
-        offset_a, offset_b = _offsets(a, b, steps[0][0], steps[1][0])
-        rows = _rows(steps[0][1], steps[1][1], offset_a, offset_b)
-        first = next((r.step for r in rows if not r.same), None)
-        return Diff(a=sides[0], b=sides[1], rows=tuple(rows), first_difference=first)
+            taken = self._play(start, entries).taken  # (as far as it replays the same)
+            sides.append(Steps(record, total, [e.step for e in entries], taken))
+        return diff_of(sides[0], sides[1])
 
 
 def _not_known(output: ToolOutput) -> ToolOutput:
@@ -427,43 +392,3 @@ def _said(step: StepSeen | None) -> str:
     if step is None:
         return ""
     return f"{step.kind} {', '.join(step.tools)}".strip()
-
-
-def _side(record: RunRecord, total: Usage, entries: Sequence[JournalEntry]) -> RunSide:
-    calls = sum(len(e.step.tools) for e in entries if e.step.kind == "run")
-    return RunSide(
-        run_id=record.id,
-        state=record.state,
-        stop=record.outcome.stop.value if record.outcome else None,
-        steps=len(entries),
-        usage=total,
-        tool_calls=calls,
-        forked_from=record.forked_from,
-    )
-
-
-def _offsets(
-    a: str, b: str, a_from: ForkedFrom | None, b_from: ForkedFrom | None
-) -> tuple[int, int]:
-    """Where each run's first step falls in A's numbering. A fork's first step states
-    again where its fork point left the other (the steps before are the other's,
-    shared): a fork at N > 0 begins at the other's step N (at 0, at step 1, which only
-    settles the started agent)."""
-    if b_from is not None and b_from.run == a:
-        return 0, max(b_from.step - 1, 0)
-    if a_from is not None and a_from.run == b:
-        return max(a_from.step - 1, 0), 0
-    return 0, 0
-
-
-def _rows(
-    a: Sequence[StepSeen], b: Sequence[StepSeen], offset_a: int, offset_b: int
-) -> list[DiffRow]:
-    rows = []
-    last = max(len(a) + offset_a, len(b) + offset_b)
-    for step in range(max(offset_a, offset_b) + 1, last + 1):
-        one = a[step - offset_a - 1] if 0 < step - offset_a <= len(a) else None
-        two = b[step - offset_b - 1] if 0 < step - offset_b <= len(b) else None
-        same = one is not None and two is not None and one == two
-        rows.append(DiffRow(step=step, a=_said(one), b=_said(two), same=same))
-    return rows
