@@ -612,6 +612,36 @@ def test_diff_labels_each_ending_as_it_ended_and_says_what_differs(
     )
 
 
+def test_the_upgrade_check_names_a_tool_whose_risk_or_idempotency_changed(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, _, relay = two
+    f.brain.script("RP-RISK", {0: call("delete_note", name="risk.txt"), 1: final("deleted")})
+    parked = relay.start("RP-RISK: delete", config=CAUTIOUS)
+    pending_for(f, parked, "call")  # a WRITE: it asks a person
+    env = clean_env(
+        **f.env, RELAY_MODELS=str(f.directory / "models.json"), RELAY_APP="tests.apps.notes:relay"
+    )
+    same = relay_command("replay", parked, env=env)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert f"{parked}: identical, 2 steps (waiting)" in same.stdout
+
+    # The next version classes delete_note READ (the parked call would no longer ask) and
+    # write_note idempotent: the same steps, but not the same run. Named, with exit 1.
+    upgraded = {**env, "RELAY_APP": "tests.apps.notes:upgraded"}
+    checked = relay_command("replay", "--waiting", env=upgraded)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert (
+        f"{parked}: diverges at step 2 of 2: run delete_note then, run delete_note now:"
+        " tool delete_note: risk WRITE -> READ, idempotent no -> yes;"
+        " tool write_note: idempotent no -> yes"
+    ) in checked.stdout
+    report = json.loads(relay_command("replay", parked, "--json", env=upgraded).stdout)
+    assert (report["identical"], report["replayed"]) == (False, 2)
+    assert report["divergence"]["why"].startswith("tool delete_note: risk WRITE -> READ")
+    relay.cancel(parked)
+
+
 def test_a_fork_onto_an_unknown_route_or_bad_config_is_refused(
     two: tuple[Fleet, ModelServer, Relay],
 ) -> None:

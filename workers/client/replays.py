@@ -137,8 +137,42 @@ class Replays:
         if played.divergence is not None:
             d = played.divergence
             found = Divergence(step=d.step, recorded=_said(d.recorded), now=_said(d.now), why=d.why)
-            report = report.model_copy(update={"divergence": found})
+            return report.model_copy(update={"divergence": found})
+        reclassed = self._reclassed(start, entries)
+        if reclassed is not None:
+            return report.model_copy(update={"identical": False, "divergence": reclassed})
         return report
+
+    def _reclassed(self, start: JournalStart, entries: Sequence[JournalEntry]) -> Divergence | None:
+        """A tool whose risk or idempotency changed since the run started, as a divergence:
+        its steps replay the same (the model is not shown either), but a call may no longer
+        ask a person, or may run again after a lost worker. At the first step that calls
+        a changed tool, else at the step the run goes on from."""
+        changes: dict[str, list[str]] = {}
+        for name, then in start.risks.items():
+            spec = self.kit.spec(name)
+            if spec is None:
+                continue  # (a tool gone: the steps say so, the system prompt first)
+            now = spec.tool.risk_class.name
+            said = [f"risk {then} -> {now}"] if now != then else []
+            was = None if start.idempotent is None else name in start.idempotent
+            if was is not None and was != spec.idempotent:
+                said.append(f"idempotent {_yes(was)} -> {_yes(spec.idempotent)}")
+            if said:
+                changes[name] = said
+        if not changes:
+            return None
+        calling = [
+            number
+            for number, entry in enumerate(entries, start=1)
+            if entry.step.kind == "run" and set(entry.step.tools) & set(changes)
+        ]
+        step = min(calling, default=len(entries))
+        called = entries[step - 1].step.tools if step else ()
+        named = sorted(changes, key=lambda name: (name not in called, name))  # its call's first
+        why = "; ".join(f"tool {name}: {', '.join(changes[name])}" for name in named)
+        where = _said(entries[step - 1].step) if step else ""
+        return Divergence(step=step, recorded=where, now=where, why=why)
 
     def waiting(self) -> list[ReplayReport]:
         """Replay every run that is running or parked: the check before an upgrade."""
@@ -220,7 +254,8 @@ class Replays:
         )  # fmt: skip
         snapshot = agent.snapshot()
         due = record.created_ms + self.grace_ms
-        start_entry = start_text(record, snapshot, agent.offered())
+        offered = agent.offered()
+        start_entry = start_text(record, snapshot, offered, self.kit.idempotent(offered))
         if not self.store.create(record, snapshot, due, stubs, start_entry):  # 64 random bits
             raise RelayError(f"a run with id {record.id} exists already")
         self._say_forked(record, stubbed=len(stubs) if stub_tools else None)
@@ -378,6 +413,10 @@ class Replays:
             taken = self._play(start, entries).taken  # (as far as it replays the same)
             sides.append(Steps(record, total, [e.step for e in entries], taken))
         return diff_of(sides[0], sides[1])
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
 
 
 def _not_known(output: ToolOutput) -> ToolOutput:
