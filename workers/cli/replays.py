@@ -34,8 +34,10 @@ def replay(obj: Context, run_id: str | None, waiting: bool, as_json: bool) -> No
     """Play a run's journal back with this code, offline: no model, no tool, nothing written.
 
     Exit 0 when every step is the one the run took; 1 at the first divergence (its step,
-    then and now, and why) or when a run cannot be replayed. With --waiting, every run
-    that is running or parked: run it with the new code before the old workers stop.
+    then and now, and why) or when a run cannot be replayed. A tool whose risk or
+    idempotency changed since the run started is a divergence too ("tool pay: risk
+    WRITE -> READ"): a call may no longer ask, or may run again. With --waiting, every
+    run that is running or parked: run it with the new code before the old workers stop.
     """
     if waiting == (run_id is not None):
         raise Failure("give a RUN_ID, or --waiting (not both)")
@@ -100,8 +102,10 @@ def fork(
     """Start a new run from a run's state after its first AT journal steps.
 
     The prefix is replayed (no model call, no tool call); the rest runs live on the fleet,
-    with its own approvals and budget. --stub-tools: a tool call identical (tool and
-    arguments) to one the original made gets its recorded outcome, and nothing runs.
+    with its own approvals and budget (a time budget counts from the fork). --stub-tools:
+    a tool call identical (tool and arguments) to one the original made gets its recorded
+    outcome, marked stubbed, and nothing runs; one whose outcome was unknown gets an
+    error saying so, and does not run either.
     """
     obj.spec("fork")
     changes = {

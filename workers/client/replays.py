@@ -6,7 +6,7 @@ engine in this process (`workers.engine.replay`): no model, no tool, no worker.
 prefix reached, which then goes on live on the fleet (its own approvals and
 budget; with `stub_tools`, a tool call identical to one the original made gets
 that call's recorded outcome instead of running). `diff` puts two runs' steps
-side by side.
+side by side (`workers.client.diffs` labels them and says what differs).
 """
 
 from __future__ import annotations
