@@ -43,6 +43,7 @@ from workers.engine.events import (
     ModelFailed,
     ModelReplied,
     PlanDecision,
+    Ran,
     Told,
     ToolDone,
 )
@@ -366,3 +367,12 @@ def test_a_start_keeps_each_tools_risk_and_whether_it_may_run_again() -> None:
     # replay then checks the risks alone, and an older start, without either, nothing.
     unsaid = read_start(start_text(record, "{}", tools))
     assert (unsaid.risks["write_note"], unsaid.idempotent) == ("MONEY", None)
+
+
+def test_who_ran_a_call_says_stubbed_only_for_a_stubbed_one() -> None:
+    # A worker of the version before reads every outcome but a stubbed one (mid-upgrade).
+    made = ToolDone(call="call-1", output=ToolOutput.ok("fine"), ran=Ran(attempt=1, worker="w"))
+    assert "stubbed" not in made.model_dump_json()
+    stubbed = made.model_copy(update={"ran": Ran(attempt=1, stubbed=True)})
+    assert json.loads(stubbed.model_dump_json())["ran"]["stubbed"] is True
+    assert ToolDone.model_validate_json(stubbed.model_dump_json()) == stubbed
