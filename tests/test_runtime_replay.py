@@ -498,6 +498,35 @@ def test_a_stubbed_call_whose_recorded_outcome_is_gone_is_not_run_and_says_why(
     assert result.text == "its recorded outcome is gone; it was not run"
 
 
+def test_a_stubbed_write_neither_runs_nor_asks_a_person_and_one_that_differs_asks(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, second, relay = two
+    f.brain.script("RP-ASKED", {0: call("delete_note", name="asked.txt"), 1: final("gone")})
+    original = relay.start("RP-ASKED: delete", config=CAUTIOUS)
+    relay.approve(original, pending_for(f, original, "call").call_id or "")
+    _finished(f, original)
+    assert f.ledger().count("delete_note asked.txt") == 1
+    # The original's yes stands for the stubbed call: it gets the outcome, nobody is asked.
+    fork = relay.fork(original, 0, route="second", stub_tools=True)
+    assert relay.wait(fork, 30).stop is Stop.DONE, relay.status(fork).pending
+    assert f.ledger().count("delete_note asked.txt") == 1
+    assert not any(e.kind == "waiting" for e in relay.trace(fork))
+
+    def other_note(chat: Any) -> Any:
+        reply = f.brain(chat)
+        return reply.replace("asked.txt", "other.txt") if isinstance(reply, str) else reply
+
+    second.set_responder(other_note)
+    try:  # Not the original's call: a WRITE like any other, it waits for a person.
+        differs = relay.fork(original, 0, route="second", stub_tools=True)
+        assert pending_for(f, differs, "call").tool == "delete_note"
+    finally:
+        second.set_responder(f.brain)
+    relay.cancel(differs)
+    assert "delete_note other.txt" not in f.ledger()
+
+
 def test_a_stubbed_call_whose_original_outcome_is_unknown_is_not_run_again(
     two: tuple[Fleet, ModelServer, Relay],
 ) -> None:
