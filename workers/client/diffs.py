@@ -117,12 +117,11 @@ def _labelled(side: Steps) -> list[_Step]:
     """Each step of a run with its label; an ending is named by how it ended (the run's
     own outcome for its last step, which counts a stop the host imposed)."""
     steps = []
+    record = side.record
+    last = len(side.seen) - 1 if record.state == "finished" and record.outcome else None
     for index, seen in enumerate(side.seen):
         taken = side.taken[index] if index < len(side.taken) else None
-        ending = taken.ending if taken is not None else None
-        finished = side.record.state == "finished" and side.record.outcome is not None
-        if index == len(side.seen) - 1 and finished:
-            ending = side.record.outcome
+        ending = record.outcome if index == last else taken.ending if taken else None
         steps.append(_Step(seen, _step_label(seen, ending), taken))
     return steps
 
