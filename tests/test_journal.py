@@ -43,6 +43,7 @@ from workers.engine.events import (
     ModelFailed,
     ModelReplied,
     PlanDecision,
+    Ran,
     Told,
     ToolDone,
 )
@@ -51,6 +52,7 @@ from workers.engine.journal import (
     call_digest,
     read_entry,
     read_start,
+    start_text,
 )
 from workers.engine.records import RunRecord
 from workers.engine.replay import Replayed, replay
@@ -353,3 +355,24 @@ def test_a_corrupt_entry_is_named() -> None:
     assert raised.value.index == 3
     with pytest.raises(JournalError, match="not a journal's start"):
         read_start(b'{"events": [], "step": {"kind": "ask", "digest": "x"}}')
+
+
+def test_a_start_keeps_each_tools_risk_and_whether_it_may_run_again() -> None:
+    record = RunRecord(id="r1", root="r1", task="t", created_ms=1, updated_ms=1, config=Config())
+    tools = [READ, WRITE.risk(Risk.MONEY)]
+    start = read_start(start_text(record, "{}", tools, idempotent={"read_note", "not_offered"}))
+    assert start.risks == {"read_note": "READ", "write_note": "MONEY"}
+    assert start.idempotent == ("read_note",)  # only of the tools offered
+    # Who cannot tell (the engine, starting a specialist) leaves idempotency unsaid: a
+    # replay then checks the risks alone, and an older start, without either, nothing.
+    unsaid = read_start(start_text(record, "{}", tools))
+    assert (unsaid.risks["write_note"], unsaid.idempotent) == ("MONEY", None)
+
+
+def test_who_ran_a_call_says_stubbed_only_for_a_stubbed_one() -> None:
+    # A worker of the version before reads every outcome but a stubbed one (mid-upgrade).
+    made = ToolDone(call="call-1", output=ToolOutput.ok("fine"), ran=Ran(attempt=1, worker="w"))
+    assert "stubbed" not in made.model_dump_json()
+    stubbed = made.model_copy(update={"ran": Ran(attempt=1, stubbed=True)})
+    assert json.loads(stubbed.model_dump_json())["ran"]["stubbed"] is True
+    assert ToolDone.model_validate_json(stubbed.model_dump_json()) == stubbed

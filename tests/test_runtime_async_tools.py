@@ -17,7 +17,7 @@ import pytest
 from agent_core import Stop
 from tests.support.brain import batch, call, final
 from tests.support.fleet import Fleet, fleet
-from tests.support.waiting import shared_fleet, wait_state
+from tests.support.waiting import prompts_for, shared_fleet, wait_state
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +115,16 @@ def test_a_worker_killed_during_an_async_call_leaves_it_unknown(tmp_path: Path) 
         [result] = [e for e in f.relay.trace(run_id) if e.kind == "result"]
         assert result.status == "unknown"
         wait_state(f, run_id, "finished")
+
+
+def test_an_async_tool_that_raises_is_an_error_to_the_model_not_ok(f: Fleet) -> None:
+    f.brain.script("ASYNC-RAISE:", {0: call("async_boom", label="fails"), 1: final("saw it fail")})
+    run_id = f.relay.start("ASYNC-RAISE: try the failing one")
+    assert f.relay.wait(run_id, 60).stop is Stop.DONE, f.logs()
+    assert _lines(f, "async_boom start fails") == ["async_boom start fails"]  # it did run
+    [result] = [e for e in f.relay.trace(run_id) if e.kind == "result"]
+    assert (result.status, result.text) == ("error", "ValueError: async kaboom fails")
+    # What the model was shown next: the tool's failure, named as one.
+    [_, after] = prompts_for(f, "ASYNC-RAISE:")
+    assert "→ error: ValueError: async kaboom fails\n" in after
+    assert "→ ok" not in after

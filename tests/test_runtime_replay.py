@@ -12,6 +12,7 @@ its stated result.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -34,7 +35,9 @@ from tests.support.cli import relay as relay_command
 from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ModelServer
 from tests.support.waiting import calls_for, pending_for, prompts_for
-from workers import Relay, RelayError, Settings
+from workers import Budget, Relay, RelayError, Settings
+from workers.engine.journal import call_digest
+from workers.store.layout import RunFields
 
 TRUSTING = Config(require_plan=False, max_batch=4, max_calls=20, policy=Policy.TRUSTING)
 CAUTIOUS = Config(require_plan=False, max_batch=4, max_calls=20)
@@ -364,6 +367,34 @@ def test_fork_edges_beyond_the_end_mid_batch_waiting_on_a_person_and_cancelled(f
     _finished(f, revived, Stop.CANCELLED)
 
 
+def test_a_fork_counts_its_time_budget_from_the_fork_not_the_originals_start(f: Fleet) -> None:
+    f.brain.script("RP-CLOCK", {0: call("delete_note", name="clock.txt"), 1: final("deleted")})
+    run_id = f.relay.start("RP-CLOCK: delete", config=CAUTIOUS, budget=Budget(seconds=4))
+    pending_for(f, run_id, "call")
+    asked = f.relay.replay(run_id).steps  # the step that waits on a person
+    _finished(f, run_id, Stop.BUDGET_EXCEEDED)  # nobody came within its 4 s
+    started_ms = f.relay.status(run_id).created_ms
+    assert time.time() * 1000 - started_ms > 4_000
+
+    # Forked later than its budget after the original's start: the fork still runs.
+    fork = f.relay.fork(run_id, asked)
+    mine = pending_for(f, fork, "call")
+    f.relay.approve(fork, mine.call_id or "")
+    _finished(f, fork)
+    assert f.ledger().count("delete_note clock.txt") == 1
+    assert f.relay.status(fork).budget == Budget(seconds=4)  # the budget came along
+
+    # ... and its own 4 s are counted: a fork nobody decides for stops at them.
+    idle = f.relay.fork(run_id, asked)
+    forked_at = time.monotonic()
+    pending_for(f, idle, "call")
+    outcome = f.relay.wait(idle, 60)
+    assert outcome.stop is Stop.BUDGET_EXCEEDED, outcome
+    assert "time budget" in outcome.summary
+    assert time.monotonic() - forked_at >= 3.5
+    assert f.ledger().count("delete_note clock.txt") == 1
+
+
 # --- fork at every step onto another model server, tools stubbed ----------------------------
 
 
@@ -430,6 +461,214 @@ def test_a_fork_at_every_step_runs_nothing_twice_and_asks_the_second_server(
     finally:
         second.set_responder(f.brain)
     assert f.ledger().count("write_note one.txt") == 3
+
+
+def test_a_stubbed_call_whose_recorded_outcome_is_gone_is_not_run_and_says_why(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, second, relay = two
+    f.brain.script(
+        "RP-GONE", {0: call("write_note", name="gone.txt", text="once"), 1: final("handled")}
+    )
+    original = relay.start("RP-GONE: write once", config=TRUSTING)
+    _finished(f, original)
+    assert f.ledger().count("write_note gone.txt") == 1
+    field = RunFields.stub(call_digest("write_note", {"name": "gone.txt", "text": "once"}))
+    made: dict[str, str] = {}
+
+    def lose_the_recorded_outcome(chat: Any) -> Any:
+        # While the fork's model is asked (before it calls the write again), the outcome
+        # its --stub-tools recorded is lost from Redis.
+        f.until(lambda: "fork" in made, 10, what="the fork's id")
+        assert relay.store.redis.hdel(relay.store.keys.run(made["fork"]), field) in (0, 1)
+        return f.brain(chat)
+
+    second.set_responder(lose_the_recorded_outcome)
+    try:
+        made["fork"] = relay.fork(original, 0, route="second", stub_tools=True)
+        assert relay.store.redis.hexists(relay.store.keys.run(made["fork"]), field)
+        _finished(f, made["fork"])
+    finally:
+        second.set_responder(f.brain)
+    assert not relay.store.redis.hexists(relay.store.keys.run(made["fork"]), field)
+    # The write did not run again: the call was stopped, and the model was told why.
+    assert f.ledger().count("write_note gone.txt") == 1
+    [result] = [e for e in relay.trace(made["fork"]) if e.kind == "result"]
+    assert (result.tool, result.status) == ("write_note", "error")
+    assert result.text == "its recorded outcome is gone; it was not run"
+
+
+def test_a_stubbed_write_neither_runs_nor_asks_a_person_and_one_that_differs_asks(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, second, relay = two
+    f.brain.script("RP-ASKED", {0: call("delete_note", name="asked.txt"), 1: final("gone")})
+    original = relay.start("RP-ASKED: delete", config=CAUTIOUS)
+    relay.approve(original, pending_for(f, original, "call").call_id or "")
+    _finished(f, original)
+    assert f.ledger().count("delete_note asked.txt") == 1
+    # The original's yes stands for the stubbed call: it gets the outcome, nobody is asked.
+    fork = relay.fork(original, 0, route="second", stub_tools=True)
+    assert relay.wait(fork, 30).stop is Stop.DONE, relay.status(fork).pending
+    assert f.ledger().count("delete_note asked.txt") == 1
+    assert not any(e.kind == "waiting" for e in relay.trace(fork))
+
+    def other_note(chat: Any) -> Any:
+        reply = f.brain(chat)
+        return reply.replace("asked.txt", "other.txt") if isinstance(reply, str) else reply
+
+    second.set_responder(other_note)
+    try:  # Not the original's call: a WRITE like any other, it waits for a person.
+        differs = relay.fork(original, 0, route="second", stub_tools=True)
+        assert pending_for(f, differs, "call").tool == "delete_note"
+    finally:
+        second.set_responder(f.brain)
+    relay.cancel(differs)
+    assert "delete_note other.txt" not in f.ledger()
+
+
+def test_a_stubbed_call_whose_original_outcome_is_unknown_is_not_run_again(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, _, relay = two
+    f.brain.script("RP-UNSURE", {0: call("unsure", amount=7), 1: final("told")})
+    original = relay.start("RP-UNSURE: transfer", config=TRUSTING)
+    _finished(f, original)
+    [was] = [e for e in relay.trace(original) if e.kind == "result"]
+    assert was.status == "unknown"
+    fork = relay.fork(original, 0, route="second", stub_tools=True)
+    _finished(f, fork)
+    assert f.ledger().count("unsure 7") == 1  # it may have gone through once: not again
+    [result] = [e for e in relay.trace(fork) if e.kind == "result"]
+    assert result.status == "error"
+    assert result.text.startswith("with stubbed tools it was not run: the run it was forked")
+    assert "its outcome is unknown (the bank timed out" in result.text
+
+
+def test_a_stubbed_result_says_so_in_the_trace_and_relay_show(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, _, relay = two
+    f.brain.script(
+        "RP-MARK", {0: call("write_note", name="mark.txt", text="hello"), 1: final("marked")}
+    )
+    original = relay.start("RP-MARK: write", config=TRUSTING)
+    _finished(f, original)
+    fork = relay.fork(original, 0, route="second", stub_tools=True)
+    _finished(f, fork)
+    assert f.ledger().count("write_note mark.txt") == 1
+    [real] = [e for e in relay.trace(original) if e.kind == "result"]
+    [stub] = [e for e in relay.trace(fork) if e.kind == "result"]
+    assert real.data["attempt"] == 1
+    assert "stubbed" not in real.data
+    assert stub.text == real.text == "wrote 5 characters to mark.txt"
+    # Not a first attempt that took 0 ms: nothing ran, and the line says so.
+    assert stub.data["stubbed"] is True
+    assert "attempt" not in stub.data
+    assert "ms" not in stub.data
+    env = clean_env(
+        **f.env, RELAY_MODELS=str(f.directory / "models.json"), RELAY_APP="tests.apps.notes:relay"
+    )
+    shown = relay_command("show", fork, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "← stubbed, nothing ran: wrote 5 characters to mark.txt" in shown.stdout
+    plain = relay_command("show", original, env=env)
+    assert "← wrote 5 characters to mark.txt" in plain.stdout
+    assert "stubbed" not in plain.stdout
+
+
+def test_diff_labels_each_ending_as_it_ended_and_says_what_differs(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, second, relay = two
+    f.brain.script(
+        "RP-TEN", {0: call("write_note", name="ten.txt", text="ten"), 1: final("wrote ten")}
+    )
+    original = relay.start("RP-TEN: write", config=TRUSTING)
+    _finished(f, original)
+
+    def twenty(chat: Any) -> Any:
+        reply = f.brain(chat)
+        return reply.replace("ten", "twenty") if isinstance(reply, str) else reply
+
+    second.set_responder(twenty)
+    try:
+        other = relay.fork(original, 0, route="second")
+        _finished(f, other)
+    finally:
+        second.set_responder(f.brain)
+    env = clean_env(
+        **f.env, RELAY_MODELS=str(f.directory / "models.json"), RELAY_APP="tests.apps.notes:relay",
+        COLUMNS="250",
+    )  # fmt: skip
+    shown = relay_command("diff", original, other, "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    rows = {r["step"]: r for r in json.loads(shown.stdout)["rows"]}
+    assert json.loads(shown.stdout)["first_difference"] == 2
+    assert (rows[1]["same"], rows[1]["differs"]) == (True, "")
+    assert (rows[2]["a"], rows[2]["b"]) == ("run write_note", "run write_note")
+    assert (
+        rows[2]["differs"] == 'args differ: name "ten.txt" -> "twenty.txt"; text "ten" -> "twenty"'
+    )
+    assert rows[3]["differs"].startswith("prompt differs")  # its result said "twenty"
+    assert (rows[4]["a"], rows[4]["b"], rows[4]["differs"]) == (
+        "done",
+        "done",
+        "reply text differs",
+    )
+    table = relay_command("diff", original, other, env=env)
+    assert 'first difference: args differ: name "ten.txt" -> "twenty.txt"' in table.stdout
+    assert "reply text differs" in table.stdout
+
+    # A run that was cancelled ends "cancelled", not "done"; the fork that went on, "done".
+    f.brain.script("RP-HALT", {0: call("delete_note", name="halt.txt"), 1: final("deleted")})
+    halted = relay.start("RP-HALT: delete", config=CAUTIOUS)
+    pending_for(f, halted, "call")
+    asked = relay.replay(halted).steps
+    relay.cancel(halted, "not now")
+    _finished(f, halted, Stop.CANCELLED)
+    went_on = relay.fork(halted, asked)
+    relay.approve(went_on, pending_for(f, went_on, "call").call_id or "")
+    _finished(f, went_on)
+    rows = {r.step: r for r in relay.diff(halted, went_on).rows}
+    assert (rows[asked].a, rows[asked].same) == ("run delete_note", True)
+    assert (rows[asked + 1].a, rows[asked + 1].b) == ("cancelled", "run delete_note")
+    assert rows[asked + 1].differs == "step differs: cancelled -> run delete_note"
+    assert rows[max(rows)].a == ""
+    assert (rows[max(rows)].b, rows[max(rows)].differs) == (
+        "done",
+        "only the second run went this far",
+    )
+
+
+def test_the_upgrade_check_names_a_tool_whose_risk_or_idempotency_changed(
+    two: tuple[Fleet, ModelServer, Relay],
+) -> None:
+    f, _, relay = two
+    f.brain.script("RP-RISK", {0: call("delete_note", name="risk.txt"), 1: final("deleted")})
+    parked = relay.start("RP-RISK: delete", config=CAUTIOUS)
+    pending_for(f, parked, "call")  # a WRITE: it asks a person
+    env = clean_env(
+        **f.env, RELAY_MODELS=str(f.directory / "models.json"), RELAY_APP="tests.apps.notes:relay"
+    )
+    same = relay_command("replay", parked, env=env)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert f"{parked}: identical, 2 steps (waiting)" in same.stdout
+
+    # The next version classes delete_note READ (the parked call would no longer ask) and
+    # write_note idempotent: the same steps, but not the same run. Named, with exit 1.
+    upgraded = {**env, "RELAY_APP": "tests.apps.notes:upgraded"}
+    checked = relay_command("replay", "--waiting", env=upgraded)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert (
+        f"{parked}: diverges at step 2 of 2: run delete_note then, run delete_note now:"
+        " tool delete_note: risk WRITE -> READ, idempotent no -> yes;"
+        " tool write_note: idempotent no -> yes"
+    ) in checked.stdout
+    report = json.loads(relay_command("replay", parked, "--json", env=upgraded).stdout)
+    assert (report["identical"], report["replayed"]) == (False, 2)
+    assert report["divergence"]["why"].startswith("tool delete_note: risk WRITE -> READ")
+    relay.cancel(parked)
 
 
 def test_a_fork_onto_an_unknown_route_or_bad_config_is_refused(

@@ -132,6 +132,48 @@ def _fork_in_the_browser(page: Any, run_id: str, f: Fleet) -> None:
     assert "The same steps" in page.locator("#first-difference").inner_text()
 
 
+@pytest.mark.timeout(180)
+def test_steps_end_as_the_run_ended_a_diff_says_what_differs_and_stubs_say_so(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log", app=APP) as web:
+        f.worker("--pool", "threads", "-c", "4")
+        f.brain.script("WEB-HALT", {0: call("delete_note", name="h.txt"), 1: final("deleted")})
+        halted = f.relay.start("WEB-HALT: delete", config=Config(require_plan=False))
+        f.until(lambda: bool(f.relay.status(halted).pending), what="the call to wait")
+        asked = f.relay.replay(halted).steps
+        f.relay.cancel(halted, "not now")
+        f.relay.wait(halted, 60)
+        steps = re.findall(
+            r'<tr data-step="(\d+)">\s*<td>\d+</td>\s*<td>([^<]*)</td>',
+            page := (web.client.get(f"/runs/{halted}").text),
+        )
+        assert steps[-1] == (str(asked + 1), "cancelled"), steps  # not "done"
+        assert "done" not in [said for _, said in steps]
+        assert 'placeholder="a new request (the run had ended here)"' in page  # at its end
+
+        written = _written_and_read(f)
+        fork = f.relay.fork(written, 1, stub_tools=True)  # the write: stubbed
+        assert f.relay.wait(fork, 60).summary == "wrote and read"
+        assert f.ledger() == ["write_note w.txt"]
+        shown = web.client.get(f"/runs/{fork}").text
+        made = re.findall(r'<code>(\w+)</code> <span class="made hint">([^<]*)</span>', shown)
+        assert ("write_note", "stubbed: its recorded outcome, nothing ran") in made, made
+        original = web.client.get(f"/runs/{written}").text
+        made = re.findall(r'<code>(\w+)</code> <span class="made hint">([^<]*)</span>', original)
+        assert [m for m in made if "stubbed" in m[1]] == []
+        assert any(t == "write_note" and "attempt 1 on " in m for t, m in made), made
+
+        diff = web.client.get(f"/diff?a={written}&b={halted}").text
+        cells = re.findall(r'<td class="differs">([^<]*)</td>', diff)
+        assert cells[:3] == [
+            "first difference: prompt differs (what the model is shown of the run so far)",
+            "tool differs: write_note -&gt; delete_note",
+            "step differs: ask -&gt; cancelled",
+        ], cells
+        assert ">differs<" not in diff  # never a bare "differs"
+
+
 def test_a_long_journal_shows_its_newest_steps_and_names_an_unreadable_one(
     tmp_path: Path,
 ) -> None:

@@ -185,6 +185,13 @@ async def async_wait(label: str, seconds: float) -> str:
     return await async_once(label, seconds)
 
 
+async def async_boom(label: str) -> str:
+    """Fail after an await, asynchronously (the coroutine raises on the event loop)."""
+    ledger(f"async_boom start {label}")
+    await asyncio.sleep(0.05)
+    raise ValueError(f"async kaboom {label}")
+
+
 TOOLS = [
     (read_note, Risk.READ),
     (write_note, Risk.CREATE),
@@ -199,6 +206,7 @@ TOOLS = [
     (crunch_then_wait, Risk.READ),
     (unsure, Risk.READ),
     (async_once, Risk.CREATE),
+    (async_boom, Risk.READ),
 ]
 
 
@@ -207,7 +215,11 @@ def build(
     skills_dir: str | None = None,
     name: str = "notes",
     config: Config | None = None,
+    *,
+    risks: dict[str, Risk] | None = None,
+    idempotent: dict[str, bool] | None = None,
 ) -> Relay:
+    """The app (`risks`, `idempotent`: tools classed otherwise, as a new version might)."""
     relay = Relay(
         name,
         config=config or Config(require_plan=False, max_batch=4, max_calls=20),
@@ -217,7 +229,9 @@ def build(
         settings=settings,
     )
     for function, risk in TOOLS:
-        relay.tool(risk=risk)(function)
+        name = function.__name__
+        again = (idempotent or {}).get(name)
+        relay.tool(risk=(risks or {}).get(name, risk), idempotent=again)(function)
     relay.tool(risk=Risk.CREATE)(crunch)
     relay.tool(risk=Risk.CREATE, lease_seconds=60)(crunch_long_lease)
     relay.tool(risk=Risk.READ, timeout=2)(async_wait)
@@ -237,6 +251,9 @@ app = relay.celery  # for `celery -A tests.apps.notes:app worker`
 billing = build(name="billing")
 # The same tools under Relay's own defaults: a plan first, and WRITE calls ask a person.
 careful = build(name="careful", config=Config())
+# The app as an upgrade might make it: deleting a note READ (it no longer asks), writing
+# one idempotent (run again after a lost worker). Its replay of the app's runs must say so.
+upgraded = build(risks={"delete_note": Risk.READ}, idempotent={"write_note": True})
 
 if os.environ.get("RELAY_TEST_DUPLICATES"):
     # Every task message this process sends goes to the broker twice, so each is

@@ -73,7 +73,8 @@ def describe(entry: TraceEntry, root: str) -> Text | None:
     if entry.kind == "result":
         status = entry.status or "ok"
         shown = text if status == "ok" else f"{status}: {text}".rstrip(": ")
-        return Text(f"{indent}  ← {shown}", style=_RESULT_STYLES.get(status, ""))
+        stubbed = "stubbed, nothing ran: " if entry.data.get("stubbed") is True else ""
+        return Text(f"{indent}  ← {stubbed}{shown}", style=_RESULT_STYLES.get(status, ""))
     if entry.kind == "finished":
         # The final answer is what the run was for: shown whole, line breaks kept.
         done = entry.stop == Stop.DONE.value

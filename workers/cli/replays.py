@@ -34,8 +34,10 @@ def replay(obj: Context, run_id: str | None, waiting: bool, as_json: bool) -> No
     """Play a run's journal back with this code, offline: no model, no tool, nothing written.
 
     Exit 0 when every step is the one the run took; 1 at the first divergence (its step,
-    then and now, and why) or when a run cannot be replayed. With --waiting, every run
-    that is running or parked: run it with the new code before the old workers stop.
+    then and now, and why) or when a run cannot be replayed. A tool whose risk or
+    idempotency changed since the run started is a divergence too ("tool pay: risk
+    WRITE -> READ"): a call may no longer ask, or may run again. With --waiting, every
+    run that is running or parked: run it with the new code before the old workers stop.
     """
     if waiting == (run_id is not None):
         raise Failure("give a RUN_ID, or --waiting (not both)")
@@ -100,8 +102,10 @@ def fork(
     """Start a new run from a run's state after its first AT journal steps.
 
     The prefix is replayed (no model call, no tool call); the rest runs live on the fleet,
-    with its own approvals and budget. --stub-tools: a tool call identical (tool and
-    arguments) to one the original made gets its recorded outcome, and nothing runs.
+    with its own approvals and budget (a time budget counts from the fork). --stub-tools:
+    a tool call identical (tool and arguments) to one the original made gets its recorded
+    outcome, marked stubbed, and nothing runs; one whose outcome was unknown gets an
+    error saying so, and does not run either.
     """
     obj.spec("fork")
     changes = {
@@ -128,7 +132,8 @@ def fork(
 @app_option
 @click.pass_obj
 def diff(obj: Context, a: str, b: str, as_json: bool) -> None:
-    """Two runs side by side, step by step: the first difference, outcomes, tokens, cost."""
+    """Two runs side by side, step by step: what differs at each step that does (the
+    first marked), how each ended, tokens, cost."""
     try:
         found = obj.relay.diff(a, b)
     except RelayError as error:
@@ -156,11 +161,8 @@ def _print_diff(found: Diff) -> None:
     for column in ("step", found.a.run_id, found.b.run_id, ""):
         steps.add_column(one_line(column))
     for line in found.rows:
-        mark = (
-            ""
-            if line.same
-            else ("first difference" if line.step == found.first_difference else "differs")
-        )
+        first = "first difference: " if line.step == found.first_difference else ""
+        mark = "" if line.same else first + line.differs
         steps.add_row(*row(str(line.step), line.a or "-", line.b or "-", mark))
     console().print(steps)
     if found.first_difference is None:

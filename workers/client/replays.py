@@ -6,7 +6,7 @@ engine in this process (`workers.engine.replay`): no model, no tool, no worker.
 prefix reached, which then goes on live on the fleet (its own approvals and
 budget; with `stub_tools`, a tool call identical to one the original made gets
 that call's recorded outcome instead of running). `diff` puts two runs' steps
-side by side.
+side by side (`workers.client.diffs` labels them and says what differs).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from agent_core import Agent, Config, Done, ToolOutput
 from agent_core.errors import AgentError
 from agent_core.steps import FROZEN
+from workers.client.diffs import Diff, DiffRow, RunSide, Steps, diff_of
 from workers.engine.journal import (
     JournalEntry,
     JournalError,
@@ -31,7 +32,7 @@ from workers.engine.journal import (
     read_start,
     start_text,
 )
-from workers.engine.records import ForkedFrom, RunList, RunRecord, TraceEntry, Usage
+from workers.engine.records import ForkedFrom, RunList, RunRecord, TraceEntry
 from workers.engine.replay import Replayed, replay
 from workers.engine.working import Surroundings
 from workers.errors import RelayError
@@ -79,39 +80,6 @@ class ReplayReport(BaseModel):
     problem: str | None = None
     state: str = ""
     """Where the run is now (running, waiting, finished)."""
-
-
-class RunSide(BaseModel):
-    """One run of a diff: its outcome and what it used."""
-
-    model_config = FROZEN
-    run_id: str
-    state: str
-    stop: str | None
-    steps: int
-    usage: Usage
-    tool_calls: int
-    forked_from: ForkedFrom | None = None
-
-
-class DiffRow(BaseModel):
-    model_config = FROZEN
-    step: int
-    """The step, numbered as in the first run (a fork's steps follow its fork point)."""
-    a: str
-    b: str
-    same: bool
-
-
-class Diff(BaseModel):
-    """Two runs step by step (`relay diff A B`), with the first step they differ at."""
-
-    model_config = FROZEN
-    a: RunSide
-    b: RunSide
-    rows: tuple[DiffRow, ...]
-    first_difference: int | None
-    """The first step that differs (None: the same steps, as far as both went)."""
 
 
 class MadeCall(NamedTuple):
@@ -169,8 +137,42 @@ class Replays:
         if played.divergence is not None:
             d = played.divergence
             found = Divergence(step=d.step, recorded=_said(d.recorded), now=_said(d.now), why=d.why)
-            report = report.model_copy(update={"divergence": found})
+            return report.model_copy(update={"divergence": found})
+        reclassed = self._reclassed(start, entries)
+        if reclassed is not None:
+            return report.model_copy(update={"identical": False, "divergence": reclassed})
         return report
+
+    def _reclassed(self, start: JournalStart, entries: Sequence[JournalEntry]) -> Divergence | None:
+        """A tool whose risk or idempotency changed since the run started, as a divergence:
+        its steps replay the same (the model is not shown either), but a call may no longer
+        ask a person, or may run again after a lost worker. At the first step that calls
+        a changed tool, else at the step the run goes on from."""
+        changes: dict[str, list[str]] = {}
+        for name, then in start.risks.items():
+            spec = self.kit.spec(name)
+            if spec is None:
+                continue  # (a tool gone: the steps say so, the system prompt first)
+            now = spec.tool.risk_class.name
+            said = [f"risk {then} -> {now}"] if now != then else []
+            was = None if start.idempotent is None else name in start.idempotent
+            if was is not None and was != spec.idempotent:
+                said.append(f"idempotent {_yes(was)} -> {_yes(spec.idempotent)}")
+            if said:
+                changes[name] = said
+        if not changes:
+            return None
+        calling = [
+            number
+            for number, entry in enumerate(entries, start=1)
+            if entry.step.kind == "run" and set(entry.step.tools) & set(changes)
+        ]
+        step = min(calling, default=len(entries))
+        called = entries[step - 1].step.tools if step else ()
+        named = sorted(changes, key=lambda name: (name not in called, name))  # its call's first
+        why = "; ".join(f"tool {name}: {', '.join(changes[name])}" for name in named)
+        where = _said(entries[step - 1].step) if step else ""
+        return Divergence(step=step, recorded=where, now=where, why=why)
 
     def waiting(self) -> list[ReplayReport]:
         """Replay every run that is running or parked: the check before an upgrade."""
@@ -252,7 +254,8 @@ class Replays:
         )  # fmt: skip
         snapshot = agent.snapshot()
         due = record.created_ms + self.grace_ms
-        start_entry = start_text(record, snapshot, agent.offered())
+        offered = agent.offered()
+        start_entry = start_text(record, snapshot, offered, self.kit.idempotent(offered))
         if not self.store.create(record, snapshot, due, stubs, start_entry):  # 64 random bits
             raise RelayError(f"a run with id {record.id} exists already")
         self._say_forked(record, stubbed=len(stubs) if stub_tools else None)
@@ -354,12 +357,15 @@ class Replays:
 
     def _stubs(self, start: JournalStart, entries: Sequence[JournalEntry]) -> dict[str, str]:
         """The recorded outcome of every tool call the run (and its specialists) made,
-        by the call's digest (tool and exact arguments): the first outcome of each."""
+        by the call's digest (tool and exact arguments): the first outcome of each. A call
+        whose outcome is unknown has none to hand back: it gets an error saying so, and
+        is not run (it may have taken effect once already)."""
         stubs: dict[str, str] = {}
         for tool, args, output in self._tree_calls(self._play(start, entries)):
-            if output is not None and output.status in ("ok", "error"):
-                # (an unknown outcome is no outcome to hand back)
-                stubs.setdefault(call_digest(tool, args), output.model_dump_json())
+            if output is None or output.status == "declined":
+                continue  # (not made: the fork's call runs, its own person asked if need be)
+            kept = output if output.status in ("ok", "error") else _not_known(output)
+            stubs.setdefault(call_digest(tool, args), kept.model_dump_json())
         return stubs
 
     def calls(self, run_id: str) -> list[MadeCall]:
@@ -394,8 +400,8 @@ class Replays:
     # --- diff ---------------------------------------------------------------------------
 
     def diff(self, a: str, b: str) -> Diff:
-        """Two runs side by side, step by step, the first difference marked."""
-        sides, steps = [], []
+        """Two runs side by side, step by step, the first difference marked and said."""
+        sides = []
         for run_id in (a, b):
             try:
                 start, entries = self._journal(run_id)
@@ -404,55 +410,24 @@ class Replays:
             found = self.store.read(run_id)
             record = found[0] if found is not None else start.record
             total = found[1] if found is not None else record.usage
-            sides.append(_side(record, total, entries))
-            steps.append((start.record.forked_from, [e.step for e in entries]))
-        offset_a, offset_b = _offsets(a, b, steps[0][0], steps[1][0])
-        rows = _rows(steps[0][1], steps[1][1], offset_a, offset_b)
-        first = next((r.step for r in rows if not r.same), None)
-        return Diff(a=sides[0], b=sides[1], rows=tuple(rows), first_difference=first)
+            taken = self._play(start, entries).taken  # (as far as it replays the same)
+            sides.append(Steps(record, total, [e.step for e in entries], taken))
+        return diff_of(sides[0], sides[1])
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _not_known(output: ToolOutput) -> ToolOutput:
+    """What a stubbed call gets for an original call whose outcome is unknown."""
+    return ToolOutput.error(
+        f"with stubbed tools it was not run: the run it was forked from made this call,"
+        f" and its outcome is unknown ({output.text})"
+    )
 
 
 def _said(step: StepSeen | None) -> str:
     if step is None:
         return ""
     return f"{step.kind} {', '.join(step.tools)}".strip()
-
-
-def _side(record: RunRecord, total: Usage, entries: Sequence[JournalEntry]) -> RunSide:
-    calls = sum(len(e.step.tools) for e in entries if e.step.kind == "run")
-    return RunSide(
-        run_id=record.id,
-        state=record.state,
-        stop=record.outcome.stop.value if record.outcome else None,
-        steps=len(entries),
-        usage=total,
-        tool_calls=calls,
-        forked_from=record.forked_from,
-    )
-
-
-def _offsets(
-    a: str, b: str, a_from: ForkedFrom | None, b_from: ForkedFrom | None
-) -> tuple[int, int]:
-    """Where each run's first step falls in A's numbering. A fork's first step states
-    again where its fork point left the other (the steps before are the other's,
-    shared): a fork at N > 0 begins at the other's step N (at 0, at step 1, which only
-    settles the started agent)."""
-    if b_from is not None and b_from.run == a:
-        return 0, max(b_from.step - 1, 0)
-    if a_from is not None and a_from.run == b:
-        return max(a_from.step - 1, 0), 0
-    return 0, 0
-
-
-def _rows(
-    a: Sequence[StepSeen], b: Sequence[StepSeen], offset_a: int, offset_b: int
-) -> list[DiffRow]:
-    rows = []
-    last = max(len(a) + offset_a, len(b) + offset_b)
-    for step in range(max(offset_a, offset_b) + 1, last + 1):
-        one = a[step - offset_a - 1] if 0 < step - offset_a <= len(a) else None
-        two = b[step - offset_b - 1] if 0 < step - offset_b <= len(b) else None
-        same = one is not None and two is not None and one == two
-        rows.append(DiffRow(step=step, a=_said(one), b=_said(two), same=same))
-    return rows

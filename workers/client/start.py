@@ -280,7 +280,8 @@ def new_run(
         recorded=recorded,
     )
     snapshot = agent.snapshot()
-    return NewRun(record, snapshot, start_text(record, snapshot, agent.offered()))
+    offered = agent.offered()
+    return NewRun(record, snapshot, start_text(record, snapshot, offered, kit.idempotent(offered)))
 
 
 @dataclass(frozen=True)

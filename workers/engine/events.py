@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
 
 from agent_core import Outcome, ToolOutput
 from agent_core.steps import FROZEN
@@ -59,6 +59,18 @@ class Ran(BaseModel):
     task: str = ""
     ms: int | None = None
     """How long the call took, from its claim to its outcome."""
+    stubbed: bool = False
+    """Nothing ran: the outcome is one recorded before (a fork's `stub_tools`, a recorded
+    tool), handed back by this worker."""
+
+    @model_serializer(mode="wrap")
+    def _stubbed_only_when_so(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Workers of the version before read every event but a stubbed one (their Ran
+        # has no such field), so a fleet mid-upgrade goes on.
+        data = handler(self)
+        if isinstance(data, dict) and not self.stubbed:
+            data.pop("stubbed", None)
+        return data
 
 
 class ModelReplied(BaseModel):

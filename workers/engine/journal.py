@@ -23,7 +23,7 @@ import base64
 import hashlib
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -85,6 +85,13 @@ class JournalStart(BaseModel):
     tools: dict[str, str] = {}
     """A digest of each tool the agent was offered (name, description, arguments, risk):
     a replay's divergence says which tool is gone or changed."""
+    risks: dict[str, str] = {}
+    """Each offered tool's risk as the run started (`WRITE`): the model is not shown it,
+    so a change replays the same steps, yet a call may ask a person or not (empty: a run
+    from before starts kept them)."""
+    idempotent: tuple[str, ...] | None = None
+    """The offered tools whose calls may run again (a lost worker's call is retried), as
+    the run started (None: not kept, as for a specialist's start, made by the engine)."""
 
 
 class JournalEntry(BaseModel):
@@ -170,11 +177,21 @@ _PRESET = (
 Never change it: starts packed with it are read with it (a new one is `z2:`)."""
 
 
-def start_text(record: RunRecord, snapshot: str, tools: Sequence[Tool] = ()) -> str:
-    """Entry 0 of a new run's journal (`tools`: those its agent is offered), packed."""
+def start_text(
+    record: RunRecord,
+    snapshot: str,
+    tools: Sequence[Tool] = (),
+    idempotent: Collection[str] | None = None,
+) -> str:
+    """Entry 0 of a new run's journal (`tools`: those its agent is offered; `idempotent`:
+    the names of those whose calls may run again, if known), packed."""
     digests = json.dumps(tool_digests(tools), separators=(",", ":"))
     record_text = record.model_dump_json(exclude_defaults=True)
-    raw = f'{{"record":{record_text},"snapshot":{snapshot},"tools":{digests}}}'.encode()
+    classes: dict[str, Any] = {"risks": {tool.name: tool.risk_class.name for tool in tools}}
+    if idempotent is not None:
+        classes["idempotent"] = sorted(set(idempotent) & {tool.name for tool in tools})
+    kept = json.dumps(classes, separators=(",", ":"))[1:-1]
+    raw = f'{{"record":{record_text},"snapshot":{snapshot},"tools":{digests},{kept}}}'.encode()
     packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _PRESET)
     return _PACKED + base64.b64encode(packer.compress(raw) + packer.flush()).decode()
 

@@ -17,14 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_core import Agent, AgentError, Run, ToolOutput
+from agent_core import Agent, AgentError, Done, Outcome, Run, ToolOutput
 from workers.engine.decide import decide
 from workers.engine.events import CallDecision, ToolDone
 from workers.engine.journal import JournalEntry, JournalStart, StepSeen, seen, tool_digests
 from workers.engine.records import RunRecord, TraceEntry
 from workers.engine.working import Surroundings
 
-__all__ = ["Divergence", "Replayed", "replay"]
+__all__ = ["Divergence", "Replayed", "Taken", "replay"]
 
 Restore = Callable[[RunRecord, str], Agent]
 
@@ -40,6 +40,15 @@ class Divergence:
     why: str
 
 
+@dataclass(frozen=True)
+class Taken:
+    """What one replayed step waits on, beyond its journal digest: the batch's calls with
+    the arguments they run with, or the outcome it ended with (a diff says what differs)."""
+
+    calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    ending: Outcome | None = None
+
+
 @dataclass
 class Replayed:
     """A replay's end: the run's record and agent after `steps` entries, and the first
@@ -53,6 +62,8 @@ class Replayed:
     """Each tool call the run made: its id -> (tool, the arguments it ran with)."""
     outcomes: dict[str, ToolOutput] = field(default_factory=dict)
     """Each tool call's recorded outcome, by call id (a call a person denied: declined)."""
+    taken: list[Taken] = field(default_factory=list)
+    """What each step that replayed the same waits on, in journal order."""
 
 
 def replay(
@@ -90,21 +101,26 @@ def replay(
             why = _why(entry.step, now, tools, advanced.effects.trace)
             played.divergence = Divergence(number, entry.step, now, why)
             return played
-        _note_calls(played)
+        played.taken.append(_note_calls(played))
     return played
 
 
-def _note_calls(played: Replayed) -> None:
+def _note_calls(played: Replayed) -> Taken:
     """Remember the calls of the batch the agent waits on, with the arguments they run
-    with (a person's edit included)."""
+    with (a person's edit included); return what the step waits on."""
     assert played.agent is not None
     step = played.agent.resume()
+    if isinstance(step, Done):
+        return Taken(ending=step.outcome)
     if not isinstance(step, Run):
-        return
+        return Taken()
+    batch = []
     for call in [step.call, *played.agent.queued()]:
         track = played.record.calls.get(call.id)
         edited = track.args if track is not None else None
         played.ran[call.id] = (call.tool, edited if edited is not None else call.args)
+        batch.append(played.ran[call.id])
+    return Taken(calls=tuple(batch))
 
 
 @dataclass(frozen=True)

@@ -232,15 +232,18 @@ def _relisted(was: RunRecord, now: RunRecord) -> tuple[RunList, RunList] | None:
 
 
 def ran_data(ran: Ran | None) -> dict[str, object]:
-    """A trace line's data on who made its call: `attempt`, `worker`, `task` (where known)."""
+    """A trace line's data on who made its call: `attempt`, `worker`, `task` (where known);
+    `stubbed` instead of the attempt when nothing ran."""
     if ran is None:
         return {}
-    data: dict[str, object] = {"attempt": ran.attempt}
+    # A stubbed outcome ran nowhere: no attempt or time of its own to tell, only who
+    # handed it back.
+    data: dict[str, object] = {"stubbed": True} if ran.stubbed else {"attempt": ran.attempt}
     if ran.worker:
         data["worker"] = ran.worker
     if ran.task:
         data["task"] = ran.task
-    if ran.ms is not None:
+    if ran.ms is not None and not ran.stubbed:
         data["ms"] = ran.ms
     return data
 

@@ -149,6 +149,10 @@ class AgentKit:
         self._loaded()
         return self._specs.get(name)
 
+    def idempotent(self, tools: Sequence[Tool]) -> set[str]:
+        """The names of `tools` whose calls may run again (a run's journal keeps them)."""
+        return {t.name for t in tools if (spec := self.spec(t.name)) and spec.idempotent}
+
     def timeout_of(self, name: str) -> float:
         """Seconds a call of the tool `name` may run: its own timeout, or the default."""
         spec = self.spec(name)

@@ -574,7 +574,11 @@ class Calls:
     # --- tool calls -----------------------------------------------------------------------
 
     def _tool_event(self, call: Claimed) -> InboxEvent | None:
-        output = self._stubbed(call) or self._tool_output(call)
+        stubbed = self._stubbed(call)
+        if stubbed is not None:  # (its trace line says so: nothing ran)
+            ran = Ran(attempt=call.attempt, stubbed=True)
+            return ToolDone(call=call.asked.what, output=stubbed, ran=ran)
+        output = self._tool_output(call)
         return None if output is None else ToolDone(call=call.asked.what, output=output)
 
     def _tool_output(self, call: Claimed) -> ToolOutput | None:
@@ -698,7 +702,8 @@ def _with_ran(event: InboxEvent, attempt: int, took_ms: int) -> InboxEvent:
     if not isinstance(event, ModelReplied | ModelFailed | ToolDone):
         return event
     here = carrier()
-    ran = Ran(attempt=attempt, worker=here.worker, task=here.task, ms=took_ms)
+    stubbed = event.ran is not None and event.ran.stubbed
+    ran = Ran(attempt=attempt, worker=here.worker, task=here.task, ms=took_ms, stubbed=stubbed)
     return event.model_copy(update={"ran": ran})
 
 

@@ -132,7 +132,7 @@ class _Pages:
         journal = await relay.drive(reads.journal_tail(relay.keys, run_id, STEPS_SHOWN))
         steps = [
             (row, _fork_token(web, user, run_id, row["step"]) if forks else "")
-            for row in journal_rows(*journal)
+            for row in journal_rows(*journal, ending=_ending(tree))
         ]
         return web.page(
             request,
@@ -366,6 +366,12 @@ async def _form_refused(
     """Why the form's token is refused for `user` and `what` ("" if not: it is used now)."""
     token = form.get("token", "")
     return await web.tokens.refusal(token, user, what, int(time.time()))
+
+
+def _ending(tree: dict[str, Any]) -> str | None:
+    """How a finished run ended, as its last journal step says it (None: not finished)."""
+    outcome = tree["outcome"]
+    return str(outcome["label"]) if tree["state"] == "finished" and outcome else None
 
 
 def _fork_token(web: Web, user: str, run_id: str, step: int) -> str:

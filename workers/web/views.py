@@ -158,22 +158,31 @@ _STEP_WORDS = {
     "run": "runs {}",
     "plan": "waits for its plan's approval",
     "question": "waits for a person's answer",
-    "done": "done",
+    "done": "turn ended",
 }
-"""What a run does after a journal step, as its page says it."""
+"""What a run does after a journal step, as its page says it (an ending the run went on
+from is a turn's: the journal keeps no more of how it ended)."""
 
 
-def journal_rows(first: int, stored: list[bytes]) -> list[dict[str, Any]]:
+def journal_rows(
+    first: int, stored: list[bytes], ending: str | None = None
+) -> list[dict[str, Any]]:
     """Journal steps as stored (`workers.store.reads.journal_tail`: the first numbered
-    `first`), each as "its kind and tools"; an entry that cannot be read says so."""
+    `first`), each as "its kind and tools"; an entry that cannot be read says so. The
+    last step of a finished run says how it ended (`ending`: its stop's label, as
+    `done`, `cancelled`, `failed`); `ended` marks each step the run had ended at."""
     rows = []
     for number, text in enumerate(stored, start=first):
+        ended = False
         try:
             step = read_entry(number, text).step
             said = _STEP_WORDS.get(step.kind, step.kind).format(", ".join(step.tools))
+            ended = step.kind == "done"
         except JournalError as error:
             said = f"unreadable: {error}"
-        rows.append({"step": number, "said": said})
+        last = number == first + len(stored) - 1
+        rows.append({"step": number, "said": ending if ended and last and ending else said})
+        rows[-1]["ended"] = ended
     return rows
 
 
@@ -367,7 +376,10 @@ def _flower_task(flower_url: str, task_id: str | None) -> str | None:
 
 
 def _made(data: dict[str, Any]) -> str:
-    """`took 1.2 s, attempt 2 on celery@w2`, or what of it is known ("" for none)."""
+    """`took 1.2 s, attempt 2 on celery@w2`, or what of it is known ("" for none);
+    `stubbed: its recorded outcome, nothing ran` for an outcome handed back."""
+    if data.get("stubbed") is True:
+        return "stubbed: its recorded outcome, nothing ran"
     attempt, worker, took = data.get("attempt"), data.get("worker"), data.get("ms")
     parts = [f"took {duration(took)}," if isinstance(took, int) else ""]
     parts.append(f"attempt {attempt}" if isinstance(attempt, int) else "")
