@@ -7,6 +7,7 @@ case, a budget and a timeout.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -184,6 +185,8 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 USER_SUITE = b"""
+approve = ["create"]
+
 [[case]]
 name = "recorded"
 task = "EV-REC pay, read, delete and write"
@@ -247,7 +250,7 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
         ("delete_note", {"name": "x.txt"}),
         ("write_note", {"name": "edited.txt", "text": "hello"}),  # the case's edit ran
     ]
-    # No recorded tool ran (pay is MONEY: the case said yes); the denied call did not run.
+    # No recorded tool ran (pay is MONEY, approved as it never runs); the denied call did not run.
     assert [line for line in f.ledger() if not line.startswith("sleep")] == [
         "write_note edited.txt"
     ]
@@ -263,6 +266,88 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
     slow = by_case["slow"]
     assert slow.verdict.kind == "timed out"
     assert f.relay.wait(slow.runs[0], 30).stop is Stop.CANCELLED  # not left running
+
+
+ATTACK = """[[case]]
+name = "pay"
+task = "EV-ATTACK pay and tidy up"
+edit = { pay = { amount = 999999 } }
+"""
+
+
+def _suite_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / f"suite-{time.monotonic_ns()}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_suite_approves_only_the_risks_it_names_and_money_only_with_the_flag(
+    f: Fleet, tmp_path: Path
+) -> None:
+    """The four-line suite that paid 999,999 through an edit: now the MONEY call (and a
+    WRITE one) is declined, and the trial says so; money needs the suite and the flag."""
+    f.brain.script(
+        "EV-ATTACK",
+        {
+            0: call("pay", amount=5),
+            1: call("delete_note", name="old.txt"),
+            2: final("paid and tidied"),
+        },
+    )
+    env = clean_env(**f.env)
+    app = ("--app", "tests.apps.notes:relay")
+
+    def evaluate(text: str, *flags: str) -> tuple[int, dict[str, Any], str]:
+        done = relay_command(*app, "eval", _suite_file(tmp_path, text), *flags, "--json", env=env)
+        data = json.loads(done.stdout) if done.stdout.startswith("{") else {}
+        return done.returncode, data, done.stderr
+
+    code, report, _ = evaluate(ATTACK)
+    (trial,) = report["trials"]
+    assert code == 0, report  # the run went on, told; the case checks nothing more
+    assert [re.sub(r"call-\d+", "call-N", d) for d in trial["declined"]] == [
+        "declined: call-N pay (MONEY) needs approval; the suite approves nothing",
+        "declined: call-N delete_note (WRITE) needs approval; the suite approves nothing",
+    ]
+    assert not [line for line in f.ledger() if line.startswith(("pay", "delete"))]
+    assert "relay eval declined: call-" in prompts_for(f, "EV-ATTACK")[-1]  # the model is told
+
+    # A case that checks what was declined fails, saying so, in the table a person reads.
+    done = relay_command(
+        *app,
+        "eval",
+        _suite_file(
+            tmp_path, ATTACK + 'expect.called = [{ tool = "pay", args = { amount = 999999 } }]\n'
+        ),
+        env=env,
+    )
+    assert done.returncode == 1
+    assert "pay #1 on default: wrong calls" in done.stdout
+    assert "pay (MONEY) needs approval; the suite approves nothing" in done.stdout
+
+    # The suite may approve WRITE: the delete runs; MONEY is still declined.
+    code, report, _ = evaluate('approve = ["write"]\n' + ATTACK)
+    assert [d.split(" ", 2)[2] for d in report["trials"][0]["declined"]] == [
+        "pay (MONEY) needs approval; the suite approves write"
+    ]
+    assert "delete_note old.txt" in f.ledger()
+    assert not [line for line in f.ledger() if line.startswith("pay")]
+
+    # Money in approve without --allow-money: refused before anything runs.
+    runs_before = f.relay.runs_client.count_runs()
+    code, _, said = evaluate('approve = ["money"]\n' + ATTACK)
+    assert code == 1
+    assert "approves money" in said
+    assert "--allow-money" in said
+    assert f.relay.runs_client.count_runs() == runs_before
+    # The flag alone approves nothing: the suite must list money too.
+    code, report, _ = evaluate(ATTACK, "--allow-money")
+    assert "pay (MONEY) needs approval" in report["trials"][0]["declined"][0]
+    assert not [line for line in f.ledger() if line.startswith("pay")]
+    # Both: the edited payment runs for real, with the app's own tool.
+    code, report, _ = evaluate('approve = ["money"]\n' + ATTACK, "--allow-money")
+    assert report["trials"][0]["declined"][0].split(" ", 2)[2].startswith("delete_note (WRITE)")
+    assert "pay 999999" in f.ledger()
 
 
 def test_a_suite_naming_what_the_app_lacks_is_refused_before_anything_runs(f: Fleet) -> None:
