@@ -30,6 +30,8 @@ from tests.support.redis_server import RedisServer
 from tests.support.waiting import pending_for, prompts_for
 from tests.support.worker_process import RelayProcess
 from workers import Recorded, Relay, RelayError, Settings
+from workers.evals.chart import COLOURS
+from workers.evals.report import RUNS_GONE
 from workers.evals.runner import check_suite, run_suite, trials_of
 from workers.evals.suite import load_suite, read_suite
 
@@ -44,9 +46,16 @@ def profiles(
     (priced, so cost tells them apart) and nothing else: no Redis, so `relay eval`
     starts its own."""
     folder = tmp_path_factory.mktemp("eval")
-    with ModelServer(strong) as a, ModelServer(seven_b) as b, ModelServer(three_b) as c:
-        prices = {"strong": (3.0, 9.0), "7b": (0.2, 0.6), "3b": (0.05, 0.1)}
-        servers = dict(zip(ROUTES, (a, b, c), strict=True))
+    with (
+        ModelServer(strong) as a,
+        ModelServer(seven_b) as b,
+        ModelServer(three_b) as c,
+        # A route whose server says the request is wrong (a gateway that lacks the
+        # model, say): every call of it fails, not retried elsewhere.
+        ModelServer(strong, refuse_fields=("messages",), refuse_status=404) as d,
+    ):
+        prices = {"strong": (3.0, 9.0), "7b": (0.2, 0.6), "3b": (0.05, 0.1), "broken": (1, 1)}
+        servers = dict(zip((*ROUTES, "broken"), (a, b, c, d), strict=True))
         routes = [
             {
                 "name": name,
@@ -81,13 +90,13 @@ def test_the_builtin_suite_ranks_the_models_and_names_how_each_failed(
     code, report = _eval(env, *routes, "--html", str(html), "--junit", str(junit))
     assert code == 1  # the small models fall short of min_pass
     passed = {line["route"]: (line["passed"], line["trials"]) for line in report["routes"]}
-    assert passed == {"strong": (9, 9), "7b": (5, 9), "3b": (0, 9)}
+    assert passed == {"strong": (9, 9), "7b": (4, 9), "3b": (0, 9)}
     assert _kinds(report, "7b") == {
         "copy-note": None,
         "batch-lookups": None,  # it invented a tool name once, and recovered
         "arithmetic": "invented tool names",
         "specialist": "wrong calls",
-        "memory": None,
+        "memory": "no progress",  # its first run did; the second recalled the code
         "long-history": "no progress",
         "question": None,
         "refused-transfer": None,
@@ -107,15 +116,31 @@ def test_the_builtin_suite_ranks_the_models_and_names_how_each_failed(
         t for t in report["trials"] if t["route"] == "strong" and t["case"] == "refused-transfer"
     ]
     assert [c["tool"] for c in refused["tool_calls"]] == ["transfer"]
+    (memory,) = [t for t in report["trials"] if t["route"] == "7b" and t["case"] == "memory"]
+    assert memory["why"][0].startswith("its run 1 of 2 stopped with no_progress, not done")
+    assert memory["final"] == "The office door code is 4711."  # (the last run alone passed)
     page = html.read_text()
-    assert page.count("<circle") == 3
+    # Each route's dot says what its trials came to: the 3B route is red, not green.
+    assert re.findall(r'<circle[^>]*fill="(#\w+)" data-state="([\w ]+)"><title>(\w+):', page) == [
+        (COLOURS["passed"][0], "passed", "strong"),
+        (COLOURS["short"][0], "short", "7b"),
+        (COLOURS["short"][0], "short", "3b"),
+    ]
     assert "arithmetic on 7b" in page
     suites = ET.parse(junit).getroot().findall("testsuite")
     assert [(s.get("tests"), s.get("failures")) for s in suites] == [
         ("9", "0"),
-        ("9", "4"),
+        ("9", "5"),
         ("9", "9"),
     ]
+    # JUnit names the tool the 7B model invented, and says its runs are gone.
+    (arithmetic,) = [c for c in suites[1].findall("testcase") if c.get("name") == "arithmetic #1"]
+    failure = arithmetic.find("failure")
+    assert failure is not None
+    assert failure.get("message", "").startswith("invented tool names: it stopped with bad_replies")
+    assert "there is no tool named 'calculator'" in (failure.text or "")
+    assert RUNS_GONE in (arithmetic.findtext("system-out") or "")
+    assert report["runs_note"] == RUNS_GONE
 
     # Seeded: the same suite again gives the same figures (but for the wall time).
     again_code, again = _eval(env, *routes)
@@ -153,6 +178,31 @@ def test_a_model_that_fails_shows_it_on_the_table_and_exits_one(
     assert "copy-note on 3b: 0% < min_pass 100%" in done.stdout
 
 
+def test_a_broken_route_is_reported_with_what_its_runs_said(
+    profiles: tuple[dict[str, str], dict[str, ModelServer]], tmp_path: Path
+) -> None:
+    """`model failed` alone hid why; the table a person reads now says what the run
+    said, the page colours the route as failing, and no run id is offered for a
+    lookup once the private Redis is gone."""
+    env, _ = profiles
+    html = tmp_path / "broken.html"
+    done = relay_command(
+        "eval", "--builtin", "--route", "broken", "--html", str(html), env=env, timeout=600
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    out = done.stdout
+    assert "model failed x9" in out
+    assert "copy-note #1 on broken: model failed" in out
+    reason = next(line for line in out.splitlines() if "it stopped with model_failed" in line)
+    assert "The model server refused the call: model server answered 404" in reason
+    assert "messages is not supported by this server" in reason  # what the server said
+    assert RUNS_GONE in out
+    assert "runs:" not in out  # no id offered as if it could be looked up
+    page = html.read_text()
+    assert re.findall(r'<circle[^>]*data-state="([\w ]+)"><title>broken:', page) == ["short"]
+    assert "messages is not supported by this server" in page
+
+
 def test_bad_invocations_say_what_is_wrong(
     profiles: tuple[dict[str, str], dict[str, ModelServer]], tmp_path: Path
 ) -> None:
@@ -168,6 +218,13 @@ def test_bad_invocations_say_what_is_wrong(
     refused = relay_command("eval", str(bad), "--app", "tests.apps.notes:relay", env=env)
     assert refused.returncode == 1
     assert "case 1 (x): expect.stpo" in refused.stderr
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 5_000 + "]" * 5_000)
+    nested = relay_command("eval", str(deep), "--app", "tests.apps.notes:relay", env=env)
+    assert nested.returncode == 1
+    assert nested.stderr.strip().splitlines() == [
+        f"relay: {deep}: tables or arrays nested more than 32 deep"
+    ]
     shown = relay_command("eval", "--builtin", "--show", env=env)
     assert shown.returncode == 0
     assert shown.stdout.startswith("# The built-in suite")  # the TOML as shipped, to copy
@@ -348,6 +405,25 @@ def test_a_suite_approves_only_the_risks_it_names_and_money_only_with_the_flag(
     code, report, _ = evaluate('approve = ["money"]\n' + ATTACK, "--allow-money")
     assert report["trials"][0]["declined"][0].split(" ", 2)[2].startswith("delete_note (WRITE)")
     assert "pay 999999" in f.ledger()
+
+
+def test_a_catastrophic_pattern_is_judged_at_once(f: Fleet, tmp_path: Path) -> None:
+    """`(a+)+$` on forty a's and a `!` is days of backtracking for Python's `re`; the
+    eval judges it in no time and says the answer does not match."""
+    f.brain.script("EV-REGEX", {0: final("a" * 40 + "!")})
+    suite = _suite_file(
+        tmp_path,
+        '[[case]]\nname = "regex"\ntask = "EV-REGEX"\nexpect.final_matches = "(a+)+$"\n',
+    )
+    env = clean_env(**f.env)
+    began = time.monotonic()
+    done = relay_command(
+        "--app", "tests.apps.notes:relay", "eval", suite, "--timeout", "5", env=env, timeout=120
+    )
+    assert time.monotonic() - began < 60
+    assert done.returncode == 1, done.stderr
+    assert "regex #1 on default: wrong final" in done.stdout
+    assert "the final answer does not match '(a+)+$'" in done.stdout
 
 
 def test_a_suite_naming_what_the_app_lacks_is_refused_before_anything_runs(f: Fleet) -> None:

@@ -3,8 +3,9 @@ built-in eval suite (workers/evals/builtin.toml), served by `ModelServer`:
 
 - `strong`: solves every built-in case (like the 27B model);
 - `seven_b`: wraps replies in prose, invents a tool name and recovers, invents one
-  for good, loses track with a specialist and after a summary, and will not name
-  its source (like qwen2.5:7b);
+  for good, loses track with a specialist and after a summary, notes a thing to
+  remember over and over (that run makes no progress, though the next recalls it),
+  and will not name its source (like qwen2.5:7b);
 - `three_b`: cannot keep the format at all.
 
 Each reply is a function of the prompt alone (what the history shows so far), so a
@@ -161,6 +162,8 @@ def _seven_b_fault(play: Callable[[ChatCall], str], chat: ChatCall) -> str | Non
         return call("calculator", expression="17 * 23 + 4")  # invents a name for good
     if play is _specialist and "748" not in said:
         return call("lookup_city", city="Rome")  # never hands over to the specialist
+    if play is _remember and "You noted:" in said:
+        return call("remember", note="The office door code is 4711.")  # again and again
     if play is _long and "Summary:" in said:
         return call("read_note", name="long1.txt")  # lost track: reads the first again
     if play is _lisbon and "545,796" in said:

@@ -274,31 +274,28 @@ def _write(report: Report, options: dict[str, Any]) -> None:
 
 def _print_failed(out: Console, report: Report) -> None:
     """Each failed trial: its kind, every reason (the run's stop and message, the tool
-    names it invented, the calls declined) and its runs, or that they are gone."""
+    names it invented, the calls declined) and its runs, or that they are gone; then
+    the trials that passed with calls declined."""
     if report.failed:
         out.print(Text("Failed trials", style="bold"))
     if report.failed and not report.runs_kept:
-        out.print(Text(f"({RUNS_GONE}: the reasons below are all that is left)", style="dim"))
+        out.print(Text(f"({RUNS_GONE}: what it said is below)", style="dim"))
     for result in report.failed:
-        trial = result.trial
-        route = trial.route or DEFAULT_ROUTE
-        out.print(
-            Text(f"{trial.case.name} #{trial.repeat} on {route}: {result.verdict.kind}", "red")
-        )
+        out.print(Text(f"{_named(result)}: {result.verdict.kind}", "red"))
         for reason in result.verdict.why:
-            out.print(Text(f"    {reason}"))
+            out.print(Text(f"    {reason}"), soft_wrap=True)  # (whole, to grep or copy)
         if report.runs_kept and result.runs:
             out.print(Text(f"    runs: {', '.join(result.runs)}", style="dim"))
     for result in report.results:  # (a trial that passed may have had calls declined too)
         if result.verdict.passed and result.facts.declined:
-            trial = result.trial
-            out.print(
-                Text(
-                    f"{trial.case.name} #{trial.repeat} passed; "
-                    + "; ".join(result.facts.declined),
-                    "yellow",
-                )
-            )
+            out.print(Text(f"{_named(result)}: passed", "yellow"))
+            for declined in result.facts.declined:
+                out.print(Text(f"    {declined}"), soft_wrap=True)
+
+
+def _named(result: TrialResult) -> str:
+    trial = result.trial
+    return f"{trial.case.name} #{trial.repeat} on {trial.route or DEFAULT_ROUTE}"
 
 
 def _table(title: str, lines: tuple[Line, ...]) -> Table:
