@@ -26,6 +26,8 @@ from workers.evals.runner import Trial, TrialResult, trials_of
 from workers.evals.suite import Expect, builtin_suite, load_suite, read_suite
 
 README_CASE = b"""
+approve = ["read", "create"]          # none by default; money also needs --allow-money
+
 [[case]]
 name = "copy"
 task = "Copy a.txt to b.txt"
@@ -38,9 +40,12 @@ expect.called = ["read_note"]          # and expect.not_called, expect.max_calls
 
 
 def test_the_readme_case_reads_as_written() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert README_CASE.decode().strip() in readme  # (the README shows this very text)
     suite = read_suite(README_CASE, "cases.toml", default_name="cases")
     (case,) = suite.case
     assert suite.name == "cases"
+    assert suite.approve == [Risk.READ, Risk.CREATE]
     assert case.tools == ["read_note", "write_note"]
     assert case.expect.stop is Stop.DONE
     assert case.expect.final_contains == ["b.txt"]

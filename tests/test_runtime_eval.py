@@ -225,6 +225,10 @@ def test_bad_invocations_say_what_is_wrong(
     assert nested.stderr.strip().splitlines() == [
         f"relay: {deep}: tables or arrays nested more than 32 deep"
     ]
+    helped = " ".join(relay_command("eval", "run", "--help", env=env).stdout.split())
+    assert "The app's real tools run (a case's `recorded` tools do not)" in helped
+    assert "--allow-money" in helped
+    assert "approved only when its risk is in the suite's `approve` list" in helped
     shown = relay_command("eval", "--builtin", "--show", env=env)
     assert shown.returncode == 0
     assert shown.stdout.startswith("# The built-in suite")  # the TOML as shipped, to copy
