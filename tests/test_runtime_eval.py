@@ -405,6 +405,13 @@ def test_a_suite_approves_only_the_risks_it_names_and_money_only_with_the_flag(
     code, report, _ = evaluate(ATTACK, "--allow-money")
     assert "pay (MONEY) needs approval" in report["trials"][0]["declined"][0]
     assert not [line for line in f.ledger() if line.startswith("pay")]
+    # In Python too, a suite's money is not approved without allow_money.
+    money = read_suite(('approve = ["money", "write"]\n' + ATTACK).encode(), "money.toml")
+    (result,) = run_suite(f.relay, trials_of(money, [None], 1), timeout=60)
+    assert [d.split(" ", 2)[2] for d in result.facts.declined] == [
+        "pay (MONEY) needs --allow-money"
+    ]
+    assert not [line for line in f.ledger() if line.startswith("pay")]
     # Both: the edited payment runs for real, with the app's own tool.
     code, report, _ = evaluate('approve = ["money"]\n' + ATTACK, "--allow-money")
     assert report["trials"][0]["declined"][0].split(" ", 2)[2].startswith("delete_note (WRITE)")
