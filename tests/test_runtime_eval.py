@@ -201,6 +201,10 @@ def test_a_broken_route_is_reported_with_what_its_runs_said(
     page = html.read_text()
     assert re.findall(r'<circle[^>]*data-state="([\w ]+)"><title>broken:', page) == ["short"]
     assert "messages is not supported by this server" in page
+    # The end of each failed trial's trace was read before the Redis went, and kept.
+    traces = re.findall(r"<summary>the end of its trace</summary><pre>(.*?)</pre>", page, re.S)
+    assert len(traces) == 9
+    assert all(re.search(r"^\w+ call_failed: model server answered 404", t, re.M) for t in traces)
 
 
 def test_bad_invocations_say_what_is_wrong(
