@@ -92,7 +92,7 @@ def test_the_builtin_suite_reads_and_covers_the_model_table() -> None:
         (b'approve = ["spend"]\n[[case]]\nname = "a"\ntask = "t"\n', "approve.0"),
         (
             b'approve = ["read"]\n[[case]]\nname = "a"\ntask = "t"\napprove = ["write"]\n',
-            "case a: approve: write is not in the suite's approve (read)",
+            "cases.toml: case 1 (a): approve: write is not in the suite's approve (read)",
         ),
         (
             b'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = "(a)\\\\1"\n',

@@ -284,6 +284,12 @@ budget = { tokens = 1 }
 name = "slow"
 task = "EV-SLOW sleep"
 tools = ["sleep"]
+[[case]]
+name = "no-plan"
+task = "EV-NOPLAN write"
+config = { require_plan = true }
+plan = "decline"
+expect.stop = "plan_declined"
 """
 
 
@@ -301,6 +307,7 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
     f.brain.script("EV-BADEDIT", {0: call("write_note", name="c.txt", text="x"), 1: final("no")})
     f.brain.script("EV-BUDGET", {0: call("read_note", name="x.txt"), 1: final("read")})
     f.brain.script("EV-SLOW", {0: call("sleep", seconds=30), 1: final("slept")})
+    f.brain.script("EV-NOPLAN", {0: final("wrote")})
     suite = read_suite(USER_SUITE, "user.toml")
     check_suite(f.relay, suite, [None])
     results = run_suite(f.relay, trials_of(suite, [None], 1), timeout=8)
@@ -328,6 +335,8 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
     assert "the case's edit was refused" in prompts_for(f, "EV-BADEDIT")[-1]
     assert by_case["budget"].verdict.kind == "over budget"
     assert by_case["budget"].facts.stop is Stop.CANCELLED
+    assert by_case["no-plan"].verdict.passed, by_case["no-plan"]
+    assert by_case["no-plan"].facts.stop is Stop.PLAN_DECLINED
     slow = by_case["slow"]
     assert slow.verdict.kind == "timed out"
     assert f.relay.wait(slow.runs[0], 30).stop is Stop.CANCELLED  # not left running

@@ -251,12 +251,13 @@ class Suite(BaseModel):
 
     @model_validator(mode="after")
     def _cases_within_the_suite(self) -> Suite:
-        for case in self.case:
+        for number, case in enumerate(self.case, start=1):
             beyond = [risk.value for risk in case.approve or () if risk not in self.approve]
             if beyond:
                 raise ValueError(
-                    f"case {case.name}: approve: {', '.join(beyond)} is not in the suite's"
-                    f" approve ({_named(self.approve)}); a case approves some of the suite's"
+                    f"case {number} ({case.name}): approve: {', '.join(beyond)} is not in the"
+                    f" suite's approve ({_named(self.approve)}); a case approves some of"
+                    " the suite's"
                 )
         return self
 
@@ -342,4 +343,6 @@ def _first_problem(error: ValidationError, data: dict[str, Any]) -> str:
             named = f" ({name})" if isinstance(name, str) else ""
         field = ".".join(str(part) for part in loc[2:]) or "the case"
         return f"case {loc[1] + 1}{named}: {field}: {said}"
-    return f"{'.'.join(str(part) for part in loc) or 'the suite'}: {said}"
+    if not loc:  # (the suite's own checks: their message says where)
+        return said
+    return f"{'.'.join(str(part) for part in loc)}: {said}"
