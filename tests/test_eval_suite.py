@@ -256,6 +256,11 @@ def test_a_catastrophic_pattern_is_matched_in_bounded_time() -> None:
         ("the final answer does not match '(a+)+$'",),
     )
     assert judge(expect, RunFacts(stop=Stop.DONE, final="a" * 100_000)).passed
+    # A lone surrogate (JSON allows one) is matched around, not an error.
+    assert judge(_expect(final_matches="b+c$"), RunFacts(stop=Stop.DONE, final="a\ud800bbc")).passed
+    assert judge(
+        _expect(final_matches="^café"), RunFacts(stop=Stop.DONE, final="café au lait")
+    ).passed
 
 
 def test_a_failed_trial_says_what_its_run_said() -> None:

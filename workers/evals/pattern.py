@@ -45,4 +45,5 @@ class Pattern:
 
     def found(self, text: str) -> bool:
         """Whether the pattern matches somewhere in `text` (in time linear in it)."""
-        return self._compiled.search(text) is not None
+        # (RE2 reads UTF-8; a lone surrogate, which JSON lets a model write, becomes U+FFFD)
+        return self._compiled.search(text.encode("utf-8", "replace")) is not None
