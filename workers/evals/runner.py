@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
+from typing import Literal
 
 from agent_core import Risk, Tool
 from workers.client.replays import MadeCall
@@ -56,7 +57,7 @@ class Trial:
     repeat: int
     approve: tuple[Risk, ...] = ()
     """The risks whose calls that ask this trial approves (the suite's `approves`)."""
-    approved_by: str = "suite"
+    approved_by: Literal["suite", "case"] = "suite"
     """Whose list `approve` is ("suite", or "case" when the case narrowed it)."""
 
 
