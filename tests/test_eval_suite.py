@@ -287,6 +287,15 @@ def test_a_failed_trial_says_what_its_run_said() -> None:
     )
     assert invented.kind == "invented tool names"
     assert invented.why[1:] == ("there is no tool named 'calculator'",)
+    said_once = judge(
+        _expect(),
+        RunFacts(
+            stop=Stop.BAD_REPLIES,
+            final="The model's replies could not be used: there is no tool named 'calculator'",
+            retries=("there is no tool named 'calculator'", "there is no tool named 'calc'"),
+        ),
+    )
+    assert said_once.why[1:] == ("there is no tool named 'calc'",)  # (the other is said)
     first = judge(
         _expect(), RunFacts(stop=Stop.DONE, earlier=((Stop.NO_PROGRESS, "the same calls"),))
     )

@@ -157,8 +157,9 @@ def _cut(text: str, most: int = 500) -> str:
 
 def _invented_names(facts: RunFacts) -> tuple[str, ...]:
     """The core's reasons for the replies that called a tool that does not exist (each
-    names the tool), once each."""
-    return tuple(dict.fromkeys(r for r in facts.retries if r.startswith(INVENTED)))
+    names the tool), once each, but for those the run's message already says."""
+    named = (r for r in facts.retries if r.startswith(INVENTED) and r not in facts.final)
+    return tuple(dict.fromkeys(named))
 
 
 def _final_problems(expect: Expect, final: str) -> tuple[str, ...]:
