@@ -255,16 +255,13 @@ def _html_failed(report: Report) -> str:
         trial = result.trial
         head = f"{trial.case.name} #{trial.repeat} on {_route_name(result)}: {result.verdict.kind}"
         why = "".join(f"<li>{html.escape(line)}</li>" for line in result.verdict.why)
-        trace = html.escape("\n".join(result.trace))
+        runs = html.escape(report.runs_of(result))
+        trace = ""
+        if result.trace:
+            lines = html.escape("\n".join(result.trace))
+            trace = f"<details><summary>the end of its trace</summary><pre>{lines}</pre></details>"
         items.append(
-            f"<li><b>{html.escape(head)}</b><ul>{why}</ul>"
-            f"<small>{html.escape(report.runs_of(result))}</small>"
-            + (
-                f"<details><summary>the end of its trace</summary><pre>{trace}</pre></details>"
-                if result.trace
-                else ""
-            )
-            + "</li>"
+            f"<li><b>{html.escape(head)}</b><ul>{why}</ul><small>{runs}</small>{trace}</li>"
         )
     return "<h2>Failed trials</h2><ul>" + "".join(items) + "</ul>"
 
