@@ -31,7 +31,7 @@ from tests.support.waiting import pending_for, prompts_for
 from tests.support.worker_process import RelayProcess
 from workers import Recorded, Relay, RelayError, Settings
 from workers.evals.chart import COLOURS
-from workers.evals.report import RUNS_GONE
+from workers.evals.report import RUNS_GONE, build_report
 from workers.evals.runner import check_suite, run_suite, trials_of
 from workers.evals.suite import load_suite, read_suite
 
@@ -326,6 +326,14 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
     assert [line for line in f.ledger() if not line.startswith("sleep")] == [
         "write_note edited.txt"
     ]
+    ran = json.loads(build_report("user", results).as_json())["trials"][0]["tool_calls"]
+    assert [(c["tool"], c["ran"]) for c in ran] == [
+        ("pay", "recorded"),
+        ("pay", "recorded"),  # (no outcome recorded for 7: an error, and nothing ran)
+        ("read_note", "recorded"),
+        ("delete_note", "not run"),
+        ("write_note", "for real"),
+    ]
     said = prompts_for(f, "EV-REC")[-1]
     assert "paid 5 (recorded)" in said
     assert "the recorded note" in said
@@ -385,6 +393,10 @@ def test_a_suite_approves_only_the_risks_it_names_and_money_only_with_the_flag(
     ]
     assert not [line for line in f.ledger() if line.startswith(("pay", "delete"))]
     assert "relay eval declined: call-" in prompts_for(f, "EV-ATTACK")[-1]  # the model is told
+    assert [(c["tool"], c["outcome"], c["ran"]) for c in trial["tool_calls"]] == [
+        ("pay", "declined", "not run"),
+        ("delete_note", "declined", "not run"),
+    ]
 
     # A case that checks what was declined fails, saying so, in the table a person reads.
     done = relay_command(
@@ -406,6 +418,10 @@ def test_a_suite_approves_only_the_risks_it_names_and_money_only_with_the_flag(
     ]
     assert "delete_note old.txt" in f.ledger()
     assert not [line for line in f.ledger() if line.startswith("pay")]
+    assert [(c["tool"], c["ran"]) for c in report["trials"][0]["tool_calls"]] == [
+        ("pay", "not run"),
+        ("delete_note", "for real"),  # the app's own tool
+    ]
 
     # Money in approve without --allow-money: refused before anything runs.
     runs_before = f.relay.runs_client.count_runs()
@@ -429,6 +445,12 @@ def test_a_suite_approves_only_the_risks_it_names_and_money_only_with_the_flag(
     code, report, _ = evaluate('approve = ["money"]\n' + ATTACK, "--allow-money")
     assert report["trials"][0]["declined"][0].split(" ", 2)[2].startswith("delete_note (WRITE)")
     assert "pay 999999" in f.ledger()
+    assert report["trials"][0]["tool_calls"][0] == {
+        "tool": "pay",
+        "args": {"amount": 999999},
+        "outcome": "ok",
+        "ran": "for real",
+    }
 
 
 def test_a_catastrophic_pattern_is_judged_at_once(f: Fleet, tmp_path: Path) -> None:

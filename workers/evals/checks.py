@@ -64,6 +64,8 @@ class RunFacts:
     final: str = ""
     calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     """Every tool call the run and its specialists made: the tool, the arguments it ran with."""
+    outcomes: tuple[str, ...] = ()
+    """Each call's outcome, in the order of `calls`: ok, error, declined, unknown ("": none)."""
     model_calls: int = 0
     tokens: int = 0
     cost_usd: float = 0.0

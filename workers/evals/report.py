@@ -207,7 +207,7 @@ def _trial_dict(result: TrialResult) -> dict[str, Any]:
         "why": list(result.verdict.why),
         "stop": facts.stop.value if facts.stop is not None else None,
         "final": facts.final,
-        "tool_calls": [{"tool": tool, "args": args} for tool, args in facts.calls],
+        "tool_calls": _calls(result),
         "model_calls": facts.model_calls,
         "tokens": facts.tokens,
         "cost_usd": round(facts.cost_usd, 6),
@@ -217,6 +217,20 @@ def _trial_dict(result: TrialResult) -> dict[str, Any]:
         "declined": list(facts.declined),
         "trace": list(result.trace),
     }
+
+
+def _calls(result: TrialResult) -> list[dict[str, Any]]:
+    """The trial's calls, each saying whether it ran for real (the app's own tool), was
+    answered from the case's `recorded`, or did not run (declined, denied)."""
+    recorded = {r.tool for r in result.trial.case.recorded}
+    outcomes = result.facts.outcomes or ("",) * len(result.facts.calls)
+    found = []
+    for (tool, args), outcome in zip(result.facts.calls, outcomes, strict=True):
+        ran = "recorded" if tool in recorded else "for real"
+        if outcome in ("", "declined"):
+            ran = "not run"
+        found.append({"tool": tool, "args": args, "outcome": outcome or None, "ran": ran})
+    return found
 
 
 def _junit_case(suite: ET.Element, result: TrialResult, route: str, runs: str) -> None:

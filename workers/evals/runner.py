@@ -350,6 +350,7 @@ def _facts(relay: Relay, one: _Live, *, timed_out: bool) -> RunFacts:
         stop=None if timed_out or last.outcome is None else last.outcome.stop,
         final=last.outcome.summary if last.outcome is not None else "",
         calls=tuple((c.tool, c.args) for c in made),
+        outcomes=tuple(c.output.status if c.output is not None else "" for c in made),
         model_calls=sum(u.model_calls for u in usage),
         tokens=sum(u.total_tokens for u in usage),
         cost_usd=sum(u.cost_micro for u in usage) / 1_000_000,
