@@ -4,7 +4,10 @@ naming the case and the field, and every failure kind is told apart."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import time
 import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -13,15 +16,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_core import Stop
+from agent_core import Risk, Stop
 from workers import RelayError
+from workers.evals.chart import COLOURS
 from workers.evals.checks import FAILURE_KINDS, RunFacts, judge
 from workers.evals.record import toml_value
-from workers.evals.report import build_report
+from workers.evals.report import RUNS_GONE, build_report
 from workers.evals.runner import Trial, TrialResult, trials_of
 from workers.evals.suite import Expect, builtin_suite, load_suite, read_suite
 
 README_CASE = b"""
+approve = ["read", "create"]          # none by default; money also needs --allow-money
+
 [[case]]
 name = "copy"
 task = "Copy a.txt to b.txt"
@@ -34,9 +40,12 @@ expect.called = ["read_note"]          # and expect.not_called, expect.max_calls
 
 
 def test_the_readme_case_reads_as_written() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert README_CASE.decode().strip() in readme  # (the README shows this very text)
     suite = read_suite(README_CASE, "cases.toml", default_name="cases")
     (case,) = suite.case
     assert suite.name == "cases"
+    assert suite.approve == [Risk.READ, Risk.CREATE]
     assert case.tools == ["read_note", "write_note"]
     assert case.expect.stop is Stop.DONE
     assert case.expect.final_contains == ["b.txt"]
@@ -79,6 +88,20 @@ def test_the_builtin_suite_reads_and_covers_the_model_table() -> None:
         (b"\xff\xfe", "not UTF-8"),
         (b'[[case]]\nname = "a"\ntask = "t"\nbudget = { tokens = -1 }\n', "budget.tokens"),
         (b'[[case]]\nname = "a"\ntask = "t"\napprove = "maybe"\n', "case 1 (a): approve"),
+        (b'[[case]]\nname = "a"\ntask = "t"\napprove = "yes"\n', 'e.g. ["read", "create"]'),
+        (b'approve = ["spend"]\n[[case]]\nname = "a"\ntask = "t"\n', "approve.0"),
+        (
+            b'approve = ["read"]\n[[case]]\nname = "a"\ntask = "t"\napprove = ["write"]\n',
+            "cases.toml: case 1 (a): approve: write is not in the suite's approve (read)",
+        ),
+        (
+            b'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = "(a)\\\\1"\n',
+            "backreferences and look-around are not supported",
+        ),
+        (
+            b'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = "(?=a)b"\n',
+            "not a regular expression RE2 can match",
+        ),
     ],
 )
 def test_a_wrong_suite_is_refused_naming_the_case_and_the_field(text: bytes, said: str) -> None:
@@ -86,6 +109,51 @@ def test_a_wrong_suite_is_refused_naming_the_case_and_the_field(text: bytes, sai
         read_suite(text, "cases.toml")
     assert str(refused.value).startswith("cases.toml: ")
     assert said in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        "x = " + "[" * 5_000 + "]" * 5_000,  # deeper than tomllib's recursion reaches
+        # Read by tomllib and pydantic, but too deep to serialise (`--show`, `Relay.start`):
+        '[[case]]\nname = "a"\ntask = "t"\nrecorded = [{ tool = "x", output = "o", args = '
+        + "{ x = "
+        + "[" * 300
+        + "]" * 300
+        + " } }]",
+        "[[case]]\nname = 'a'\ntask = 't'\n" + "config = " + "{ a = " * 40 + "1" + " }" * 40,
+    ],
+)
+def test_deep_nesting_is_one_error_naming_the_file(tmp_path: Path, nested: str) -> None:
+    deep = tmp_path / "deep.toml"
+    deep.write_text(nested)
+    with pytest.raises(RelayError) as refused:
+        load_suite(deep)
+    assert str(refused.value) == f"{deep}: tables or arrays nested more than 32 deep"
+
+
+def test_the_suite_says_which_risks_its_cases_approve() -> None:
+    suite = read_suite(
+        b'approve = ["read", "create"]\n'
+        b'[[case]]\nname = "a"\ntask = "t"\n'
+        b'[[case]]\nname = "b"\ntask = "t"\napprove = ["read"]\n'
+        b'[[case]]\nname = "c"\ntask = "t"\napprove = []\nplan = "decline"\n',
+        "s.toml",
+    )
+    assert [suite.approves(case) for case in suite.case] == [
+        (Risk.READ, Risk.CREATE),
+        (Risk.READ,),
+        (),
+    ]
+    assert suite.case[2].plan == "decline"
+    trials = trials_of(suite, [None], 1)
+    assert [(t.approve, t.approved_by) for t in trials] == [
+        ((Risk.READ, Risk.CREATE), "suite"),
+        ((Risk.READ,), "case"),
+        ((), "case"),
+    ]
+    # With no `approve`, a suite approves nothing.
+    assert read_suite(b'[[case]]\nname = "a"\ntask = "t"\n', "s.toml").approve == []
 
 
 def test_a_missing_or_huge_file_is_refused(tmp_path: Path) -> None:
@@ -158,6 +226,12 @@ def test_a_run_that_does_what_the_case_expects_passes() -> None:
             {"after": [{"tool": "read_note", "contains": "apples"}]},
             "failed after-check",
         ),
+        # A `then` case whose first run made no progress fails, though its last passed.
+        (
+            RunFacts(stop=Stop.DONE, final="4711", earlier=((Stop.NO_PROGRESS, "stuck"),)),
+            {"final_contains": "4711"},
+            "no progress",
+        ),
     ],
 )
 def test_each_failure_has_its_kind(facts: RunFacts, expect: dict[str, object], kind: str) -> None:
@@ -167,6 +241,65 @@ def test_each_failure_has_its_kind(facts: RunFacts, expect: dict[str, object], k
     assert verdict.kind in FAILURE_KINDS
     assert verdict.why
     assert all(verdict.why)
+
+
+def test_a_catastrophic_pattern_is_matched_in_bounded_time() -> None:
+    # Python's `re` takes 2**n steps for this pattern on n a's and no match: at 40 a's,
+    # days. RE2 takes time linear in the answer, pattern or not.
+    expect = _expect(final_matches="(a+)+$", final_contains="a")
+    answer = "a" * 40 + "!"
+    began = time.monotonic()
+    verdict = judge(expect, RunFacts(stop=Stop.DONE, final=answer))
+    assert time.monotonic() - began < 5
+    assert (verdict.kind, verdict.why) == (
+        "wrong final",
+        ("the final answer does not match '(a+)+$'",),
+    )
+    assert judge(expect, RunFacts(stop=Stop.DONE, final="a" * 100_000)).passed
+    # A lone surrogate (JSON allows one) is matched around, not an error.
+    assert judge(_expect(final_matches="b+c$"), RunFacts(stop=Stop.DONE, final="a\ud800bbc")).passed
+    assert judge(
+        _expect(final_matches="^café"), RunFacts(stop=Stop.DONE, final="café au lait")
+    ).passed
+
+
+def test_a_failed_trial_says_what_its_run_said() -> None:
+    failed = judge(
+        _expect(),
+        RunFacts(
+            stop=Stop.MODEL_FAILED,
+            final="The model could not be reached: route small answered 404",
+            declined=("declined: call-2 pay (MONEY) needs approval; the suite approves read",),
+        ),
+    )
+    assert failed.why == (
+        "it stopped with model_failed, not done: The model could not be reached:"
+        " route small answered 404",
+        "declined: call-2 pay (MONEY) needs approval; the suite approves read",
+    )
+    invented = judge(
+        _expect(),
+        RunFacts(
+            stop=Stop.BAD_REPLIES,
+            final="The model's replies could not be used",
+            retries=("there is no tool named 'calculator'",) * 2 + ("no JSON",),
+        ),
+    )
+    assert invented.kind == "invented tool names"
+    assert invented.why[1:] == ("there is no tool named 'calculator'",)
+    said_once = judge(
+        _expect(),
+        RunFacts(
+            stop=Stop.BAD_REPLIES,
+            final="The model's replies could not be used: there is no tool named 'calculator'",
+            retries=("there is no tool named 'calculator'", "there is no tool named 'calc'"),
+        ),
+    )
+    assert said_once.why[1:] == ("there is no tool named 'calc'",)  # (the other is said)
+    first = judge(
+        _expect(), RunFacts(stop=Stop.DONE, earlier=((Stop.NO_PROGRESS, "the same calls"),))
+    )
+    assert first.why == ("its run 1 of 2 stopped with no_progress, not done: the same calls",)
 
 
 # --- the report ---------------------------------------------------------------------------
@@ -207,9 +340,57 @@ def test_the_report_sums_per_route_and_case_and_names_the_cases_that_fall_short(
     assert [s.get("failures") for s in suites] == ["0", "2"]
     assert len(junit.findall(".//failure")) == 2
     page = report.html()
-    assert page.count("<circle") == 2
+    # A dot per route, coloured by what its trials came to, and a legend that says so.
+    assert re.findall(r'<circle[^>]*fill="(#\w+)" data-state="([\w ]+)"', page) == [
+        (COLOURS["passed"][0], "passed"),
+        (COLOURS["short"][0], "short"),
+    ]
+    assert all(meaning in page for _, meaning in COLOURS.values())
+    assert "Pass rate against cost per trial" in page
     assert 'class="short"' in page
     assert "b on small" in page
+    # Each failed trial, with why, in every form.
+    assert "a #1 on small: invented tool names" in page
+    assert "there is no tool named &#x27;x&#x27;" in page
+    failure = junit.findall(".//failure")[0]
+    assert failure.get("message", "").startswith("invented tool names: it stopped with")
+    assert "there is no tool named 'x'" in (failure.text or "")
+    assert "runs: r1" in (junit.findall(".//system-out")[0].text or "")
+    assert data["runs_kept"] is True
+
+
+def test_a_report_of_unpriced_routes_plots_model_calls_and_names_gone_runs() -> None:
+    suite = read_suite(b'[[case]]\nname = "a"\ntask = "t"\n', "s.toml", default_name="s")
+
+    def result(trial: Trial) -> TrialResult:
+        ok = trial.route == "fine"
+        facts = RunFacts(
+            stop=Stop.DONE if ok else Stop.MODEL_FAILED,
+            final="fine" if ok else "The model could not be reached: 404",
+            model_calls=2 if ok else 4,
+        )
+        trace = () if ok else ("r-x model_failed: 404",)
+        return TrialResult(trial, facts, judge(trial.case.expect, facts), ("r-x",), trace)
+
+    results = [result(t) for t in trials_of(suite, ["fine", "broken"], 1)]
+    report = build_report("s", results, runs_kept=False)
+    page = report.html()
+    assert "Pass rate against model calls per trial (no route has a price)" in page
+    assert re.findall(r'<circle[^>]*data-state="([\w ]+)"><title>([^<]*)<', page) == [
+        ("passed", "fine: 100%, 2.0 calls (every trial passed)"),
+        ("short", "broken: 0%, 4.0 calls (a case fell below its min_pass)"),
+    ]
+    assert html.escape(RUNS_GONE) in page
+    assert "r-x model_failed: 404" in page
+    data = json.loads(report.as_json())
+    assert data["runs_note"] == RUNS_GONE
+    (broken,) = [t for t in data["trials"] if not t["passed"]]
+    assert broken["why"] == [
+        "it stopped with model_failed, not done: The model could not be reached: 404"
+    ]
+    assert broken["trace"] == ["r-x model_failed: 404"]
+    outs = [e.text or "" for e in ET.fromstring(report.junit()).findall(".//system-out")]
+    assert all(RUNS_GONE in text for text in outs)
 
 
 # --- a recorded case is TOML that reads back ---------------------------------------------

@@ -7,6 +7,7 @@ case, a budget and a timeout.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 import time
@@ -29,6 +30,8 @@ from tests.support.redis_server import RedisServer
 from tests.support.waiting import pending_for, prompts_for
 from tests.support.worker_process import RelayProcess
 from workers import Recorded, Relay, RelayError, Settings
+from workers.evals.chart import COLOURS
+from workers.evals.report import RUNS_GONE, build_report
 from workers.evals.runner import check_suite, run_suite, trials_of
 from workers.evals.suite import load_suite, read_suite
 
@@ -43,9 +46,16 @@ def profiles(
     (priced, so cost tells them apart) and nothing else: no Redis, so `relay eval`
     starts its own."""
     folder = tmp_path_factory.mktemp("eval")
-    with ModelServer(strong) as a, ModelServer(seven_b) as b, ModelServer(three_b) as c:
-        prices = {"strong": (3.0, 9.0), "7b": (0.2, 0.6), "3b": (0.05, 0.1)}
-        servers = dict(zip(ROUTES, (a, b, c), strict=True))
+    with (
+        ModelServer(strong) as a,
+        ModelServer(seven_b) as b,
+        ModelServer(three_b) as c,
+        # A route whose server says the request is wrong (a gateway that lacks the
+        # model, say): every call of it fails, not retried elsewhere.
+        ModelServer(strong, refuse_fields=("messages",), refuse_status=404) as d,
+    ):
+        prices = {"strong": (3.0, 9.0), "7b": (0.2, 0.6), "3b": (0.05, 0.1), "broken": (1, 1)}
+        servers = dict(zip((*ROUTES, "broken"), (a, b, c, d), strict=True))
         routes = [
             {
                 "name": name,
@@ -80,13 +90,13 @@ def test_the_builtin_suite_ranks_the_models_and_names_how_each_failed(
     code, report = _eval(env, *routes, "--html", str(html), "--junit", str(junit))
     assert code == 1  # the small models fall short of min_pass
     passed = {line["route"]: (line["passed"], line["trials"]) for line in report["routes"]}
-    assert passed == {"strong": (9, 9), "7b": (5, 9), "3b": (0, 9)}
+    assert passed == {"strong": (9, 9), "7b": (4, 9), "3b": (0, 9)}
     assert _kinds(report, "7b") == {
         "copy-note": None,
         "batch-lookups": None,  # it invented a tool name once, and recovered
         "arithmetic": "invented tool names",
         "specialist": "wrong calls",
-        "memory": None,
+        "memory": "no progress",  # its first run did; the second recalled the code
         "long-history": "no progress",
         "question": None,
         "refused-transfer": None,
@@ -106,15 +116,31 @@ def test_the_builtin_suite_ranks_the_models_and_names_how_each_failed(
         t for t in report["trials"] if t["route"] == "strong" and t["case"] == "refused-transfer"
     ]
     assert [c["tool"] for c in refused["tool_calls"]] == ["transfer"]
+    (memory,) = [t for t in report["trials"] if t["route"] == "7b" and t["case"] == "memory"]
+    assert memory["why"][0].startswith("its run 1 of 2 stopped with no_progress, not done")
+    assert memory["final"] == "The office door code is 4711."  # (the last run alone passed)
     page = html.read_text()
-    assert page.count("<circle") == 3
+    # Each route's dot says what its trials came to: the 3B route is red, not green.
+    assert re.findall(r'<circle[^>]*fill="(#\w+)" data-state="([\w ]+)"><title>(\w+):', page) == [
+        (COLOURS["passed"][0], "passed", "strong"),
+        (COLOURS["short"][0], "short", "7b"),
+        (COLOURS["short"][0], "short", "3b"),
+    ]
     assert "arithmetic on 7b" in page
     suites = ET.parse(junit).getroot().findall("testsuite")
     assert [(s.get("tests"), s.get("failures")) for s in suites] == [
         ("9", "0"),
-        ("9", "4"),
+        ("9", "5"),
         ("9", "9"),
     ]
+    # JUnit names the tool the 7B model invented, and says its runs are gone.
+    (arithmetic,) = [c for c in suites[1].findall("testcase") if c.get("name") == "arithmetic #1"]
+    failure = arithmetic.find("failure")
+    assert failure is not None
+    assert failure.get("message", "").startswith("invented tool names: it stopped with bad_replies")
+    assert "there is no tool named 'calculator'" in (failure.text or "")
+    assert RUNS_GONE in (arithmetic.findtext("system-out") or "")
+    assert report["runs_note"] == RUNS_GONE
 
     # Seeded: the same suite again gives the same figures (but for the wall time).
     again_code, again = _eval(env, *routes)
@@ -152,6 +178,35 @@ def test_a_model_that_fails_shows_it_on_the_table_and_exits_one(
     assert "copy-note on 3b: 0% < min_pass 100%" in done.stdout
 
 
+def test_a_broken_route_is_reported_with_what_its_runs_said(
+    profiles: tuple[dict[str, str], dict[str, ModelServer]], tmp_path: Path
+) -> None:
+    """`model failed` alone hid why; the table a person reads now says what the run
+    said, the page colours the route as failing, and no run id is offered for a
+    lookup once the private Redis is gone."""
+    env, _ = profiles
+    html = tmp_path / "broken.html"
+    done = relay_command(
+        "eval", "--builtin", "--route", "broken", "--html", str(html), env=env, timeout=600
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    out = done.stdout
+    assert "model failed x9" in out
+    assert "copy-note #1 on broken: model failed" in out
+    reason = next(line for line in out.splitlines() if "it stopped with model_failed" in line)
+    assert "The model server refused the call: model server answered 404" in reason
+    assert "messages is not supported by this server" in reason  # what the server said
+    assert RUNS_GONE in out
+    assert "runs:" not in out  # no id offered as if it could be looked up
+    page = html.read_text()
+    assert re.findall(r'<circle[^>]*data-state="([\w ]+)"><title>broken:', page) == ["short"]
+    assert "messages is not supported by this server" in page
+    # The end of each failed trial's trace was read before the Redis went, and kept.
+    traces = re.findall(r"<summary>the end of its trace</summary><pre>(.*?)</pre>", page, re.S)
+    assert len(traces) == 9
+    assert all(re.search(r"^\w+ call_failed: model server answered 404", t, re.M) for t in traces)
+
+
 def test_bad_invocations_say_what_is_wrong(
     profiles: tuple[dict[str, str], dict[str, ModelServer]], tmp_path: Path
 ) -> None:
@@ -167,6 +222,17 @@ def test_bad_invocations_say_what_is_wrong(
     refused = relay_command("eval", str(bad), "--app", "tests.apps.notes:relay", env=env)
     assert refused.returncode == 1
     assert "case 1 (x): expect.stpo" in refused.stderr
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 5_000 + "]" * 5_000)
+    nested = relay_command("eval", str(deep), "--app", "tests.apps.notes:relay", env=env)
+    assert nested.returncode == 1
+    assert nested.stderr.strip().splitlines() == [
+        f"relay: {deep}: tables or arrays nested more than 32 deep"
+    ]
+    helped = " ".join(relay_command("eval", "run", "--help", env=env).stdout.split())
+    assert "The app's real tools run (a case's `recorded` tools do not)" in helped
+    assert "--allow-money" in helped
+    assert "approved only when its risk is in the suite's `approve` list" in helped
     shown = relay_command("eval", "--builtin", "--show", env=env)
     assert shown.returncode == 0
     assert shown.stdout.startswith("# The built-in suite")  # the TOML as shipped, to copy
@@ -184,6 +250,8 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 USER_SUITE = b"""
+approve = ["create"]
+
 [[case]]
 name = "recorded"
 task = "EV-REC pay, read, delete and write"
@@ -216,6 +284,12 @@ budget = { tokens = 1 }
 name = "slow"
 task = "EV-SLOW sleep"
 tools = ["sleep"]
+[[case]]
+name = "no-plan"
+task = "EV-NOPLAN write"
+config = { require_plan = true }
+plan = "decline"
+expect.stop = "plan_declined"
 """
 
 
@@ -233,6 +307,7 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
     f.brain.script("EV-BADEDIT", {0: call("write_note", name="c.txt", text="x"), 1: final("no")})
     f.brain.script("EV-BUDGET", {0: call("read_note", name="x.txt"), 1: final("read")})
     f.brain.script("EV-SLOW", {0: call("sleep", seconds=30), 1: final("slept")})
+    f.brain.script("EV-NOPLAN", {0: final("wrote")})
     suite = read_suite(USER_SUITE, "user.toml")
     check_suite(f.relay, suite, [None])
     results = run_suite(f.relay, trials_of(suite, [None], 1), timeout=8)
@@ -247,9 +322,17 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
         ("delete_note", {"name": "x.txt"}),
         ("write_note", {"name": "edited.txt", "text": "hello"}),  # the case's edit ran
     ]
-    # No recorded tool ran (pay is MONEY: the case said yes); the denied call did not run.
+    # No recorded tool ran (pay is MONEY, approved as it never runs); the denied call did not run.
     assert [line for line in f.ledger() if not line.startswith("sleep")] == [
         "write_note edited.txt"
+    ]
+    ran = json.loads(build_report("user", results).as_json())["trials"][0]["tool_calls"]
+    assert [(c["tool"], c["ran"]) for c in ran] == [
+        ("pay", "recorded"),
+        ("pay", "recorded"),  # (no outcome recorded for 7: an error, and nothing ran)
+        ("read_note", "recorded"),
+        ("delete_note", "not run"),
+        ("write_note", "for real"),
     ]
     said = prompts_for(f, "EV-REC")[-1]
     assert "paid 5 (recorded)" in said
@@ -260,9 +343,133 @@ def test_a_users_suite_runs_with_recorded_tools_and_decisions_from_the_case(f: F
     assert "the case's edit was refused" in prompts_for(f, "EV-BADEDIT")[-1]
     assert by_case["budget"].verdict.kind == "over budget"
     assert by_case["budget"].facts.stop is Stop.CANCELLED
+    assert by_case["no-plan"].verdict.passed, by_case["no-plan"]
+    assert by_case["no-plan"].facts.stop is Stop.PLAN_DECLINED
     slow = by_case["slow"]
     assert slow.verdict.kind == "timed out"
     assert f.relay.wait(slow.runs[0], 30).stop is Stop.CANCELLED  # not left running
+
+
+ATTACK = """[[case]]
+name = "pay"
+task = "EV-ATTACK pay and tidy up"
+edit = { pay = { amount = 999999 } }
+"""
+
+
+def _suite_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / f"suite-{time.monotonic_ns()}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_suite_approves_only_the_risks_it_names_and_money_only_with_the_flag(
+    f: Fleet, tmp_path: Path
+) -> None:
+    """The four-line suite that paid 999,999 through an edit: now the MONEY call (and a
+    WRITE one) is declined, and the trial says so; money needs the suite and the flag."""
+    f.brain.script(
+        "EV-ATTACK",
+        {
+            0: call("pay", amount=5),
+            1: call("delete_note", name="old.txt"),
+            2: final("paid and tidied"),
+        },
+    )
+    env = clean_env(**f.env)
+    app = ("--app", "tests.apps.notes:relay")
+
+    def evaluate(text: str, *flags: str) -> tuple[int, dict[str, Any], str]:
+        done = relay_command(*app, "eval", _suite_file(tmp_path, text), *flags, "--json", env=env)
+        data = json.loads(done.stdout) if done.stdout.startswith("{") else {}
+        return done.returncode, data, done.stderr
+
+    code, report, _ = evaluate(ATTACK)
+    (trial,) = report["trials"]
+    assert code == 0, report  # the run went on, told; the case checks nothing more
+    assert [re.sub(r"call-\d+", "call-N", d) for d in trial["declined"]] == [
+        "declined: call-N pay (MONEY) needs approval; the suite approves nothing",
+        "declined: call-N delete_note (WRITE) needs approval; the suite approves nothing",
+    ]
+    assert not [line for line in f.ledger() if line.startswith(("pay", "delete"))]
+    assert "relay eval declined: call-" in prompts_for(f, "EV-ATTACK")[-1]  # the model is told
+    assert [(c["tool"], c["outcome"], c["ran"]) for c in trial["tool_calls"]] == [
+        ("pay", "declined", "not run"),
+        ("delete_note", "declined", "not run"),
+    ]
+
+    # A case that checks what was declined fails, saying so, in the table a person reads.
+    done = relay_command(
+        *app,
+        "eval",
+        _suite_file(
+            tmp_path, ATTACK + 'expect.called = [{ tool = "pay", args = { amount = 999999 } }]\n'
+        ),
+        env=env,
+    )
+    assert done.returncode == 1
+    assert "pay #1 on default: wrong calls" in done.stdout
+    assert "pay (MONEY) needs approval; the suite approves nothing" in done.stdout
+
+    # The suite may approve WRITE: the delete runs; MONEY is still declined.
+    code, report, _ = evaluate('approve = ["write"]\n' + ATTACK)
+    assert [d.split(" ", 2)[2] for d in report["trials"][0]["declined"]] == [
+        "pay (MONEY) needs approval; the suite approves write"
+    ]
+    assert "delete_note old.txt" in f.ledger()
+    assert not [line for line in f.ledger() if line.startswith("pay")]
+    assert [(c["tool"], c["ran"]) for c in report["trials"][0]["tool_calls"]] == [
+        ("pay", "not run"),
+        ("delete_note", "for real"),  # the app's own tool
+    ]
+
+    # Money in approve without --allow-money: refused before anything runs.
+    runs_before = f.relay.runs_client.count_runs()
+    code, _, said = evaluate('approve = ["money"]\n' + ATTACK)
+    assert code == 1
+    assert "approves money" in said
+    assert "--allow-money" in said
+    assert f.relay.runs_client.count_runs() == runs_before
+    # The flag alone approves nothing: the suite must list money too.
+    code, report, _ = evaluate(ATTACK, "--allow-money")
+    assert "pay (MONEY) needs approval" in report["trials"][0]["declined"][0]
+    assert not [line for line in f.ledger() if line.startswith("pay")]
+    # In Python too, a suite's money is not approved without allow_money.
+    money = read_suite(('approve = ["money", "write"]\n' + ATTACK).encode(), "money.toml")
+    (result,) = run_suite(f.relay, trials_of(money, [None], 1), timeout=60)
+    assert [d.split(" ", 2)[2] for d in result.facts.declined] == [
+        "pay (MONEY) needs --allow-money"
+    ]
+    assert not [line for line in f.ledger() if line.startswith("pay")]
+    # Both: the edited payment runs for real, with the app's own tool.
+    code, report, _ = evaluate('approve = ["money"]\n' + ATTACK, "--allow-money")
+    assert report["trials"][0]["declined"][0].split(" ", 2)[2].startswith("delete_note (WRITE)")
+    assert "pay 999999" in f.ledger()
+    assert report["trials"][0]["tool_calls"][0] == {
+        "tool": "pay",
+        "args": {"amount": 999999},
+        "outcome": "ok",
+        "ran": "for real",
+    }
+
+
+def test_a_catastrophic_pattern_is_judged_at_once(f: Fleet, tmp_path: Path) -> None:
+    """`(a+)+$` on forty a's and a `!` is days of backtracking for Python's `re`; the
+    eval judges it in no time and says the answer does not match."""
+    f.brain.script("EV-REGEX", {0: final("a" * 40 + "!")})
+    suite = _suite_file(
+        tmp_path,
+        '[[case]]\nname = "regex"\ntask = "EV-REGEX"\nexpect.final_matches = "(a+)+$"\n',
+    )
+    env = clean_env(**f.env)
+    began = time.monotonic()
+    done = relay_command(
+        "--app", "tests.apps.notes:relay", "eval", suite, "--timeout", "5", env=env, timeout=120
+    )
+    assert time.monotonic() - began < 60
+    assert done.returncode == 1, done.stderr
+    assert "regex #1 on default: wrong final" in done.stdout
+    assert "the final answer does not match '(a+)+$'" in done.stdout
 
 
 def test_a_suite_naming_what_the_app_lacks_is_refused_before_anything_runs(f: Fleet) -> None:

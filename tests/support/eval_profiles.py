@@ -3,8 +3,9 @@ built-in eval suite (workers/evals/builtin.toml), served by `ModelServer`:
 
 - `strong`: solves every built-in case (like the 27B model);
 - `seven_b`: wraps replies in prose, invents a tool name and recovers, invents one
-  for good, loses track with a specialist and after a summary, and will not name
-  its source (like qwen2.5:7b);
+  for good, loses track with a specialist and after a summary, notes a thing to
+  remember over and over (that run makes no progress, though the next recalls it),
+  and will not name its source (like qwen2.5:7b);
 - `three_b`: cannot keep the format at all.
 
 Each reply is a function of the prompt alone (what the history shows so far), so a
@@ -155,17 +156,22 @@ def strong(chat: ChatCall) -> str:
 def _seven_b_fault(play: Callable[[ChatCall], str], chat: ChatCall) -> str | None:
     """The reply a 7B model gives instead of the right one, if it errs here."""
     said = chat.prompt
-    if play is _lookups and "there is no tool named" not in said:
-        return call("lookup", city="Paris")  # invents a name once, then recovers
-    if play is _arithmetic:
-        return call("calculator", expression="17 * 23 + 4")  # invents a name for good
-    if play is _specialist and "748" not in said:
-        return call("lookup_city", city="Rome")  # never hands over to the specialist
-    if play is _long and "Summary:" in said:
-        return call("read_note", name="long1.txt")  # lost track: reads the first again
-    if play is _lisbon and "545,796" in said:
-        return final("Lisbon has a population of 545,796.")  # never names its source
-    return None
+    faults: dict[Callable[[ChatCall], str], tuple[bool, str]] = {
+        # invents a name once, then recovers
+        _lookups: ("there is no tool named" not in said, call("lookup", city="Paris")),
+        # invents a name for good
+        _arithmetic: (True, call("calculator", expression="17 * 23 + 4")),
+        # never hands over to the specialist
+        _specialist: ("748" not in said, call("lookup_city", city="Rome")),
+        # notes the code again and again (no progress; the next run still recalls it)
+        _remember: ("You noted:" in said, call("remember", note="The office door code is 4711.")),
+        # lost track after the summary: reads the first note again
+        _long: ("Summary:" in said, call("read_note", name="long1.txt")),
+        # never names its source
+        _lisbon: ("545,796" in said, final("Lisbon has a population of 545,796.")),
+    }
+    errs, reply = faults.get(play, (False, ""))
+    return reply if errs else None
 
 
 def seven_b(chat: ChatCall) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -23,7 +24,7 @@ from workers.cli.embedded import Embedded
 from workers.cli.live import EXIT_INTERRUPTED, console
 from workers.errors import RelayError
 from workers.evals.record import record_case
-from workers.evals.report import Line, Report, build_report
+from workers.evals.report import DEFAULT_ROUTE, RUNS_GONE, Line, Report, build_report
 from workers.evals.runner import TrialResult, check_suite, run_suite, trials_of
 from workers.evals.suite import (
     BUILTIN_APP,
@@ -55,8 +56,11 @@ def evaluate() -> None:
 
     Every case of the suite runs on the fleet (real workers; with no
     RELAY_REDIS_URL a private Redis and a worker start and stop with the command),
-    on each route, --repeat times; plans, calls and questions are decided by the
-    case, never by a person. Exit status 1 when a case falls below its min_pass.
+    on each route, --repeat times, with the app's real tools: only a case's
+    `recorded` tools stand in. Plans, calls and questions are decided by the case,
+    never by a person: a call that asks is approved only if its risk is in the
+    suite's `approve` list (MONEY also needs --allow-money), else declined, and the
+    report says so. Exit status 1 when a case falls below its min_pass.
     `relay eval run --help` lists the options.
     """
 
@@ -81,6 +85,12 @@ def evaluate() -> None:
     "--html", "html_file", type=click.Path(dir_okay=False), help="Write an HTML report here."
 )
 @click.option(
+    "--allow-money",
+    is_flag=True,
+    help="Let the suite approve MONEY calls (it must list money in approve too): they run"
+    " for real with the app's tools.",
+)
+@click.option(
     "--show", is_flag=True, help="Print the suite (with --builtin: the built-in one) and stop."
 )
 @json_option
@@ -89,9 +99,16 @@ def evaluate() -> None:
 def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None:
     """Run SUITE (a TOML file of cases) against the app's routes and report.
 
+    The app's real tools run (a case's `recorded` tools do not). A call that asks
+    a person is approved only when its risk is in the suite's `approve` list
+    (e.g. approve = ["read", "create"]; none by default); MONEY only with
+    --allow-money as well. Any other such call is declined, and its trial says
+    which and why.
+
     Prints a table per route and per case (pass rate, model and tool calls,
-    tokens, cost, seconds, retries and the ways runs failed); --json prints the
-    report as JSON instead; --junit and --html write it to files as well.
+    tokens, cost, seconds, retries and the ways runs failed), then each failed
+    trial with its reasons; --json prints the report as JSON instead; --junit and
+    --html write it to files as well.
     """
     suite, app = _chosen(obj, suite_file, builtin=options["builtin"])
     if options["show"]:  # the built-in suite as shipped, to copy; a file as it was read
@@ -99,8 +116,8 @@ def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None
         click.echo(shown or suite.model_dump_json(indent=2, exclude_defaults=True), nl=False)
         return
     with ExitStack() as stack:
-        relay = _fleet(obj, app, stack, builtin=options["builtin"])
-        report = _run(relay, suite, options)
+        relay, private = _fleet(obj, app, stack, builtin=options["builtin"])
+        report = _run(relay, suite, options, runs_kept=not private)
     _write(report, options)
     sys.exit(1 if report.short else 0)
 
@@ -144,8 +161,9 @@ def _chosen(obj: Context, suite_file: str | None, *, builtin: bool) -> tuple[Sui
     return load_suite(suite_file or ""), obj.spec("eval")
 
 
-def _fleet(obj: Context, app: str, stack: ExitStack, *, builtin: bool) -> Relay:
-    """The app's Relay, on a private Redis and worker when no RELAY_REDIS_URL is set."""
+def _fleet(obj: Context, app: str, stack: ExitStack, *, builtin: bool) -> tuple[Relay, bool]:
+    """The app's Relay, on a private Redis and worker when no RELAY_REDIS_URL is set
+    (then True: the runs go with the Redis when the command ends)."""
     settings = Settings.from_env()  # a bad variable fails before anything starts
     embedded = None
     if settings.redis_url is None:
@@ -172,13 +190,13 @@ def _fleet(obj: Context, app: str, stack: ExitStack, *, builtin: bool) -> Relay:
         raise Failure(
             "no model is configured: set RELAY_MODELS, or RELAY_MODEL_URL (and RELAY_MODEL)"
         )
-    return relay
+    return relay, embedded is not None
 
 
-def _run(relay: Relay, suite: Suite, options: dict[str, Any]) -> Report:
+def _run(relay: Relay, suite: Suite, options: dict[str, Any], *, runs_kept: bool) -> Report:
     routes: list[str | None] = list(options["routes"]) or [r.name for r in relay.routes] or [None]
     try:
-        check_suite(relay, suite, routes)
+        check_suite(relay, suite, routes, allow_money=options["allow_money"])
     except RelayError as error:
         raise Failure(str(error)) from None
     trials = trials_of(suite, routes, options["repeat"])
@@ -206,9 +224,10 @@ def _run(relay: Relay, suite: Suite, options: dict[str, Any]) -> Report:
             trials,
             parallel=options["parallel"],
             timeout=options["timeout"],
+            allow_money=options["allow_money"],
             on_result=advanced,
         )
-    return build_report(suite.name, results)
+    return build_report(suite.name, results, runs_kept=runs_kept)
 
 
 class _Stopping:
@@ -243,6 +262,7 @@ def _write(report: Report, options: dict[str, Any]) -> None:
         out.width = 160  # a log or a pipe: whole rows, not cells folded to 80 columns
     out.print(_table("Routes", report.routes))
     out.print(_table("Cases", report.cases))
+    _print_failed(out, report)
     for line in report.short:
         out.print(
             Text(
@@ -250,6 +270,32 @@ def _write(report: Report, options: dict[str, Any]) -> None:
                 "red",
             )
         )
+
+
+def _print_failed(out: Console, report: Report) -> None:
+    """Each failed trial: its kind, every reason (the run's stop and message, the tool
+    names it invented, the calls declined) and its runs, or that they are gone; then
+    the trials that passed with calls declined."""
+    if report.failed:
+        out.print(Text("Failed trials", style="bold"))
+    if report.failed and not report.runs_kept:
+        out.print(Text(f"({RUNS_GONE}: what it said is below)", style="dim"))
+    for result in report.failed:
+        out.print(Text(f"{_named(result)}: {result.verdict.kind}", "red"))
+        for reason in result.verdict.why:
+            out.print(Text(f"    {reason}"), soft_wrap=True)  # (whole, to grep or copy)
+        if report.runs_kept and result.runs:
+            out.print(Text(f"    runs: {', '.join(result.runs)}", style="dim"))
+    for result in report.results:  # (a trial that passed may have had calls declined too)
+        if result.verdict.passed and result.facts.declined:
+            out.print(Text(f"{_named(result)}: passed", "yellow"))
+            for declined in result.facts.declined:
+                out.print(Text(f"    {declined}"), soft_wrap=True)
+
+
+def _named(result: TrialResult) -> str:
+    trial = result.trial
+    return f"{trial.case.name} #{trial.repeat} on {trial.route or DEFAULT_ROUTE}"
 
 
 def _table(title: str, lines: tuple[Line, ...]) -> Table:

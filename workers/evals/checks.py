@@ -5,15 +5,18 @@ A failed run gets one failure kind, the first that explains it: a stop other tha
 one expected names itself (the model's replies were unusable, it invented tool names,
 it ran out of calls, made no progress, went over its budget...); a run that stopped as
 expected failed on what it did (a wrong final answer, wrong calls, a failed `after`).
+Every run of a case must stop as expected: a `then` case whose first run made no
+progress fails, whatever its last run did. The reasons say what the run said (its
+stop's message, the tool names it invented) and which calls the eval declined.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from agent_core import Stop
+from workers.evals.pattern import Pattern
 from workers.evals.suite import Expect
 
 __all__ = ["FAILURE_KINDS", "INVENTED", "RunFacts", "Verdict", "judge"]
@@ -61,6 +64,8 @@ class RunFacts:
     final: str = ""
     calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     """Every tool call the run and its specialists made: the tool, the arguments it ran with."""
+    outcomes: tuple[str, ...] = ()
+    """Each call's outcome, in the order of `calls`: ok, error, declined, unknown ("": none)."""
     model_calls: int = 0
     tokens: int = 0
     cost_usd: float = 0.0
@@ -73,6 +78,10 @@ class RunFacts:
     """The outputs of the case's `expect.after` calls, in order."""
     problem: str = ""
     """Why the eval could not run it or read it (empty: it could)."""
+    earlier: tuple[tuple[Stop, str], ...] = ()
+    """How each run before the last ended (a case's `then`): its stop and message."""
+    declined: tuple[str, ...] = ()
+    """A line for each call the eval declined because the case may not approve its risk."""
 
     @property
     def invented(self) -> int:
@@ -91,15 +100,16 @@ class Verdict:
 
 def judge(expect: Expect, facts: RunFacts) -> Verdict:
     """Whether `facts` pass every check of `expect`, and the failure kind if not."""
-    if facts.problem:
-        return Verdict(False, "could not run", (facts.problem,))
-    if facts.stop is None:
-        return Verdict(False, "timed out", ("the run did not end in time",))
-    if facts.stop is not expect.stop or facts.over_budget:
-        said = f"it stopped with {facts.stop.value}, not {expect.stop.value}"
-        if facts.over_budget:
-            said = "it reached the case's budget"
-        return Verdict(False, _stop_kind(facts), (said,))
+    verdict = _verdict(expect, facts)
+    if verdict.passed or not facts.declined:
+        return verdict
+    return Verdict(False, verdict.kind, (*verdict.why, *facts.declined))
+
+
+def _verdict(expect: Expect, facts: RunFacts) -> Verdict:
+    stopped = _stop_verdict(expect, facts)
+    if stopped is not None:
+        return stopped
     checks = (
         ("wrong final", _final_problems(expect, facts.final)),
         ("wrong calls", _call_problems(expect, facts)),
@@ -111,15 +121,47 @@ def judge(expect: Expect, facts: RunFacts) -> Verdict:
     return Verdict(True)
 
 
-def _stop_kind(facts: RunFacts) -> str:
+def _stop_verdict(expect: Expect, facts: RunFacts) -> Verdict | None:
+    """The verdict when a run of the trial did not end as expected, else None."""
+    if facts.problem:
+        return Verdict(False, "could not run", (facts.problem,))
+    if facts.stop is None:
+        return Verdict(False, "timed out", ("the run did not end in time",))
+    for number, (stop, message) in enumerate(facts.earlier, start=1):
+        if stop is not expect.stop:
+            said = f"its run {number} of {len(facts.earlier) + 1} stopped with {stop.value},"
+            return Verdict(
+                False,
+                _stop_kind(stop, message, invented=False),
+                (f"{said} not {expect.stop.value}: {_cut(message)}",),
+            )
     if facts.over_budget:
-        return "over budget"
-    assert facts.stop is not None
-    if facts.stop is Stop.BAD_REPLIES and facts.invented:
+        return Verdict(False, "over budget", ("it reached the case's budget",))
+    if facts.stop is not expect.stop:
+        said = f"it stopped with {facts.stop.value}, not {expect.stop.value}: {_cut(facts.final)}"
+        kind = _stop_kind(facts.stop, facts.final, invented=facts.invented > 0)
+        return Verdict(False, kind, (said, *_invented_names(facts)))
+    return None
+
+
+def _stop_kind(stop: Stop, message: str, *, invented: bool) -> str:
+    if stop is Stop.BAD_REPLIES and invented:
         return "invented tool names"
-    if facts.stop is Stop.FAILED and facts.final.startswith(REJECTED):
+    if stop is Stop.FAILED and message.startswith(REJECTED):
         return "final rejected"
-    return _BY_STOP.get(facts.stop, "wrong stop")
+    return _BY_STOP.get(stop, "wrong stop")
+
+
+def _cut(text: str, most: int = 500) -> str:
+    """A run's message in a reason: its first `most` characters."""
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _invented_names(facts: RunFacts) -> tuple[str, ...]:
+    """The core's reasons for the replies that called a tool that does not exist (each
+    names the tool), once each, but for those the run's message already says."""
+    named = (r for r in facts.retries if r.startswith(INVENTED) and r not in facts.final)
+    return tuple(dict.fromkeys(named))
 
 
 def _final_problems(expect: Expect, final: str) -> tuple[str, ...]:
@@ -129,7 +171,7 @@ def _final_problems(expect: Expect, final: str) -> tuple[str, ...]:
         for text in expect.final_contains
         if text.casefold() not in lowered
     ]
-    if expect.final_matches is not None and re.search(expect.final_matches, final) is None:
+    if expect.final_matches is not None and not Pattern(expect.final_matches).found(final):
         problems.append(f"the final answer does not match {expect.final_matches!r}")
     return tuple(problems)
 

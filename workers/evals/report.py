@@ -1,10 +1,14 @@
 """What a suite's trials add up to, per route and per case, and the forms it is
 written in: plain data (`--json`), JUnit XML (`--junit`, for CI systems) and one
-self-contained HTML page (`--html`) with a chart of pass rate against cost.
+self-contained HTML page (`--html`) with a chart of pass rate against cost (against
+model calls when no route has a price).
 
 Figures per trial are means over the case's repeats; a route's figures are over all
 its trials. A case on a route *falls short* when its pass rate is below its
-`min_pass`: `relay eval` then exits 1.
+`min_pass`: `relay eval` then exits 1. Every form carries each failed trial's
+reasons (its stop and the run's message, the tool names it invented, the calls the
+eval declined) and the end of its trace, so a report read after a private Redis is
+gone still says why; its run ids are then marked as gone, not offered for lookup.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workers.evals.chart import Dot, State, chart
 from workers.evals.checks import FAILURE_KINDS
 from workers.evals.runner import TrialResult
 
@@ -24,6 +29,8 @@ __all__ = ["Line", "Report", "build_report"]
 
 DEFAULT_ROUTE = "(default)"
 """How a report names the app's routes taken in order (no --route given)."""
+RUNS_GONE = "the runs were in relay eval's private Redis, gone when it ended"
+"""What a report says of its run ids when nobody can look them up any more."""
 
 
 @dataclass(frozen=True)
@@ -79,17 +86,31 @@ class Report:
     routes: tuple[Line, ...]
     cases: tuple[Line, ...]
     results: tuple[TrialResult, ...]
+    runs_kept: bool = True
+    """The runs can still be looked up (False: they were in a private Redis, gone)."""
 
     @property
     def short(self) -> list[Line]:
         """The cases that fell below their min_pass, on some route."""
         return [line for line in self.cases if line.short]
 
+    @property
+    def failed(self) -> list[TrialResult]:
+        """The trials that did not pass, in the order they were given."""
+        return [r for r in self.results if not r.verdict.passed]
+
+    def runs_of(self, result: TrialResult) -> str:
+        """The trial's run ids, as they may be used: to look up, or as gone."""
+        runs = ", ".join(result.runs) or "none"
+        return f"runs: {runs}" if self.runs_kept else f"runs: {runs} ({RUNS_GONE})"
+
     def as_json(self) -> str:
         return json.dumps(
             {
                 "suite": self.suite,
                 "passed": not self.short,
+                "runs_kept": self.runs_kept,
+                **({} if self.runs_kept else {"runs_note": RUNS_GONE}),
                 "routes": [line.as_dict() for line in self.routes],
                 "cases": [line.as_dict() for line in self.cases],
                 "trials": [_trial_dict(r) for r in self.results],
@@ -112,7 +133,7 @@ class Report:
                 time=f"{sum(r.facts.seconds for r in mine):.3f}",
             )
             for result in mine:
-                _junit_case(suite, result, line.route)
+                _junit_case(suite, result, line.route, self.runs_of(result))
         ET.indent(top)
         return ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -123,16 +144,18 @@ class Report:
         title = html.escape(f"relay eval: {self.suite}")
         return _PAGE.format(
             title=title,
-            chart=_chart(self.routes),
+            chart=chart([_dot(line, self) for line in self.routes]),
             head=_HEAD,
             rows=rows,
             cases=cases,
+            failed=_html_failed(self),
             verdict=html.escape(_verdict(self)),
         )
 
 
-def build_report(suite: str, results: Sequence[TrialResult]) -> Report:
-    """Sum the trials up per route and per case on a route."""
+def build_report(suite: str, results: Sequence[TrialResult], *, runs_kept: bool = True) -> Report:
+    """Sum the trials up per route and per case on a route (`runs_kept` False: the
+    runs' Redis is gone, so the report says so of their ids)."""
     by_route: dict[str, list[TrialResult]] = {}
     by_case: dict[tuple[str, str], list[TrialResult]] = {}
     for result in results:
@@ -141,7 +164,7 @@ def build_report(suite: str, results: Sequence[TrialResult]) -> Report:
         by_case.setdefault((route, result.trial.case.name), []).append(result)
     routes = tuple(_line(route, None, group) for route, group in by_route.items())
     cases = tuple(_line(route, case, group) for (route, case), group in by_case.items())
-    return Report(suite, routes, cases, tuple(results))
+    return Report(suite, routes, cases, tuple(results), runs_kept)
 
 
 def _route_name(result: TrialResult) -> str:
@@ -184,16 +207,33 @@ def _trial_dict(result: TrialResult) -> dict[str, Any]:
         "why": list(result.verdict.why),
         "stop": facts.stop.value if facts.stop is not None else None,
         "final": facts.final,
-        "tool_calls": [{"tool": tool, "args": args} for tool, args in facts.calls],
+        "tool_calls": _calls(result),
         "model_calls": facts.model_calls,
         "tokens": facts.tokens,
         "cost_usd": round(facts.cost_usd, 6),
         "seconds": round(facts.seconds, 3),
         "retries": list(facts.retries),
+        "earlier_runs": [{"stop": stop.value, "message": said} for stop, said in facts.earlier],
+        "declined": list(facts.declined),
+        "trace": list(result.trace),
     }
 
 
-def _junit_case(suite: ET.Element, result: TrialResult, route: str) -> None:
+def _calls(result: TrialResult) -> list[dict[str, Any]]:
+    """The trial's calls, each saying whether it ran for real (the app's own tool), was
+    answered from the case's `recorded`, or did not run (declined, denied)."""
+    recorded = {r.tool for r in result.trial.case.recorded}
+    outcomes = result.facts.outcomes or ("",) * len(result.facts.calls)
+    found = []
+    for (tool, args), outcome in zip(result.facts.calls, outcomes, strict=True):
+        ran = "recorded" if tool in recorded else "for real"
+        if outcome in ("", "declined"):
+            ran = "not run"
+        found.append({"tool": tool, "args": args, "outcome": outcome or None, "ran": ran})
+    return found
+
+
+def _junit_case(suite: ET.Element, result: TrialResult, route: str, runs: str) -> None:
     case = ET.SubElement(
         suite,
         "testcase",
@@ -202,10 +242,42 @@ def _junit_case(suite: ET.Element, result: TrialResult, route: str) -> None:
         time=f"{result.facts.seconds:.3f}",
     )
     if not result.verdict.passed:
-        failure = ET.SubElement(case, "failure", message=result.verdict.kind or "failed")
+        kind = result.verdict.kind or "failed"
+        first = result.verdict.why[0] if result.verdict.why else ""
+        failure = ET.SubElement(case, "failure", message=f"{kind}: {first}"[:1000])
         failure.text = "\n".join(result.verdict.why)
-    if result.runs:
-        ET.SubElement(case, "system-out").text = "runs: " + ", ".join(result.runs)
+    out = [runs, *result.facts.declined]
+    if result.trace:
+        out += ["the end of its trace:", *result.trace]
+    ET.SubElement(case, "system-out").text = "\n".join(out)
+
+
+def _dot(line: Line, report: Report) -> Dot:
+    """The route's dot: green when every trial passed, amber when some failed but every
+    case reached its min_pass, red when a case fell short."""
+    short = any(case.route == line.route for case in report.short)
+    state: State = "short" if short else ("passed" if line.passed == line.trials else "some failed")
+    return Dot(line.route, line.pass_rate, line.cost_usd, line.model_calls, state)
+
+
+def _html_failed(report: Report) -> str:
+    """The failed trials, each with why, its runs and the end of its trace."""
+    if not report.failed:
+        return ""
+    items = []
+    for result in report.failed:
+        trial = result.trial
+        head = f"{trial.case.name} #{trial.repeat} on {_route_name(result)}: {result.verdict.kind}"
+        why = "".join(f"<li>{html.escape(line)}</li>" for line in result.verdict.why)
+        runs = html.escape(report.runs_of(result))
+        trace = ""
+        if result.trace:
+            lines = html.escape("\n".join(result.trace))
+            trace = f"<details><summary>the end of its trace</summary><pre>{lines}</pre></details>"
+        items.append(
+            f"<li><b>{html.escape(head)}</b><ul>{why}</ul><small>{runs}</small>{trace}</li>"
+        )
+    return "<h2>Failed trials</h2><ul>" + "".join(items) + "</ul>"
 
 
 def _verdict(report: Report) -> str:
@@ -241,51 +313,6 @@ def _html_row(line: Line, *, bold: bool) -> str:
     return f"<tr{marker}>" + "".join(f"<{tag}>{html.escape(c)}</{tag}>" for c in cells) + "</tr>"
 
 
-_COLOURS = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563")
-
-
-def _chart(routes: Sequence[Line]) -> str:
-    """An SVG scatter: one dot per route, pass rate up, cost per trial across."""
-    width, height, left, bottom, top = 720, 340, 70, 50, 20
-    most = max((line.cost_usd for line in routes), default=0.0) * 1.1 or 1e-6
-
-    def x_of(cost: float) -> float:
-        return left + (width - 2 * left) * cost / most
-
-    def y_of(rate: float) -> float:
-        return (height - bottom) - (height - bottom - top) * rate
-
-    parts = [
-        f'<svg role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}"'
-        ' xmlns="http://www.w3.org/2000/svg"><title>Pass rate against cost per trial</title>',
-        f'<line x1="{left}" y1="{y_of(0)}" x2="{width - left}" y2="{y_of(0)}" stroke="#888"/>',
-        f'<line x1="{left}" y1="{y_of(1)}" x2="{left}" y2="{y_of(0)}" stroke="#888"/>',
-        f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle">cost per trial</text>',
-        f'<text x="16" y="{height / 2}" transform="rotate(-90 16 {height / 2})"'
-        ' text-anchor="middle">pass rate</text>',
-    ]
-    for rate in (0.0, 0.5, 1.0):
-        parts.append(
-            f'<text x="{left - 6}" y="{y_of(rate) + 4:.1f}" text-anchor="end">{rate:.0%}</text>'
-        )
-    for cost in (0.0, most / 2, most):
-        parts.append(
-            f'<text x="{x_of(cost):.1f}" y="{y_of(0) + 18:.1f}" text-anchor="middle">'
-            f"${cost:.6f}</text>"
-        )
-    for number, line in enumerate(routes):
-        x, y = x_of(line.cost_usd), y_of(line.pass_rate)
-        colour = _COLOURS[number % len(_COLOURS)]
-        label = html.escape(f"{line.route}: {line.pass_rate:.0%}, ${line.cost_usd:.6f}")
-        # A label right of its dot, or left of it past the middle (it stays on the page).
-        anchor, dx = ("end", -11) if x > width / 2 else ("start", 11)
-        parts.append(
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="7" fill="{colour}"><title>{label}</title>'
-            f'</circle><text x="{x + dx:.1f}" y="{y + 4:.1f}" text-anchor="{anchor}">{label}</text>'
-        )
-    return "".join(parts) + "</svg>"
-
-
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
@@ -303,5 +330,6 @@ svg text {{ font-size: 12px; }}
 <table>{head}{rows}</table>
 <h2>Cases</h2>
 <table>{head}{cases}</table>
+{failed}
 </body></html>
 """

@@ -2,11 +2,16 @@
 
 Each trial (a case on a route, once) is a real run started with `Relay.start`, pinned
 to its route, with the case's tools, config, budget and recorded outcomes; workers
-run it like any other. This process only watches: it decides what waits on a person
-the way the case says (plans and calls yes or no, edits, answers; a run parked at
-its budget is stopped there), starts a case's `then` runs one after another, and
-once a trial has ended reads what it showed (`RunFacts`): its stop and final answer
-from its status, its tool calls from its journal, its retries from its trace.
+run it like any other, with the app's real tools (but those the case's `recorded`
+stands in for). This process only watches: it decides what waits on a person the way
+the case says (plans, denials, edits, answers; a run parked at its budget is stopped
+there), starts a case's `then` runs one after another, and once a trial has ended
+reads what it showed (`RunFacts`): its stop and final answer from its status, its
+tool calls from its journal, its retries from its trace.
+
+A call that asks a person is approved only when its risk is one the case approves
+(the suite's `approve`), MONEY only with `allow_money` as well, or when its tool is
+recorded (it never runs); any other is declined, and the trial says which and why.
 
 Up to `parallel` trials are in flight at once; the routes' own limits (concurrency,
 rates) still apply on the fleet, so a slow route holds only its own trials back.
@@ -20,8 +25,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
+from typing import Literal
 
-from agent_core import Risk
+from agent_core import Risk, Tool
 from workers.client.replays import MadeCall
 from workers.client.start import recorded_stubs
 from workers.engine.records import Pending, RunStatus
@@ -37,6 +43,9 @@ POLL_SECONDS = 0.1
 MAX_TRIALS = 100_000
 """Trials one `run_suite` takes at most (cases x repeats x routes)."""
 DECIDED_BY = "relay eval"
+TRACE_LINES = 40
+"""The last lines of a failed trial's trace kept in its result (the report outlives
+a private Redis)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,10 @@ class Trial:
     case: Case
     route: str | None
     repeat: int
+    approve: tuple[Risk, ...] = ()
+    """The risks whose calls that ask this trial approves (the suite's `approves`)."""
+    approved_by: Literal["suite", "case"] = "suite"
+    """Whose list `approve` is ("suite", or "case" when the case narrowed it)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,8 @@ class TrialResult:
     verdict: Verdict
     runs: tuple[str, ...] = ()
     """The runs it started (its `then` runs after the first)."""
+    trace: tuple[str, ...] = ()
+    """A failed trial's last trace lines (`kind: text`), read before the Redis could go."""
 
 
 @dataclass
@@ -68,16 +83,27 @@ class _Live:
     answered: int = 0
     over_budget: bool = False
     statuses: list[RunStatus] = field(default_factory=list)
+    declined: list[str] = field(default_factory=list)
+    """Why each call the trial may not approve was declined (`RunFacts.declined`)."""
     problem: str = ""
     """Why the trial cannot go on (it could not be started, or its run not read)."""
 
 
-def check_suite(relay: Relay, suite: Suite, routes: Sequence[str | None]) -> None:
-    """Refuse, before anything runs, a suite that names what the app does not have.
+def check_suite(
+    relay: Relay, suite: Suite, routes: Sequence[str | None], *, allow_money: bool = False
+) -> None:
+    """Refuse, before anything runs, a suite that names what the app does not have, or
+    approves MONEY without `allow_money`.
 
     Raises:
-        RelayError: a tool, a route or an `after` tool is unknown (or not READ).
+        RelayError: a tool, a route or an `after` tool is unknown (or not READ), or
+            the suite approves money and `allow_money` is not given.
     """
+    if Risk.MONEY in suite.approve and not allow_money:
+        raise RelayError(
+            f"suite {suite.name} approves money: its MONEY calls run for real with the"
+            " app's tools; give --allow-money to let them, or take money out of approve"
+        )
     known = {t.name: t for t in relay.tools}
     route_names = [r.name for r in relay.routes]
     for route in routes:
@@ -85,34 +111,42 @@ def check_suite(relay: Relay, suite: Suite, routes: Sequence[str | None]) -> Non
             told = ", ".join(route_names) or "none (set RELAY_MODELS)"
             raise RelayError(f"no model route {route}; routes: {told}")
     for case in suite.case:
-        named = [*(case.tools or ()), *case.deny, *case.edit, *(r.tool for r in case.recorded)]
-        unknown = sorted({n for n in named if n not in known})
-        if unknown:
-            raise RelayError(f"case {case.name}: {relay.name} has no tool {', '.join(unknown)}")
         try:
-            recorded_stubs(case.recorded_tools(), known)
+            _check_case(case, known, relay.name)
         except RelayError as error:
             raise RelayError(f"case {case.name}: {error}") from None
-        for tool_name, edit in case.edit.items():
-            unknown_args = sorted(set(edit) - {arg.name for arg in known[tool_name].args})
-            if unknown_args:
-                raise RelayError(
-                    f"case {case.name}: edit.{tool_name}: {tool_name} has no argument"
-                    f" {', '.join(unknown_args)}"
-                )
-        for after in case.expect.after:
-            tool = known.get(after.tool)
-            if tool is None or tool.risk_class is not Risk.READ:
-                raise RelayError(
-                    f"case {case.name}: expect.after calls {after.tool}, which is not a READ"
-                    f" tool of {relay.name}"
-                )
+
+
+def _check_case(case: Case, known: dict[str, Tool], app: str) -> None:
+    """Refuse a case naming a tool the app lacks, an argument a tool lacks, a recorded
+    outcome that does not check, or an `after` call of a tool that is not READ."""
+    named = [*(case.tools or ()), *case.deny, *case.edit, *(r.tool for r in case.recorded)]
+    unknown = sorted({n for n in named if n not in known})
+    if unknown:
+        raise RelayError(f"{app} has no tool {', '.join(unknown)}")
+    recorded_stubs(case.recorded_tools(), known)
+    for tool_name, edit in case.edit.items():
+        unknown_args = sorted(set(edit) - {arg.name for arg in known[tool_name].args})
+        if unknown_args:
+            raise RelayError(
+                f"edit.{tool_name}: {tool_name} has no argument {', '.join(unknown_args)}"
+            )
+    for after in case.expect.after:
+        tool = known.get(after.tool)
+        if tool is None or tool.risk_class is not Risk.READ:
+            raise RelayError(f"expect.after calls {after.tool}, which is not a READ tool of {app}")
 
 
 def trials_of(suite: Suite, routes: Sequence[str | None], repeat: int) -> list[Trial]:
     """Every trial, route by route, case by case, repeat by repeat."""
     return [
-        Trial(case, route, n)
+        Trial(
+            case,
+            route,
+            n,
+            suite.approves(case),
+            "suite" if case.approve is None else "case",
+        )
         for route in routes
         for case in suite.case
         for n in range(1, (case.repeat or repeat) + 1)
@@ -125,12 +159,14 @@ def run_suite(
     *,
     parallel: int = 8,
     timeout: float = 300.0,
+    allow_money: bool = False,
     on_result: Callable[[TrialResult], None] = lambda _result: None,
 ) -> list[TrialResult]:
     """Run the trials on the fleet, up to `parallel` at once; return their results in
     the order given. A trial not ended within `timeout` seconds is cancelled; so is
     every trial in flight when this is interrupted (Ctrl-C) or fails, since nobody
-    would be left to decide what they wait for."""
+    would be left to decide what they wait for. A MONEY call is approved only with
+    `allow_money` (and its trial's `approve` listing money)."""
     if len(trials) > MAX_TRIALS:
         raise RelayError(f"{len(trials):,} trials is more than {MAX_TRIALS:,}: fewer repeats")
     waiting, live = deque(enumerate(trials)), dict[int, _Live]()
@@ -141,7 +177,7 @@ def run_suite(
                 number, trial = waiting.popleft()
                 live[number] = _begin(relay, trial)
             with suppress(StoreUnavailable):  # (Redis restarting: decide at the next poll)
-                _decide(relay, live.values(), relay.pending())
+                _decide(relay, live.values(), relay.pending(), allow_money=allow_money)
             for key, one in list(live.items()):
                 result = _advance_or_fail(relay, one, timeout)
                 if result is not None:
@@ -203,7 +239,9 @@ def _start(relay: Relay, one: _Live, task: str) -> str:
     )
 
 
-def _decide(relay: Relay, live: Iterable[_Live], pending: list[Pending]) -> None:
+def _decide(
+    relay: Relay, live: Iterable[_Live], pending: list[Pending], *, allow_money: bool
+) -> None:
     """Decide what waits on a person in the trials' runs, as their cases say."""
     by_root = {one.runs[-1]: one for one in live if one.runs}
     for waiting in pending:
@@ -211,13 +249,13 @@ def _decide(relay: Relay, live: Iterable[_Live], pending: list[Pending]) -> None
         if one is None:
             continue  # (not ours: the eval shares the fleet)
         with suppress(DecisionRefused):  # (decided meanwhile: expired, or the run ended)
-            _decide_one(relay, one, waiting)
+            _decide_one(relay, one, waiting, allow_money=allow_money)
 
 
-def _decide_one(relay: Relay, one: _Live, waiting: Pending) -> None:
+def _decide_one(relay: Relay, one: _Live, waiting: Pending, *, allow_money: bool) -> None:
     case = one.trial.case
-    yes = case.approve == "yes"
     if waiting.kind == "plan":
+        yes = case.plan == "approve"
         relay.runs_client.approve_plan(waiting.run_id, yes, by=DECIDED_BY)
     elif waiting.kind == "question":
         answers = case.answers or ["I cannot say; do what you think best."]
@@ -228,8 +266,12 @@ def _decide_one(relay: Relay, one: _Live, waiting: Pending) -> None:
         relay.cancel(waiting.root_id, "the case's budget was reached")
     elif waiting.call_id is not None:
         tool = waiting.tool or ""
-        if not yes or tool in case.deny:
+        unapproved = _unapproved(one.trial, waiting, allow_money=allow_money)
+        if tool in case.deny:
             relay.deny(waiting.run_id, waiting.call_id, "the case denies this call")
+        elif unapproved:
+            relay.deny(waiting.run_id, waiting.call_id, f"relay eval {unapproved}")
+            one.declined.append(unapproved)
         elif tool in case.edit:
             edited = {**waiting.args, **case.edit[tool]}
             try:
@@ -240,6 +282,23 @@ def _decide_one(relay: Relay, one: _Live, waiting: Pending) -> None:
                 )
         else:
             relay.approve(waiting.run_id, waiting.call_id, True, by=DECIDED_BY)
+
+
+def _unapproved(trial: Trial, waiting: Pending, *, allow_money: bool) -> str:
+    """Why the call may not be approved ("declined: ..."), or "" when it may: its tool
+    is recorded (it never runs), or its risk is one the trial approves (MONEY only with
+    `allow_money` too)."""
+    tool = waiting.tool or "?"
+    if tool in {r.tool for r in trial.case.recorded}:
+        return ""
+    risk = waiting.risk
+    if risk in trial.approve and (risk is not Risk.MONEY or allow_money):
+        return ""
+    told = ", ".join(r.value for r in trial.approve) or "nothing"
+    said = f"declined: {waiting.call_id} {tool} ({(risk or 'unknown risk').upper()}) needs"
+    if risk is Risk.MONEY and risk in trial.approve:
+        return f"{said} --allow-money"
+    return f"{said} approval; the {trial.approved_by} approves {told}"
 
 
 def _advance(relay: Relay, one: _Live, timeout: float) -> TrialResult | None:
@@ -264,17 +323,34 @@ def _result(relay: Relay, one: _Live, *, timed_out: bool) -> TrialResult:
         facts = _facts(relay, one, timed_out=timed_out)
     except RelayError as error:
         facts = RunFacts(stop=None, problem=str(error))
-    return TrialResult(one.trial, facts, judge(one.trial.case.expect, facts), tuple(one.runs))
+    verdict = judge(one.trial.case.expect, facts)
+    trace: tuple[str, ...] = ()
+    if not verdict.passed:
+        with suppress(RelayError):  # (the trace is for reading; the verdict stands without)
+            trace = tuple(_trace(relay, one.runs))
+    return TrialResult(one.trial, facts, verdict, tuple(one.runs), trace)
+
+
+def _trace(relay: Relay, runs: list[str]) -> list[str]:
+    """The last `TRACE_LINES` of the trial's runs' traces, each `run kind: text`."""
+    lines = [
+        f"{entry.run} {entry.kind}" + (f": {entry.text}" if entry.text else "")
+        for run_id in runs
+        for entry in relay.trace(run_id)
+    ]
+    return [line[:300] for line in lines[-TRACE_LINES:]]
 
 
 def _facts(relay: Relay, one: _Live, *, timed_out: bool) -> RunFacts:
     last = one.statuses[-1]
     usage = [s.total_usage for s in one.statuses]
     made: list[MadeCall] = relay.tool_calls(last.id)
+    earlier = [(s.outcome.stop, s.outcome.summary) for s in one.statuses[:-1] if s.outcome]
     return RunFacts(
         stop=None if timed_out or last.outcome is None else last.outcome.stop,
         final=last.outcome.summary if last.outcome is not None else "",
         calls=tuple((c.tool, c.args) for c in made),
+        outcomes=tuple(c.output.status if c.output is not None else "" for c in made),
         model_calls=sum(u.model_calls for u in usage),
         tokens=sum(u.total_tokens for u in usage),
         cost_usd=sum(u.cost_micro for u in usage) / 1_000_000,
@@ -282,6 +358,8 @@ def _facts(relay: Relay, one: _Live, *, timed_out: bool) -> RunFacts:
         retries=tuple(_retries(relay, last)),
         over_budget=one.over_budget,
         after=tuple(_after(relay, one.trial.case, last.id)),
+        earlier=tuple(earlier),
+        declined=tuple(one.declined),
     )
 
 

@@ -9,6 +9,11 @@
     expect.final_contains = "b.txt"
     expect.called = ["read_note"]
 
+A suite names the risks whose calls its cases may approve (`approve = ["read",
+"create"]`, at the top; none by default): a call that asks a person and is of
+another risk is declined, and its trial says so. MONEY is approved only when the
+suite lists it and `relay eval --allow-money` is given.
+
 Every field is in `docs/evals.md`. A field the format does not have is refused by
 name (a typo must not turn a check off), and so is a value of the wrong kind; the
 error names the file, the case and the field.
@@ -16,7 +21,6 @@ error names the file, the case and the field.
 
 from __future__ import annotations
 
-import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -32,11 +36,12 @@ from pydantic import (
     model_validator,
 )
 
-from agent_core import Config, Stop
+from agent_core import Config, Risk, Stop
 from agent_core.errors import DefinitionError
 from workers.client.start import Recorded
 from workers.engine.budget import Budget
 from workers.errors import RelayError
+from workers.evals.pattern import Pattern, PatternError
 
 __all__ = [
     "BUILTIN_APP",
@@ -56,6 +61,9 @@ BUILTIN_APP = "workers.evals.builtin:relay"
 
 MAX_SUITE_BYTES = 1_000_000
 MAX_CASES = 1_000
+MAX_DEPTH = 32
+"""Tables and arrays nested deeper than this are refused (a suite needs a handful;
+deeper data only exhausts the parsers' recursion)."""
 _STRICT = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -99,8 +107,19 @@ class After(BaseModel):
     contains: str = ""
 
 
+def _risks(value: object) -> object:
+    """A list of risks; the yes/no of suites before risks were named is refused with a hint."""
+    if value in ("yes", "no"):
+        raise ValueError(
+            'list the risks whose calls may be approved, e.g. ["read", "create"]'
+            " (yes/no is no longer read: a suite says which risks)"
+        )
+    return _listed(value)
+
+
 Calls = Annotated[list[Called], BeforeValidator(_listed)]
 Texts = Annotated[list[str], BeforeValidator(_listed)]
+Risks = Annotated[list[Risk], BeforeValidator(_risks)]
 
 
 class Expect(BaseModel):
@@ -111,7 +130,8 @@ class Expect(BaseModel):
     final_contains: Texts = Field(default_factory=list)
     """Texts the final answer must contain (case-insensitive)."""
     final_matches: str | None = None
-    """A regular expression the final answer must match somewhere (Python's `re`)."""
+    """A regular expression the final answer must match somewhere (RE2 syntax: matched
+    in time linear in the answer, so no pattern can hang the eval)."""
     called: Calls = Field(default_factory=list)
     not_called: Calls = Field(default_factory=list)
     max_calls: int | None = Field(default=None, ge=0)
@@ -127,9 +147,9 @@ class Expect(BaseModel):
     def _compiles(cls, pattern: str | None) -> str | None:
         if pattern is not None:
             try:
-                re.compile(pattern)
-            except re.error as error:
-                raise ValueError(f"not a regular expression: {error}") from None
+                Pattern(pattern)
+            except PatternError as error:
+                raise ValueError(str(error)) from None
         return pattern
 
 
@@ -167,8 +187,11 @@ class Case(BaseModel):
     then: Texts = Field(default_factory=list)
     """Tasks started one after another once the first run ends, with its memory; the
     checks are of the last run."""
-    approve: Literal["yes", "no"] = "yes"
-    """How every plan and call that asks is decided (never by a person)."""
+    approve: Risks | None = None
+    """The risks whose calls that ask this case approves: some of the suite's `approve`
+    (none given: all of the suite's). Any other call that asks is declined."""
+    plan: Literal["approve", "decline"] = "approve"
+    """How the run's plans are decided (a plan runs nothing itself)."""
     deny: list[str] = Field(default_factory=list)
     """Tools whose calls are denied (the model is told)."""
     edit: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -207,10 +230,14 @@ class Case(BaseModel):
 
 
 class Suite(BaseModel):
-    """A named list of cases (`[[case]]`), each name used once."""
+    """A named list of cases (`[[case]]`), each name used once, and the risks whose
+    calls its cases may approve."""
 
     model_config = _STRICT
     name: str = "suite"
+    approve: Risks = Field(default_factory=list)
+    """The risks whose calls that ask a person the cases may approve (MONEY needs
+    `--allow-money` too); a call of any other risk is declined."""
     case: list[Case] = Field(min_length=1, max_length=MAX_CASES)
 
     @model_validator(mode="after")
@@ -221,6 +248,26 @@ class Suite(BaseModel):
                 raise ValueError(f"two cases are named {case.name!r}")
             seen.add(case.name)
         return self
+
+    @model_validator(mode="after")
+    def _cases_within_the_suite(self) -> Suite:
+        for number, case in enumerate(self.case, start=1):
+            beyond = [risk.value for risk in case.approve or () if risk not in self.approve]
+            if beyond:
+                raise ValueError(
+                    f"case {number} ({case.name}): approve: {', '.join(beyond)} is not in the"
+                    f" suite's approve ({_named(self.approve)}); a case approves some of"
+                    " the suite's"
+                )
+        return self
+
+    def approves(self, case: Case) -> tuple[Risk, ...]:
+        """The risks whose calls that ask `case` approves (MONEY still needs the flag)."""
+        return tuple(self.approve if case.approve is None else case.approve)
+
+
+def _named(risks: list[Risk]) -> str:
+    return ", ".join(risk.value for risk in risks) or "none"
 
 
 def builtin_suite_text() -> str:
@@ -253,17 +300,35 @@ def load_suite(path: str | Path) -> Suite:
 
 def read_suite(raw: bytes, where: str, *, default_name: str = "suite") -> Suite:
     """A suite from TOML bytes (`where` names them in errors)."""
+    too_deep = f"{where}: tables or arrays nested more than {MAX_DEPTH} deep"
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise RelayError(f"{where}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as error:
         raise RelayError(f"{where}: not TOML: {error}") from None
+    except RecursionError:  # (tomllib parses nested values recursively)
+        raise RelayError(too_deep) from None
+    if _depth(data) > MAX_DEPTH:  # (what tomllib still read would exhaust the checks)
+        raise RelayError(too_deep)
     data.setdefault("name", default_name)
     try:
         return Suite.model_validate(data)
     except ValidationError as error:
         raise RelayError(f"{where}: {_first_problem(error, data)}") from None
+
+
+def _depth(data: object) -> int:
+    """How deep tables and arrays nest in `data` (counted without recursing)."""
+    deepest, stack = 0, [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(value, dict):
+            stack += [(inner, depth + 1) for inner in value.values()]
+        elif isinstance(value, list):
+            stack += [(inner, depth + 1) for inner in value]
+    return deepest
 
 
 def _first_problem(error: ValidationError, data: dict[str, Any]) -> str:
@@ -278,4 +343,6 @@ def _first_problem(error: ValidationError, data: dict[str, Any]) -> str:
             named = f" ({name})" if isinstance(name, str) else ""
         field = ".".join(str(part) for part in loc[2:]) or "the case"
         return f"case {loc[1] + 1}{named}: {field}: {said}"
-    return f"{'.'.join(str(part) for part in loc) or 'the suite'}: {said}"
+    if not loc:  # (the suite's own checks: their message says where)
+        return said
+    return f"{'.'.join(str(part) for part in loc)}: {said}"
