@@ -32,6 +32,7 @@ from tests.support.cli import Background, clean_env, relay, relay_args
 from tests.support.fleet import Fleet
 from tests.support.redis_server import free_port
 from tests.support.waiting import pending_for, shared_fleet
+from tests.support.web import RelayWeb
 from workers.fleet_mcp import LONG_POLLS_PER_CLIENT, shown_name
 from workers.settings import check_bearer_token
 
@@ -190,10 +191,12 @@ def test_a_weak_token_stops_the_server_at_start_saying_how_to_make_one(
 A_TOKEN = "tests-acme-Qm4Vt8Lp2Xr6Nz1Bw5Hc9Jd3Ks7"
 BILLING_TOKEN = "tests-billing-Ge5Wy9Tu3Ro7Ia1Pq6Sz2Dx8"
 ALL_TOKEN = "tests-notes-Fk2Mv7Lc4Nb8Xj1Hg5Ds9Wq3Ez6"
+BOT_TOKEN = "tests-bot-Rn6Tc1Vz8Ka3Gm5Yp2Lh9Wd4Bs7"
 CLIENTS = [
     {"name": "acme-ide", "token": A_TOKEN, "apps": ["notes"], "keys": ["acme"]},
     {"name": "billing-ide", "token": BILLING_TOKEN, "apps": ["billing"]},
     {"name": "notes-desk", "token": ALL_TOKEN, "apps": ["notes"]},
+    {"name": "notes-bot", "token": BOT_TOKEN, "apps": ["notes"]},
 ]
 
 
@@ -224,7 +227,7 @@ def test_a_client_sees_only_its_apps_and_keys_and_may_not_approve_money(
     pending_for(f, run_id)
     listed = _clients_file(tmp_path, *CLIENTS)
 
-    async def as_client(url: str, token: str) -> dict[str, Any]:
+    async def as_client(url: str, token: str, *, inside: bool = False) -> dict[str, Any]:
         async with _session(url, token) as client:
             seen: dict[str, Any] = {
                 "pending": [p["run_id"] for p in _said(await client.call_tool("pending", {}))]
@@ -236,7 +239,7 @@ def test_a_client_sees_only_its_apps_and_keys_and_may_not_approve_money(
                 ("approve", {"call_id": "call-1"}),
                 ("deny", {"call_id": "call-1"}),
                 ("answer", {"text": "yes"}),
-            ):
+            )[: 4 if inside else None]:  # (a client that sees the run would deny it)
                 for which, asked in (("run", run_id), ("none", "nosuchrun")):
                     result = await client.call_tool(tool, {"run_id": asked, **args})
                     text = result.content[0].text if result.is_error else None
@@ -253,7 +256,7 @@ def test_a_client_sees_only_its_apps_and_keys_and_may_not_approve_money(
     with _http(f, "--allow-decisions", "--clients", str(listed)) as (url, _):
         acme = asyncio.run(as_client(url, A_TOKEN))
         billing = asyncio.run(as_client(url, BILLING_TOKEN))
-        desk = asyncio.run(as_client(url, ALL_TOKEN))
+        desk = asyncio.run(as_client(url, ALL_TOKEN, inside=True))
 
     missing = "no run 'RUN' (it never existed, or it finished and expired)"
     for outside in (acme, billing):  # another key's run, another app's run: not there
@@ -313,10 +316,10 @@ def test_run_schedule_is_offered_only_with_its_flag_and_a_refusal_is_its_reason(
     assert fired.content[0].text == "no schedule named 'no-such'"
 
 
-HOSTILE = "\x1b[31mevil\x1b]0;owned\x07 <script>alert(1)</script> [bold red]x[/]\u202etxt\n"
+HOSTILE = "\x1b[31mevil\x07<b>x</b>[red]\u202e\n"  # an escape, a bell, HTML, Rich, bidi
 
 
-def test_a_client_name_is_stored_and_shown_escaped(f: Fleet) -> None:
+def test_a_client_name_is_stored_and_shown_escaped(f: Fleet, tmp_path: Path) -> None:
     f.brain.script("MCP-NAME:", {0: call("delete_note", name="n.txt"), 1: final("gone")})
     hostile = Implementation(name=HOSTILE, version="1")
 
@@ -330,18 +333,18 @@ def test_a_client_name_is_stored_and_shown_escaped(f: Fleet) -> None:
 
     run_id, decided = asyncio.run(drive())
     f.relay.wait(run_id, 30)
-    shown = (
-        r"mcp client \x1b\x5b31mevil\x1b\x5d0;owned\x07 \x3cscript\x3ealert(1)\x3c/script\x3e"
-        r" \x5bbold red\x5dx\x5b/\x5d\u202etxt"
-    )
+    shown = r"mcp client \x1b\x5b31mevil\x07\x3cb\x3ex\x3c/b\x3e\x5bred\x5d\u202e\x0a"
     assert decided["by"] == shown
     approved = [line for line in f.relay.trace(run_id) if line.kind == "approved"]
     assert [line.data["by"] for line in approved] == [shown]
-    printed = relay("show", run_id, env=clean_env(**f.env))
+    with RelayWeb(f.env, tmp_path / "web.log") as web:
+        page = web.client.get(f"/runs/{run_id}").text  # the trace's line: "by mcp client ..."
+    printed = relay("show", "--json", run_id, env=clean_env(**f.env))
     assert printed.returncode == 0, printed.stderr
-    assert shown in printed.stdout
-    for raw in ("\x1b", "\x07", "<script", "[bold", "\u202e"):
-        assert raw not in printed.stdout
+    for shown_there in (page, printed.stdout):
+        assert "mcp client \\x1b\\x5b31mevil" in shown_there.replace("\\\\", "\\")
+        for raw in ("\x1b", "\x07", "<b>", "[red", "\u202e"):
+            assert raw not in shown_there
 
 
 def test_shown_name_keeps_a_plain_name_and_cuts_a_long_one() -> None:
@@ -351,7 +354,7 @@ def test_shown_name_keeps_a_plain_name_and_cuts_a_long_one() -> None:
     assert len(shown_name("x" * 500)) == 80
 
 
-def test_pending_answers_at_once_while_60_long_polls_wait(f: Fleet) -> None:
+def test_pending_answers_at_once_while_60_long_polls_wait(f: Fleet, tmp_path: Path) -> None:
     f.brain.script("MCP-POLL:", {0: call("delete_note", name="p.txt"), 1: final("done")})
     run_id = f.relay.start("MCP-POLL: wait on me")
     pending_for(f, run_id)
@@ -361,9 +364,9 @@ def test_pending_answers_at_once_while_60_long_polls_wait(f: Fleet) -> None:
 
     async def drive(url: str) -> tuple[float, list[Any], list[Any], bool]:
         async with (
-            _session(url, TOKEN) as first,
-            _session(url, TOKEN) as other,
-            _session(url, TOKEN) as asker,
+            _session(url, ALL_TOKEN) as first,
+            _session(url, BOT_TOKEN) as other,
+            _session(url, ALL_TOKEN) as asker,
         ):
             # The cursor at the stream's end: every poll waits for text that never comes.
             after = _said(
@@ -387,7 +390,7 @@ def test_pending_answers_at_once_while_60_long_polls_wait(f: Fleet) -> None:
             await asyncio.gather(*polls, return_exceptions=True)
             return took, listed, [over], still_open
 
-    with _http(f, env={"RELAY_MCP_TOKEN": TOKEN}) as (url, _):
+    with _http(f, "--clients", str(_clients_file(tmp_path, *CLIENTS))) as (url, _):
         took, listed, (over,), still_open = asyncio.run(drive(url))
     f.relay.deny(run_id, "call-1", "the test is over")
     assert still_open  # all 60 polls were waiting while pending answered

@@ -2,7 +2,8 @@
 
 Every tool is a coroutine on `AsyncRelay` (redis.asyncio): none holds a thread, so
 long polls (`run_text` waiting for text) do not starve the other tools; they are
-capped per client session and per process all the same, since each holds a Redis
+capped per client (its token: the protocol has no sessions to tell clients apart)
+and per process all the same, since each holds a Redis
 connection while it waits. A refusal reaches the client as an MCP tool error whose
 text is its reason; a run outside the client's sight is refused exactly as a run
 that does not exist.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncGenerator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Hashable, Iterator, Sequence
 from contextlib import aclosing, contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -37,7 +38,7 @@ __all__ = ["LONG_POLLS_MAX", "LONG_POLLS_PER_CLIENT", "Offer", "fleet_server"]
 TEXT_WAIT_MAX_S = 30.0
 TRACE_LINES_MAX = 500
 LONG_POLLS_PER_CLIENT = 32
-"""`run_text` calls one client session may have waiting at once."""
+"""`run_text` calls one client (a token) may have waiting at once."""
 LONG_POLLS_MAX = 256
 """`run_text` calls the server may have waiting at once, all clients together."""
 READS = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
@@ -208,7 +209,7 @@ class _Fleet:
     async def text(self, ctx: Context, run_id: str, after: str, wait_seconds: float) -> object:
         await self.visible(ctx, run_id)
         wait = min(max(float(wait_seconds), 0.0), TEXT_WAIT_MAX_S)
-        with self.polls.held(id(ctx.request_context.session)):
+        with self.polls.held(self.sight(ctx)):
             return await _text_since(self.arelay, run_id, after, wait)
 
     async def fire(self, ctx: Context, schedule: str) -> object:
@@ -264,10 +265,10 @@ class LongPolls:
     def __init__(self, per_client: int, most: int) -> None:
         self.per_client = per_client
         self.most = most
-        self.open: dict[int, int] = {}
+        self.open: dict[Hashable, int] = {}
 
     @contextmanager
-    def held(self, client: int) -> Iterator[None]:
+    def held(self, client: Hashable) -> Iterator[None]:
         """Hold one long poll of `client` for the block.
 
         Raises:
