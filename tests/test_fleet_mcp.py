@@ -34,7 +34,7 @@ from tests.support.redis_server import free_port
 from tests.support.waiting import pending_for, shared_fleet
 from tests.support.web import RelayWeb
 from workers.fleet_mcp import LONG_POLLS_PER_CLIENT, shown_name
-from workers.settings import check_bearer_token
+from workers.settings import Settings, SettingsError, check_bearer_token
 
 APP = "tests.apps.notes:relay"
 ME = Implementation(name="ide-test", version="1.0")
@@ -186,6 +186,20 @@ def test_a_weak_token_stops_the_server_at_start_saying_how_to_make_one(
     else:  # blank is unset, as for every setting
         assert "needs a bearer token: RELAY_MCP_TOKEN (unset or blank now)" in said, said
     assert "secrets.token_urlsafe(32)" in said
+
+
+def test_the_token_never_shows_in_the_settings_or_their_errors() -> None:
+    settings = Settings.from_env({"RELAY_MCP_TOKEN": TOKEN})
+    assert settings.mcp_token is not None
+    assert settings.mcp_token.get_secret_value() == TOKEN
+    for shown in (repr(settings), str(settings), json.dumps(settings.redacted())):
+        assert TOKEN not in shown
+    assert settings.redacted()["mcp_token"] == "***"
+    weak = "x" + TOKEN[:20]
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"RELAY_MCP_TOKEN": weak})
+    assert str(refused.value).startswith("RELAY_MCP_TOKEN: expected a random secret")
+    assert weak not in str(refused.value)
 
 
 A_TOKEN = "tests-acme-Qm4Vt8Lp2Xr6Nz1Bw5Hc9Jd3Ks7"
