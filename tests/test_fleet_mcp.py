@@ -265,9 +265,12 @@ def test_a_client_sees_only_its_apps_and_keys_and_may_not_approve_money(
                     started = json.loads(result.content[0].text)["run_id"]
                     seen[f"key {key}"] = f.relay.status(started).key
                     f.relay.cancel(started)
+            fired = await client.call_tool("run_schedule", {"schedule": "no-such"})
+            seen["fire"] = fired.content[0].text
             return seen
 
-    with _http(f, "--allow-decisions", "--clients", str(listed)) as (url, _):
+    flags = ("--allow-decisions", "--allow-schedules", "--clients", str(listed))
+    with _http(f, *flags) as (url, _):
         acme = asyncio.run(as_client(url, A_TOKEN))
         billing = asyncio.run(as_client(url, BILLING_TOKEN))
         desk = asyncio.run(as_client(url, ALL_TOKEN, inside=True))
@@ -291,6 +294,9 @@ def test_a_client_sees_only_its_apps_and_keys_and_may_not_approve_money(
     assert billing["start "] == "this client may not start runs of the app 'notes'"
     assert (desk["start globex"], desk["key globex"]) == ("started", "globex")
     assert desk["key "] == "notes"  # no key given: the app's name, as Relay.start says
+    refused = "a schedule starts runs of the app 'notes' with the key 'notes': runs this"
+    assert acme["fire"] == billing["fire"] == f"{refused} client may not start"
+    assert desk["fire"] == "no schedule named 'no-such'"
 
     assert f.relay.status(run_id).state == "waiting"
     assert not [line for line in f.ledger() if line.startswith("pay")]

@@ -215,7 +215,10 @@ class _Fleet:
     async def fire(self, ctx: Context, schedule: str) -> object:
         app = self.relay.name  # a schedule's runs are the app's, under its default key
         if not self.sight(ctx).sees(app, app):
-            raise RelayError(f"this client may not start runs of the app {app!r} unkeyed")
+            raise RelayError(
+                f"a schedule starts runs of the app {app!r} with the key {app!r}: runs this"
+                " client may not start"
+            )
         fired_ms = await asyncio.to_thread(self.relay.scheduling.run_now, schedule)
         return {"schedule": schedule, "fired_ms": fired_ms}
 
