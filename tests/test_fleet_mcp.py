@@ -313,10 +313,13 @@ def test_a_client_sees_only_its_apps_and_keys_and_may_not_approve_money(
     assert any(line.startswith("pay") for line in f.ledger())
 
 
-def test_money_decisions_go_with_decisions(f: Fleet) -> None:
+def test_money_decisions_go_with_decisions_and_clients_with_http(f: Fleet) -> None:
     refused = relay("--app", APP, "mcp", "--allow-money-decisions", env=clean_env(**f.env))
     assert refused.returncode == 1
     assert "--allow-money-decisions goes with --allow-decisions" in refused.stderr
+    refused = relay("--app", APP, "mcp", "--clients", "x.toml", env=clean_env(**f.env))
+    assert refused.returncode == 1
+    assert "--clients goes with --http" in refused.stderr
 
 
 def test_run_schedule_is_offered_only_with_its_flag_and_a_refusal_is_its_reason(f: Fleet) -> None:

@@ -79,6 +79,8 @@ def mcp_serve(
 
     if allow_money_decisions and not allow_decisions:
         raise Failure("--allow-money-decisions goes with --allow-decisions")
+    if clients_file and port is None:
+        raise Failure("--clients goes with --http (over stdio, the one client sees the app's runs)")
     offer = Offer(allow_decisions, allow_money_decisions, allow_schedules)
     relay = obj.relay
     served = Sight("", frozenset({relay.name}))
