@@ -27,6 +27,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import Implementation
 
 from agent_core import Stop
+from tests.apps.notes import build
 from tests.support.brain import call, final
 from tests.support.cli import Background, clean_env, relay, relay_args
 from tests.support.fleet import Fleet
@@ -98,6 +99,23 @@ def test_a_client_starts_and_follows_a_run_and_may_not_decide(f: Fleet) -> None:
     assert [(p["call_id"], p["tool"]) for p in waiting] == [("call-1", "delete_note")]
     assert "delete_note old.txt" not in f.ledger()  # nothing was decided for it
     f.relay.deny(run_id, "call-1", "not through MCP")
+
+
+def test_over_stdio_a_client_sees_only_the_app_served(f: Fleet) -> None:
+    other_app = build(f.relay.settings, name="billing")  # same Redis and prefix, no worker
+    theirs = other_app.start("MCP-OTHER: an invoice of another app")
+
+    async def drive() -> Any:
+        async with Client(_stdio(f), client_info=ME) as client:
+            return await client.call_tool("run_status", {"run_id": theirs})
+
+    refused = asyncio.run(drive())
+    assert refused.is_error
+    assert refused.content[0].text == (
+        f"no run {theirs!r} (it never existed, or it finished and expired)"
+    )
+    assert other_app.status(theirs).state == "running"  # it is there, for its own app
+    other_app.cancel(theirs)
 
 
 def test_with_allow_decisions_a_decision_names_the_mcp_client(f: Fleet) -> None:
