@@ -1,17 +1,24 @@
 """`relay mcp` driven by the MCP SDK's own client, against a real fleet.
 
 Over stdio (the client starts `relay mcp` as a command, as an IDE would) and over
-streamable HTTP on loopback with a bearer token. A client starts a run, follows
+streamable HTTP on loopback with bearer tokens. A client starts a run, follows
 it, reads what waits for a person and is refused a decision unless the server was
-started with --allow-decisions; then its decision names it.
+started with --allow-decisions; then its decision names it, escaped. A client
+sees only the runs of its apps and keys (another's is a run that does not exist);
+approving a MONEY call needs its own flag; a refusal reaches the client as its
+reason; a weak token stops the server at start; and `pending` answers at once
+while 60 long polls wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,15 +27,19 @@ from mcp import Client, StdioServerParameters
 from mcp.types import Implementation
 
 from agent_core import Stop
+from tests.apps.notes import build
 from tests.support.brain import call, final
 from tests.support.cli import Background, clean_env, relay, relay_args
 from tests.support.fleet import Fleet
 from tests.support.redis_server import free_port
-from tests.support.waiting import shared_fleet
+from tests.support.waiting import pending_for, shared_fleet
+from tests.support.web import RelayWeb
+from workers.fleet_mcp import LONG_POLLS_PER_CLIENT, shown_name
+from workers.settings import Settings, SettingsError, check_bearer_token
 
 APP = "tests.apps.notes:relay"
 ME = Implementation(name="ide-test", version="1.0")
-TOKEN = "a-long-secret-for-the-tests"
+TOKEN = "tests-only-Zx8Qw3Rt7Yu2Io5Pa9Sd4Fg6Hj1Kl0"
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +101,23 @@ def test_a_client_starts_and_follows_a_run_and_may_not_decide(f: Fleet) -> None:
     f.relay.deny(run_id, "call-1", "not through MCP")
 
 
+def test_over_stdio_a_client_sees_only_the_app_served(f: Fleet) -> None:
+    other_app = build(f.relay.settings, name="billing")  # same Redis and prefix, no worker
+    theirs = other_app.start("MCP-OTHER: an invoice of another app")
+
+    async def drive() -> Any:
+        async with Client(_stdio(f), client_info=ME) as client:
+            return await client.call_tool("run_status", {"run_id": theirs})
+
+    refused = asyncio.run(drive())
+    assert refused.is_error
+    assert refused.content[0].text == (
+        f"no run {theirs!r} (it never existed, or it finished and expired)"
+    )
+    assert other_app.status(theirs).state == "running"  # it is there, for its own app
+    other_app.cancel(theirs)
+
+
 def test_with_allow_decisions_a_decision_names_the_mcp_client(f: Fleet) -> None:
     f.brain.script(
         "MCP-DECIDE:", {0: call("delete_note", name="stale.txt"), 1: final("all done now")}
@@ -136,41 +164,332 @@ def test_over_http_a_request_without_the_bearer_token_is_refused(f: Fleet) -> No
     env = clean_env(**f.env)
     refused = relay("--app", APP, "mcp", "--http", "9", env=env)
     assert refused.returncode == 1
-    assert "needs a bearer token in RELAY_MCP_TOKEN" in refused.stderr
+    assert "needs a bearer token: RELAY_MCP_TOKEN (unset or blank now)" in refused.stderr
+    assert "secrets.token_urlsafe(32)" in refused.stderr
 
-    port = free_port()
-    server = Background(
-        "--app", APP, "mcp", "--http", str(port), env={**env, "RELAY_MCP_TOKEN": TOKEN}
-    )
-    try:
-        url = f"http://127.0.0.1:{port}/mcp"
-        _until_listening(url)
+    with _http(f, env={"RELAY_MCP_TOKEN": TOKEN}) as (url, server):
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
             answer = httpx.post(url, json={}, headers=headers, timeout=10)
             assert answer.status_code == 401, headers
 
         async def drive() -> set[str]:
-            import httpx2  # noqa: PLC0415 - the MCP SDK's own HTTP client
-            from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
-
-            auth = {"Authorization": f"Bearer {TOKEN}"}
-            async with httpx2.AsyncClient(headers=auth) as http:
-                transport = streamable_http_client(url, http_client=http)
-                async with Client(transport, client_info=ME) as client:
-                    return {t.name for t in (await client.list_tools()).tools}
+            async with _session(url, TOKEN) as client:
+                return {t.name for t in (await client.list_tools()).tools}
 
         assert "start_run" in asyncio.run(drive())
-    finally:
-        server.close()
     assert TOKEN not in server.text
 
 
-def _until_listening(url: str) -> None:
+WEAK = {
+    "sixteen spaces": " " * 16,
+    "short": "s3cr3t-but-short",
+    "one letter": "a" * 40,
+    "few letters": "abcabcabcabcabcabcabcabcabcabcabcabc",
+    "a piece repeated": "Ab1-Cd2_Ef" * 4,
+    "a space inside": "Zx8Qw3Rt7Yu2Io5Pa9Sd4Fg6Hj1 Kl0mN",
+}
+
+
+@pytest.mark.parametrize("token", WEAK.values(), ids=WEAK.keys())
+def test_a_weak_token_stops_the_server_at_start_saying_how_to_make_one(
+    f: Fleet, token: str
+) -> None:
+    env = clean_env(**f.env, RELAY_MCP_TOKEN=token)
+    refused = relay("--app", APP, "mcp", "--http", str(free_port()), env=env, timeout=60)
+    assert refused.returncode == 1, refused.stdout
+    said = refused.stderr
+    if token.strip():
+        assert "RELAY_MCP_TOKEN: expected a random secret of at least 32" in said, said
+        assert token.strip() not in said  # never echoed
+    else:  # blank is unset, as for every setting
+        assert "needs a bearer token: RELAY_MCP_TOKEN (unset or blank now)" in said, said
+    assert "secrets.token_urlsafe(32)" in said
+
+
+def test_the_token_never_shows_in_the_settings_or_their_errors() -> None:
+    settings = Settings.from_env({"RELAY_MCP_TOKEN": TOKEN})
+    assert settings.mcp_token is not None
+    assert settings.mcp_token.get_secret_value() == TOKEN
+    for shown in (repr(settings), str(settings), json.dumps(settings.redacted())):
+        assert TOKEN not in shown
+    assert settings.redacted()["mcp_token"] == "***"
+    weak = "x" + TOKEN[:20]
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({"RELAY_MCP_TOKEN": weak})
+    assert str(refused.value).startswith("RELAY_MCP_TOKEN: expected a random secret")
+    assert weak not in str(refused.value)
+
+
+A_TOKEN = "tests-acme-Qm4Vt8Lp2Xr6Nz1Bw5Hc9Jd3Ks7"
+BILLING_TOKEN = "tests-billing-Ge5Wy9Tu3Ro7Ia1Pq6Sz2Dx8"
+ALL_TOKEN = "tests-notes-Fk2Mv7Lc4Nb8Xj1Hg5Ds9Wq3Ez6"
+BOT_TOKEN = "tests-bot-Rn6Tc1Vz8Ka3Gm5Yp2Lh9Wd4Bs7"
+CLIENTS = [
+    {"name": "acme-ide", "token": A_TOKEN, "apps": ["notes"], "keys": ["acme"]},
+    {"name": "billing-ide", "token": BILLING_TOKEN, "apps": ["billing"]},
+    {"name": "notes-desk", "token": ALL_TOKEN, "apps": ["notes"]},
+    {"name": "notes-bot", "token": BOT_TOKEN, "apps": ["notes"]},
+]
+
+
+def test_a_weak_token_in_the_clients_file_stops_the_server(f: Fleet, tmp_path: Path) -> None:
+    weak = {"name": "ide", "token": " " * 16, "apps": ["notes"]}
+    listed = _clients_file(tmp_path, {**CLIENTS[0]}, weak)
+    refused = relay(
+        "--app", APP, "mcp", "--http", str(free_port()), "--clients", str(listed),
+        env=clean_env(**f.env), timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 1, refused.stdout
+    assert f"RELAY_MCP_CLIENTS: {listed}: client 2: token" in refused.stderr
+    assert "but it has 16 characters" in refused.stderr
+    assert "secrets.token_urlsafe(32)" in refused.stderr
+
+
+def test_a_random_token_passes_the_check() -> None:
+    for _ in range(200):
+        for token in (secrets.token_urlsafe(32), secrets.token_urlsafe(24), secrets.token_hex(16)):
+            assert check_bearer_token(token) == token
+
+
+def test_a_client_sees_only_its_apps_and_keys_and_may_not_approve_money(
+    f: Fleet, tmp_path: Path
+) -> None:
+    f.brain.script("MCP-PAY:", {0: call("pay", amount=999_999), 1: final("paid")})
+    run_id = f.relay.start("MCP-PAY: pay the invoice (IBAN DE89 3704)", key="globex")
+    pending_for(f, run_id)
+    listed = _clients_file(tmp_path, *CLIENTS)
+
+    async def as_client(url: str, token: str, *, inside: bool = False) -> dict[str, Any]:
+        async with _session(url, token) as client:
+            seen: dict[str, Any] = {
+                "pending": [p["run_id"] for p in _said(await client.call_tool("pending", {}))]
+            }
+            for tool, args in (
+                ("run_status", {}),
+                ("run_trace", {}),
+                ("run_text", {"wait_seconds": 0.5}),
+                ("approve", {"call_id": "call-1"}),
+                ("deny", {"call_id": "call-1"}),
+                ("answer", {"text": "yes"}),
+            )[: 4 if inside else None]:  # (a client that sees the run would deny it)
+                for which, asked in (("run", run_id), ("none", "nosuchrun")):
+                    result = await client.call_tool(tool, {"run_id": asked, **args})
+                    text = result.content[0].text if result.is_error else None
+                    seen[f"{tool} {which}"] = text and text.replace(asked, "RUN")
+            for key in ("", "globex", "acme"):
+                result = await client.call_tool("start_run", {"task": "MCP-PAY: x", "key": key})
+                seen[f"start {key}"] = result.content[0].text if result.is_error else "started"
+                if not result.is_error:
+                    started = json.loads(result.content[0].text)["run_id"]
+                    seen[f"key {key}"] = f.relay.status(started).key
+                    f.relay.cancel(started)
+            fired = await client.call_tool("run_schedule", {"schedule": "no-such"})
+            seen["fire"] = fired.content[0].text
+            return seen
+
+    flags = ("--allow-decisions", "--allow-schedules", "--clients", str(listed))
+    with _http(f, *flags) as (url, _):
+        acme = asyncio.run(as_client(url, A_TOKEN))
+        billing = asyncio.run(as_client(url, BILLING_TOKEN))
+        desk = asyncio.run(as_client(url, ALL_TOKEN, inside=True))
+
+    missing = "no run 'RUN' (it never existed, or it finished and expired)"
+    for outside in (acme, billing):  # another key's run, another app's run: not there
+        assert run_id not in outside["pending"]
+        for tool in ("run_status", "run_trace", "run_text", "approve", "deny", "answer"):
+            assert outside[f"{tool} run"] == outside[f"{tool} none"] == missing, tool
+    assert run_id in desk["pending"]
+    assert desk["run_status none"] == missing
+    assert desk["run_status run"] is None  # it sees the run
+    assert desk["approve run"] == (
+        "call call-1 of run RUN moves money: this server may not approve it"
+        " (relay mcp --allow-money-decisions); a person decides it in relay web or with"
+        " relay approve"
+    )  # the reason itself, not "Error executing tool approve"
+
+    assert (acme["start "], acme["key "]) == ("started", "acme")  # its one key
+    assert acme["start globex"] == "key 'globex' is not one of this client's keys (acme)"
+    assert billing["start "] == "this client may not start runs of the app 'notes'"
+    assert (desk["start globex"], desk["key globex"]) == ("started", "globex")
+    assert desk["key "] == "notes"  # no key given: the app's name, as Relay.start says
+    refused = "a schedule starts runs of the app 'notes' with the key 'notes': runs this"
+    assert acme["fire"] == billing["fire"] == f"{refused} client may not start"
+    assert desk["fire"] == "no schedule named 'no-such'"
+
+    assert f.relay.status(run_id).state == "waiting"
+    assert not [line for line in f.ledger() if line.startswith("pay")]
+
+    async def approve(url: str) -> dict[str, Any]:
+        async with _session(url, ALL_TOKEN) as client:
+            return _said(await client.call_tool("approve", {"run_id": run_id, "call_id": "call-1"}))
+
+    flags = ("--allow-decisions", "--allow-money-decisions", "--clients", str(listed))
+    with _http(f, *flags) as (url, _):
+        approved = asyncio.run(approve(url))
+    assert approved["by"] == "mcp client ide-test (token notes-desk)"
+    f.relay.wait(run_id, 30)
+    assert any(line.startswith("pay") for line in f.ledger())
+
+
+def test_money_decisions_go_with_decisions_and_clients_with_http(f: Fleet) -> None:
+    refused = relay("--app", APP, "mcp", "--allow-money-decisions", env=clean_env(**f.env))
+    assert refused.returncode == 1
+    assert "--allow-money-decisions goes with --allow-decisions" in refused.stderr
+    refused = relay("--app", APP, "mcp", "--clients", "x.toml", env=clean_env(**f.env))
+    assert refused.returncode == 1
+    assert "--clients goes with --http" in refused.stderr
+
+
+def test_run_schedule_is_offered_only_with_its_flag_and_a_refusal_is_its_reason(f: Fleet) -> None:
+    async def drive(*flags: str) -> tuple[set[str], Any]:
+        async with Client(_stdio(f, *flags), client_info=ME) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            fired = None
+            if "run_schedule" in names:
+                fired = await client.call_tool("run_schedule", {"schedule": "no-such"})
+            return names, fired
+
+    names, _ = asyncio.run(drive())
+    assert "run_schedule" not in names
+    names, fired = asyncio.run(drive("--allow-schedules"))
+    assert "run_schedule" in names
+    assert fired.is_error
+    assert fired.content[0].text == "no schedule named 'no-such'"
+
+
+HOSTILE = "\x1b[31mevil\x07<b>x</b>[red]\u202e\n"  # an escape, a bell, HTML, Rich, bidi
+
+
+def test_a_client_name_is_stored_and_shown_escaped(f: Fleet, tmp_path: Path) -> None:
+    f.brain.script("MCP-NAME:", {0: call("delete_note", name="n.txt"), 1: final("gone")})
+    hostile = Implementation(name=HOSTILE, version="1")
+
+    async def drive() -> tuple[str, dict[str, Any]]:
+        async with Client(_stdio(f, "--allow-decisions"), client_info=hostile) as client:
+            run_id = _said(await client.call_tool("start_run", {"task": "MCP-NAME: go"}))["run_id"]
+            await asyncio.to_thread(pending_for, f, run_id)
+            return run_id, _said(
+                await client.call_tool("approve", {"run_id": run_id, "call_id": "call-1"})
+            )
+
+    run_id, decided = asyncio.run(drive())
+    f.relay.wait(run_id, 30)
+    shown = r"mcp client \x1b\x5b31mevil\x07\x3cb\x3ex\x3c/b\x3e\x5bred\x5d\u202e\x0a"
+    assert decided["by"] == shown
+    approved = [line for line in f.relay.trace(run_id) if line.kind == "approved"]
+    assert [line.data["by"] for line in approved] == [shown]
+    with RelayWeb(f.env, tmp_path / "web.log") as web:
+        page = web.client.get(f"/runs/{run_id}").text  # the trace's line: "by mcp client ..."
+    printed = relay("show", "--json", run_id, env=clean_env(**f.env))
+    assert printed.returncode == 0, printed.stderr
+    for shown_there in (page, printed.stdout):
+        assert "mcp client \\x1b\\x5b31mevil" in shown_there.replace("\\\\", "\\")
+        for raw in ("\x1b", "\x07", "<b>", "[red", "\u202e"):
+            assert raw not in shown_there
+
+
+def test_shown_name_keeps_a_plain_name_and_cuts_a_long_one() -> None:
+    assert shown_name("Claude Desktop 1.2 (mac)") == "Claude Desktop 1.2 (mac)"
+    assert shown_name("") == shown_name(None) == "unnamed"
+    assert shown_name("\x1b" * 100) == r"\x1b" * 20
+    assert len(shown_name("x" * 500)) == 80
+
+
+def test_pending_answers_at_once_while_60_long_polls_wait(f: Fleet, tmp_path: Path) -> None:
+    f.brain.script("MCP-POLL:", {0: call("delete_note", name="p.txt"), 1: final("done")})
+    run_id = f.relay.start("MCP-POLL: wait on me")
+    pending_for(f, run_id)
+    per_client = LONG_POLLS_PER_CLIENT
+    second = 60 - per_client
+    poll = {"run_id": run_id, "after": "$", "wait_seconds": 25}
+
+    async def drive(url: str) -> tuple[float, list[Any], list[Any], bool]:
+        async with (
+            _session(url, ALL_TOKEN) as first,
+            _session(url, BOT_TOKEN) as other,
+            _session(url, ALL_TOKEN) as asker,
+        ):
+            # The cursor at the stream's end: every poll waits for text that never comes.
+            after = _said(
+                await first.call_tool("run_text", {**poll, "after": "0", "wait_seconds": 0.5})
+            )
+            waiting = {**poll, "after": after["next"]}
+            polls = [
+                asyncio.create_task(first.call_tool("run_text", waiting)) for _ in range(per_client)
+            ]
+            polls += [
+                asyncio.create_task(other.call_tool("run_text", waiting)) for _ in range(second)
+            ]
+            await asyncio.sleep(2)  # every poll reaches the server and waits there
+            over = await first.call_tool("run_text", waiting)  # one more than its cap
+            started = time.monotonic()
+            listed = _said(await asker.call_tool("pending", {}))
+            took = time.monotonic() - started
+            still_open = not any(p.done() for p in polls)
+            for p in polls:
+                p.cancel()
+            await asyncio.gather(*polls, return_exceptions=True)
+            return took, listed, [over], still_open
+
+    with _http(f, "--clients", str(_clients_file(tmp_path, *CLIENTS))) as (url, _):
+        took, listed, (over,), still_open = asyncio.run(drive(url))
+    f.relay.deny(run_id, "call-1", "the test is over")
+    assert took < 5, took  # promised under 1 s; 5x margin for a loaded machine
+    assert [p["run_id"] for p in listed if p["run_id"] == run_id] == [run_id]
+    assert over.is_error  # the 33rd poll of one client is refused at once, with the reason
+    assert over.content[0].text == (
+        f"this client has {per_client} run_text calls waiting already (the most): ask again"
+        " once one answers"
+    )
+    assert still_open  # and all 60 polls were still waiting when pending answered
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _clients_file(directory: Path, *clients: dict[str, Any]) -> Path:
+    path = directory / "mcp-clients.json"
+    path.write_text(json.dumps({"clients": list(clients)}))
+    return path
+
+
+@contextmanager
+def _http(
+    f: Fleet, *flags: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, Background]]:
+    """`relay mcp --http PORT FLAGS` running, and its URL."""
+    port = free_port()
+    server = Background(
+        "--app", APP, "mcp", "--http", str(port), *flags, env=clean_env(**f.env, **(env or {}))
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        _until_listening(url, server)
+        yield url, server
+    finally:
+        server.close()
+
+
+@asynccontextmanager
+async def _session(url: str, token: str) -> AsyncIterator[Client]:
+    """An MCP SDK client session over streamable HTTP with `token` as its bearer."""
+    from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
+    from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: PLC0415
+
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, client_info=ME) as client:
+            yield client
+
+
+def _until_listening(url: str, server: Background) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             httpx.get(url, timeout=1)
             return
         except httpx.TransportError:
+            if server.process.poll() is not None:
+                raise AssertionError(f"relay mcp stopped:\n{server.text}") from None
             time.sleep(0.1)
     raise AssertionError(f"nothing answered at {url}")

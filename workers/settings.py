@@ -23,6 +23,10 @@
     RELAY_PRICES                 a JSON or TOML file of prices per model (optional)
     RELAY_MODELS                 a JSON or TOML file of model routes (optional)
     RELAY_MCP                    a JSON or TOML file of MCP servers (optional)
+    RELAY_MCP_TOKEN              `relay mcp --http`'s bearer token: a random secret of
+                                 32 characters or more (`check_bearer_token`)
+    RELAY_MCP_CLIENTS            a JSON or TOML file of `relay mcp --http` clients: each
+                                 a name, a token and the apps (and keys) it may see
     RELAY_KEY_CONCURRENCY        each key's model calls in flight, fleet-wide; 0 = no cap (0)
     RELAY_TOOL_TIMEOUT           seconds a tool may run (300)
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
@@ -98,6 +102,7 @@ __all__ = [
     "Timing",
     "chat_completions_url",
     "check_api_key",
+    "check_bearer_token",
     "now_ms",
     "redact_url",
 ]
@@ -146,6 +151,43 @@ def check_api_key(key: str) -> str:
     if not _API_KEY.fullmatch(key):
         raise ValueError("expected printable ASCII without spaces")
     return key
+
+
+BEARER_TOKEN_CHARS = 32
+BEARER_TOKEN_VARIETY = 8
+MAKE_A_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def check_bearer_token(token: str) -> str:
+    """Return `token` if it can guard a server as a bearer token: 32 visible ASCII
+    characters or more, 8 different ones at least, not one piece repeated (a random
+    secret passes; `secrets.token_urlsafe(32)` always does). Raise ValueError saying
+    what is wrong and how to make one, never quoting the token."""
+    if len(token) < BEARER_TOKEN_CHARS:
+        problem = f"it has {len(token)} characters"
+    elif not _API_KEY.fullmatch(token):
+        problem = "it holds spaces or characters outside visible ASCII"
+    elif len(set(token)) < BEARER_TOKEN_VARIETY:
+        problem = f"it uses only {len(set(token))} different characters"
+    elif token in (token + token)[1:-1]:  # a rotation of itself: one piece repeated
+        problem = "it is one piece repeated"
+    else:
+        return token
+    raise ValueError(
+        f"expected a random secret of at least {BEARER_TOKEN_CHARS} visible characters"
+        f" (no spaces), of at least {BEARER_TOKEN_VARIETY} different ones, but {problem};"
+        f" make one with: {MAKE_A_TOKEN}"
+    )
+
+
+def _bearer_token(value: object) -> SecretStr | None:
+    if value is None:
+        return None
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if not isinstance(value, str):
+        raise ValueError("expected a token")
+    return SecretStr(check_bearer_token(value))
 
 
 def _check_secret_key(key: SecretStr | None) -> SecretStr | None:
@@ -387,6 +429,11 @@ class Settings(BaseModel):
     """A JSON or TOML file of model routes (RELAY_MODELS), for apps that give none."""
     mcp: Annotated[str | None, BeforeValidator(_path)] = None
     """A JSON or TOML file of MCP servers (RELAY_MCP), for apps that give none."""
+    mcp_token: Annotated[SecretStr | None, BeforeValidator(_bearer_token)] = None
+    """`relay mcp --http`'s one bearer token (RELAY_MCP_TOKEN): its client sees the app's runs."""
+    mcp_clients: Annotated[str | None, BeforeValidator(_path)] = None
+    """A JSON or TOML file of `relay mcp --http` clients (RELAY_MCP_CLIENTS), each with its
+    token and the apps and keys whose runs it sees (`workers.fleet_mcp.access`)."""
     key_concurrency: Annotated[int, BeforeValidator(_count(0))] = 0
     """Each key's model calls in flight at once, across the fleet (0: no cap), for apps
     that set none (`Relay(key_concurrency=...)`)."""
@@ -506,7 +553,8 @@ class Settings(BaseModel):
         for name in _URL_FIELDS:
             if values[name] is not None:
                 values[name] = redact_url(values[name])
-        values["model_key"] = None if self.model_key is None else "***"
+        for name in _SECRET_FIELDS:
+            values[name] = None if getattr(self, name) is None else "***"
         return values
 
     def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
@@ -515,6 +563,7 @@ class Settings(BaseModel):
 
 
 _VARIABLES = {field: "RELAY_" + field.upper() for field in Settings.model_fields}
+_SECRET_FIELDS = ("model_key", "mcp_token")
 
 
 SHORTEST_TICK_S = 0.1
@@ -572,7 +621,7 @@ def _describe(error: ValidationError, given: Mapping[str, str]) -> str:
     reason = str(cause) if isinstance(cause, ValueError) else first["msg"]
     line = f"{_VARIABLES.get(field, field)}: {reason}" if field else reason
     value = given.get(field)
-    if value is None or field == "model_key":
+    if value is None or field in _SECRET_FIELDS:
         return line
     shown = redact_url(value) if field in _URL_FIELDS else value
     return f"{line}, got {shown!r}"
