@@ -10,6 +10,7 @@ import click
 
 from workers.celery_app.brokers import check_broker
 from workers.cli.common import Context, Failure, app_option
+from workers.errors import StoreMisconfigured, StoreUnavailable
 from workers.relay import Relay
 from workers.settings import SettingsError
 
@@ -83,6 +84,7 @@ def worker(
     )
     if not no_tick and relay.queues.tick not in names:
         names.append(relay.queues.tick)  # ticks sent by a beat, if one runs
+    _check_store(relay)
     if relay.settings.durable_claims:
         _check_durable(relay)
     _check_broker(relay, names)
@@ -121,6 +123,18 @@ def _quiet_http_lines(loglevel: str) -> None:
         http.setLevel(logging.WARNING)
 
 
+def _check_store(relay: Relay) -> None:
+    """Refuse to start, in one line, on a Redis URL that waiting cannot mend: a missing or
+    wrong password, a database or a host that does not exist. Redis merely away is
+    waited for, as Celery waits for its broker (a fleet may start before its Redis)."""
+    try:
+        relay.store.ping()
+    except StoreMisconfigured as error:
+        raise Failure(str(error)) from None
+    except StoreUnavailable:
+        return
+
+
 def _check_durable(relay: Relay) -> None:
     """Refuse to start, in one line, when RELAY_DURABLE_CLAIMS cannot be honoured."""
     try:
@@ -153,6 +167,7 @@ def beat(obj: Context, loglevel: str) -> None:
     """
     obj.spec("beat")
     relay = obj.relay
+    _check_store(relay)
     # The in-memory scheduler: the only entry is the tick, so there is nothing to persist.
     relay.celery.start(["beat", f"--loglevel={loglevel}", "--scheduler=celery.beat:Scheduler"])
 
