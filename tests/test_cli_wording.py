@@ -17,6 +17,8 @@ from tests.support.cli import clean_env, relay
 from tests.support.fleet import Fleet, fleet
 from tests.support.scripted import Script
 from tests.support.scripted import call as scripted_call
+from workers.cli.demo import build, notes_folder
+from workers.settings import Settings
 
 APP = "tests.apps.notes:relay"
 
@@ -135,3 +137,14 @@ def test_a_run_stopped_at_one_model_call_says_one() -> None:
     outcome = run(agent, script, "Read the files")
     assert outcome.stop is Stop.MODEL_CALL_LIMIT
     assert outcome.summary == "The limit of 1 model call was reached before the task was done."
+
+
+def test_the_demo_lists_one_note_as_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELAY_DEMO_DIR", str(tmp_path / "notes"))
+    folder = notes_folder()  # made private, and filled with the sample notes
+    for note in sorted(folder.iterdir())[1:]:
+        note.unlink()
+    [kept] = [note.name for note in folder.iterdir()]
+    spec = build(Settings()).kit.spec("list_notes")
+    assert spec is not None
+    assert spec.fn() == f"1 note: {kept}"
