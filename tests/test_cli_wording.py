@@ -86,15 +86,21 @@ def test_status_says_each_ending_once(running: Fleet) -> None:
     f.until(lambda: f.relay.status(parked).waiting_for == "call", what="the parked call")
     f.relay.cancel(parked, "not today")
     assert f.relay.wait(parked, 30).stop is Stop.CANCELLED
+    f.brain.script("END-3:", {0: final("never")}, plan=["Do it"])
+    planned = f.relay.start("END-3: plan first", config=Config(max_batch=4))
+    f.until(lambda: f.relay.status(planned).waiting_for == "plan", what="the plan")
+    f.relay.approve_plan(planned, yes=False)
+    assert f.relay.wait(planned, 30).stop is Stop.PLAN_DECLINED
 
-    code, out, err = _said(f, "status", done, parked)
+    code, out, err = _said(f, "status", done, parked, planned)
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"{done}  done  ")
     assert lines[1].startswith(f"{parked}  cancelled  ")
+    assert lines[2].startswith(f"{planned}  plan declined  ")
     code, out, _ = _said(f, "runs")
-    assert "cancelled: cancelled" not in out
-    assert "done: done" not in out
+    for twice in ("cancelled: cancelled", "done: done", "declined: plan declined"):
+        assert twice not in out
     assert f"{parked}  cancelled" in out
     code, out, err = _said(f, "status", "no-such-run")
     assert code == 1

@@ -237,13 +237,14 @@ _LIST_STYLES = {
 
 
 def _state(status: RunStatus) -> Text:
-    """`failed: the model server failed`, `waiting, for call`, ... in the list's colour,
-    with a warning when a call's outcome is unknown."""
+    """`failed: no progress`, `plan declined`, `waiting, for call`, ... in the list's
+    colour, with a warning when a call's outcome is unknown."""
     which = run_list(status.state, status.outcome)
     if status.outcome is not None:
         label = status.outcome.stop.label()
-        # Said once: `cancelled`, not `cancelled: cancelled` (the ending and the stop agree).
-        words = which if label == which else f"{which}: {label}"
+        # The ending said once: `cancelled`, `plan declined`, `the model call failed`, but
+        # `failed: no progress` (never `cancelled: cancelled`, `declined: plan declined`).
+        words = label if which in label.split() else f"{which}: {label}"
     elif status.waiting_for:
         words = f"{status.state}, for {status.waiting_for}"
     else:
