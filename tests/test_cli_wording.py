@@ -96,6 +96,8 @@ def test_status_says_each_ending_once(running: Fleet) -> None:
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"{done}  done  ")
+    used = f.relay.status(done).total_usage.total_tokens
+    assert lines[0].rstrip().endswith(f"  {used:,} tokens")
     assert lines[1].startswith(f"{parked}  cancelled  ")
     assert lines[2].startswith(f"{planned}  plan declined  ")
     code, out, _ = _said(f, "runs")

@@ -20,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from agent_core.text import counted
 from scheduler.schedules import local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.common import (
@@ -370,7 +371,7 @@ def status(obj: Context, run_ids: tuple[str, ...], as_json: bool) -> None:
     out = console()
     for one in found:
         line = Text(one_line(one.id, 80) + "  ") + _state(one)
-        line.append(f"  {usage_line(one.total_usage).split(' (')[0]}", style="dim")
+        line.append(f"  {counted(one.total_usage.total_tokens, 'token')}", style="dim")
         for waiting in one.pending:
             line.append(f"  · waits on {_pending_line(waiting)}")
         out.print(line)
