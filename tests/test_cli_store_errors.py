@@ -51,6 +51,21 @@ def test_a_worker_without_the_password_stops_at_once_saying_so(
         assert "authentication failed" in _one_line(beat.stderr)
 
 
+def test_a_broker_of_its_own_without_the_password_is_named_as_the_broker(tmp_path: Path) -> None:
+    secret = f"broker-{secrets.token_hex(8)}"
+    with RedisServer(tmp_path) as store, RedisServer(tmp_path, password=secret) as broker:
+        env = clean_env(
+            RELAY_REDIS_URL=store.url,
+            RELAY_BROKER_URL=f"redis://127.0.0.1:{broker.port}/0",
+            RELAY_TEST_DIR=str(tmp_path),
+        )
+        done = relay("--app", APP, "worker", "--pool", "threads", env=env, timeout=60)
+        assert done.returncode == 1, done.stdout + done.stderr
+        line = _one_line(done.stderr)
+        assert "authentication failed" in line
+        assert "set the password in RELAY_BROKER_URL as redis://:PASSWORD@" in line
+
+
 def test_the_verbs_say_authentication_failed_not_unreachable(tmp_path: Path) -> None:
     secret = f"redis-{secrets.token_hex(8)}"
     with RedisServer(tmp_path, password=secret) as server:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import click
 
@@ -13,6 +15,7 @@ from workers.cli.common import Context, Failure, app_option
 from workers.errors import StoreMisconfigured, StoreUnavailable
 from workers.relay import Relay
 from workers.settings import SettingsError
+from workers.store.connection import ping_url
 
 __all__ = ["beat", "flower", "ping", "worker"]
 
@@ -125,14 +128,21 @@ def _quiet_http_lines(loglevel: str) -> None:
 
 def _check_store(relay: Relay) -> None:
     """Refuse to start, in one line, on a Redis URL that waiting cannot mend: a missing or
-    wrong password, a database or a host that does not exist. Redis merely away is
-    waited for, as Celery waits for its broker (a fleet may start before its Redis)."""
-    try:
-        relay.store.ping()
-    except StoreMisconfigured as error:
-        raise Failure(str(error)) from None
-    except StoreUnavailable:
-        return
+    wrong password, a database or a host that does not exist; the broker's too, when it
+    is a Redis of its own (RELAY_BROKER_URL). Redis merely away is waited for, as Celery
+    waits for its broker (a fleet may start before its Redis)."""
+    broker = relay.settings.broker_url or ""
+    own_broker = broker != relay.redis_url and urlsplit(broker).scheme in ("redis", "rediss")
+    checks: list[Callable[[], None]] = [relay.store.ping]
+    if own_broker:
+        checks.append(lambda: ping_url(broker, "RELAY_BROKER_URL"))
+    for check in checks:
+        try:
+            check()
+        except StoreMisconfigured as error:
+            raise Failure(str(error)) from None
+        except StoreUnavailable:
+            continue
 
 
 def _check_durable(relay: Relay) -> None:
