@@ -4,6 +4,7 @@ say what is wrong and how to mend it, not "unreachable"; a Redis merely away is 
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import Callable
@@ -14,6 +15,9 @@ import pytest
 from tests.support.cli import clean_env, relay
 from tests.support.redis_server import RedisServer
 from tests.support.worker_process import RelayProcess
+from workers.errors import StoreMisconfigured, StoreUnavailable
+from workers.store.aconnection import AsyncConnection
+from workers.store.connection import redis_errors
 
 APP = "tests.apps.notes:relay"
 HINT = "set the password in RELAY_REDIS_URL as redis://:PASSWORD@host:port/db"
@@ -122,3 +126,22 @@ def _until(check: Callable[[], bool], timeout: float) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+def test_the_asyncio_client_says_the_same(tmp_path: Path) -> None:
+    # AsyncRelay (and what is built on it) reads through AsyncConnection: same words.
+    async def ping(url: str) -> None:
+        connection = AsyncConnection(url, "relay:")
+        try:
+            with redis_errors(url):
+                await connection.redis.ping()
+        finally:
+            await connection.aclose()
+
+    with RedisServer(tmp_path, password=f"redis-{secrets.token_hex(8)}") as server:
+        with pytest.raises(StoreMisconfigured, match="authentication failed") as refused:
+            asyncio.run(ping(f"redis://127.0.0.1:{server.port}/0"))
+        assert HINT in str(refused.value)
+    with pytest.raises(StoreUnavailable, match="is unreachable") as away:
+        asyncio.run(ping(server.url))  # stopped now: only away
+    assert not isinstance(away.value, StoreMisconfigured)

@@ -24,7 +24,7 @@ from workers.store.layout import Keys
 from workers.store.ops import Batch, Emit, Op, Steps, answer_of
 from workers.store.scripts import ScriptCall, lua
 
-__all__ = ["Connection", "misconfiguration", "ping_url", "redis_errors"]
+__all__ = ["Connection", "ping_url", "redis_errors"]
 
 A = TypeVar("A")
 
@@ -162,7 +162,7 @@ class Connection:
             self.redis.ping()
 
 
-def misconfiguration(error: BaseException, variable: str = "RELAY_REDIS_URL") -> str | None:
+def _misconfiguration(error: BaseException, variable: str = "RELAY_REDIS_URL") -> str | None:
     """What is wrong with the Redis URL, when `error` says it is the URL that Redis (or the
     resolver) refused, with what to do about it; None for an error that may pass.
 
@@ -211,7 +211,7 @@ def _redis_errors(url: str, variable: str = "RELAY_REDIS_URL") -> Iterator[None]
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as error:
-        wrong = misconfiguration(error, variable)
+        wrong = _misconfiguration(error, variable)
         if wrong is not None:
             raise StoreMisconfigured(f"Redis at {redact_url(url)}: {wrong}") from error
         if isinstance(error, redis.ResponseError):
