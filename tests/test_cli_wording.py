@@ -60,7 +60,7 @@ def test_an_edit_needs_the_runs_app_and_the_trace_says_who_and_what(
     other = ("--app", "tests.apps.notes:billing", "approve", run_id, "call-1")
     code, _, err = _said(f, *other, "--args-file", str(edited))
     assert code == 1
-    assert f"run {run_id} is the app 'notes''s, not 'billing''s" in err
+    assert f"run {run_id} belongs to the app 'notes', not to 'billing'" in err
     help_text = _said(f, "approve", "--help")[1]
     assert "needs the run's app (--app" in " ".join(help_text.split())
 

@@ -527,8 +527,8 @@ def _check_editing_app(obj: Context, run_id: str) -> None:
         )
     if owner and owner != relay.name:
         raise Failure(
-            f"run {run_id} is {theirs}'s, not {relay.name!r}'s: give --app the module:attr"
-            f" of {owner!r}, whose tool checks the edited arguments"
+            f"run {run_id} belongs to {theirs}, not to {relay.name!r}: give --app the"
+            f" module:attr of {owner!r}, whose tool checks the edited arguments"
         )
 
 
