@@ -111,14 +111,36 @@ def test_a_worker_waits_for_a_redis_that_is_only_away(tmp_path: Path) -> None:
         ["--app", APP, "worker", "--pool", "threads", "-c", "1", "-n", "patient@test"],
         env,
         tmp_path / "worker.log",
-        ready_text="Trying again",
+        ready_text="waiting for it",
     )
     with worker:
         assert worker.process is not None
-        assert worker.process.poll() is None
+        assert "is unreachable" in worker.output()
         with server:
             _until(lambda: "patient@test ready." in worker.output(), 60)
             assert worker.process.poll() is None
+        assert worker.output().count("waiting for it") == 1  # said once
+
+
+def test_a_redis_that_comes_up_wanting_a_password_stops_the_waiting_worker(
+    tmp_path: Path,
+) -> None:
+    server = RedisServer(tmp_path, password=f"redis-{secrets.token_hex(8)}")
+    url = f"redis://127.0.0.1:{server.port}/0"  # without the password
+    env = clean_env(RELAY_REDIS_URL=url, RELAY_TEST_DIR=str(tmp_path))
+    worker = RelayProcess(
+        ["--app", APP, "worker", "--pool", "threads", "-c", "1"],
+        env,
+        tmp_path / "worker.log",
+        ready_text="waiting for it",
+    )
+    with worker, server:
+        process = worker.process
+        assert process is not None
+        _until(lambda: process.poll() is not None, 60)
+        assert process.returncode == 1
+        assert "authentication failed" in worker.output()
+        assert "ready." not in worker.output()
 
 
 def _until(check: Callable[[], bool], timeout: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -12,12 +13,16 @@ import click
 
 from workers.celery_app.brokers import check_broker
 from workers.cli.common import Context, Failure, app_option
+from workers.cli.terminal import one_line
 from workers.errors import StoreMisconfigured, StoreUnavailable
 from workers.relay import Relay
 from workers.settings import SettingsError
 from workers.store.connection import ping_url
 
 __all__ = ["beat", "flower", "ping", "worker"]
+
+REDIS_WAIT_S = 1.0
+"""How often a starting worker asks again for a Redis that is away (a PING each time)."""
 
 
 @click.command()
@@ -129,20 +134,37 @@ def _quiet_http_lines(loglevel: str) -> None:
 def _check_store(relay: Relay) -> None:
     """Refuse to start, in one line, on a Redis URL that waiting cannot mend: a missing or
     wrong password, a database or a host that does not exist; the broker's too, when it
-    is a Redis of its own (RELAY_BROKER_URL). Redis merely away is waited for, as Celery
-    waits for its broker (a fleet may start before its Redis)."""
+    is a Redis of its own (RELAY_BROKER_URL). A Redis merely away (a fleet may start
+    before its Redis) is waited for, said once, and its answer checked when it comes:
+    else a Redis that came up wanting a password left Celery retrying for minutes."""
     broker = relay.settings.broker_url or ""
     own_broker = broker != relay.redis_url and urlsplit(broker).scheme in ("redis", "rediss")
-    checks: list[Callable[[], None]] = [relay.store.ping]
+
+    def store() -> None:
+        relay.store.ping()  # made inside the wait: a cluster's client asks a node at once
+
+    checks: list[Callable[[], None]] = [store]
     if own_broker:
         checks.append(lambda: ping_url(broker, "RELAY_BROKER_URL"))
     for check in checks:
+        _until_answered(check)
+
+
+def _until_answered(check: Callable[[], None]) -> None:
+    """Run `check` until Redis answers it; StoreMisconfigured is a Failure at once."""
+    said = False
+    while True:
         try:
             check()
         except StoreMisconfigured as error:
             raise Failure(str(error)) from None
-        except StoreUnavailable:
-            continue
+        except StoreUnavailable as error:
+            if not said:
+                click.echo(f"relay: {one_line(str(error))}; waiting for it", err=True)
+                said = True
+            time.sleep(REDIS_WAIT_S)
+        else:
+            return
 
 
 def _check_durable(relay: Relay) -> None:
