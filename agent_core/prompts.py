@@ -16,7 +16,7 @@ from agent_core.history import render_history
 from agent_core.skills import DESCRIPTION_MAX
 from agent_core.state import AgentState
 from agent_core.steps import ModelRequest, ReplyShape
-from agent_core.text import cut
+from agent_core.text import counted, cut
 from agent_core.toolbox import Setup
 from agent_core.tools import Tool
 
@@ -39,7 +39,7 @@ def _forms(state: AgentState, setup: Setup) -> list[str]:
     config = setup.config
     forms = [
         f'{{"plan": ["first step", "..."]}}  your plan, when asked for it'
-        f" (at most {config.max_plan_steps} steps)",
+        f" (at most {counted(config.max_plan_steps, 'step')})",
         '{"tool": "name", "args": {...}}  call one tool',
     ]
     if config.max_batch > 1:
@@ -87,7 +87,7 @@ def system_text(state: AgentState, setup: Setup) -> str:
 
 def _progress(state: AgentState, setup: Setup) -> str:
     left = setup.config.max_calls - state.calls_used
-    return f"({state.calls_used} calls made so far, {left} left)"
+    return f"({counted(state.calls_used, 'call')} made so far, {left} left)"
 
 
 def _situation(state: AgentState, setup: Setup) -> list[str]:
@@ -119,7 +119,7 @@ def _instruction(state: AgentState, setup: Setup) -> str:
     if state.planning:
         return (
             'Reply now with your plan: {"plan": ["first step", "..."]}, at most'
-            f" {config.max_plan_steps} steps."
+            f" {counted(config.max_plan_steps, 'step')}."
         )
     left = config.max_calls - state.calls_used
     if left <= 0:

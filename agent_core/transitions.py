@@ -100,7 +100,7 @@ from agent_core.state import (
     TraceKind,
 )
 from agent_core.steps import Outcome, Stop
-from agent_core.text import clean, cut
+from agent_core.text import clean, counted, cut
 from agent_core.toolbox import DELEGATE, READ_SKILL_FILE, REMEMBER, Setup, body_shown, part_chars
 from agent_core.tools import Risk, ToolCall, ToolOutput, summary_line
 
@@ -186,7 +186,7 @@ def _out_of_model_calls(state: AgentState, setup: Setup) -> AgentState:
     return _finish(
         state,
         Stop.MODEL_CALL_LIMIT,
-        f"The limit of {limit} model calls was reached before the task was done.",
+        f"The limit of {counted(limit, 'model call')} was reached before the task was done.",
     )
 
 
@@ -341,7 +341,8 @@ def _on_final(state: AgentState, text: str, data: dict[str, Any], setup: Setup) 
     )
     if too_early:
         problem = (
-            f"you answered after {state.calls_used} calls, but most of your plan is untouched."
+            f"you answered after {counted(state.calls_used, 'call')}, but most of your plan is"
+            " untouched."
             " Carry on with the plan, or say in your final answer why it is not needed"
         )
         sent_back = _usable(state, sent_back_early=True)
@@ -372,7 +373,8 @@ def _on_calls(state: AgentState, calls: list[RawCall], setup: Setup) -> AgentSta
         return _finish(
             state,
             Stop.CALL_LIMIT,
-            f"The limit of {setup.config.max_calls} calls was reached before the task was done.",
+            f"The limit of {counted(setup.config.max_calls, 'call')} was reached before the task"
+            " was done.",
         )
     keep = min(len(calls), setup.config.max_batch, left)
     checked: list[ToolCall] = []

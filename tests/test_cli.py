@@ -43,6 +43,7 @@ VERBS = [
     "demo",
     "runs",
     "show",
+    "status",
     "watch",
     "pending",
     "approve",

@@ -5,6 +5,7 @@ real model server; bad values are one clear line."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,10 +50,11 @@ def test_run_with_a_budget_parks_and_extend_lets_it_finish(priced: Fleet) -> Non
     code, out, _ = _invoke(f, "pending", "--json")
     [parked] = json.loads(out)
     assert (parked["run_id"], parked["kind"]) == (root, "budget")
-    assert parked["summary"].startswith("The tree has used 1 model calls of its 1 model calls")
+    assert parked["summary"].startswith("The tree has used 1 model call of its 1 model call;")
     code, out, _ = _invoke(f, "show", root)
     assert code == 0
-    assert "budget    1 model calls" in out
+    assert re.search(r"^budget +1 model call *$", out, re.MULTILINE), out
+    assert "1 model calls" not in out  # one call, one model call: never "1 model calls"
     assert "cost      $0.00" in out
     code, out, _ = _invoke(f, "extend", root, "--calls", "2")
     assert code == 0, out

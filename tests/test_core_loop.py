@@ -365,7 +365,7 @@ def test_a_final_too_early_is_sent_back_once() -> None:
     step = agent.reply(final("All done"))
     assert isinstance(step, Ask)
     prompt = prompt_of(step)
-    assert "You answered: All done\n→ sent back: you answered after 1 calls" in prompt
+    assert "You answered: All done\n→ sent back: you answered after 1 call," in prompt
     assert "most of your plan is untouched" in prompt
     outcome = done(agent.reply(final("All done, really"))).outcome
     assert outcome.stop is Stop.DONE

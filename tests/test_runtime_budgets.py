@@ -118,7 +118,7 @@ def test_a_parked_tree_holds_no_worker_and_goes_on_once_extended(tmp_path: Path)
         # One model call fits; two do not.
         root = f.relay.start("EXT-ROOT: read a note", budget=Budget(model_calls=1))
         parked = pending_for(f, root, "budget")
-        assert "model calls" in parked.summary
+        assert "used 1 model call of its 1 model call;" in parked.summary
         status = f.relay.status(root)
         assert (status.state, status.waiting_for) == ("waiting", "budget")
         assert status.budget == Budget(model_calls=1)

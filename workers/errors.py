@@ -9,7 +9,9 @@
     ├── DecisionRefused       a decision for something not pending, decided, or too late
     ├── WaitTimeout           `wait` gave up before the run finished (also TimeoutError)
     ├── StoreUnavailable      Redis cannot be reached or answered with an error (also
-    │                         ConnectionError and scheduler.StoreUnreachable)
+    │   │                     ConnectionError and scheduler.StoreUnreachable)
+    │   └── StoreMisconfigured  Redis refused the URL in a way waiting cannot mend
+    │                         (authentication failed, no such database, no such host)
     ├── ModelCallError        a model call failed; `retryable` says it was transient
     ├── CallTimedOut          a call ran past its time limit (it may still be running)
     ├── CallCancelled         an async call was cancelled (its run was, or its lease lost)
@@ -40,6 +42,7 @@ __all__ = [
     "RunNotFound",
     "SettingsError",
     "StepFailed",
+    "StoreMisconfigured",
     "StoreUnavailable",
     "ToolRegistrationError",
     "WaitTimeout",
@@ -84,6 +87,13 @@ class WaitTimeout(RelayError, TimeoutError):
 
 class StoreUnavailable(RelayError, ConnectionError, StoreUnreachable):
     """Raised when Redis cannot be reached or fails; the message names it without a password."""
+
+
+class StoreMisconfigured(StoreUnavailable):
+    """Raised when Redis refuses the URL itself: a missing or wrong password (AUTH failed,
+    NOAUTH, WRONGPASS), a database index it does not have, a host name that does not
+    resolve. Retrying cannot mend it: a worker refuses to start on it, in one line; a
+    running one treats it as Redis being away, like its parent."""
 
 
 class ModelCallError(RelayError):

@@ -4,7 +4,8 @@
     relay --app mymodule:relay worker           # serve an app: every queue, or --queues
     relay --app mymodule:relay run "task"       # start a run and follow it live
     relay web                                   # runs, approvals and /metrics in a browser
-    relay runs | show RUN | watch RUN | pending | approve RUN [CALL] | deny | answer | cancel
+    relay runs | status RUN... | show RUN | watch RUN   # a run's state in a line, or whole
+    relay pending | approve RUN [CALL] | deny | answer | cancel
     relay extend RUN --usd 1.00                 # raise a run tree's budget
     relay routes                                # the model routes: limits, circuits, errors
     relay tools [--refresh]                     # the tools: risk, idempotent, Python or MCP
@@ -36,7 +37,19 @@ from workers.cli.evals import evaluate
 from workers.cli.mcp_serve import mcp_serve
 from workers.cli.replays import diff, fork, replay
 from workers.cli.routes import routes
-from workers.cli.runs import answer, approve, cancel, demo, deny, pending, run, runs, show, watch
+from workers.cli.runs import (
+    answer,
+    approve,
+    cancel,
+    demo,
+    deny,
+    pending,
+    run,
+    runs,
+    show,
+    status,
+    watch,
+)
 from workers.cli.schedule import schedule
 from workers.cli.serve import beat, flower, ping, worker
 from workers.cli.skills import skills
@@ -107,6 +120,7 @@ VERBS = (
     demo,
     runs,
     show,
+    status,
     watch,
     pending,
     approve,

@@ -6,6 +6,7 @@ import importlib
 import sys
 from pathlib import Path
 
+from agent_core.text import a_or_an
 from workers.errors import AppNotFound
 from workers.relay import Relay
 
@@ -38,7 +39,7 @@ def load_relay(spec: str | None) -> Relay:
         raise AppNotFound(f"--app {spec!r}: cannot import {module_name!r}: {error}") from None
     value = _attribute(module, attr, spec)
     if not isinstance(value, Relay):
-        raise AppNotFound(f"--app {spec!r} is a {type(value).__name__}, not a workers.Relay")
+        raise AppNotFound(f"--app {spec!r} is {a_or_an(type(value).__name__)}, not a workers.Relay")
     return value
 
 

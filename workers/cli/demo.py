@@ -33,6 +33,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from agent_core import ModelRequest, Risk
+from agent_core.text import counted
 from workers.engine.records import Usage
 from workers.model.wire import ModelReply
 from workers.relay import Relay
@@ -181,7 +182,7 @@ def build(settings: Settings | None = None) -> Relay:
         """List the notes in the folder."""
         with _opened() as (_, folder):
             names = _list(folder)
-        return f"{len(names)} notes: {', '.join(names)}" if names else "0 notes"
+        return f"{counted(len(names), 'note')}: {', '.join(names)}" if names else "0 notes"
 
     @relay.tool(risk=Risk.READ)
     def read_note(name: str) -> str:
@@ -284,11 +285,12 @@ def _after_reading(prompt: str, count: int, chosen: str, read: str) -> str:
         return _call("write_note", name=SUMMARY_NOTE, text=summary)
     if written.startswith("ok:"):
         return _final(
-            f"I listed {count} notes, read {chosen} and wrote a summary of it to"
+            f"I listed {counted(count, 'note')}, read {chosen} and wrote a summary of it to"
             f" {SUMMARY_NOTE}. {_SIGNATURE}"
         )
     return _final(
-        f"I listed {count} notes and read {chosen}, but {SUMMARY_NOTE} was not written"
+        f"I listed {counted(count, 'note')} and read {chosen}, but {SUMMARY_NOTE} was not"
+        " written"
         f" ({written.split('.')[0]}). The summary would have been:\n{summary}\n{_SIGNATURE}"
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from rich.text import Text
 
 from agent_core import Stop
@@ -18,7 +20,8 @@ _LINES: dict[str, tuple[str, str]] = {
     "plan_declined": ("✗ plan declined", "red"),
     "call": ("→ {text}", "cyan"),
     "waiting": ("⏸ {call} ({tool}) needs approval", "yellow"),
-    "approved": ("✓ {call} ({tool}) approved", "green"),
+    "approved": ("✓ {call} ({tool}) approved {text}", "green"),
+    "edited": ("✎ {call} ({tool}) arguments edited by {text}", "yellow"),
     "declined": ("✗ {call} ({tool}) declined: {text}", "yellow"),
     "question": ("? {text}", "yellow"),
     "answer": ("  answered: {text}", ""),
@@ -57,13 +60,38 @@ def _stop_label(stop: str | None) -> str:
         return str(stop)
 
 
+def _edited(entry: TraceEntry) -> str:
+    """`ana: amount 500 → 50`, for `✎ call-2 (pay) arguments edited by ...`: who edited,
+    and each argument changed, added or removed (the entry's data holds both versions)."""
+    was, now = entry.data.get("was"), entry.data.get("now")
+    before = was if isinstance(was, dict) else {}
+    after = now if isinstance(now, dict) else {}
+    changes = [
+        f"{name} {_value(before[name])} → {_value(after[name])}"
+        for name in sorted(before.keys() & after.keys())
+        if before[name] != after[name]
+    ]
+    changes += [
+        f"{name} {_value(after[name])} added" for name in sorted(after.keys() - before.keys())
+    ]
+    changes += [f"{name} removed" for name in sorted(before.keys() - after.keys())]
+    who = str(entry.data.get("by") or "") or "someone unnamed"
+    what = "; ".join(changes) or "no argument changed"
+    return one_line(f"{who}: {what}", 400)
+
+
+def _value(value: object) -> str:
+    """An argument's value as JSON, cut short for a trace line."""
+    return one_line(json.dumps(value, ensure_ascii=False), 60)
+
+
 def describe(entry: TraceEntry, root: str) -> Text | None:
     """Return how one trace entry reads in a terminal (None: bookkeeping, not shown).
 
     Lines of a specialist's run are indented under the run that started it.
     """
     indent = "  " * max(0, entry.run.count(".") - root.count("."))
-    text = one_line(entry.text, 200)
+    text = _edited(entry) if entry.kind == "edited" else one_line(entry.text, 200)
     if entry.kind in _HIDDEN:
         return None
     if entry.kind == "plan":

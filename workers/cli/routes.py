@@ -16,6 +16,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from agent_core.text import counted
 from workers.cli.common import Context, app_option, json_option, print_json, row, span
 from workers.cli.live import console
 from workers.model.limits import RouteState
@@ -96,7 +97,7 @@ def _circuit(state: RouteState, now: float) -> str:
     if state.circuit == "open":
         probe = state.next_probe_ms
         when = "now" if probe is None or probe <= now else f"in {span((probe - now) / 1000)}"
-        return f"open ({state.failures} failures), probe {when}"
+        return f"open ({counted(state.failures, 'failure')}), probe {when}"
     return "closed"
 
 

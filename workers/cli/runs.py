@@ -3,6 +3,7 @@ and the people in the loop: `pending`, `approve`, `deny`, `answer`, `cancel`."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from agent_core.text import counted
 from scheduler.schedules import local_iso
 from workers.cli.budget import budget_from, budget_options
 from workers.cli.common import (
@@ -59,6 +61,7 @@ __all__ = [
     "run",
     "runs",
     "show",
+    "status",
     "watch",
 ]
 
@@ -235,11 +238,14 @@ _LIST_STYLES = {
 
 
 def _state(status: RunStatus) -> Text:
-    """`failed: the model server failed`, `waiting, for call`, ... in the list's colour,
-    with a warning when a call's outcome is unknown."""
+    """`failed: no progress`, `plan declined`, `waiting, for call`, ... in the list's
+    colour, with a warning when a call's outcome is unknown."""
     which = run_list(status.state, status.outcome)
     if status.outcome is not None:
-        words = which if which == "done" else f"{which}: {status.outcome.stop.label()}"
+        label = status.outcome.stop.label()
+        # The ending said once: `cancelled`, `plan declined`, `the model call failed`, but
+        # `failed: no progress` (never `cancelled: cancelled`, `declined: plan declined`).
+        words = label if which in label.split() else f"{which}: {label}"
     elif status.waiting_for:
         words = f"{status.state}, for {status.waiting_for}"
     else:
@@ -349,6 +355,29 @@ def show(obj: Context, run_id: str, as_json: bool) -> None:
 
 
 @click.command()
+@click.argument("run_ids", metavar="RUN...", nargs=-1, required=True)
+@json_option
+@app_option
+@click.pass_obj
+def status(obj: Context, run_ids: tuple[str, ...], as_json: bool) -> None:
+    """Say in one line each where runs stand: their state (how they ended, or what they
+    wait for), tokens, and what waits on a person. For scripts and a quick look;
+    `relay show RUN` gives the whole run and its trace."""
+    relay = obj.relay
+    found = [relay.status(run_id) for run_id in run_ids]
+    if as_json:
+        print_json([one.model_dump(mode="json") for one in found])
+        return
+    out = console()
+    for one in found:
+        line = Text(one_line(one.id, 80) + "  ") + _state(one)
+        line.append(f"  {counted(one.total_usage.total_tokens, 'token')}", style="dim")
+        for waiting in one.pending:
+            line.append(f"  · waits on {_pending_line(waiting)}")
+        out.print(line)
+
+
+@click.command()
 @click.argument("run_id")
 @json_option
 @app_option
@@ -453,26 +482,62 @@ def _decide(relay: Relay, run_id: str, call_id: str | None, yes: bool, reason: s
     type=click.File("r", encoding="utf-8"),
     default=None,
     help="Approve the call with these arguments instead (a JSON object; - reads stdin),"
-    " checked against the tool as the model's were.",
+    " checked against the tool as the model's were: needs the run's app (--app or"
+    " RELAY_APP), whose tool checks them.",
 )
 @app_option
 @click.pass_obj
 def approve(obj: Context, run_id: str, call_id: str | None, args_file: TextIO | None) -> None:
-    """Approve a call (RUN CALL) or, with no CALL, the plan a run waits on."""
+    """Approve a call (RUN CALL) or, with no CALL, the plan a run waits on.
+
+    With --args-file, approve the call with edited arguments: that needs the run's app
+    (--app module:attr, or RELAY_APP), whose tool checks them as it checked the model's.
+    """
     if args_file is None:
         what = _decide(obj.relay, run_id, call_id, True, "")
         click.echo(f"Approved {one_line(what)}.")
         return
     if call_id is None or call_id == "plan":
         raise click.UsageError("--args-file edits a call: name it (relay approve RUN CALL)")
+    _check_editing_app(obj, run_id)
     try:
         args = json.loads(args_file.read(MAX_ARGS_FILE_CHARS + 1))
     except ValueError as error:
         raise click.BadParameter(f"not JSON: {error}", param_hint="--args-file") from None
     if not isinstance(args, dict):
         raise click.BadParameter("a JSON object, {...}", param_hint="--args-file")
-    obj.relay.approve(run_id, call_id, True, args=args, by=os.environ.get("USER", ""))
+    obj.relay.approve(run_id, call_id, True, args=args, by=_who())
     click.echo(f"Approved {one_line(call_id)} of run {one_line(run_id)} with edited arguments.")
+
+
+def _check_editing_app(obj: Context, run_id: str) -> None:
+    """Refuse an edit, in one line, unless --app names the run's own app: its tool is what
+    checks edited arguments, and a run records its app's name, not where to import it."""
+    relay = obj.relay
+    found = relay.store.read(run_id)
+    if found is None:
+        relay.status(run_id)  # raises RunNotFound, worded as every verb words it
+        return
+    owner = found[0].app
+    theirs = f"the app {owner!r}" if owner else "its app"
+    if not obj.app:
+        raise Failure(
+            f"--args-file needs --app (or RELAY_APP): the module:attr of {theirs}, which"
+            f" runs {run_id} and whose tool checks the edited arguments"
+        )
+    if owner and owner != relay.name:
+        raise Failure(
+            f"run {run_id} belongs to {theirs}, not to {relay.name!r}: give --app the"
+            f" module:attr of {owner!r}, whose tool checks the edited arguments"
+        )
+
+
+def _who() -> str:
+    """Who decides from this shell, for the run's trace: the login name, or ""."""
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError):  # no USER, and no entry in the password database
+        return ""
 
 
 @click.command()

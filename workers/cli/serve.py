@@ -5,15 +5,24 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import click
 
 from workers.celery_app.brokers import check_broker
 from workers.cli.common import Context, Failure, app_option
+from workers.cli.terminal import one_line
+from workers.errors import StoreMisconfigured, StoreUnavailable
 from workers.relay import Relay
 from workers.settings import SettingsError
+from workers.store.connection import ping_url
 
 __all__ = ["beat", "flower", "ping", "worker"]
+
+REDIS_WAIT_S = 1.0
+"""How often a starting worker asks again for a Redis that is away (a PING each time)."""
 
 
 @click.command()
@@ -83,6 +92,7 @@ def worker(
     )
     if not no_tick and relay.queues.tick not in names:
         names.append(relay.queues.tick)  # ticks sent by a beat, if one runs
+    _check_store(relay)
     if relay.settings.durable_claims:
         _check_durable(relay)
     _check_broker(relay, names)
@@ -121,6 +131,42 @@ def _quiet_http_lines(loglevel: str) -> None:
         http.setLevel(logging.WARNING)
 
 
+def _check_store(relay: Relay) -> None:
+    """Refuse to start, in one line, on a Redis URL that waiting cannot mend: a missing or
+    wrong password, a database or a host that does not exist; the broker's too, when it
+    is a Redis of its own (RELAY_BROKER_URL). A Redis merely away (a fleet may start
+    before its Redis) is waited for, said once, and its answer checked when it comes:
+    else a Redis that came up wanting a password left Celery retrying for minutes."""
+    broker = relay.settings.broker_url or ""
+    own_broker = broker != relay.redis_url and urlsplit(broker).scheme in ("redis", "rediss")
+
+    def store() -> None:
+        relay.store.ping()  # made inside the wait: a cluster's client asks a node at once
+
+    checks: list[Callable[[], None]] = [store]
+    if own_broker:
+        checks.append(lambda: ping_url(broker, "RELAY_BROKER_URL"))
+    for check in checks:
+        _until_answered(check)
+
+
+def _until_answered(check: Callable[[], None]) -> None:
+    """Run `check` until Redis answers it; StoreMisconfigured is a Failure at once."""
+    said = False
+    while True:
+        try:
+            check()
+        except StoreMisconfigured as error:
+            raise Failure(str(error)) from None
+        except StoreUnavailable as error:
+            if not said:
+                click.echo(f"relay: {one_line(str(error))}; waiting for it", err=True)
+                said = True
+            time.sleep(REDIS_WAIT_S)
+        else:
+            return
+
+
 def _check_durable(relay: Relay) -> None:
     """Refuse to start, in one line, when RELAY_DURABLE_CLAIMS cannot be honoured."""
     try:
@@ -153,6 +199,7 @@ def beat(obj: Context, loglevel: str) -> None:
     """
     obj.spec("beat")
     relay = obj.relay
+    _check_store(relay)
     # The in-memory scheduler: the only entry is the tick, so there is nothing to persist.
     relay.celery.start(["beat", f"--loglevel={loglevel}", "--scheduler=celery.beat:Scheduler"])
 

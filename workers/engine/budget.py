@@ -23,6 +23,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent_core.text import counted
+
 __all__ = ["NO_ADMISSION", "Admission", "Budget", "Over", "Price", "TreeLimits", "micro"]
 
 _Dollars = Annotated[float, Field(ge=0, le=10**6, allow_inf_nan=False)]
@@ -60,11 +62,11 @@ class Budget(BaseModel):
         """A short line: `200,000 tokens, $1.50, 40 model calls, 900 s`."""
         parts = []
         if self.tokens is not None:
-            parts.append(f"{self.tokens:,} tokens")
+            parts.append(counted(self.tokens, "token"))
         if self.usd is not None:
             parts.append(f"${self.usd:,.2f}")
         if self.model_calls is not None:
-            parts.append(f"{self.model_calls:,} model calls")
+            parts.append(counted(self.model_calls, "model call"))
         if self.seconds is not None:
             parts.append(f"{self.seconds:g} s")
         return ", ".join(parts) or "no limits"

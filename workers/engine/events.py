@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, TypeAdapte
 
 from agent_core import Outcome, ToolOutput
 from agent_core.steps import FROZEN
+from agent_core.text import counted
 from workers.engine.budget import Over
 from workers.engine.ids import PendingKind
 from workers.engine.records import ReplyStrategy, Usage
@@ -257,8 +258,8 @@ def not_admitted(seq: int, over: Over) -> InboxEvent:
         held = f"${over.reserved / 1_000_000:,.6f}"
         detail = f"The tree has spent {spent} of its {cap}"
     else:
-        what = "tokens" if over.limit == "tokens" else "model calls"
-        spent, cap, need = (f"{n:,} {what}" for n in (over.spent, over.cap, over.estimate))
+        what = "token" if over.limit == "tokens" else "model call"
+        spent, cap, need = (counted(n, what) for n in (over.spent, over.cap, over.estimate))
         held = f"{over.reserved:,}"
         detail = f"The tree has used {spent} of its {cap}"
     reserved = f" ({held} held by calls under way)" if over.reserved else ""

@@ -8,6 +8,7 @@ runs a Lua script call built by `workers.store.scripts`.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -16,14 +17,14 @@ from typing import Any, TypeVar
 import redis
 from redis.exceptions import NoScriptError, RedisClusterException
 
-from workers.errors import StoreUnavailable
+from workers.errors import StoreMisconfigured, StoreUnavailable
 from workers.redact import redact_url
 from workers.store.cluster import cluster_url, connect
 from workers.store.layout import Keys
 from workers.store.ops import Batch, Emit, Op, Steps, answer_of
 from workers.store.scripts import ScriptCall, lua
 
-__all__ = ["Connection", "redis_errors"]
+__all__ = ["Connection", "ping_url", "redis_errors"]
 
 A = TypeVar("A")
 
@@ -161,17 +162,60 @@ class Connection:
             self.redis.ping()
 
 
+def _misconfiguration(error: BaseException, variable: str = "RELAY_REDIS_URL") -> str | None:
+    """What is wrong with the Redis URL, when `error` says it is the URL that Redis (or the
+    resolver) refused, with what to do about it; None for an error that may pass.
+
+    redis-py raises AuthenticationError for NOAUTH, WRONGPASS and a failed AUTH, and a
+    ResponseError for a SELECT of a database the server does not have; a host name that
+    does not resolve is an OSError (EAI_NONAME) under its ConnectionError. A resolver
+    that could not answer now (EAI_AGAIN) may answer later: not a misconfiguration.
+    `variable` is where the URL came from, for the hint.
+    """
+    if isinstance(error, redis.AuthenticationError):
+        return (
+            f"authentication failed ({error}): set the password in {variable} as"
+            " redis://:PASSWORD@host:port/db (redis://USER:PASSWORD@... for an ACL user)"
+        )
+    if isinstance(error, redis.ResponseError) and "DB index" in str(error):
+        return (
+            f"the database in the URL does not exist ({error}): the /N at the end of"
+            f" {variable} must be below the server's `databases` setting (16 by default)"
+        )
+    cause = error.__cause__ or error.__context__
+    if isinstance(cause, socket.gaierror) and cause.errno == socket.EAI_NONAME:
+        return f"no such host ({error}): check the host name in {variable}"
+    return None
+
+
 def redis_errors(url: str) -> AbstractContextManager[None]:
     """A context in which redis-py's errors (sync or asyncio) become `StoreUnavailable`."""
     return _redis_errors(url)
 
 
+def ping_url(url: str, variable: str) -> None:
+    """Ask the Redis at `url` (from the setting `variable`) for one PONG, on a client of its
+    own: StoreMisconfigured or StoreUnavailable, naming `variable`, when it does not."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        with _redis_errors(url, variable):
+            client.ping()
+    finally:
+        client.close()
+
+
 @contextmanager
-def _redis_errors(url: str) -> Iterator[None]:
-    """Translate redis-py's errors into `StoreUnavailable` naming the URL without its password."""
+def _redis_errors(url: str, variable: str = "RELAY_REDIS_URL") -> Iterator[None]:
+    """Translate redis-py's errors into `StoreUnavailable` naming the URL without its
+    password: `StoreMisconfigured` when the URL itself is what Redis refused."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as error:
+    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as error:
+        wrong = _misconfiguration(error, variable)
+        if wrong is not None:
+            raise StoreMisconfigured(f"Redis at {redact_url(url)}: {wrong}") from error
+        if isinstance(error, redis.ResponseError):
+            raise StoreUnavailable(f"Redis at {redact_url(url)} failed: {error}") from error
         raise StoreUnavailable(f"Redis at {redact_url(url)} is unreachable: {error}") from error
     except RedisClusterException as error:  # no node answered when the client was made
         raise StoreUnavailable(f"Redis at {redact_url(url)}: {error}") from error
