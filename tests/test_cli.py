@@ -70,8 +70,9 @@ def env_of(f: Fleet) -> dict[str, str]:
 
 
 def invoke(f: Fleet, *args: str) -> tuple[int, str, str]:
-    """Run a verb in this process (no --app: a bare Relay on the fleet's settings)."""
-    result = CliRunner(env=f.env).invoke(cli, list(args), catch_exceptions=False)
+    """Run a verb in this process (no --app: a bare Relay on the fleet's settings), as
+    the login `ana` (who decides, as the trace says)."""
+    result = CliRunner(env={**f.env, "USER": "ana"}).invoke(cli, list(args), catch_exceptions=False)
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -255,8 +256,8 @@ def test_pending_approve_deny_runs_and_show(running: Fleet) -> None:
     assert "declined" in kinds
     code, out, _ = invoke(running, "show", run_id)
     assert code == 0
-    assert f"✓ {delete} (delete_note) approved" in out
-    assert f"✗ {pay} (pay) declined: too much" in out
+    assert f"✓ {delete} (delete_note) approved by ana" in out
+    assert f"✗ {pay} (pay) declined by ana: too much" in out
     assert running.ledger() == ["delete_note d.txt"]
 
 
@@ -286,6 +287,8 @@ def test_answer_and_cancel(running: Fleet) -> None:
     code, out, _ = invoke(running, "answer", asked, "May")
     assert (code, out.strip()) == (0, f"Answered run {asked}.")
     assert running.relay.wait(asked, timeout=30).summary == "noted May"
+    code, out, _ = invoke(running, "show", asked)
+    assert "decided: question answered by ana" in out  # who answered, from this shell
 
     running.brain.script("PARK-1", {0: call("delete_note", name="y.txt")})
     parked = running.relay.start("PARK-1: wait on me")

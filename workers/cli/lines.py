@@ -22,7 +22,7 @@ _LINES: dict[str, tuple[str, str]] = {
     "waiting": ("⏸ {call} ({tool}) needs approval", "yellow"),
     "approved": ("✓ {call} ({tool}) approved {text}", "green"),
     "edited": ("✎ {call} ({tool}) arguments edited by {text}", "yellow"),
-    "declined": ("✗ {call} ({tool}) declined: {text}", "yellow"),
+    "declined": ("✗ {call} ({tool}) declined{text}", "yellow"),
     "question": ("? {text}", "yellow"),
     "answer": ("  answered: {text}", ""),
     "retry": ("↻ unusable reply, asked again: {text}", "dim"),
@@ -92,6 +92,9 @@ def describe(entry: TraceEntry, root: str) -> Text | None:
     """
     indent = "  " * max(0, entry.run.count(".") - root.count("."))
     text = _edited(entry) if entry.kind == "edited" else one_line(entry.text, 200)
+    if entry.kind == "declined":  # who declined (where the trace knows), then why
+        who = f" by {one_line(str(entry.data['by']), 80)}" if entry.data.get("by") else ""
+        text = f"{who}: {text}"
     if entry.kind in _HIDDEN:
         return None
     if entry.kind == "plan":

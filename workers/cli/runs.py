@@ -458,10 +458,10 @@ def pending(obj: Context, run_id: str | None, as_json: bool) -> None:
 def _decide(relay: Relay, run_id: str, call_id: str | None, yes: bool, reason: str) -> str:
     """Decide the plan (no call given) or a call; return what was decided, for the message."""
     if call_id is not None and call_id != "plan":
-        relay.approve(run_id, call_id, yes, reason=reason)
+        relay.approve(run_id, call_id, yes, reason=reason, by=_who())
         return f"{call_id} of run {run_id}"
     try:
-        relay.approve_plan(run_id, yes)
+        relay.approve_plan(run_id, yes, by=_who())
     except DecisionRefused as error:
         calls = [p.call_id for p in relay.status(run_id).pending if p.kind == "call"]
         if calls:
@@ -558,8 +558,8 @@ def deny(obj: Context, run_id: str, call_id: str | None, reason: str) -> None:
 @app_option
 @click.pass_obj
 def answer(obj: Context, run_id: str, text: str) -> None:
-    """Answer the question a run waits on."""
-    obj.relay.answer(run_id, text)
+    """Answer the question a run waits on (the trace says who: the login name)."""
+    obj.relay.answer(run_id, text, by=_who())
     click.echo(f"Answered run {one_line(run_id)}.")
 
 
