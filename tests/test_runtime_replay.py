@@ -11,8 +11,10 @@ its stated result.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
@@ -36,7 +38,8 @@ from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import ModelServer
 from tests.support.waiting import calls_for, pending_for, prompts_for
 from workers import Budget, Relay, RelayError, Settings
-from workers.engine.journal import call_digest
+from workers.engine import journal
+from workers.engine.journal import call_digest, read_start
 from workers.store.layout import RunFields
 
 TRUSTING = Config(require_plan=False, max_batch=4, max_calls=20, policy=Policy.TRUSTING)
@@ -668,7 +671,34 @@ def test_the_upgrade_check_names_a_tool_whose_risk_or_idempotency_changed(
     report = json.loads(relay_command("replay", parked, "--json", env=upgraded).stdout)
     assert (report["identical"], report["replayed"]) == (False, 2)
     assert report["divergence"]["why"].startswith("tool delete_note: risk WRITE -> READ")
+
+    # A run started before starts kept the risks: its steps match, but the check could
+    # not see a changed risk, and says so rather than a plain "identical".
+    _as_before_risks_were_kept(relay, parked)
+    blind = relay_command("replay", "--waiting", env=upgraded)
+    assert f"{parked}: identical, 2 steps (waiting); but its tools' risks were not kept" in (
+        blind.stdout
+    ), blind.stdout + blind.stderr
+    assert "runs replay identically (1 of them unchecked for changed risks)." in blind.stdout
+    assert relay.replay(parked).unchecked is not None
     relay.cancel(parked)
+
+
+def _as_before_risks_were_kept(relay: Relay, run_id: str) -> None:
+    """Rewrite a run's journal start as a release before this one wrote it: no risks,
+    no idempotent tools (packed as `start_text` packs it)."""
+    store = relay.store
+    start = read_start(store.journal(run_id)[0])
+    document = {
+        "record": json.loads(start.record.model_dump_json(exclude_defaults=True)),
+        "snapshot": json.loads(start.snapshot),
+        "tools": start.tools,
+    }
+    raw = json.dumps(document, separators=(",", ":")).encode()
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, journal._PRESET)
+    packed = journal._PACKED + base64.b64encode(packer.compress(raw) + packer.flush()).decode()
+    store.redis.lset(store.keys.journal(run_id), 0, packed.encode())
+    assert read_start(store.journal(run_id)[0]).risks is None
 
 
 def test_a_fork_onto_an_unknown_route_or_bad_config_is_refused(

@@ -56,7 +56,9 @@ def replay(obj: Context, run_id: str | None, waiting: bool, as_json: bool) -> No
             click.echo("No run is running or parked: nothing to replay.")
         elif waiting:
             same = sum(r.identical for r in reports)
-            click.echo(f"{same} of {len(reports)} runs replay identically.")
+            unchecked = sum(r.identical and r.unchecked is not None for r in reports)
+            blind = f" ({unchecked} of them unchecked for changed risks)" if unchecked else ""
+            click.echo(f"{same} of {len(reports)} runs replay identically{blind}.")
     if not all(r.identical for r in reports):
         sys.exit(EXIT_DIVERGED)
 
@@ -66,7 +68,8 @@ def _line(report: ReplayReport) -> str:
     if report.problem is not None:
         return f"{run}: cannot be replayed: {one_line(report.problem)}"
     if report.identical:
-        return f"{run}: identical, {report.steps} steps ({report.state})"
+        unchecked = f"; but {report.unchecked}" if report.unchecked else ""
+        return f"{run}: identical, {report.steps} steps ({report.state}){unchecked}"
     d = report.divergence
     assert d is not None
     then, now = one_line(d.recorded) or "-", one_line(d.now) or "(raised)"

@@ -65,6 +65,12 @@ class Divergence(BaseModel):
     why: str
 
 
+RISKS_NOT_KEPT = (
+    "its tools' risks were not kept when it started (before this release): a tool whose"
+    " risk or idempotency changed since cannot be seen; check them by hand"
+)
+
+
 class ReplayReport(BaseModel):
     """What `Relay.replay` found: every step the same (`identical`), the first
     divergence, or why the run cannot be replayed (`problem`)."""
@@ -80,6 +86,10 @@ class ReplayReport(BaseModel):
     problem: str | None = None
     state: str = ""
     """Where the run is now (running, waiting, finished)."""
+    unchecked: str | None = None
+    """What this replay could not check, though its steps matched: a run started
+    before its tools' risks were kept at its start cannot show a tool whose risk or
+    idempotency changed since."""
 
 
 class MadeCall(NamedTuple):
@@ -141,6 +151,8 @@ class Replays:
         reclassed = self._reclassed(start, entries)
         if reclassed is not None:
             return report.model_copy(update={"identical": False, "divergence": reclassed})
+        if start.risks is None:
+            return report.model_copy(update={"unchecked": RISKS_NOT_KEPT})
         return report
 
     def _reclassed(self, start: JournalStart, entries: Sequence[JournalEntry]) -> Divergence | None:
@@ -149,7 +161,7 @@ class Replays:
         ask a person, or may run again after a lost worker. At the first step that calls
         a changed tool, else at the step the run goes on from."""
         changes: dict[str, list[str]] = {}
-        for name, then in start.risks.items():
+        for name, then in (start.risks or {}).items():
             spec = self.kit.spec(name)
             if spec is None:
                 continue  # (a tool gone: the steps say so, the system prompt first)

@@ -85,9 +85,9 @@ class JournalStart(BaseModel):
     tools: dict[str, str] = {}
     """A digest of each tool the agent was offered (name, description, arguments, risk):
     a replay's divergence says which tool is gone or changed."""
-    risks: dict[str, str] = {}
+    risks: dict[str, str] | None = None
     """Each offered tool's risk as the run started (`WRITE`): the model is not shown it,
-    so a change replays the same steps, yet a call may ask a person or not (empty: a run
+    so a change replays the same steps, yet a call may ask a person or not (None: a run
     from before starts kept them)."""
     idempotent: tuple[str, ...] | None = None
     """The offered tools whose calls may run again (a lost worker's call is retried), as
