@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_core import Risk, Stop
+from agent_core import Config, Policy, Risk, Stop
 from workers import RelayError
 from workers.evals.chart import COLOURS
 from workers.evals.checks import FAILURE_KINDS, RunFacts, judge
@@ -154,6 +154,23 @@ def test_the_suite_says_which_risks_its_cases_approve() -> None:
     ]
     # With no `approve`, a suite approves nothing.
     assert read_suite(b'[[case]]\nname = "a"\ntask = "t"\n', "s.toml").approve == []
+
+
+def test_a_case_policy_cannot_stop_the_run_asking_about_a_risk_it_does_not_approve() -> None:
+    suite = read_suite(
+        b'approve = ["read", "write"]\n'
+        b'[[case]]\nname = "a"\ntask = "t"\nconfig = { policy = { ask = [] }, max_calls = 3 }\n'
+        b'[[case]]\nname = "b"\ntask = "t"\nconfig = { policy = { ask = ["write"] } }\n',
+        "s.toml",
+    )
+    app = Config(policy=Policy.TRUSTING)
+    quiet, asking = (case.config_over(app, suite.approves(case)) for case in suite.case)
+    # Every risk but the approved ones is asked about (and so declined by the eval).
+    assert quiet.policy.ask == {Risk.CREATE, Risk.OUTSIDE, Risk.MONEY}
+    assert quiet.max_calls == 3  # the case's other fields stand
+    # A policy may ask about more than that, never less.
+    assert asking.policy.ask == {Risk.CREATE, Risk.WRITE, Risk.OUTSIDE, Risk.MONEY}
+    assert suite.case[0].config_over(app, ()).policy.ask == set(Risk)
 
 
 def test_a_missing_or_huge_file_is_refused(tmp_path: Path) -> None:

@@ -58,9 +58,10 @@ def evaluate() -> None:
     RELAY_REDIS_URL a private Redis and a worker start and stop with the command),
     on each route, --repeat times, with the app's real tools: only a case's
     `recorded` tools stand in. Plans, calls and questions are decided by the case,
-    never by a person: a call that asks is approved only if its risk is in the
-    suite's `approve` list (MONEY also needs --allow-money), else declined, and the
-    report says so. Exit status 1 when a case falls below its min_pass.
+    never by a person: a call is approved only if its risk is in the suite's
+    `approve` list (MONEY also needs --allow-money), else declined, whatever a
+    case's config.policy says, and the report says so. Exit status 1 when a case
+    falls below its min_pass.
     `relay eval run --help` lists the options.
     """
 
@@ -99,11 +100,11 @@ def evaluate() -> None:
 def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None:
     """Run SUITE (a TOML file of cases) against the app's routes and report.
 
-    The app's real tools run (a case's `recorded` tools do not). A call that asks
-    a person is approved only when its risk is in the suite's `approve` list
-    (e.g. approve = ["read", "create"]; none by default); MONEY only with
-    --allow-money as well. Any other such call is declined, and its trial says
-    which and why.
+    The app's real tools run (a case's `recorded` tools do not). A call is
+    approved only when its risk is in the suite's `approve` list (e.g. approve =
+    ["read", "create"]; none by default, reads included); MONEY only with
+    --allow-money as well. A call of any other risk is asked about, whatever a
+    case's config.policy says, and declined; its trial says which and why.
 
     Prints a table per route and per case (pass rate, model and tool calls,
     tokens, cost, seconds, retries and the ways runs failed), then each failed

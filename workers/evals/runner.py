@@ -9,9 +9,11 @@ there), starts a case's `then` runs one after another, and once a trial has ende
 reads what it showed (`RunFacts`): its stop and final answer from its status, its
 tool calls from its journal, its retries from its trace.
 
-A call that asks a person is approved only when its risk is one the case approves
-(the suite's `approve`), MONEY only with `allow_money` as well, or when its tool is
-recorded (it never runs); any other is declined, and the trial says which and why.
+A trial's run asks a person about every call whose risk the case does not approve
+(the suite's `approve`), whatever the case's config says (`Case.config_over`). A call
+that asks is approved only when its risk is one the case approves, MONEY only with
+`allow_money` as well, or when its tool is recorded (it never runs); any other is
+declined, and the trial says which and why: a risk the suite does not list never runs.
 
 Up to `parallel` trials are in flight at once; the routes' own limits (concurrency,
 rates) still apply on the fleet, so a slow route holds only its own trials back.
@@ -230,7 +232,7 @@ def _start(relay: Relay, one: _Live, task: str) -> str:
     return relay.start(
         task,
         case.context,
-        config=case.config_over(relay.config),
+        config=case.config_over(relay.config, one.trial.approve),
         budget=case.budget,
         tools=case.tools,
         memory=one.memory,
