@@ -410,6 +410,45 @@ def test_a_report_of_unpriced_routes_plots_model_calls_and_names_gone_runs() -> 
     assert all(RUNS_GONE in text for text in outs)
 
 
+HOSTILE = "hello \x1b]0;PWNED\x07\x1b[2J world \x00\x9b31m \ud800 \ufffe end"
+
+
+def test_what_a_model_wrote_leaves_every_report_form_well_formed() -> None:
+    """A final answer with terminal escapes, a NUL, an 8-bit CSI, a lone surrogate (JSON
+    allows one) and U+FFFE: the JUnit file parses, the HTML page holds none of them, and
+    the JSON still carries the answer exactly."""
+    suite = read_suite(b'[[case]]\nname = "a"\ntask = "t"\n', "s.toml", default_name="s")
+    (trial,) = trials_of(suite, ["r"], 1)
+    facts = RunFacts(stop=Stop.FAILED, final=HOSTILE, declined=(f"declined: {HOSTILE}",))
+    trace = (f"r-1 final: {HOSTILE}",)
+    report = build_report(
+        "s", [TrialResult(trial, facts, judge(trial.case.expect, facts), ("r-1",), trace)]
+    )
+    unsafe = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe]")
+
+    junit = report.junit()
+    assert not unsafe.search(junit)
+    junit.encode("utf-8")  # (a lone surrogate could not even be written to the file)
+    failure = ET.fromstring(junit).findall(".//failure")[0]
+    shown = "hello \ufffd]0;PWNED\ufffd\ufffd[2J world \ufffd\ufffd31m \ufffd \ufffd end"
+    assert shown in failure.get("message", "")
+    assert shown in (failure.text or "")
+    out = ET.fromstring(junit).findall(".//system-out")[0].text or ""
+    assert f"declined: {shown}" in out
+    assert f"r-1 final: {shown}" in out
+
+    page = report.html()
+    assert not unsafe.search(page)
+    page.encode("utf-8")
+    assert html.escape(shown) in page
+
+    text = report.as_json()
+    text.encode("utf-8")
+    assert "\x1b" not in text
+    (data,) = json.loads(text)["trials"]
+    assert data["final"] == HOSTILE  # the data is what it was, escaped
+
+
 # --- a recorded case is TOML that reads back ---------------------------------------------
 
 _SCALARS = (

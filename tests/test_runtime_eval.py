@@ -6,6 +6,7 @@ case, a budget and a timeout.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import signal
@@ -512,6 +513,39 @@ def test_a_case_whose_policy_asks_nothing_still_runs_no_risk_the_suite_does_not_
     assert [(c["tool"], c["ran"]) for c in trial["tool_calls"]][2] == ("sleep", "for real")
     assert "sleep start 0.01" in f.ledger()
     assert not [line for line in f.ledger() if "noask" in line]
+
+
+def test_what_the_model_wrote_reaches_no_terminal_and_no_report_file_raw(
+    f: Fleet, tmp_path: Path
+) -> None:
+    """A final answer that retitles the window and clears the screen, in a trial that
+    fails: the table a person reads shows it defused, the JUnit file parses and says
+    it, the HTML page holds no escape, and --json prints none raw either."""
+    written = "hello \x1b]0;PWNED\x07\x1b[2J world \x9b31m"
+    f.brain.script("EV-ESC", {0: final(written)})
+    suite = _suite_file(
+        tmp_path, '[[case]]\nname = "escapes"\ntask = "EV-ESC"\nexpect.stop = "failed"\n'
+    )
+    junit, page = tmp_path / "eval.xml", tmp_path / "eval.html"
+    env = clean_env(**f.env)
+    app = ("--app", "tests.apps.notes:relay", "eval", suite)
+    done = relay_command(*app, "--junit", str(junit), "--html", str(page), env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    shown = "hello \ufffd]0;PWNED\ufffd\ufffd[2J world \ufffd31m"
+    assert "escapes #1 on default: wrong stop" in done.stdout
+    assert f"it stopped with done, not failed: {shown}" in done.stdout
+    for said in (done.stdout, done.stderr, page.read_text()):
+        assert "\x1b" not in said
+        assert "\x07" not in said
+        assert "\x9b" not in said
+    (failure,) = ET.parse(junit).getroot().iter("failure")
+    assert shown in failure.get("message", "")
+    assert html.escape(shown) in page.read_text()
+
+    as_json = relay_command(*app, "--json", env=env)
+    assert not re.search("[\x07\x1b\x9b]", as_json.stdout)
+    (trial,) = json.loads(as_json.stdout)["trials"]
+    assert trial["final"] == written  # the data, exactly, escaped
 
 
 def test_a_catastrophic_pattern_is_judged_at_once(f: Fleet, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -22,6 +23,7 @@ from rich.text import Text
 from workers.cli.common import Context, Failure, app_option, json_option, row
 from workers.cli.embedded import Embedded
 from workers.cli.live import EXIT_INTERRUPTED, console
+from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
 from workers.evals.record import record_case
 from workers.evals.report import DEFAULT_ROUTE, RUNS_GONE, Line, Report, build_report
@@ -212,12 +214,15 @@ def _run(relay: Relay, suite: Suite, options: dict[str, Any], *, runs_kept: bool
             transient=True,
         ) as progress,
     ):
-        bar = progress.add_task(suite.name, total=len(trials))
+        bar = progress.add_task(escape(one_line(suite.name)), total=len(trials))
 
         def advanced(result: TrialResult) -> None:
             mark = "passed" if result.verdict.passed else result.verdict.kind
             progress.update(
-                bar, advance=1, description=f"{suite.name}: {result.trial.case.name} {mark}"
+                bar,
+                advance=1,
+                # (the suite's name is the file's: not markup, nothing a terminal acts on)
+                description=escape(one_line(f"{suite.name}: {result.trial.case.name} {mark}")),
             )
 
         results = run_suite(
@@ -256,7 +261,7 @@ def _write(report: Report, options: dict[str, Any]) -> None:
             except OSError as error:
                 raise Failure(f"{path}: cannot write it: {error.strerror or error}") from None
     if options["as_json"]:
-        click.echo(report.as_json())
+        click.echo(json_text(report.as_json()))
         return
     out = console()
     if not out.is_terminal:
@@ -267,7 +272,10 @@ def _write(report: Report, options: dict[str, Any]) -> None:
     for line in report.short:
         out.print(
             Text(
-                f"{line.case} on {line.route}: {line.pass_rate:.0%} < min_pass {line.min_pass:.0%}",
+                one_line(
+                    f"{line.case} on {line.route}: {line.pass_rate:.0%}"
+                    f" < min_pass {line.min_pass:.0%}"
+                ),
                 "red",
             )
         )
@@ -276,22 +284,23 @@ def _write(report: Report, options: dict[str, Any]) -> None:
 def _print_failed(out: Console, report: Report) -> None:
     """Each failed trial: its kind, every reason (the run's stop and message, the tool
     names it invented, the calls declined) and its runs, or that they are gone; then
-    the trials that passed with calls declined."""
+    the trials that passed with calls declined. What the models, tools and runs wrote
+    is printed one line a reason, nothing in it a terminal acts on (`one_line`)."""
     if report.failed:
         out.print(Text("Failed trials", style="bold"))
     if report.failed and not report.runs_kept:
         out.print(Text(f"({RUNS_GONE}: what it said is below)", style="dim"))
     for result in report.failed:
-        out.print(Text(f"{_named(result)}: {result.verdict.kind}", "red"))
+        out.print(Text(one_line(f"{_named(result)}: {result.verdict.kind}"), "red"))
         for reason in result.verdict.why:
-            out.print(Text(f"    {reason}"), soft_wrap=True)  # (whole, to grep or copy)
+            out.print(Text(f"    {one_line(reason)}"), soft_wrap=True)  # (whole, to grep or copy)
         if report.runs_kept and result.runs:
-            out.print(Text(f"    runs: {', '.join(result.runs)}", style="dim"))
+            out.print(Text(f"    runs: {one_line(', '.join(result.runs))}", style="dim"))
     for result in report.results:  # (a trial that passed may have had calls declined too)
         if result.verdict.passed and result.facts.declined:
-            out.print(Text(f"{_named(result)}: passed", "yellow"))
+            out.print(Text(one_line(f"{_named(result)}: passed"), "yellow"))
             for declined in result.facts.declined:
-                out.print(Text(f"    {declined}"), soft_wrap=True)
+                out.print(Text(f"    {one_line(declined)}"), soft_wrap=True)
 
 
 def _named(result: TrialResult) -> str:
