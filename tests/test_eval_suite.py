@@ -96,11 +96,12 @@ def test_the_builtin_suite_reads_and_covers_the_model_table() -> None:
         ),
         (
             b'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = "(a)\\\\1"\n',
-            "backreferences and look-around are not supported",
+            "(`\\1` is a backreference: RE2 matches none, nor look-around)",
         ),
         (
             b'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = "(?=a)b"\n',
-            "not a regular expression RE2 can match",
+            "not a regular expression RE2 can match: invalid perl operator: (?= (`(?=` is"
+            " look-around: RE2 matches none, nor backreferences)",
         ),
     ],
 )
@@ -109,6 +110,28 @@ def test_a_wrong_suite_is_refused_naming_the_case_and_the_field(text: bytes, sai
         read_suite(text, "cases.toml")
     assert str(refused.value).startswith("cases.toml: ")
     assert said in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "said"),
+    [
+        ("a{2000}", "invalid repetition size: {2000}"),
+        ("(a", "missing ): (a"),
+        ("a**", "bad repetition operator: **"),
+        ("[\\1]", "invalid escape sequence: \\1"),  # (in a class, no backreference)
+        ("\\\\[(?=]x(?>y)", "invalid perl operator: (?>"),  # (escaped, in a class; atomic)
+    ],
+)
+def test_a_pattern_refused_for_another_reason_is_not_said_to_hold_a_backreference(
+    pattern: str, said: str
+) -> None:
+    text = f'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = {toml_value(pattern)}\n'
+    with pytest.raises(RelayError) as refused:
+        read_suite(text.encode(), "cases.toml")
+    assert str(refused.value) == (
+        "cases.toml: case 1 (a): expect.final_matches: not a regular expression RE2 can"
+        f" match: {said}"
+    )
 
 
 @pytest.mark.parametrize(
