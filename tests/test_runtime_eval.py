@@ -514,6 +514,24 @@ def test_a_case_whose_policy_asks_nothing_still_runs_no_risk_the_suite_does_not_
     assert "sleep start 0.01" in f.ledger()
     assert not [line for line in f.ledger() if "noask" in line]
 
+    # The suite lets read and write run, and the case denies sleep and edits delete_note:
+    # both hold though neither call would ask (the case's policy asks about nothing).
+    slept = f.ledger().count("sleep start 0.01")
+    trial = evaluate(
+        'approve = ["read", "write"]\n'
+        + NO_ASKING
+        + 'deny = ["sleep"]\nedit = { delete_note = { name = "noask-edited.txt" } }\n'
+    )
+    assert declined(trial) == [
+        "write_note (CREATE) needs approval; the suite approves read, write",
+    ]
+    assert [(c["tool"], c["outcome"], c["ran"]) for c in trial["tool_calls"]][1:] == [
+        ("delete_note", "ok", "for real"),
+        ("sleep", "declined", "not run"),
+    ]
+    assert [line for line in f.ledger() if "noask" in line] == ["delete_note noask-edited.txt"]
+    assert f.ledger().count("sleep start 0.01") == slept
+
 
 def test_what_the_model_wrote_reaches_no_terminal_and_no_report_file_raw(
     f: Fleet, tmp_path: Path

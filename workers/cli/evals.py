@@ -116,7 +116,9 @@ def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None
     suite, app = _chosen(obj, suite_file, builtin=options["builtin"])
     if options["show"]:  # the built-in suite as shipped, to copy; a file as it was read
         shown = builtin_suite_text() if options["builtin"] else None
-        click.echo(shown or suite.model_dump_json(indent=2, exclude_defaults=True), nl=False)
+        click.echo(
+            shown or json_text(suite.model_dump_json(indent=2, exclude_defaults=True)), nl=False
+        )
         return
     with ExitStack() as stack:
         relay, private = _fleet(obj, app, stack, builtin=options["builtin"])

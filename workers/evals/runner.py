@@ -29,7 +29,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent_core import Risk, Tool
+from agent_core import Config, Risk, Tool
 from workers.client.replays import MadeCall
 from workers.client.start import recorded_stubs
 from workers.engine.records import Pending, RunStatus
@@ -232,13 +232,23 @@ def _start(relay: Relay, one: _Live, task: str) -> str:
     return relay.start(
         task,
         case.context,
-        config=case.config_over(relay.config, one.trial.approve),
+        config=_config(relay, one.trial),
         budget=case.budget,
         tools=case.tools,
         memory=one.memory,
         route=one.trial.route,
         recorded=case.recorded_tools() or None,
     )
+
+
+def _config(relay: Relay, trial: Trial) -> Config:
+    """The trial's run config: it asks about every risk the trial does not approve, and
+    about the risks of the case's `deny` and `edit` tools too, so that every call of
+    those waits for the eval, which denies or edits it (unasked, it would just run)."""
+    case = trial.case
+    risks = {tool.name: tool.risk_class for tool in relay.tools}
+    decided = {risks[name] for name in (*case.deny, *case.edit) if name in risks}
+    return case.config_over(relay.config, [r for r in trial.approve if r not in decided])
 
 
 def _decide(

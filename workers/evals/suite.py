@@ -214,14 +214,15 @@ class Case(BaseModel):
             raise ValueError(str(error).removeprefix("bad Config: ")) from None
         return fields
 
-    def config_over(self, base: Config, approve: Iterable[Risk]) -> Config:
+    def config_over(self, base: Config, unasked: Iterable[Risk]) -> Config:
         """The run's config: `base` (the app's) with the case's fields changed, and a
-        policy that asks for every risk not in `approve`, whatever the case's `policy`
-        says. Such a call then waits for the eval, which declines it: a case cannot turn
+        policy that asks for every risk not in `unasked` (some of the risks the case
+        approves), whatever the case's `policy` says. Such a call then waits for the
+        eval, which declines it unless the case approves its risk: a case cannot turn
         the asking off and have a risk its suite does not approve run unasked."""
         config = Config(**{**base.model_dump(), **self.config})
-        unapproved = frozenset(Risk) - frozenset(approve)
-        return config.model_copy(update={"policy": Policy(ask=config.policy.ask | unapproved)})
+        asked = frozenset(Risk) - frozenset(unasked)
+        return config.model_copy(update={"policy": Policy(ask=config.policy.ask | asked)})
 
     @model_validator(mode="after")
     def _memory_for_then(self) -> Case:
