@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_core import Risk, Stop
+from agent_core import Config, Policy, Risk, Stop
 from workers import RelayError
 from workers.evals.chart import COLOURS
 from workers.evals.checks import FAILURE_KINDS, RunFacts, judge
@@ -96,11 +96,12 @@ def test_the_builtin_suite_reads_and_covers_the_model_table() -> None:
         ),
         (
             b'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = "(a)\\\\1"\n',
-            "backreferences and look-around are not supported",
+            "(`\\1` is a backreference: RE2 matches none, nor look-around)",
         ),
         (
             b'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = "(?=a)b"\n',
-            "not a regular expression RE2 can match",
+            "not a regular expression RE2 can match: invalid perl operator: (?= (`(?=` is"
+            " look-around: RE2 matches none, nor backreferences)",
         ),
     ],
 )
@@ -109,6 +110,28 @@ def test_a_wrong_suite_is_refused_naming_the_case_and_the_field(text: bytes, sai
         read_suite(text, "cases.toml")
     assert str(refused.value).startswith("cases.toml: ")
     assert said in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "said"),
+    [
+        ("a{2000}", "invalid repetition size: {2000}"),
+        ("(a", "missing ): (a"),
+        ("a**", "bad repetition operator: **"),
+        ("[\\1]", "invalid escape sequence: \\1"),  # (in a class, no backreference)
+        ("\\\\[(?=]x(?>y)", "invalid perl operator: (?>"),  # (escaped, in a class; atomic)
+    ],
+)
+def test_a_pattern_refused_for_another_reason_is_not_said_to_hold_a_backreference(
+    pattern: str, said: str
+) -> None:
+    text = f'[[case]]\nname = "a"\ntask = "t"\nexpect.final_matches = {toml_value(pattern)}\n'
+    with pytest.raises(RelayError) as refused:
+        read_suite(text.encode(), "cases.toml")
+    assert str(refused.value) == (
+        "cases.toml: case 1 (a): expect.final_matches: not a regular expression RE2 can"
+        f" match: {said}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -154,6 +177,23 @@ def test_the_suite_says_which_risks_its_cases_approve() -> None:
     ]
     # With no `approve`, a suite approves nothing.
     assert read_suite(b'[[case]]\nname = "a"\ntask = "t"\n', "s.toml").approve == []
+
+
+def test_a_case_policy_cannot_stop_the_run_asking_about_a_risk_it_does_not_approve() -> None:
+    suite = read_suite(
+        b'approve = ["read", "write"]\n'
+        b'[[case]]\nname = "a"\ntask = "t"\nconfig = { policy = { ask = [] }, max_calls = 3 }\n'
+        b'[[case]]\nname = "b"\ntask = "t"\nconfig = { policy = { ask = ["write"] } }\n',
+        "s.toml",
+    )
+    app = Config(policy=Policy.TRUSTING)
+    quiet, asking = (case.config_over(app, suite.approves(case)) for case in suite.case)
+    # Every risk but the approved ones is asked about (and so declined by the eval).
+    assert quiet.policy.ask == {Risk.CREATE, Risk.OUTSIDE, Risk.MONEY}
+    assert quiet.max_calls == 3  # the case's other fields stand
+    # A policy may ask about more than that, never less.
+    assert asking.policy.ask == {Risk.CREATE, Risk.WRITE, Risk.OUTSIDE, Risk.MONEY}
+    assert suite.case[0].config_over(app, ()).policy.ask == set(Risk)
 
 
 def test_a_missing_or_huge_file_is_refused(tmp_path: Path) -> None:
@@ -391,6 +431,45 @@ def test_a_report_of_unpriced_routes_plots_model_calls_and_names_gone_runs() -> 
     assert broken["trace"] == ["r-x model_failed: 404"]
     outs = [e.text or "" for e in ET.fromstring(report.junit()).findall(".//system-out")]
     assert all(RUNS_GONE in text for text in outs)
+
+
+HOSTILE = "hello \x1b]0;PWNED\x07\x1b[2J world \x00\x9b31m \ud800 \ufffe end"
+
+
+def test_what_a_model_wrote_leaves_every_report_form_well_formed() -> None:
+    """A final answer with terminal escapes, a NUL, an 8-bit CSI, a lone surrogate (JSON
+    allows one) and U+FFFE: the JUnit file parses, the HTML page holds none of them, and
+    the JSON still carries the answer exactly."""
+    suite = read_suite(b'[[case]]\nname = "a"\ntask = "t"\n', "s.toml", default_name="s")
+    (trial,) = trials_of(suite, ["r"], 1)
+    facts = RunFacts(stop=Stop.FAILED, final=HOSTILE, declined=(f"declined: {HOSTILE}",))
+    trace = (f"r-1 final: {HOSTILE}",)
+    report = build_report(
+        "s", [TrialResult(trial, facts, judge(trial.case.expect, facts), ("r-1",), trace)]
+    )
+    unsafe = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe]")
+
+    junit = report.junit()
+    assert not unsafe.search(junit)
+    junit.encode("utf-8")  # (a lone surrogate could not even be written to the file)
+    failure = ET.fromstring(junit).findall(".//failure")[0]
+    shown = "hello \ufffd]0;PWNED\ufffd\ufffd[2J world \ufffd\ufffd31m \ufffd \ufffd end"
+    assert shown in failure.get("message", "")
+    assert shown in (failure.text or "")
+    out = ET.fromstring(junit).findall(".//system-out")[0].text or ""
+    assert f"declined: {shown}" in out
+    assert f"r-1 final: {shown}" in out
+
+    page = report.html()
+    assert not unsafe.search(page)
+    page.encode("utf-8")
+    assert html.escape(shown) in page
+
+    text = report.as_json()
+    text.encode("utf-8")
+    assert "\x1b" not in text
+    (data,) = json.loads(text)["trials"]
+    assert data["final"] == HOSTILE  # the data is what it was, escaped
 
 
 # --- a recorded case is TOML that reads back ---------------------------------------------

@@ -6,6 +6,7 @@ case, a budget and a timeout.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import signal
@@ -250,7 +251,7 @@ def f(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 
 USER_SUITE = b"""
-approve = ["create"]
+approve = ["read", "create"]
 
 [[case]]
 name = "recorded"
@@ -453,6 +454,118 @@ def test_a_suite_approves_only_the_risks_it_names_and_money_only_with_the_flag(
     }
 
 
+NO_ASKING = """[[case]]
+name = "no-asking"
+task = "EV-NOASK make, delete and wait"
+config = { policy = { ask = [] } }
+"""
+
+
+def test_a_case_whose_policy_asks_nothing_still_runs_no_risk_the_suite_does_not_list(
+    f: Fleet, tmp_path: Path
+) -> None:
+    """A case's `config.policy` that asks about nothing does not let a call run
+    unasked: the trial's run asks about every risk the suite does not approve, and
+    the eval declines it (READ too, until the suite lists it)."""
+    f.brain.script(
+        "EV-NOASK",
+        {
+            0: call("write_note", name="noask-made.txt", text="x"),
+            1: call("delete_note", name="noask-victim.txt"),
+            2: call("sleep", seconds=0.01),
+            3: final("made, deleted and waited"),
+        },
+    )
+    env = clean_env(**f.env)
+
+    def evaluate(text: str) -> dict[str, Any]:
+        done = relay_command(
+            *("--app", "tests.apps.notes:relay", "eval", _suite_file(tmp_path, text), "--json"),
+            env=env,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        (trial,) = json.loads(done.stdout)["trials"]
+        return dict(trial)
+
+    def declined(trial: dict[str, Any]) -> list[str]:
+        return [d.split(" ", 2)[2] for d in trial["declined"]]
+
+    trial = evaluate(NO_ASKING)
+    assert declined(trial) == [
+        "write_note (CREATE) needs approval; the suite approves nothing",
+        "delete_note (WRITE) needs approval; the suite approves nothing",
+        "sleep (READ) needs approval; the suite approves nothing",
+    ]
+    assert [(c["tool"], c["ran"]) for c in trial["tool_calls"]] == [
+        ("write_note", "not run"),
+        ("delete_note", "not run"),
+        ("sleep", "not run"),
+    ]
+    ran = [line for line in f.ledger() if "noask" in line or line.startswith("sleep start 0.01")]
+    assert not ran
+
+    # The suite lists read: the READ call runs for real, the others are still declined.
+    trial = evaluate('approve = ["read"]\n' + NO_ASKING)
+    assert declined(trial) == [
+        "write_note (CREATE) needs approval; the suite approves read",
+        "delete_note (WRITE) needs approval; the suite approves read",
+    ]
+    assert [(c["tool"], c["ran"]) for c in trial["tool_calls"]][2] == ("sleep", "for real")
+    assert "sleep start 0.01" in f.ledger()
+    assert not [line for line in f.ledger() if "noask" in line]
+
+    # The suite lets read and write run, and the case denies sleep and edits delete_note:
+    # both hold though neither call would ask (the case's policy asks about nothing).
+    slept = f.ledger().count("sleep start 0.01")
+    trial = evaluate(
+        'approve = ["read", "write"]\n'
+        + NO_ASKING
+        + 'deny = ["sleep"]\nedit = { delete_note = { name = "noask-edited.txt" } }\n'
+    )
+    assert declined(trial) == [
+        "write_note (CREATE) needs approval; the suite approves read, write",
+    ]
+    assert [(c["tool"], c["outcome"], c["ran"]) for c in trial["tool_calls"]][1:] == [
+        ("delete_note", "ok", "for real"),
+        ("sleep", "declined", "not run"),
+    ]
+    assert [line for line in f.ledger() if "noask" in line] == ["delete_note noask-edited.txt"]
+    assert f.ledger().count("sleep start 0.01") == slept
+
+
+def test_what_the_model_wrote_reaches_no_terminal_and_no_report_file_raw(
+    f: Fleet, tmp_path: Path
+) -> None:
+    """A final answer that retitles the window and clears the screen, in a trial that
+    fails: the table a person reads shows it defused, the JUnit file parses and says
+    it, the HTML page holds no escape, and --json prints none raw either."""
+    written = "hello \x1b]0;PWNED\x07\x1b[2J world \x9b31m"
+    f.brain.script("EV-ESC", {0: final(written)})
+    suite = _suite_file(
+        tmp_path, '[[case]]\nname = "escapes"\ntask = "EV-ESC"\nexpect.stop = "failed"\n'
+    )
+    junit, page = tmp_path / "eval.xml", tmp_path / "eval.html"
+    env = clean_env(**f.env)
+    app = ("--app", "tests.apps.notes:relay", "eval", suite)
+    done = relay_command(*app, "--junit", str(junit), "--html", str(page), env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    shown = "hello \ufffd]0;PWNED\ufffd\ufffd[2J world \ufffd31m"
+    assert "escapes #1 on default: wrong stop" in done.stdout
+    assert f"it stopped with done, not failed: {shown}" in done.stdout
+    for said in (done.stdout, done.stderr, page.read_text()):
+        assert "\x1b" not in said
+        assert "\x07" not in said
+        assert "\x9b" not in said
+    (failure,) = ET.parse(junit).getroot().iter("failure")
+    assert shown in failure.get("message", "")
+    assert html.escape(shown) in page.read_text()
+
+    as_json = relay_command(*app, "--json", env=env)
+    assert not re.search("[\x07\x1b\x9b]", as_json.stdout)
+    (trial,) = json.loads(as_json.stdout)["trials"]
+    assert trial["final"] == written  # the data, exactly, escaped
+
+
 def test_a_catastrophic_pattern_is_judged_at_once(f: Fleet, tmp_path: Path) -> None:
     """`(a+)+$` on forty a's and a `!` is days of backtracking for Python's `re`; the
     eval judges it in no time and says the answer does not match."""
@@ -552,7 +665,9 @@ def test_a_run_recorded_as_a_case_evaluates_without_touching_anything(
 def test_ctrl_c_stops_the_eval_and_cancels_its_runs(f: Fleet, tmp_path: Path) -> None:
     f.brain.script("EV-INT", {0: call("sleep", seconds=60), 1: final("slept")})
     suite_file = tmp_path / "slow.toml"
-    suite_file.write_text('[[case]]\nname = "slow"\ntask = "EV-INT sleep"\nrepeat = 2\n')
+    suite_file.write_text(
+        'approve = ["read"]\n[[case]]\nname = "slow"\ntask = "EV-INT sleep"\nrepeat = 2\n'
+    )
     before = {r.id for r in f.relay.runs_client.runs(1000)}
     env = clean_env(**f.env)
     command = Background("--app", "tests.apps.notes:relay", "eval", str(suite_file), env=env)
@@ -581,6 +696,7 @@ def test_a_redis_restart_is_waited_out_and_a_vanished_run_fails_its_trial_alone(
         g.brain.script("EV-RESTART", {0: call("sleep", seconds=2), 1: final("slept")})
         g.brain.script("EV-GONE", {0: call("sleep", seconds=30), 1: final("slept")})
         suite = read_suite(
+            b'approve = ["read"]\n'
             b'[[case]]\nname = "restart"\ntask = "EV-RESTART"\ntools = ["sleep"]\n'
             b'[[case]]\nname = "gone"\ntask = "EV-GONE"\ntools = ["sleep"]\n',
             "s.toml",

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -22,6 +23,7 @@ from rich.text import Text
 from workers.cli.common import Context, Failure, app_option, json_option, row
 from workers.cli.embedded import Embedded
 from workers.cli.live import EXIT_INTERRUPTED, console
+from workers.cli.terminal import json_text, one_line
 from workers.errors import RelayError
 from workers.evals.record import record_case
 from workers.evals.report import DEFAULT_ROUTE, RUNS_GONE, Line, Report, build_report
@@ -58,9 +60,10 @@ def evaluate() -> None:
     RELAY_REDIS_URL a private Redis and a worker start and stop with the command),
     on each route, --repeat times, with the app's real tools: only a case's
     `recorded` tools stand in. Plans, calls and questions are decided by the case,
-    never by a person: a call that asks is approved only if its risk is in the
-    suite's `approve` list (MONEY also needs --allow-money), else declined, and the
-    report says so. Exit status 1 when a case falls below its min_pass.
+    never by a person: a call is approved only if its risk is in the suite's
+    `approve` list (MONEY also needs --allow-money), else declined, whatever a
+    case's config.policy says, and the report says so. Exit status 1 when a case
+    falls below its min_pass.
     `relay eval run --help` lists the options.
     """
 
@@ -99,11 +102,11 @@ def evaluate() -> None:
 def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None:
     """Run SUITE (a TOML file of cases) against the app's routes and report.
 
-    The app's real tools run (a case's `recorded` tools do not). A call that asks
-    a person is approved only when its risk is in the suite's `approve` list
-    (e.g. approve = ["read", "create"]; none by default); MONEY only with
-    --allow-money as well. Any other such call is declined, and its trial says
-    which and why.
+    The app's real tools run (a case's `recorded` tools do not). A call is
+    approved only when its risk is in the suite's `approve` list (e.g. approve =
+    ["read", "create"]; none by default, reads included); MONEY only with
+    --allow-money as well. A call of any other risk is asked about, whatever a
+    case's config.policy says, and declined; its trial says which and why.
 
     Prints a table per route and per case (pass rate, model and tool calls,
     tokens, cost, seconds, retries and the ways runs failed), then each failed
@@ -113,7 +116,9 @@ def run_command(obj: Context, /, suite_file: str | None, **options: Any) -> None
     suite, app = _chosen(obj, suite_file, builtin=options["builtin"])
     if options["show"]:  # the built-in suite as shipped, to copy; a file as it was read
         shown = builtin_suite_text() if options["builtin"] else None
-        click.echo(shown or suite.model_dump_json(indent=2, exclude_defaults=True), nl=False)
+        click.echo(
+            shown or json_text(suite.model_dump_json(indent=2, exclude_defaults=True)), nl=False
+        )
         return
     with ExitStack() as stack:
         relay, private = _fleet(obj, app, stack, builtin=options["builtin"])
@@ -211,12 +216,15 @@ def _run(relay: Relay, suite: Suite, options: dict[str, Any], *, runs_kept: bool
             transient=True,
         ) as progress,
     ):
-        bar = progress.add_task(suite.name, total=len(trials))
+        bar = progress.add_task(escape(one_line(suite.name)), total=len(trials))
 
         def advanced(result: TrialResult) -> None:
             mark = "passed" if result.verdict.passed else result.verdict.kind
             progress.update(
-                bar, advance=1, description=f"{suite.name}: {result.trial.case.name} {mark}"
+                bar,
+                advance=1,
+                # (the suite's name is the file's: not markup, nothing a terminal acts on)
+                description=escape(one_line(f"{suite.name}: {result.trial.case.name} {mark}")),
             )
 
         results = run_suite(
@@ -255,7 +263,7 @@ def _write(report: Report, options: dict[str, Any]) -> None:
             except OSError as error:
                 raise Failure(f"{path}: cannot write it: {error.strerror or error}") from None
     if options["as_json"]:
-        click.echo(report.as_json())
+        click.echo(json_text(report.as_json()))
         return
     out = console()
     if not out.is_terminal:
@@ -266,7 +274,10 @@ def _write(report: Report, options: dict[str, Any]) -> None:
     for line in report.short:
         out.print(
             Text(
-                f"{line.case} on {line.route}: {line.pass_rate:.0%} < min_pass {line.min_pass:.0%}",
+                one_line(
+                    f"{line.case} on {line.route}: {line.pass_rate:.0%}"
+                    f" < min_pass {line.min_pass:.0%}"
+                ),
                 "red",
             )
         )
@@ -275,22 +286,23 @@ def _write(report: Report, options: dict[str, Any]) -> None:
 def _print_failed(out: Console, report: Report) -> None:
     """Each failed trial: its kind, every reason (the run's stop and message, the tool
     names it invented, the calls declined) and its runs, or that they are gone; then
-    the trials that passed with calls declined."""
+    the trials that passed with calls declined. What the models, tools and runs wrote
+    is printed one line a reason, nothing in it a terminal acts on (`one_line`)."""
     if report.failed:
         out.print(Text("Failed trials", style="bold"))
     if report.failed and not report.runs_kept:
         out.print(Text(f"({RUNS_GONE}: what it said is below)", style="dim"))
     for result in report.failed:
-        out.print(Text(f"{_named(result)}: {result.verdict.kind}", "red"))
+        out.print(Text(one_line(f"{_named(result)}: {result.verdict.kind}"), "red"))
         for reason in result.verdict.why:
-            out.print(Text(f"    {reason}"), soft_wrap=True)  # (whole, to grep or copy)
+            out.print(Text(f"    {one_line(reason)}"), soft_wrap=True)  # (whole, to grep or copy)
         if report.runs_kept and result.runs:
-            out.print(Text(f"    runs: {', '.join(result.runs)}", style="dim"))
+            out.print(Text(f"    runs: {one_line(', '.join(result.runs))}", style="dim"))
     for result in report.results:  # (a trial that passed may have had calls declined too)
         if result.verdict.passed and result.facts.declined:
-            out.print(Text(f"{_named(result)}: passed", "yellow"))
+            out.print(Text(one_line(f"{_named(result)}: passed"), "yellow"))
             for declined in result.facts.declined:
-                out.print(Text(f"    {declined}"), soft_wrap=True)
+                out.print(Text(f"    {one_line(declined)}"), soft_wrap=True)
 
 
 def _named(result: TrialResult) -> str:

@@ -10,9 +10,36 @@ refused for when the suite is read. This module is the one place that knows RE2.
 
 from __future__ import annotations
 
+import re
+
 import re2  # type: ignore[import-untyped]  # (google-re2 ships no types)
 
 __all__ = ["Pattern", "PatternError"]
+
+
+# Reads a pattern token by token, to find what RE2 leaves out: a character class whole
+# (a `(?=` or `\1` in one is no group), a backreference (`\1`, `\g<name>`, `\k<name>`,
+# `(?P=name)`), look-around (`(?=`, `(?!`, `(?<=`, `(?<!`), any other escape, one
+# character. (Python's `re`, on the suite's own text: a class unclosed runs to the end,
+# so no token is tried twice and this takes time linear in the pattern.)
+_TOKEN = re.compile(
+    r"(?P<character_class>\[\^?\]?(?:\\.?|[^\]\\])*(?:\]|\Z))"
+    r"|(?P<backreference>\\(?:[1-9]|[gk]<)|\(\?P=)"
+    r"|(?P<look_around>\(\?<?[=!])"
+    r"|\\.|.",
+    re.DOTALL,
+)
+
+
+def _left_out(pattern: str) -> str:
+    """Why RE2 may have refused the pattern, when it has a construct RE2 leaves out
+    ("`\\1` is a backreference: ..."); else "" (its error says all there is)."""
+    for token in _TOKEN.finditer(pattern):
+        if token.lastgroup == "backreference":
+            return f" (`{token[0]}` is a backreference: RE2 matches none, nor look-around)"
+        if token.lastgroup == "look_around":
+            return f" (`{token[0]}` is look-around: RE2 matches none, nor backreferences)"
+    return ""
 
 
 class PatternError(ValueError):
@@ -37,8 +64,7 @@ class Pattern:
             if isinstance(said, bytes):
                 said = said.decode("utf-8", "replace")
             raise PatternError(
-                f"not a regular expression RE2 can match: {said} (backreferences and"
-                " look-around are not supported)"
+                f"not a regular expression RE2 can match: {said}{_left_out(pattern)}"
             ) from None
         except (TypeError, UnicodeError) as error:
             raise PatternError(f"not a regular expression RE2 can match: {error}") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Sequence
@@ -31,6 +32,13 @@ DEFAULT_ROUTE = "(default)"
 """How a report names the app's routes taken in order (no --route given)."""
 RUNS_GONE = "the runs were in relay eval's private Redis, gone when it ended"
 """What a report says of its run ids when nobody can look them up any more."""
+REPLACEMENT = "\ufffd"
+# What a model, a tool or a run may have written that has no place in a file a person
+# or a CI system reads: the characters XML 1.0 forbids (C0 controls but tab, newline
+# and carriage return; lone surrogates, which JSON allows; U+FFFE and U+FFFF) and the
+# C1 controls a terminal acts on (`\x9b` is CSI) when someone `cat`s the file.
+_NOT_IN_A_FILE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,8 @@ class Report:
         return f"runs: {runs}" if self.runs_kept else f"runs: {runs} ({RUNS_GONE})"
 
     def as_json(self) -> str:
-        return json.dumps(
+        """The report as JSON (UTF-8 text: a lone surrogate is written as its escape)."""
+        text = json.dumps(
             {
                 "suite": self.suite,
                 "passed": not self.short,
@@ -118,6 +127,8 @@ class Report:
             ensure_ascii=False,
             indent=2,
         )
+        # (one can stand only inside a string, where the escape means the same)
+        return _SURROGATE.sub(lambda found: f"\\u{ord(found[0]):04x}", text)
 
     def junit(self) -> str:
         """JUnit XML: a test suite per route, a test case per trial."""
@@ -135,14 +146,14 @@ class Report:
             for result in mine:
                 _junit_case(suite, result, line.route, self.runs_of(result))
         ET.indent(top)
-        return ET.tostring(top, encoding="unicode", xml_declaration=True) + "\n"
+        return _in_a_file(ET.tostring(top, encoding="unicode", xml_declaration=True)) + "\n"
 
     def html(self) -> str:
         """One page: the chart of pass rate against cost per trial, then the tables."""
         rows = "".join(_html_row(line, bold=True) for line in self.routes)
         cases = "".join(_html_row(line, bold=False) for line in self.cases)
         title = html.escape(f"relay eval: {self.suite}")
-        return _PAGE.format(
+        page = _PAGE.format(
             title=title,
             chart=chart([_dot(line, self) for line in self.routes]),
             head=_HEAD,
@@ -151,6 +162,14 @@ class Report:
             failed=_html_failed(self),
             verdict=html.escape(_verdict(self)),
         )
+        return _in_a_file(page)
+
+
+def _in_a_file(text: str) -> str:
+    """`text` (XML or HTML, every value in it escaped) with each character it may not
+    hold, or a terminal would act on, as U+FFFD: our markup has none, so only what the
+    models, tools and runs wrote is touched, and a reader sees something was there."""
+    return _NOT_IN_A_FILE.sub(REPLACEMENT, text)
 
 
 def build_report(suite: str, results: Sequence[TrialResult], *, runs_kept: bool = True) -> Report:

@@ -9,9 +9,11 @@ there), starts a case's `then` runs one after another, and once a trial has ende
 reads what it showed (`RunFacts`): its stop and final answer from its status, its
 tool calls from its journal, its retries from its trace.
 
-A call that asks a person is approved only when its risk is one the case approves
-(the suite's `approve`), MONEY only with `allow_money` as well, or when its tool is
-recorded (it never runs); any other is declined, and the trial says which and why.
+A trial's run asks a person about every call whose risk the case does not approve
+(the suite's `approve`), whatever the case's config says (`Case.config_over`). A call
+that asks is approved only when its risk is one the case approves, MONEY only with
+`allow_money` as well, or when its tool is recorded (it never runs); any other is
+declined, and the trial says which and why: a risk the suite does not list never runs.
 
 Up to `parallel` trials are in flight at once; the routes' own limits (concurrency,
 rates) still apply on the fleet, so a slow route holds only its own trials back.
@@ -27,7 +29,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent_core import Risk, Tool
+from agent_core import Config, Risk, Tool
 from workers.client.replays import MadeCall
 from workers.client.start import recorded_stubs
 from workers.engine.records import Pending, RunStatus
@@ -230,13 +232,23 @@ def _start(relay: Relay, one: _Live, task: str) -> str:
     return relay.start(
         task,
         case.context,
-        config=case.config_over(relay.config),
+        config=_config(relay, one.trial),
         budget=case.budget,
         tools=case.tools,
         memory=one.memory,
         route=one.trial.route,
         recorded=case.recorded_tools() or None,
     )
+
+
+def _config(relay: Relay, trial: Trial) -> Config:
+    """The trial's run config: it asks about every risk the trial does not approve, and
+    about the risks of the case's `deny` and `edit` tools too, so that every call of
+    those waits for the eval, which denies or edits it (unasked, it would just run)."""
+    case = trial.case
+    risks = {tool.name: tool.risk_class for tool in relay.tools}
+    decided = {risks[name] for name in (*case.deny, *case.edit) if name in risks}
+    return case.config_over(relay.config, [r for r in trial.approve if r not in decided])
 
 
 def _decide(

@@ -9,10 +9,11 @@
     expect.final_contains = "b.txt"
     expect.called = ["read_note"]
 
-A suite names the risks whose calls its cases may approve (`approve = ["read",
-"create"]`, at the top; none by default): a call that asks a person and is of
-another risk is declined, and its trial says so. MONEY is approved only when the
-suite lists it and `relay eval --allow-money` is given.
+A suite names the risks whose calls its cases may run (`approve = ["read",
+"create"]`, at the top; none by default). A trial's run asks about every call of
+another risk, whatever the case's `config.policy` says, and the eval declines it;
+its trial says so. MONEY is approved only when the suite lists it and `relay eval
+--allow-money` is given.
 
 Every field is in `docs/evals.md`. A field the format does not have is refused by
 name (a typo must not turn a check off), and so is a value of the wrong kind; the
@@ -22,6 +23,7 @@ error names the file, the case and the field.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -36,7 +38,7 @@ from pydantic import (
     model_validator,
 )
 
-from agent_core import Config, Risk, Stop
+from agent_core import Config, Policy, Risk, Stop
 from agent_core.errors import DefinitionError
 from workers.client.start import Recorded
 from workers.engine.budget import Budget
@@ -177,7 +179,8 @@ class Case(BaseModel):
     tools: list[str] | None = None
     """The app's tools the run may use, by name (none given: all of them)."""
     config: dict[str, Any] = Field(default_factory=dict)
-    """Config fields that differ from the app's config for this case."""
+    """Config fields that differ from the app's config for this case (its `policy`
+    may ask about more risks; a risk the case does not approve is asked about anyway)."""
     budget: Budget | None = None
     min_pass: float = Field(default=1.0, ge=0.0, le=1.0)
     repeat: int | None = Field(default=None, ge=1, le=1_000)
@@ -211,9 +214,15 @@ class Case(BaseModel):
             raise ValueError(str(error).removeprefix("bad Config: ")) from None
         return fields
 
-    def config_over(self, base: Config) -> Config:
-        """The run's config: `base` (the app's) with the case's fields changed."""
-        return Config(**{**base.model_dump(), **self.config})
+    def config_over(self, base: Config, unasked: Iterable[Risk]) -> Config:
+        """The run's config: `base` (the app's) with the case's fields changed, and a
+        policy that asks for every risk not in `unasked` (some of the risks the case
+        approves), whatever the case's `policy` says. Such a call then waits for the
+        eval, which declines it unless the case approves its risk: a case cannot turn
+        the asking off and have a risk its suite does not approve run unasked."""
+        config = Config(**{**base.model_dump(), **self.config})
+        asked = frozenset(Risk) - frozenset(unasked)
+        return config.model_copy(update={"policy": Policy(ask=config.policy.ask | asked)})
 
     @model_validator(mode="after")
     def _memory_for_then(self) -> Case:
