@@ -28,7 +28,10 @@
     RELAY_TOOL_OUTPUT_CHARS      a tool's output is cut to this (20000)
     RELAY_RECOVERY_SECONDS       how soon a dead worker's call is picked up again (15):
                                  its lease lapses, the next tick sends it again, and a
-                                 live worker takes it (lease + tick + 1 s at most)
+                                 live worker takes it (lease + tick + 2 s at most)
+    RELAY_HELD_OUTCOMES          outcomes a worker process holds through a Redis outage
+                                 for as long as it lasts (1000); one more is held up to
+                                 RELAY_RECOVERY_SECONDS, then given up
     RELAY_APPROVAL_TTL           seconds an approval waits before it is declined;
                                  0 = never (7 days)
     RELAY_RETENTION              seconds a finished run is kept (7 days)
@@ -395,6 +398,10 @@ class Settings(BaseModel):
     tool_timeout: _Seconds = 300.0
     tool_output_chars: Annotated[int, BeforeValidator(_count(1))] = 20_000
     recovery_seconds: _Seconds = 15.0
+    held_outcomes: Annotated[int, BeforeValidator(_count(0))] = 1000
+    """Finished calls' outcomes a worker process holds unsaved through a Redis outage for
+    as long as it lasts (memory's bound); more are held up to `recovery_seconds` each
+    (`workers.runtime.leases.save_holding`)."""
     approval_ttl: Annotated[float | None, BeforeValidator(_seconds_or_never)] = 7 * _DAY
     """None: approvals never expire."""
     retention: _Seconds = 7 * _DAY

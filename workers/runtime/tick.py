@@ -12,6 +12,8 @@ first asker in an interval ticks, the others learn when the lock lapses and ask
 again then. The lock lapses on its own after one interval, so a worker that dies
 mid-tick is replaced at the next one, and a fleet of plain workers heals itself
 (dead workers' calls re-sent, approvals expired, schedules fired) with no beat.
+After a gap (two intervals with no tick: Redis was away), the next tick waits
+`SETTLE_AFTER_A_GAP_S`, so outcomes held through the outage are saved first.
 
 The thread runs beside the pool, not in it: long tools filling every pool slot
 never delay the tick.
@@ -41,6 +43,10 @@ log = logging.getLogger(__name__)
 
 JITTER_S = 0.05
 """Spread between processes asking for the lock at the same moment."""
+SETTLE_AFTER_A_GAP_S = 3.0
+"""After two intervals with no tick (Redis was away), how long the next tick waits: three
+times the longest wait between a held outcome's saves (`leases.BACKOFF_CAP_S`), so the
+workers that hold outcomes save them before the tick sends their lapsed calls again."""
 
 
 class Ticker:
@@ -62,7 +68,9 @@ class Ticker:
     def tick_once(self) -> float:
         """Tick if no other process has this interval; return seconds until the next try."""
         now = self._clock()
-        wait_ms = self._upkeep.elect_ticker(self.holder, self._interval_ms, now)
+        wait_ms = self._upkeep.elect_ticker(
+            self.holder, self._interval_ms, now, settle_ms=int(SETTLE_AFTER_A_GAP_S * 1000)
+        )
         if wait_ms == 0:
             try:
                 self._tick(now)
