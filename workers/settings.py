@@ -96,12 +96,14 @@ from workers.redact import redact_url
 __all__ = [
     "ModelProtocol",
     "ModelSettings",
+    "RecoveryParts",
     "Settings",
     "SettingsError",
     "Timing",
     "chat_completions_url",
     "check_api_key",
     "now_ms",
+    "recovery_parts",
     "redact_url",
 ]
 
@@ -526,20 +528,50 @@ _VARIABLES = {field: "RELAY_" + field.upper() for field in Settings.model_fields
 
 SHORTEST_TICK_S = 0.1
 """Ticks come no closer together than this, whatever RELAY_TICK_SECONDS says."""
-RECOVERY_MARGIN_MS = 1_000
-"""What the recovery time keeps for a re-sent call to reach a live worker and be claimed."""
+RECOVERY_MARGIN_MS = 2_000
+"""What the recovery time keeps, after the lease and a tick interval, for a re-sent call
+to be taken: the tick's jitter (`runtime.tick.JITTER_S`) and lateness on a busy machine,
+its work before it sends, the broker's delivery, a worker's claim. Up to 0.6 s of it was
+seen with a worker killed every 5 to 10 s on two busy cores (`bench.recovery`), when a
+second was kept: 2 s holds that with room to spare."""
 
 
 def recovery_margin_ms(recovery_s: float) -> int:
-    """The part of the recovery time kept for a re-sent call to be taken: a second, or a
-    tenth of it if less."""
-    return min(RECOVERY_MARGIN_MS, int(recovery_s * 1000) // 10)
+    """The part of the recovery time kept for a re-sent call to be taken: two seconds, or
+    a fifth of it if less."""
+    return min(RECOVERY_MARGIN_MS, int(recovery_s * 1000) // 5)
 
 
 def longest_tick_s(recovery_s: float) -> float:
     """The longest tick interval that keeps a dead worker's call within `recovery_s`: the
     lease (never under half the recovery time), a tick interval and the margin fit in it."""
     return (int(recovery_s * 1000) // 2 - recovery_margin_ms(recovery_s)) / 1000
+
+
+@dataclass(frozen=True)
+class RecoveryParts:
+    """How a dead worker's call is picked up within the recovery time, part by part."""
+
+    lease_s: float
+    """The lease lapses this long after its last renewal at most."""
+    tick_s: float
+    """The first tick after that sends the call again, at most an interval later."""
+    allowance_s: float
+    """What is left for the re-sent call to be taken (`recovery_margin_ms`)."""
+
+    @property
+    def bound_s(self) -> float:
+        """The worst case: lease + tick interval + allowance, the recovery time."""
+        return round(self.lease_s + self.tick_s + self.allowance_s, 3)
+
+
+def recovery_parts(settings: Settings) -> RecoveryParts:
+    """The parts of the recovery time as `settings` make them (`Timing.of`)."""
+    return RecoveryParts(
+        lease_s=Timing.of(settings).lease_ms / 1000,
+        tick_s=settings.tick_interval,
+        allowance_s=recovery_margin_ms(settings.recovery_seconds) / 1000,
+    )
 
 
 @dataclass(frozen=True)

@@ -119,18 +119,21 @@ class Healing:
     def heal(self, now: int) -> int:
         """Re-send what was never dealt with, decline what expired; return how many were re-sent."""
         store, timing = self._store, self._timing
+        # The re-sends first, and the trace's notes of them after: a dead worker's call
+        # is promised within the recovery time, and each step before the send (one round
+        # trip a note, the expiries, the pruning) would come out of its allowance.
+        members = store.upkeep.due_messages(now)
+        store.upkeep.postpone(members, now + timing.grace_ms)
+        messages = [m for m in (Message.of(member) for member in members) if m is not None]
+        self._send(messages)
+        for message in messages:
+            self._note_resent(message, now)
         for pending in store.people.expired_pending(now):
             self._expire(pending, now)
         for root in store.upkeep.deadlines_due(now):
             self._time_is_up(root, now)
         store.upkeep.prune_runs(now - timing.retention_s * 1000)
-        members = store.upkeep.due_messages(now)
-        store.upkeep.postpone(members, now + timing.grace_ms)
-        messages = [m for m in (Message.of(member) for member in members) if m is not None]
-        for message in messages:
-            self._note_resent(message, now)
-        self._send(messages)
-        store.upkeep.list_old_runs()  # (after the re-sends: those matter more)
+        store.upkeep.list_old_runs()
         return len(messages)
 
     def _note_resent(self, message: Message, now: int) -> None:
