@@ -54,7 +54,15 @@ def run(b: Bench) -> dict[str, Any]:
         }
         relay = build(Settings.from_env(env))
         workers = [
-            relay_worker(env, directory / f"worker-{n}.log", f"outage-{n}", "--pool", "threads")
+            relay_worker(
+                env,
+                directory / f"worker-{n}.log",
+                f"outage-{n}",
+                "--pool",
+                "threads",
+                "-c",
+                str(runs),
+            )
             for n in range(2)
         ]
         for worker in workers:
