@@ -12,8 +12,9 @@ first asker in an interval ticks, the others learn when the lock lapses and ask
 again then. The lock lapses on its own after one interval, so a worker that dies
 mid-tick is replaced at the next one, and a fleet of plain workers heals itself
 (dead workers' calls re-sent, approvals expired, schedules fired) with no beat.
-After a gap (two intervals with no tick: Redis was away), the next tick waits
-`SETTLE_AFTER_A_GAP_S`, so outcomes held through the outage are saved first.
+After a gap (two intervals with no tick by Redis's clock: Redis, or the whole
+fleet, was away), the next tick waits `SETTLE_AFTER_A_GAP_S`, so outcomes held
+through the outage are saved first.
 
 The thread runs beside the pool, not in it: long tools filling every pool slot
 never delay the tick.
@@ -32,6 +33,7 @@ from workers.engine.effects import Message
 from workers.engine.events import CancelRun, expiry_event
 from workers.engine.records import Pending
 from workers.errors import StoreUnavailable
+from workers.runtime.leases import BACKOFF_CAP_S
 from workers.settings import Timing
 from workers.store.runs import RunStore
 from workers.store.scripts import Decided
@@ -43,10 +45,10 @@ log = logging.getLogger(__name__)
 
 JITTER_S = 0.05
 """Spread between processes asking for the lock at the same moment."""
-SETTLE_AFTER_A_GAP_S = 3.0
+SETTLE_AFTER_A_GAP_S = 3 * BACKOFF_CAP_S
 """After two intervals with no tick (Redis was away), how long the next tick waits: three
-times the longest wait between a held outcome's saves (`leases.BACKOFF_CAP_S`), so the
-workers that hold outcomes save them before the tick sends their lapsed calls again."""
+times the longest wait between a held outcome's saves (3 s), so the workers that hold
+outcomes save them before the tick sends their lapsed calls again."""
 
 
 class Ticker:
