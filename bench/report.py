@@ -406,11 +406,18 @@ def _recovery(r: dict[str, Any]) -> list[Row]:
     return [
         Row(
             "7 recovery",
-            f"dead worker's call picked up again, s ({r['rounds']} kills)",
-            f"median {r['median_s']:.1f}, max {r['max_s']:.1f}",
+            f"dead worker's call picked up again, s ({r['kills']} kills, one every 5-10 s)",
+            f"median {r['median_s']:.1f}, max {r['max_s']:.2f}",
             f"<= {r['goal_s']:.0f}",
             _check(r["max_s"] <= r["goal_s"]),
-        )
+        ),
+        Row(
+            "7 recovery",
+            "  pick-ups over the bound (lease + tick + allowance)",
+            f"{r['over_bound']} of {r['picked_up']}",
+            "0",
+            _check(r["over_bound"] == 0),
+        ),
     ]
 
 
@@ -424,6 +431,13 @@ def _outage(r: dict[str, Any]) -> list[Row]:
             _check(r["max_s"] <= r["goal_s"]),
         ),
         Row("8 outage", "  outcomes held through the outage", str(r["held"]), str(r["runs"])),
+        Row(
+            "8 outage",
+            "  lost, reported unknown, calls made again, model calls made again",
+            f"{r['lost']}, {r['unknown']}, {r['calls_again']}, {r['model_calls_again']}",
+            "0, 0, 0, 0",
+            _check(r["lost"] + r["unknown"] + r["calls_again"] + r["model_calls_again"] == 0),
+        ),
     ]
 
 

@@ -201,8 +201,8 @@ class Relay:
         code, CPU-bound work): the worker renews a call's claim every third of its
         lease, and a claim not renewed in time lets another worker take the call
         over (the late outcome is then discarded). Default: RELAY_RECOVERY_SECONDS
-        less one tick interval, which is also how soon a dead worker's call is
-        picked up again.
+        less one tick interval and two seconds (8 s at the defaults), the lease
+        that lets a dead worker's call be picked up within the recovery time.
         """
 
         def register(function: F) -> F:

@@ -364,9 +364,14 @@ class Calls:
         asked, started = call.asked, made.started_ns
         event = _with_ran(made.event, call.attempt, (time.time_ns() - started) // 1_000_000)
         facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
-        recovery_s = self.settings.recovery_seconds
+        settings = self.settings
         try:
-            after = save_holding(lambda: self._keep(call, event), call.label, for_s=recovery_s)
+            after = save_holding(
+                lambda: self._keep(call, event),
+                call.label,
+                for_s=settings.recovery_seconds,
+                cap=settings.held_outcomes,
+            )
         finally:
             self._tell_route(call)  # (unless the save took it along: then there is none)
         done = did(asked.what, facts.name if asked.seq is None else None, event)

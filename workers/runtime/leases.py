@@ -11,11 +11,17 @@ time limit cancels the coroutine itself.
 `save_holding`: a call that finished while Redis was away must not lose its
 outcome (a tool that ran would be reported "outcome unknown", or run again; a
 model call would be paid for twice). The worker keeps the outcome (not the
-call: it has finished) and tries to save it again, with jittered backoff, for
-up to the recovery time. Once Redis is back the save is fenced as always: taken
-only if no later attempt claimed the call meanwhile. The log says once that an
-outcome is held, once that it was saved, and, if the worker is stopped while it
-still holds one, which outcomes it loses (`held`).
+call: it has finished) and tries to save it again, with jittered backoff capped
+at a second, for as long as Redis stays away: a late save is fenced as always
+(taken only if no later attempt claimed the call meanwhile), so holding longer
+never saves a stale outcome. What bounds it is memory: a process holds at most
+RELAY_HELD_OUTCOMES outcomes so; one more is held only up to the recovery time,
+as a lease is, then given up. The fleet's tick, back after an outage, waits a
+moment before it sends lapsed calls again (`workers.store.lua.tick_lock`), so
+the holders, retrying every second at most, save first. The log says once that
+an outcome is held, once that it was saved, and, if the worker is stopped while
+it still holds one, which outcomes it loses (`held`); `/metrics` counts the
+held outcomes saved and lost (`held_tally`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import queue
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -39,7 +46,15 @@ from workers.errors import CallCancelled, CallTimedOut, StoreUnavailable
 from workers.loop import process_loop
 from workers.model.wire import backoff_seconds
 
-__all__ = ["Lease", "held", "on_call_thread", "run_leased", "run_leased_async", "save_holding"]
+__all__ = [
+    "Lease",
+    "held",
+    "held_tally",
+    "on_call_thread",
+    "run_leased",
+    "run_leased_async",
+    "save_holding",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -245,6 +260,8 @@ BACKOFF_CAP_S = 1.0
 
 _held: dict[int, str] = {}
 _held_lock = threading.Lock()
+_tally: Counter[str] = Counter()
+"""Held outcomes since the last `held_tally`, by what became of them: saved or lost."""
 
 
 def held() -> list[str]:
@@ -253,21 +270,31 @@ def held() -> list[str]:
         return sorted(_held.values())
 
 
+def held_tally() -> Counter[str]:
+    """Take the count of held outcomes saved and lost since the last call (for /metrics)."""
+    with _held_lock:  # (taken and cleared at once: no count is lost or doubled)
+        taken = _tally.copy()
+        _tally.clear()
+    return taken
+
+
 def save_holding(
     save: Callable[[], T],
     label: str,
     *,
     for_s: float,
+    cap: int,
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
 ) -> T:
-    """Return `save()`, trying again while Redis is unreachable, for up to `for_s` seconds.
+    """Return `save()`, trying again while Redis is unreachable: for as long as it stays
+    away while this process holds fewer than `cap` outcomes, else for up to `for_s`.
 
     Raises:
         StoreUnavailable: Redis stayed away longer than that (the outcome is lost,
             and the log says so).
     """
-    deadline = time.monotonic() + for_s
+    deadline: float | None = None
     attempt = 0
     key = id(save)
     try:
@@ -275,28 +302,37 @@ def save_holding(
             try:
                 result = save()
             except StoreUnavailable as error:
-                if time.monotonic() >= deadline:
-                    log.error(
-                        "gave up saving the outcome of %s after %.0f s without Redis;"
-                        " it is lost, and the call's next attempt decides what to report: %s",
+                if attempt == 0:
+                    with _held_lock:
+                        if len(_held) >= cap:  # memory's bound: this one waits as a lease does
+                            deadline = time.monotonic() + for_s
+                        _held[key] = label
+                    log.warning(
+                        "Redis is unreachable: holding the outcome of %s until it is back%s: %s",
                         label,
-                        for_s,
+                        "" if deadline is None else f" (for {for_s:g} s at most: {cap} held)",
                         error,
                     )
-                    raise
-                if attempt == 0:
-                    log.warning(
-                        "Redis is unreachable: holding the outcome of %s until it is back: %s",
+                elif deadline is not None and time.monotonic() >= deadline:
+                    log.error(
+                        "gave up saving the outcome of %s after %.0f s without Redis (this"
+                        " worker held %d others, RELAY_HELD_OUTCOMES); it is lost, and the"
+                        " call's next attempt decides what to report: %s",
                         label,
+                        for_s,
+                        cap,
                         error,
                     )
                     with _held_lock:
-                        _held[key] = label
+                        _tally["lost"] += 1
+                    raise
                 sleep(backoff_seconds(attempt, None, BACKOFF_BASE_S, BACKOFF_CAP_S, rand()))
                 attempt += 1
                 continue
             if attempt:
                 log.warning("saved the held outcome of %s", label)
+                with _held_lock:
+                    _tally["saved"] += 1
             return result
     finally:
         with _held_lock:

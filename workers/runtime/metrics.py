@@ -15,6 +15,8 @@ killed loses what it counted in its last flush interval (counts, never a run's s
     latency_sum|<model>|<route>                   seconds, summed
     waits|<task>                                  calls sent again later: no route had room
     tools|<tool>|<ok|failed>                      tool calls
+    held|<saved|lost>                             outcomes held through a Redis outage
+                                                  (`leases.save_holding`), by their end
 
 What is a state rather than a count (runs by state, what waits on a person and
 for how long) is read when scraped (`fleet_state`). A metrics write that fails
@@ -36,6 +38,7 @@ from typing import Any
 from agent_core import Stop
 from workers.engine.records import ending_of
 from workers.errors import StoreUnavailable
+from workers.runtime.leases import held_tally
 from workers.runtime.reports import CallFacts, Report
 from workers.store.codec import as_text
 from workers.store.connection import Connection
@@ -72,6 +75,8 @@ class Totals:
     latency_sum: dict[tuple[str, str], float] = field(default_factory=dict)
     waits: Counter[str] = field(default_factory=Counter)
     tools: Counter[tuple[str, str]] = field(default_factory=Counter)
+    held: Counter[str] = field(default_factory=Counter)
+    """Outcomes held through a Redis outage, by what became of them: saved or lost."""
 
 
 @dataclass
@@ -138,6 +143,8 @@ class FleetMetrics:
         """Write the counts this process holds, now."""
         with self._lock:
             adds, sums = self._adds, self._sums
+            for outcome, amount in held_tally().items():
+                adds[f"held|{outcome}"] += amount
             if not adds and not sums:
                 return
             self._adds, self._sums = Counter(), Counter()
@@ -229,8 +236,8 @@ def _read_into(totals: Totals, parts: list[str], value: str) -> None:
                 counts[min(int(index), len(LATENCY_BUCKETS))] += int(value)
             case ["latency_sum", model, route]:
                 totals.latency_sum[(model, route)] = float(value)
-            case ["waits", task]:
-                totals.waits[task] += int(value)
+            case [("waits" | "held") as family, label]:  # the counters with one label
+                getattr(totals, family)[label] += int(value)
             case ["tools", tool, outcome]:
                 totals.tools[(tool, outcome)] += int(value)
     except ValueError:

@@ -12,6 +12,9 @@ first asker in an interval ticks, the others learn when the lock lapses and ask
 again then. The lock lapses on its own after one interval, so a worker that dies
 mid-tick is replaced at the next one, and a fleet of plain workers heals itself
 (dead workers' calls re-sent, approvals expired, schedules fired) with no beat.
+After a gap (two intervals with no tick by Redis's clock: Redis, or the whole
+fleet, was away), the next tick waits `SETTLE_AFTER_A_GAP_S`, so outcomes held
+through the outage are saved first.
 
 The thread runs beside the pool, not in it: long tools filling every pool slot
 never delay the tick.
@@ -30,6 +33,7 @@ from workers.engine.effects import Message
 from workers.engine.events import CancelRun, expiry_event
 from workers.engine.records import Pending
 from workers.errors import StoreUnavailable
+from workers.runtime.leases import BACKOFF_CAP_S
 from workers.settings import Timing
 from workers.store.runs import RunStore
 from workers.store.scripts import Decided
@@ -41,6 +45,10 @@ log = logging.getLogger(__name__)
 
 JITTER_S = 0.05
 """Spread between processes asking for the lock at the same moment."""
+SETTLE_AFTER_A_GAP_S = 3 * BACKOFF_CAP_S
+"""After two intervals with no tick (Redis was away), how long the next tick waits: three
+times the longest wait between a held outcome's saves (3 s), so the workers that hold
+outcomes save them before the tick sends their lapsed calls again."""
 
 
 class Ticker:
@@ -62,7 +70,9 @@ class Ticker:
     def tick_once(self) -> float:
         """Tick if no other process has this interval; return seconds until the next try."""
         now = self._clock()
-        wait_ms = self._upkeep.elect_ticker(self.holder, self._interval_ms, now)
+        wait_ms = self._upkeep.elect_ticker(
+            self.holder, self._interval_ms, now, settle_ms=int(SETTLE_AFTER_A_GAP_S * 1000)
+        )
         if wait_ms == 0:
             try:
                 self._tick(now)
@@ -111,18 +121,21 @@ class Healing:
     def heal(self, now: int) -> int:
         """Re-send what was never dealt with, decline what expired; return how many were re-sent."""
         store, timing = self._store, self._timing
+        # The re-sends first, and the trace's notes of them after: a dead worker's call
+        # is promised within the recovery time, and each step before the send (one round
+        # trip a note, the expiries, the pruning) would come out of its allowance.
+        members = store.upkeep.due_messages(now)
+        store.upkeep.postpone(members, now + timing.grace_ms)
+        messages = [m for m in (Message.of(member) for member in members) if m is not None]
+        self._send(messages)
+        for message in messages:
+            self._note_resent(message, now)
         for pending in store.people.expired_pending(now):
             self._expire(pending, now)
         for root in store.upkeep.deadlines_due(now):
             self._time_is_up(root, now)
         store.upkeep.prune_runs(now - timing.retention_s * 1000)
-        members = store.upkeep.due_messages(now)
-        store.upkeep.postpone(members, now + timing.grace_ms)
-        messages = [m for m in (Message.of(member) for member in members) if m is not None]
-        for message in messages:
-            self._note_resent(message, now)
-        self._send(messages)
-        store.upkeep.list_old_runs()  # (after the re-sends: those matter more)
+        store.upkeep.list_old_runs()
         return len(messages)
 
     def _note_resent(self, message: Message, now: int) -> None:

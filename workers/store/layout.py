@@ -77,7 +77,7 @@ slot on a cluster, see below):
     activity        stream  a run id per trace that grew: what `wait`/`watch` block on
     prune-cursor    string  how far the tick's sweep of expired runs got
     tick-lock       string  the process ticking in this interval (lapses after it)
-    tick-stats      hash    n ticks, last_ms, by whom
+    tick-stats      hash    n ticks, last_ms, by whom; seen_ms (Redis's clock at the last)
     metrics         hash    the fleet's counters (steps, calls, tokens, latency buckets):
                             added to by every task (workers.runtime.metrics), read by relay web
     web-used:<n>    string  an approval form's nonce, used once (relay web; a TTL)

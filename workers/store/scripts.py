@@ -512,10 +512,13 @@ def reply(keys: Keys, *, run_id: str, event: FollowUp, due_ms: int) -> ScriptCal
 # --- the fleet ------------------------------------------------------------------------------
 
 
-def tick_lock(keys: Keys, *, holder: str, interval_ms: int, now_ms: int) -> ScriptCall[int]:
-    """TICK_LOCK: 0 if `holder` ticks now, else the ms until the lock lapses."""
+def tick_lock(
+    keys: Keys, *, holder: str, interval_ms: int, now_ms: int, settle_ms: int
+) -> ScriptCall[int]:
+    """TICK_LOCK: 0 if `holder` ticks now, else the ms until the lock lapses (after a gap
+    of two intervals without a tick, the lock is first kept `settle_ms` by nobody)."""
     script_keys = [keys.tick_lock, keys.tick_stats]
-    return ScriptCall("tick_lock", script_keys, [holder, interval_ms, now_ms], int)
+    return ScriptCall("tick_lock", script_keys, [holder, interval_ms, now_ms, settle_ms], int)
 
 
 def relist(keys: Keys, *, shard: IndexKeys, runs: Sequence[tuple[str, int]]) -> ScriptCall[int]:

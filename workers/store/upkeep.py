@@ -30,11 +30,18 @@ class Upkeep:
         self._connection = connection
         self._shards = shards
 
-    def elect_ticker(self, holder: str, interval_ms: int, now_ms: int) -> int:
+    def elect_ticker(
+        self, holder: str, interval_ms: int, now_ms: int, *, settle_ms: int = 0
+    ) -> int:
         """Return 0 if `holder` ticks now (it holds the lock for one interval), else the
-        milliseconds until the lock lapses and the next tick is due."""
+        milliseconds until the lock lapses and the next tick is due. After two intervals
+        with no tick (Redis or the fleet was away), the next is `settle_ms` later."""
         lock = scripts.tick_lock(
-            self._connection.keys, holder=holder, interval_ms=interval_ms, now_ms=now_ms
+            self._connection.keys,
+            holder=holder,
+            interval_ms=interval_ms,
+            now_ms=now_ms,
+            settle_ms=settle_ms,
         )
         return self._connection.run(lock)
 

@@ -13,6 +13,8 @@
     relay_model_call_seconds{model,route}            a histogram of model calls' durations
     relay_rate_limit_waits_total{task}               calls sent again later: no route had room
     relay_tool_calls_total{tool,outcome}             tool calls
+    relay_held_outcomes_total{outcome}               outcomes held through a Redis outage:
+                                                     saved once it was back, or lost
     relay_route_circuit{route,state}                 1 for each route's circuit state now
     relay_route_failures{route}                      failures in a row (the circuit opens at 5)
     relay_route_paused{route}                        1 while a 429 pauses the route
@@ -122,6 +124,13 @@ class RelayCollector(Collector):
             "relay_rate_limit_waits", "Calls sent again later: no route had room", ["task"], waits
         )
         yield _counter("relay_tool_calls", "Tool calls", ["tool", "outcome"], totals.tools.items())
+        held = [((outcome,), count) for outcome, count in totals.held.items()]
+        yield _counter(
+            "relay_held_outcomes",
+            "Call outcomes a worker held through a Redis outage, by what became of them",
+            ["outcome"],
+            held,
+        )
 
     def _latency(
         self, counts: dict[tuple[str, str], list[int]], sums: dict[tuple[str, str], float]
