@@ -18,13 +18,14 @@ ticks run at once) with that decision, which the claim writes to the history:
 
 A fired slot whose run then cannot start is recorded as failed, with why (not the task).
 
-A run starts with the filled recipe, only the recipe's tools, the notes the
+A tick first heals the runtime (re-sends what was never sent, declines expired
+approvals): a dead worker's call is promised within the recovery time, whatever
+is due. A run starts with the filled recipe, only the recipe's tools, the notes the
 schedule's earlier runs remembered, the schedule's policy and, with
 `approve_plan`, its plan approved by the schedule. Then the tick takes queued
 firings (`relay schedule run`, backfill, buffered): each starts once no run of
 the schedule goes (at once under allow_all; a run-now firing meets the policy
-as a slot does: skipped under skip, cancelling under cancel_previous). Last it
-heals the runtime (re-sends what was never sent, declines expired approvals).
+as a slot does: skipped under skip, cancelling under cancel_previous).
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ class TickHost(Protocol):
 
 
 def tick(relay: TickHost, now_ms: int) -> list[str]:
-    """Fire every schedule due at `now_ms`, take queued firings, then heal; return the
-    ids of runs it started.
+    """Heal the runtime, then fire every schedule due at `now_ms` and take queued
+    firings; return the ids of runs it started.
 
     A run that cannot be started (say a tool was unregistered since) loses its
     slot: its history says `failed` and why, and so does a notification; the other
@@ -111,6 +112,9 @@ def tick(relay: TickHost, now_ms: int) -> list[str]:
     Raises:
         whatever the Redis client raises when Redis cannot be reached.
     """
+    # Heal first: a dead worker's call is promised within the recovery time, and a
+    # fleet with many schedules due must not spend that time firing them first.
+    relay.heal(now_ms)
     store = relay.schedule_store
     started = [
         r for r in (_refire(relay, store, n, q, now_ms) for n, q in _stale(store, now_ms)) if r
@@ -119,7 +123,6 @@ def tick(relay: TickHost, now_ms: int) -> list[str]:
         started += _fire(relay, store, due, now_ms)
     for name in store.queued_names(now_ms):
         started += _drain(relay, store, name, now_ms)
-    relay.heal(now_ms)
     return started
 
 

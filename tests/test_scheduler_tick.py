@@ -62,6 +62,8 @@ def test_a_schedule_does_not_fire_early_and_fires_at_its_slot(
 
     assert tick(host, first_slot) == ["run-1"]
     assert host.heals == [made, first_slot - 1, first_slot]
+    # It healed before it fired: lapsed calls are not kept waiting behind firings.
+    assert host.started_before_heal == [0, 0, 0]
 
 
 def test_each_slot_fires_once_however_often_the_tick_comes(host: RecordingHost) -> None:

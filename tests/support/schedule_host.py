@@ -72,6 +72,8 @@ class RecordingHost:
     notes: dict[str, list[str]] = field(default_factory=dict)
     starts: list[Started] = field(default_factory=list)
     heals: list[int] = field(default_factory=list)
+    started_before_heal: list[int] = field(default_factory=list)
+    """How many runs had started when each heal came (the tick heals before it fires)."""
     refuse: set[str] = field(default_factory=set)
     """Schedules whose runs cannot start: `start` raises RuntimeError(refusal)."""
     refusal: str = "unknown tools: read_note"
@@ -144,6 +146,7 @@ class RecordingHost:
     def heal(self, now: int) -> int:
         with self.lock:
             self.heals.append(now)
+            self.started_before_heal.append(len(self.starts))
         return 0
 
 
