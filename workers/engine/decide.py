@@ -174,7 +174,11 @@ def _on_budget_reached(run: Working, event: BudgetReached) -> None:
 def _on_budget_extended(run: Working, event: BudgetExtended) -> None:
     if run.parked is not None and event.seq == run.seq:
         run.parked = None
-        run.note("budget_extended")
+        # Who raised it and by what, where the event says (one stored before does not).
+        said = ", ".join(filter(None, [event.raised and f"{event.raised} more",
+                                       event.by and f"by {event.by}"]))  # fmt: skip
+        data = {k: v for k, v in (("by", event.by), ("raised", event.raised)) if v}
+        run.note("budget_extended", said, data=data)
 
 
 def _on_tool_done(run: Working, event: ToolDone) -> None:

@@ -168,6 +168,10 @@ class BudgetExtended(BaseModel):
     kind: Literal["budget_extended"] = "budget_extended"
     seq: int
     """The step the run was parked at (a decision names what the person saw)."""
+    by: str = Field(default="", exclude_if=lambda by: not by)
+    """Who raised it, when told (a raise stored before this field had none)."""
+    raised: str = Field(default="", exclude_if=lambda raised: not raised)
+    """What was raised, in words ("1,000 tokens, 2 model calls"); "" in older raises."""
 
 
 class CancelRun(BaseModel):

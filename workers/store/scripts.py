@@ -192,10 +192,15 @@ class ReplyAnswer(StrEnum):
 
 @dataclass(frozen=True)
 class Extended:
-    """EXTEND's answer: whether a limit was raised, and how many parked runs woke."""
+    """EXTEND's answer: whether a limit was raised, and how many parked runs woke; for a
+    raise that names its wait, `gone` (the wait is no longer pending) or `full` (the
+    limit the tree would still have no room under: tokens, usd or model_calls, with what
+    is used and held and the limit after the raise), and then nothing was raised."""
 
     raised: bool
     woken: int
+    gone: bool = False
+    full: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -451,6 +456,10 @@ def decide(
     return ScriptCall("decide", script_keys, args, lambda answer: Decided(_word(answer)))
 
 
+_FULL_LIMITS = {1: "tokens", 2: "usd", 3: "model_calls"}
+"""EXTEND's numbers for the limits it finds full."""
+
+
 def extend(
     keys: Keys,
     *,
@@ -458,24 +467,37 @@ def extend(
     raise_by: tuple[int | None, int | None, int | None, int | None],
     parked: Sequence[Pending],
     due_ms: int,
+    answers: Pending | None = None,
+    by: str = "",
+    raised: str = "",
 ) -> ScriptCall[Extended | None]:
     """EXTEND the tree's limits (tokens, micro-dollars, model calls, deadline ms; None:
-    leave it) and wake the runs `parked` at its budget; None if there is no root."""
+    leave it) and wake the runs `parked` at its budget; None if there is no root. A raise
+    that `answers` one wait (a person's form) is refused once that wait is not pending,
+    or when the tree would stay full (see extend.lua). Each woken run is told `by` whom
+    and what was `raised` (in words)."""
     index = keys.index(root)
     script_keys = [keys.run(root), index.deadlines, index.pending, index.pending_data]
     script_keys.append(index.outbox)
     args: list[Any] = ["" if n is None else n for n in raise_by]
-    args += [root, due_ms]
+    named = "" if answers is None else pending_member(answers.run_id, "budget", str(answers.seq))
+    args += [root, due_ms, named]
     for entry in parked:
         seq = str(entry.seq)
         script_keys += [keys.run(entry.run_id), keys.inbox(entry.run_id)]
         args += [pending_member(entry.run_id, "budget", seq), RunFields.decision("budget", seq)]
-        args += [BudgetExtended(seq=entry.seq).model_dump_json()]
+        args += [BudgetExtended(seq=entry.seq, by=by, raised=raised).model_dump_json()]
         args += [OutboxMember.advance(entry.run_id)]
 
     def read(answer: Any) -> Extended | None:
-        raised, woken = (int(n) for n in answer)
-        return None if raised < 0 else Extended(bool(raised), woken)
+        raised, woken, *numbers = (int(n) for n in answer)
+        if raised == -1:
+            return None
+        if raised == -2:
+            return Extended(False, 0, gone=True)
+        if raised == -3:
+            return Extended(False, 0, full=(_FULL_LIMITS[woken], numbers[0], numbers[1]))
+        return Extended(bool(raised), woken)
 
     return ScriptCall("extend", script_keys, args, read)
 
