@@ -412,16 +412,11 @@ def extend_steps(
         raise RelayError("extend needs a Budget that raises at least one limit")
     record, _ = yield from record_steps(keys, run_id)
     parked = yield from reads.pending_in_tree(keys, record.root, "budget")
-    answers = None
-    if step is not None:
-        answers = next((p for p in parked if p.run_id == run_id and p.seq == step), None)
-        if answers is None:
-            raise DecisionRefused(_not_parked(run_id, step))
     seconds = None if more.seconds is None else int(more.seconds * 1000)
     raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
     extend = scripts.extend(
         keys, root=record.root, raise_by=raise_by, parked=parked, due_ms=due_ms,
-        answers=answers, by=by, raised=more.describe(),
+        answers=None if step is None else (run_id, step), by=by, raised=more.describe(),
     )  # fmt: skip
     extended = yield extend
     if extended is None:
@@ -434,7 +429,8 @@ def extend_steps(
         raise RelayError(
             f"the budget of run {record.root} has no limit that {more.describe()} raises"
         )
-    yield Emit(Outgoing([Message("advance", p.run_id) for p in parked]))
+    woken = sorted({p.run_id for p in parked} | ({run_id} if step is not None else set()))
+    yield Emit(Outgoing([Message("advance", woke) for woke in woken]))
     return int(extended.woken)
 
 

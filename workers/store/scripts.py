@@ -467,27 +467,31 @@ def extend(
     raise_by: tuple[int | None, int | None, int | None, int | None],
     parked: Sequence[Pending],
     due_ms: int,
-    answers: Pending | None = None,
+    answers: tuple[str, int] | None = None,
     by: str = "",
     raised: str = "",
 ) -> ScriptCall[Extended | None]:
     """EXTEND the tree's limits (tokens, micro-dollars, model calls, deadline ms; None:
     leave it) and wake the runs `parked` at its budget; None if there is no root. A raise
-    that `answers` one wait (a person's form) is refused once that wait is not pending,
-    or when the tree would stay full (see extend.lua). Each woken run is told `by` whom
-    and what was `raised` (in words)."""
+    that `answers` one wait (a person's form: the run and the step it is parked at) is
+    refused once that wait is not pending, or when the tree would stay full (see
+    extend.lua): decided there, not here, so two sent at once cannot both pass. Each
+    woken run is told `by` whom and what was `raised` (in words)."""
     index = keys.index(root)
     script_keys = [keys.run(root), index.deadlines, index.pending, index.pending_data]
     script_keys.append(index.outbox)
     args: list[Any] = ["" if n is None else n for n in raise_by]
-    named = "" if answers is None else pending_member(answers.run_id, "budget", str(answers.seq))
+    waits = {(entry.run_id, entry.seq) for entry in parked}
+    if answers is not None:
+        waits.add(answers)  # (parked since the tree's waits were read: woken all the same)
+    named = "" if answers is None else pending_member(answers[0], "budget", str(answers[1]))
     args += [root, due_ms, named]
-    for entry in parked:
-        seq = str(entry.seq)
-        script_keys += [keys.run(entry.run_id), keys.inbox(entry.run_id)]
-        args += [pending_member(entry.run_id, "budget", seq), RunFields.decision("budget", seq)]
-        args += [BudgetExtended(seq=entry.seq, by=by, raised=raised).model_dump_json()]
-        args += [OutboxMember.advance(entry.run_id)]
+    for run_id, step in sorted(waits):
+        seq = str(step)
+        script_keys += [keys.run(run_id), keys.inbox(run_id)]
+        args += [pending_member(run_id, "budget", seq), RunFields.decision("budget", seq)]
+        args += [BudgetExtended(seq=step, by=by, raised=raised).model_dump_json()]
+        args += [OutboxMember.advance(run_id)]
 
     def read(answer: Any) -> Extended | None:
         raised, woken, *numbers = (int(n) for n in answer)
