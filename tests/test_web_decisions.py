@@ -410,6 +410,46 @@ def test_a_parked_budget_is_raised_once_and_only_by_a_raise_that_lifts_it(
         assert "✓ the budget was extended: 1 model call more, by alice" in shown.stdout
 
 
+@pytest.mark.timeout(180)
+def test_a_raise_too_small_for_the_next_model_call_is_refused_not_said_to_go_on(
+    tmp_path: Path,
+) -> None:
+    env = {"RELAY_MODEL_MAX_TOKENS": "160"}
+    with fleet(tmp_path, extra_env=env) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        f.brain.script("SMALL-W:", {0: call("read_note", name="a"), 1: final("read it")})
+        # 100 tokens do not admit even the first call: it parks at its tokens.
+        run_id = f.relay.start("SMALL-W: read a", budget=Budget(tokens=100))
+        step = pending_for(f, run_id, "budget").seq
+        [parked] = [e for e in f.relay.trace(run_id) if e.kind == "budget"]
+        need = parked.data["need"]  # the prompt's size, and a reply of 160 tokens
+        assert parked.data["limit"] == "tokens"
+        assert need > 160
+        api = f"/api/runs/{run_id}/budget"
+        short = need - 100  # what the tree lacks for the call its run parked at
+
+        # One token short: the run would park again at once; refused, with what it needs.
+        small = web.client.post(api, json={"tokens": short - 1, "step": step})
+        assert small.status_code == 409, small.text
+        error = small.json()["error"]
+        assert f"(0 tokens of {need - 1:,} used or held" in error, error
+        assert f"a model call may need {need:,} tokens" in error
+        assert error.endswith("Nothing was raised: it needs at least 1 token more")
+        assert f.relay.status(run_id).budget == Budget(tokens=100)
+        assert _budget_waits(f, run_id) == [step]
+        assert f.model.billed("SMALL-W:") == []
+
+        # Just enough: the call it parked at is made, and the raise says so truly.
+        enough = web.client.post(api, json={"tokens": short, "step": step})
+        assert enough.status_code == 200, enough.text
+        assert enough.json()["done"].endswith(f"run {run_id} goes on from step {step}")
+        f.until(lambda: len(f.model.billed("SMALL-W:")) == 1, 30, what="the parked call")
+        again = web.client.post(api, json={"tokens": short, "step": step})
+        assert again.status_code == 409, again.text
+        assert f.relay.status(run_id).budget == Budget(tokens=need)
+        f.relay.cancel(run_id)
+
+
 def _budget_waits(f: Fleet, run_id: str) -> list[int]:
     return [p.seq for p in f.relay.status(run_id).pending if p.kind == "budget"]
 

@@ -414,9 +414,11 @@ def extend_steps(
     parked = yield from reads.pending_in_tree(keys, record.root, "budget")
     seconds = None if more.seconds is None else int(more.seconds * 1000)
     raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
+    parked_at = None if step is None else (yield from _parked_at(keys, run_id))
     extend = scripts.extend(
         keys, root=record.root, raise_by=raise_by, parked=parked, due_ms=due_ms,
-        answers=None if step is None else (run_id, step), by=by, raised=more.describe(),
+        answers=None if step is None else (run_id, step), parked_at=parked_at,
+        by=by, raised=more.describe(),
     )  # fmt: skip
     extended = yield extend
     if extended is None:
@@ -424,7 +426,7 @@ def extend_steps(
     if extended.gone:
         raise DecisionRefused(_not_parked(run_id, step))
     if extended.full is not None:
-        raise DecisionRefused(_still_full(record.root, more, *extended.full))
+        raise DecisionRefused(_still_full(record.root, more, extended.full))
     if not extended.raised:
         raise RelayError(
             f"the budget of run {record.root} has no limit that {more.describe()} raises"
@@ -434,6 +436,30 @@ def extend_steps(
     return int(extended.woken)
 
 
+TRACE_END = 2**53
+"""A trace position past any line: reading from it gives the position after the last."""
+PARKED_LINES = 50
+"""How far back a run's trace is read for the line that says where it parked (a parked
+run writes little after it: a person's message, a pause)."""
+
+
+def _parked_at(keys: Keys, run_id: str) -> Steps[tuple[str, int] | None]:
+    """The limit the run is parked at and what its next model call needs under it,
+    from the newest `budget` line of its trace (None: not there, or written before it
+    said what is needed)."""
+    end, _ = yield from reads.trace(keys, run_id, TRACE_END)
+    _, lines = yield from reads.trace(keys, run_id, end - PARKED_LINES)
+    for line in reversed(lines):
+        if line.kind == "budget_extended":
+            return None  # (raised since, and not parked again yet: EXTEND refuses it)
+        if line.kind == "budget":
+            limit, need = line.data.get("limit"), line.data.get("need")
+            if isinstance(limit, str) and isinstance(need, int) and need > 0:
+                return limit, need
+            return None
+    return None
+
+
 def _not_parked(run_id: str, step: int | None) -> str:
     return (
         f"run {run_id} is not parked at its budget at step {step} (any more): its budget"
@@ -441,17 +467,24 @@ def _not_parked(run_id: str, step: int | None) -> str:
     )
 
 
-def _still_full(root: str, more: Budget, limit: str, used: int, cap: int) -> str:
-    """Why a raise that would leave the tree full under `limit` is refused."""
+def _still_full(root: str, more: Budget, full: tuple[str, int, int, int]) -> str:
+    """Why a raise that would leave the tree full under `limit` is refused: what is used
+    (or held), the limit after the raise, what the next model call needs under it."""
+    limit, used, cap, need = full
+    short = used + need - cap
     if limit == "usd":
-        numbers, what = f"${used / 1_000_000:,.6f} of ${cap / 1_000_000:,.6f}", "dollars"
+        what, numbers = "dollars", f"${used / 1e6:,.6f} of ${cap / 1e6:,.6f}"
+        needs, least = f"${need / 1e6:,.6f}", f"${short / 1e6:,.6f}"
     else:
         noun = "token" if limit == "tokens" else "model call"
-        numbers, what = f"{counted(used, noun)} of {cap:,}", f"{noun}s"
+        what, numbers = f"{noun}s", f"{counted(used, noun)} of {cap:,}"
+        needs, least = counted(need, noun), counted(short, noun)
+    # (a model call needs one model call: said only of tokens and dollars)
+    needed = f", and a model call may need {needs}" if limit != "model_calls" else ""
     return (
         f"raising the budget of run {root} by {more.describe()} would still leave it at its"
-        f" limit of {what} ({numbers} used or held): the run would stay parked."
-        f" Raise {what} (nothing was raised)"
+        f" limit of {what} ({numbers} used or held{needed}): the run would stay parked."
+        f" Nothing was raised: it needs at least {least} more"
     )
 
 

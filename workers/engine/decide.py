@@ -168,7 +168,8 @@ def _on_budget_reached(run: Working, event: BudgetReached) -> None:
     if _waiting_for_model(run, event.seq):
         run.parked = event.detail  # no model call until the budget is extended
         run.asked = None
-        run.note("budget", event.detail, data={"limit": event.limit})
+        # (The limit and what the next call needs: a person's raise is checked against them.)
+        run.note("budget", event.detail, data={"limit": event.limit, "need": event.need})
 
 
 def _on_budget_extended(run: Working, event: BudgetExtended) -> None:

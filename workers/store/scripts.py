@@ -194,13 +194,14 @@ class ReplyAnswer(StrEnum):
 class Extended:
     """EXTEND's answer: whether a limit was raised, and how many parked runs woke; for a
     raise that names its wait, `gone` (the wait is no longer pending) or `full` (the
-    limit the tree would still have no room under: tokens, usd or model_calls, with what
-    is used and held and the limit after the raise), and then nothing was raised."""
+    limit the tree would still be full under: tokens, usd or model_calls, with what is
+    used and held, the limit after the raise and what a model call needs under it), and
+    then nothing was raised."""
 
     raised: bool
     woken: int
     gone: bool = False
-    full: tuple[str, int, int] | None = None
+    full: tuple[str, int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -457,7 +458,8 @@ def decide(
 
 
 _FULL_LIMITS = {1: "tokens", 2: "usd", 3: "model_calls"}
-"""EXTEND's numbers for the limits it finds full."""
+"""EXTEND's numbers for the limits of a tree's budget."""
+_LIMIT_NUMBERS = {name: str(number) for number, name in _FULL_LIMITS.items()}
 
 
 def extend(
@@ -468,6 +470,7 @@ def extend(
     parked: Sequence[Pending],
     due_ms: int,
     answers: tuple[str, int] | None = None,
+    parked_at: tuple[str, int] | None = None,
     by: str = "",
     raised: str = "",
 ) -> ScriptCall[Extended | None]:
@@ -475,8 +478,9 @@ def extend(
     leave it) and wake the runs `parked` at its budget; None if there is no root. A raise
     that `answers` one wait (a person's form: the run and the step it is parked at) is
     refused once that wait is not pending, or when the tree would stay full (see
-    extend.lua): decided there, not here, so two sent at once cannot both pass. Each
-    woken run is told `by` whom and what was `raised` (in words)."""
+    extend.lua; `parked_at`: the limit that run parked at and what its next model call
+    needs under it, if known): decided there, not here, so two sent at once cannot both
+    pass. Each woken run is told `by` whom and what was `raised` (in words)."""
     index = keys.index(root)
     script_keys = [keys.run(root), index.deadlines, index.pending, index.pending_data]
     script_keys.append(index.outbox)
@@ -485,7 +489,8 @@ def extend(
     if answers is not None:
         waits.add(answers)  # (parked since the tree's waits were read: woken all the same)
     named = "" if answers is None else pending_member(answers[0], "budget", str(answers[1]))
-    args += [root, due_ms, named]
+    limit, need = parked_at or ("", 0)
+    args += [root, due_ms, named, _LIMIT_NUMBERS.get(limit, ""), need]
     for run_id, step in sorted(waits):
         seq = str(step)
         script_keys += [keys.run(run_id), keys.inbox(run_id)]
@@ -500,7 +505,8 @@ def extend(
         if raised == -2:
             return Extended(False, 0, gone=True)
         if raised == -3:
-            return Extended(False, 0, full=(_FULL_LIMITS[woken], numbers[0], numbers[1]))
+            used, cap, need = numbers
+            return Extended(False, 0, full=(_FULL_LIMITS[woken], used, cap, need))
         return Extended(bool(raised), woken)
 
     return ScriptCall("extend", script_keys, args, read)
