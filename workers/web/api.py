@@ -19,9 +19,9 @@
                                                "step": N}: raise the tree's limits, the run
                                                parked at step N goes on (`relay extend`);
                                                once: a second raise of that wait, or one
-                                               that leaves the tree full under a limit
-                                               (the run would stay parked), is refused
-                                               (409), raising nothing
+                                               too small for the call it parked at (the
+                                               run would stay parked), is refused (409),
+                                               raising nothing
 
 A plan, answer or budget decision names its `step` (a whole number; 400 without
 it). A decision must be sent as `application/json` (a page on another site cannot

@@ -100,8 +100,9 @@ class Web:
         """Raise the budget run `run_id` is parked at at `step` by `more`, once: EXTEND
         checks in Redis, with the raise, that this wait is still pending (a second form
         or POST for it is refused, even one sent at the same moment) and that the raise
-        leaves the tree room under each of its limits (else the run parks again at once,
-        and the raise is refused saying which limit, raising nothing)."""
+        leaves the tree room for the model call the run parked at (else the run would
+        park again at once: the raise is refused saying which limit and how much more,
+        raising nothing)."""
         if not (step.isascii() and step.isdigit()):
             raise DecisionRefused(f"the budget of run {run_id} is named by its step: {step!r}")
         status = await self.arelay.status(run_id)
