@@ -19,6 +19,9 @@ from tests.support.fleet import Fleet, fleet
 from tests.support.waiting import pending_for
 from workers import Budget
 from workers.cli import cli
+from workers.cli.lines import describe
+from workers.engine.events import BudgetExtended
+from workers.engine.records import TraceEntry
 
 APP = "tests.apps.notes:relay"
 
@@ -56,14 +59,30 @@ def test_run_with_a_budget_parks_and_extend_lets_it_finish(priced: Fleet) -> Non
     assert re.search(r"^budget +1 model call *$", out, re.MULTILINE), out
     assert "1 model calls" not in out  # one call, one model call: never "1 model calls"
     assert "cost      $0.00" in out
-    code, out, _ = _invoke(f, "extend", root, "--calls", "2")
-    assert code == 0, out
-    assert f"Raised the budget of {root} by 2 model calls; 1 parked run went on." in out
+    # Run from carol's shell: the run's trace says she raised it, and by what.
+    extended = relay("extend", root, "--calls", "2", env=clean_env(**f.env, USER="carol"))
+    assert extended.returncode == 0, extended.stderr
+    assert f"Raised the budget of {root} by 2 model calls; 1 parked run went on." in (
+        extended.stdout
+    )
     assert f.relay.wait(root, 60).stop is Stop.DONE
+    code, out, _ = _invoke(f, "show", root)
+    assert "✓ the budget was extended: 2 model calls more, by carol" in out, out
     code, out, _ = _invoke(f, "runs")
     assert code == 0
     line = next(line for line in out.splitlines() if root in line)
     assert "$0.00" in line
+
+
+def test_a_budget_raise_stored_before_it_said_who_still_reads() -> None:
+    """A BudgetExtended stored before `by` and `raised` reads, and its trace line says
+    only that the budget was extended."""
+    old = BudgetExtended.model_validate_json('{"kind": "budget_extended", "seq": 3}')
+    assert (old.by, old.raised) == ("", "")
+    assert '"by"' not in old.model_dump_json()
+    line = describe(TraceEntry(at_ms=0, run="r1", kind="budget_extended"), "r1")
+    assert line is not None
+    assert line.plain == "✓ the budget was extended"
 
 
 def test_relay_run_takes_its_budget_from_the_options(priced: Fleet) -> None:

@@ -7,6 +7,7 @@ answered and budgets raised on the web like approvals. Real workers, a real Redi
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -324,7 +325,8 @@ def test_a_budget_is_raised_on_the_web_and_the_run_goes_on(tmp_path: Path) -> No
             place.locator("button.extend").click()
             page.wait_for_url("**/approvals?said=*")
             assert page.locator("p.said").inner_text() == (
-                f"raised the budget of run {run_id}'s tree by 2 model calls; 1 parked run went on"
+                f"raised the budget of run {run_id}'s tree by 2 model calls;"
+                f" run {run_id} goes on from step {parked.seq}"
             )
         assert f.relay.wait(run_id, timeout=30).summary == "read it"
         status = f.relay.status(run_id)
@@ -342,8 +344,114 @@ def test_a_budget_is_raised_on_the_web_and_the_run_goes_on(tmp_path: Path) -> No
         raised = web.client.post(api, json={"calls": 1, "step": step})
         said = raised.json()["done"]  # ("1 model call", however Budget words it)
         assert said.startswith(f"raised the budget of run {again}'s tree by 1 model call")
-        assert said.endswith("; 1 parked run went on")
+        assert said.endswith(f"; run {again} goes on from step {step}")
         assert f.relay.wait(again, timeout=30).summary == "read it"
+
+
+@pytest.mark.timeout(180)
+def test_a_parked_budget_is_raised_once_and_only_by_a_raise_that_lifts_it(
+    tmp_path: Path,
+) -> None:
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        f.brain.script("ONCE-W:", {0: call("read_note", name="a"), 1: final("read it")})
+        budget = Budget(model_calls=1, tokens=10**9)
+        run_id = f.relay.start("ONCE-W: read a", budget=budget)
+        step = pending_for(f, run_id, "budget").seq
+        api = f"/api/runs/{run_id}/budget"
+
+        # Parked at its model calls, more tokens would not let it go on: each raise of
+        # them is refused, saying which limit, and raises nothing, however often sent.
+        for _ in range(4):
+            tokens = web.client.post(api, json={"tokens": 1_000, "step": step})
+            assert tokens.status_code == 409, tokens.text
+            error = tokens.json()["error"]
+            assert "would still leave it at its limit of model calls" in error, error
+            assert "(1 model call of 1 used or held)" in error
+        assert f.relay.status(run_id).budget == budget
+        assert _budget_waits(f, run_id) == [step]
+
+        # A decision that names no step is a bad request, not "no longer pending".
+        for body in ({"calls": 1}, {"calls": 1, "step": "x"}, {"calls": 1, "step": True}):
+            nameless = web.client.post(api, json=body)
+            assert nameless.status_code == 400, nameless.text
+            assert '"step" is required' in nameless.json()["error"]
+        unnamed = web.client.post(f"/api/runs/{run_id}/answer", json={"text": "May"})
+        assert (unnamed.status_code, '"step" is required' in unnamed.json()["error"]) == (
+            400, True
+        )  # fmt: skip
+
+        # Six raises of the same wait sent at once (each its own connection): one raises.
+        def raise_once(_: int) -> httpx.Response:
+            auth = (web.user, web.password)
+            with httpx.Client(base_url=web.url, auth=auth, timeout=30) as client:
+                return client.post(api, json={"calls": 1, "step": step})
+
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(raise_once, range(6)))
+        codes = sorted(a.status_code for a in answers)
+        assert codes == [200, 409, 409, 409, 409, 409], [a.text for a in answers]
+        refused = [a.json()["error"] for a in answers if a.status_code == 409]
+        assert all(f"is not parked at its budget at step {step}" in e for e in refused), refused
+        assert f.relay.status(run_id).budget == Budget(model_calls=2, tokens=10**9)
+        assert f.relay.wait(run_id, timeout=30).summary == "read it"
+        again = web.client.post(api, json={"calls": 1, "step": step})
+        assert again.status_code == 409
+        assert f.relay.status(run_id).budget == Budget(model_calls=2, tokens=10**9)
+
+        # Who raised it, and by what: in the trace, on the run's page and in `relay show`.
+        [line] = [e for e in f.relay.trace(run_id) if e.kind == "budget_extended"]
+        assert (line.text, line.data) == (
+            "1 model call more, by alice", {"by": "alice", "raised": "1 model call"}
+        )  # fmt: skip
+        page = web.client.get(f"/runs/{run_id}").text
+        assert '<td class="text">1 model call more, by alice</td>' in page
+        shown = relay("show", run_id, env=clean_env(**f.env))
+        assert "✓ the budget was extended: 1 model call more, by alice" in shown.stdout
+
+
+@pytest.mark.timeout(180)
+def test_a_raise_too_small_for_the_next_model_call_is_refused_not_said_to_go_on(
+    tmp_path: Path,
+) -> None:
+    env = {"RELAY_MODEL_MAX_TOKENS": "160"}
+    with fleet(tmp_path, extra_env=env) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        f.worker("--pool", "threads", "-c", "4")
+        f.brain.script("SMALL-W:", {0: call("read_note", name="a"), 1: final("read it")})
+        # 100 tokens do not admit even the first call: it parks at its tokens.
+        run_id = f.relay.start("SMALL-W: read a", budget=Budget(tokens=100))
+        step = pending_for(f, run_id, "budget").seq
+        [parked] = [e for e in f.relay.trace(run_id) if e.kind == "budget"]
+        need = parked.data["need"]  # the prompt's size, and a reply of 160 tokens
+        assert parked.data["limit"] == "tokens"
+        assert need > 160
+        api = f"/api/runs/{run_id}/budget"
+        short = need - 100  # what the tree lacks for the call its run parked at
+
+        # One token short: the run would park again at once; refused, with what it needs.
+        small = web.client.post(api, json={"tokens": short - 1, "step": step})
+        assert small.status_code == 409, small.text
+        error = small.json()["error"]
+        assert f"(0 tokens of {need - 1:,} used or held" in error, error
+        assert f"a model call may need {need:,} tokens" in error
+        assert error.endswith("Nothing was raised: it needs at least 1 token more")
+        assert f.relay.status(run_id).budget == Budget(tokens=100)
+        assert _budget_waits(f, run_id) == [step]
+        assert f.model.billed("SMALL-W:") == []
+
+        # Just enough: the call it parked at is made, and the raise says so truly.
+        enough = web.client.post(api, json={"tokens": short, "step": step})
+        assert enough.status_code == 200, enough.text
+        assert enough.json()["done"].endswith(f"run {run_id} goes on from step {step}")
+        f.until(lambda: len(f.model.billed("SMALL-W:")) == 1, 30, what="the parked call")
+        again = web.client.post(api, json={"tokens": short, "step": step})
+        assert again.status_code == 409, again.text
+        assert f.relay.status(run_id).budget == Budget(tokens=need)
+        f.relay.cancel(run_id)
+
+
+def _budget_waits(f: Fleet, run_id: str) -> list[int]:
+    return [p.seq for p in f.relay.status(run_id).pending if p.kind == "budget"]
 
 
 @pytest.mark.timeout(180)

@@ -10,6 +10,8 @@ from pathlib import Path
 from agent_core import Daily, Every, Recipe
 from scheduler import Schedule
 from scheduler.store import fire_id
+from tests.support.cli import clean_env
+from tests.support.cli import relay as relay_cli
 from tests.support.fleet import fleet
 from tests.support.web import RelayWeb
 
@@ -88,3 +90,24 @@ def test_a_firing_whose_run_cannot_start_shows_failed_and_why(tmp_path: Path) ->
         assert "<td>fired</td>" not in page
         listing = html.unescape(web.client.get("/schedules").text)
         assert f"✗ the run did not start: {reason}" in listing
+
+
+def test_a_firing_older_than_the_history_kept_is_not_called_never(tmp_path: Path) -> None:
+    """The schedules list says what `relay schedule show` says of a schedule whose kept
+    history no longer reaches its last firing: not "never", which would be untrue."""
+    recipe = Recipe("check", "WEB-SCHED-OLD check {thing}").param("thing", "what")
+    with fleet(tmp_path) as f, RelayWeb(f.env, tmp_path / "web.log") as web:
+        relay = f.relay
+        relay.schedule("busy", recipe, {"thing": "a"}, Every(1), now_ms=T0 - MINUTE)
+        relay.schedule("idle", recipe, {"thing": "b"}, Every(1), now_ms=T0 - MINUTE)
+        relay.scheduling.pause("idle")
+        [run_id] = relay.tick(T0 + 1_000)
+        assert run_id == fire_id("busy", T0)
+        for n in range(100):  # 200 entries after its firing: the history kept is full
+            relay.scheduling.pause("busy", now_ms=T0 + 2_000 + n)
+            relay.scheduling.resume("busy", now_ms=T0 + 2_000 + n)
+        text = html.unescape(web.client.get("/schedules").text)
+        assert '<td class="never">not in its last 200 firings</td>' in text, text
+        assert text.count('<td class="never">never</td>') == 1  # idle never fired
+        shown = relay_cli("schedule", "show", "busy", env=clean_env(**f.env))
+        assert "not in its last 200 firings" in shown.stdout, shown.stdout + shown.stderr

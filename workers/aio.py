@@ -197,10 +197,14 @@ class AsyncRelay:
             raise DecisionRefused("an answer must be text")
         await self.drive(answer_steps(self.keys, self._due(), run_id, text, by))
 
-    async def extend(self, run_id: str, more: Budget) -> int:
+    async def extend(
+        self, run_id: str, more: Budget, *, step: int | None = None, by: str = ""
+    ) -> int:
         """Raise the tree's budget by `more` and let its runs parked at the budget go on;
-        return how many were woken (`Relay.extend`)."""
-        return await self.drive(extend_steps(self.keys, self._due(), run_id, more))
+        return how many were woken; with `step`, once, as that wait's decision; `by`: who
+        raised it (`Relay.extend`)."""
+        steps = extend_steps(self.keys, self._due(), run_id, more, step=step, by=by)
+        return await self.drive(steps)
 
     # --- steering ------------------------------------------------------------------------
 

@@ -607,9 +607,11 @@ class Relay:
         """Answer the question a run waits on (`by`: who answered, as the trace says)."""
         self.runs_client.answer(run_id, text, by=by)
 
-    def extend(self, run_id: str, more: Budget) -> int:
-        """Raise the tree's budget by `more` and let its parked runs go on (see RunsClient)."""
-        return self.runs_client.extend(run_id, more)
+    def extend(self, run_id: str, more: Budget, *, step: int | None = None, by: str = "") -> int:
+        """Raise the tree's budget by `more` and let its parked runs go on; with `step`,
+        once, as the decision of the wait `run_id` is parked at at that step; `by`: who
+        raised it, for the trace (see RunsClient)."""
+        return self.runs_client.extend(run_id, more, step=step, by=by)
 
     def cancel(self, run_id: str, reason: str = "") -> bool:
         """Stop a run and its children; False if it had finished already."""

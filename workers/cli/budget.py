@@ -130,11 +130,14 @@ def extend(
     """Raise the budget of a run's tree, and let its runs parked at the budget go on.
 
     A limit the tree was started without stays unlimited. `relay pending`
-    lists the runs waiting for their budget.
+    lists the runs waiting for their budget. The runs' traces say who raised it
+    (the login name, as for approvals) and by what.
     """
+    from workers.cli.runs import _who  # noqa: PLC0415 - runs imports this module
+
     more = budget_from(tokens, usd, calls, seconds)
     if more is None:
         raise click.UsageError("say what to raise: --tokens, --usd, --calls or --seconds")
-    woken = obj.relay.extend(run_id, more)
+    woken = obj.relay.extend(run_id, more, by=_who())
     runs = "no parked run" if woken == 0 else f"{woken} parked run{'s' if woken > 1 else ''}"
     click.echo(one_line(f"Raised the budget of {run_id} by {more.describe()}; {runs} went on."))

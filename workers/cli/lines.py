@@ -37,7 +37,7 @@ _LINES: dict[str, tuple[str, str]] = {
     "verifier_failed": ("✗ the final answer could not be checked: {text}", "red"),
     "ignored": ("  ignored: {text}", "dim"),
     "budget": ("⏸ the budget is spent: {text}", "yellow"),
-    "budget_extended": ("✓ the budget was extended", "green"),
+    "budget_extended": ("✓ the budget was extended: {text}", "green"),
     "warning": ("! {text}", "yellow"),
     "message": ("✉ the person said: {text}", "cyan"),
     "follow_up": ("▶ next turn: {text}", "bold"),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from agent_core import Outcome
+from agent_core.text import counted
 from workers.engine.budget import Budget
 from workers.engine.effects import Message, Outgoing
 from workers.engine.events import (
@@ -119,15 +120,25 @@ class RunsClient:
         """Return where the run is: its state, what it waits for, usage, outcome, children."""
         return self._drive(status_steps(self.store.keys, run_id))
 
-    def extend(self, run_id: str, more: Budget) -> int:
+    def extend(self, run_id: str, more: Budget, *, step: int | None = None, by: str = "") -> int:
         """Raise the tree's limits by `more` and let its runs parked at the budget go on;
-        return how many runs were woken. A limit the tree never had stays unlimited.
+        return how many runs were woken. A limit the tree never had stays unlimited. The
+        runs' traces say it was raised `by` whom (a person's name), and by what.
+
+        With `step`, the raise is the one decision of the wait `run_id` is parked at at
+        that step (a person answering what they saw, like an approval): refused, raising
+        nothing, once that wait is not pending (raised already, even by a raise sent at
+        the same moment), or when the tree would still be full under one of its limits.
 
         Raises:
             RelayError: `more` raises nothing the tree has a limit for.
+            DecisionRefused: (with `step`) the wait is not pending, or the raise leaves
+                the tree full (the message says which limit).
             RunNotFound: there is no such run.
         """
-        return self._drive(extend_steps(self.store.keys, self._due(), run_id, more))
+        return self._drive(
+            extend_steps(self.store.keys, self._due(), run_id, more, step=step, by=by)
+        )
 
     def wait(self, run_id: str, timeout: float = 60.0) -> Outcome:
         """Return the run's outcome once it finishes (a run a reply is on its way to
@@ -391,25 +402,90 @@ def budget_steps(keys: Keys, record: RunRecord) -> Steps[Budget | None]:
     )
 
 
-def extend_steps(keys: Keys, due_ms: int, run_id: str, more: Budget) -> Steps[int]:
+def extend_steps(
+    keys: Keys, due_ms: int, run_id: str, more: Budget, *, step: int | None = None, by: str = ""
+) -> Steps[int]:
     """Raise the tree's limits by `more` and wake its runs parked at the budget; return
-    how many were woken (see `RunsClient.extend`)."""
+    how many were woken (see `RunsClient.extend`). With `step`, the raise answers the
+    wait of `run_id` parked at that step, once (checked with the raise, in Redis)."""
     if not isinstance(more, Budget) or more.empty:
         raise RelayError("extend needs a Budget that raises at least one limit")
     record, _ = yield from record_steps(keys, run_id)
     parked = yield from reads.pending_in_tree(keys, record.root, "budget")
     seconds = None if more.seconds is None else int(more.seconds * 1000)
     raise_by = (more.tokens, more.usd_micro, more.model_calls, seconds)
-    extend = scripts.extend(keys, root=record.root, raise_by=raise_by, parked=parked, due_ms=due_ms)
+    parked_at = None if step is None else (yield from _parked_at(keys, run_id))
+    extend = scripts.extend(
+        keys, root=record.root, raise_by=raise_by, parked=parked, due_ms=due_ms,
+        answers=None if step is None else (run_id, step), parked_at=parked_at,
+        by=by, raised=more.describe(),
+    )  # fmt: skip
     extended = yield extend
     if extended is None:
         raise RunNotFound(f"no run {record.root!r} (it never existed, or it finished and expired)")
+    if extended.gone:
+        raise DecisionRefused(_not_parked(run_id, step))
+    if extended.full is not None:
+        raise DecisionRefused(_still_full(record.root, more, extended.full))
     if not extended.raised:
         raise RelayError(
             f"the budget of run {record.root} has no limit that {more.describe()} raises"
         )
-    yield Emit(Outgoing([Message("advance", p.run_id) for p in parked]))
+    woken = sorted({p.run_id for p in parked} | ({run_id} if step is not None else set()))
+    yield Emit(Outgoing([Message("advance", woke) for woke in woken]))
     return int(extended.woken)
+
+
+TRACE_END = 2**53
+"""A trace position past any line: reading from it gives the position after the last."""
+PARKED_LINES = 50
+"""How far back a run's trace is read for the line that says where it parked (a parked
+run writes little after it: a person's message, a pause)."""
+
+
+def _parked_at(keys: Keys, run_id: str) -> Steps[tuple[str, int] | None]:
+    """The limit the run is parked at and what its next model call needs under it,
+    from the newest `budget` line of its trace (None: not there, or written before it
+    said what is needed)."""
+    end, _ = yield from reads.trace(keys, run_id, TRACE_END)
+    _, lines = yield from reads.trace(keys, run_id, end - PARKED_LINES)
+    for line in reversed(lines):
+        if line.kind == "budget_extended":
+            return None  # (raised since, and not parked again yet: EXTEND refuses it)
+        if line.kind == "budget":
+            limit, need = line.data.get("limit"), line.data.get("need")
+            if isinstance(limit, str) and isinstance(need, int) and need > 0:
+                return limit, need
+            return None
+    return None
+
+
+def _not_parked(run_id: str, step: int | None) -> str:
+    return (
+        f"run {run_id} is not parked at its budget at step {step} (any more): its budget"
+        " was raised already, or it went on"
+    )
+
+
+def _still_full(root: str, more: Budget, full: tuple[str, int, int, int]) -> str:
+    """Why a raise that would leave the tree full under `limit` is refused: what is used
+    (or held), the limit after the raise, what the next model call needs under it."""
+    limit, used, cap, need = full
+    short = used + need - cap
+    if limit == "usd":
+        what, numbers = "dollars", f"${used / 1e6:,.6f} of ${cap / 1e6:,.6f}"
+        needs, least = f"${need / 1e6:,.6f}", f"${short / 1e6:,.6f}"
+    else:
+        noun = "token" if limit == "tokens" else "model call"
+        what, numbers = f"{noun}s", f"{counted(used, noun)} of {cap:,}"
+        needs, least = counted(need, noun), counted(short, noun)
+    # (a model call needs one model call: said only of tokens and dollars)
+    needed = f", and a model call may need {needs}" if limit != "model_calls" else ""
+    return (
+        f"raising the budget of run {root} by {more.describe()} would still leave it at its"
+        f" limit of {what} ({numbers} used or held{needed}): the run would stay parked."
+        f" Nothing was raised: it needs at least {least} more"
+    )
 
 
 def wait_steps(keys: Keys, run_id: str, timeout: float) -> Steps[Outcome]:

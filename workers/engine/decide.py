@@ -168,13 +168,18 @@ def _on_budget_reached(run: Working, event: BudgetReached) -> None:
     if _waiting_for_model(run, event.seq):
         run.parked = event.detail  # no model call until the budget is extended
         run.asked = None
-        run.note("budget", event.detail, data={"limit": event.limit})
+        # (The limit and what the next call needs: a person's raise is checked against them.)
+        run.note("budget", event.detail, data={"limit": event.limit, "need": event.need})
 
 
 def _on_budget_extended(run: Working, event: BudgetExtended) -> None:
     if run.parked is not None and event.seq == run.seq:
         run.parked = None
-        run.note("budget_extended")
+        # Who raised it and by what, where the event says (one stored before does not).
+        said = ", ".join(filter(None, [event.raised and f"{event.raised} more",
+                                       event.by and f"by {event.by}"]))  # fmt: skip
+        data = {k: v for k, v in (("by", event.by), ("raised", event.raised)) if v}
+        run.note("budget_extended", said, data=data)
 
 
 def _on_tool_done(run: Working, event: ToolDone) -> None:

@@ -159,6 +159,9 @@ class BudgetReached(BaseModel):
     seq: int
     limit: Literal["tokens", "usd", "model_calls"]
     detail: str
+    need: int = Field(default=0, exclude_if=lambda need: not need)
+    """What the next model call needs under `limit` (tokens, micro-dollars, calls): a
+    raise that leaves less room than this would not let the run go on (0: not told)."""
 
 
 class BudgetExtended(BaseModel):
@@ -168,6 +171,10 @@ class BudgetExtended(BaseModel):
     kind: Literal["budget_extended"] = "budget_extended"
     seq: int
     """The step the run was parked at (a decision names what the person saw)."""
+    by: str = Field(default="", exclude_if=lambda by: not by)
+    """Who raised it, when told (a raise stored before this field had none)."""
+    raised: str = Field(default="", exclude_if=lambda raised: not raised)
+    """What was raised, in words ("1,000 tokens, 2 model calls"); "" in older raises."""
 
 
 class CancelRun(BaseModel):
@@ -265,4 +272,4 @@ def not_admitted(seq: int, over: Over) -> InboxEvent:
     reserved = f" ({held} held by calls under way)" if over.reserved else ""
     detail += f"{reserved}; the next model call may need {need}. Extend the budget to go on."
     limit = "usd" if over.limit == "usd" else "tokens" if over.limit == "tokens" else "model_calls"
-    return BudgetReached(seq=seq, limit=limit, detail=detail)
+    return BudgetReached(seq=seq, limit=limit, detail=detail, need=over.estimate)

@@ -192,10 +192,16 @@ class ReplyAnswer(StrEnum):
 
 @dataclass(frozen=True)
 class Extended:
-    """EXTEND's answer: whether a limit was raised, and how many parked runs woke."""
+    """EXTEND's answer: whether a limit was raised, and how many parked runs woke; for a
+    raise that names its wait, `gone` (the wait is no longer pending) or `full` (the
+    limit the tree would still be full under: tokens, usd or model_calls, with what is
+    used and held, the limit after the raise and what a model call needs under it), and
+    then nothing was raised."""
 
     raised: bool
     woken: int
+    gone: bool = False
+    full: tuple[str, int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -451,6 +457,11 @@ def decide(
     return ScriptCall("decide", script_keys, args, lambda answer: Decided(_word(answer)))
 
 
+_FULL_LIMITS = {1: "tokens", 2: "usd", 3: "model_calls"}
+"""EXTEND's numbers for the limits of a tree's budget."""
+_LIMIT_NUMBERS = {name: str(number) for number, name in _FULL_LIMITS.items()}
+
+
 def extend(
     keys: Keys,
     *,
@@ -458,24 +469,45 @@ def extend(
     raise_by: tuple[int | None, int | None, int | None, int | None],
     parked: Sequence[Pending],
     due_ms: int,
+    answers: tuple[str, int] | None = None,
+    parked_at: tuple[str, int] | None = None,
+    by: str = "",
+    raised: str = "",
 ) -> ScriptCall[Extended | None]:
     """EXTEND the tree's limits (tokens, micro-dollars, model calls, deadline ms; None:
-    leave it) and wake the runs `parked` at its budget; None if there is no root."""
+    leave it) and wake the runs `parked` at its budget; None if there is no root. A raise
+    that `answers` one wait (a person's form: the run and the step it is parked at) is
+    refused once that wait is not pending, or when the tree would stay full (see
+    extend.lua; `parked_at`: the limit that run parked at and what its next model call
+    needs under it, if known): decided there, not here, so two sent at once cannot both
+    pass. Each woken run is told `by` whom and what was `raised` (in words)."""
     index = keys.index(root)
     script_keys = [keys.run(root), index.deadlines, index.pending, index.pending_data]
     script_keys.append(index.outbox)
     args: list[Any] = ["" if n is None else n for n in raise_by]
-    args += [root, due_ms]
-    for entry in parked:
-        seq = str(entry.seq)
-        script_keys += [keys.run(entry.run_id), keys.inbox(entry.run_id)]
-        args += [pending_member(entry.run_id, "budget", seq), RunFields.decision("budget", seq)]
-        args += [BudgetExtended(seq=entry.seq).model_dump_json()]
-        args += [OutboxMember.advance(entry.run_id)]
+    waits = {(entry.run_id, entry.seq) for entry in parked}
+    if answers is not None:
+        waits.add(answers)  # (parked since the tree's waits were read: woken all the same)
+    named = "" if answers is None else pending_member(answers[0], "budget", str(answers[1]))
+    limit, need = parked_at or ("", 0)
+    args += [root, due_ms, named, _LIMIT_NUMBERS.get(limit, ""), need]
+    for run_id, step in sorted(waits):
+        seq = str(step)
+        script_keys += [keys.run(run_id), keys.inbox(run_id)]
+        args += [pending_member(run_id, "budget", seq), RunFields.decision("budget", seq)]
+        args += [BudgetExtended(seq=step, by=by, raised=raised).model_dump_json()]
+        args += [OutboxMember.advance(run_id)]
 
     def read(answer: Any) -> Extended | None:
-        raised, woken = (int(n) for n in answer)
-        return None if raised < 0 else Extended(bool(raised), woken)
+        raised, woken, *numbers = (int(n) for n in answer)
+        if raised == -1:
+            return None
+        if raised == -2:
+            return Extended(False, 0, gone=True)
+        if raised == -3:
+            used, cap, need = numbers
+            return Extended(False, 0, full=(_FULL_LIMITS[woken], used, cap, need))
+        return Extended(bool(raised), woken)
 
     return ScriptCall("extend", script_keys, args, read)
 

@@ -17,9 +17,14 @@
                                                N (`relay answer`)
     POST /api/runs/<id>/budget                 {"calls": N, "tokens": N, "usd": X, "minutes": X,
                                                "step": N}: raise the tree's limits, the run
-                                               parked at step N goes on (`relay extend`)
+                                               parked at step N goes on (`relay extend`);
+                                               once: a second raise of that wait, or one
+                                               too small for the call it parked at (the
+                                               run would stay parked), is refused (409),
+                                               raising nothing
 
-A decision must be sent as `application/json` (a page on another site cannot
+A plan, answer or budget decision names its `step` (a whole number; 400 without
+it). A decision must be sent as `application/json` (a page on another site cannot
 send that without a preflight, which this server never grants). Errors are
 `{"error": "..."}` with 400, 403, 404 or 409.
 """
@@ -138,21 +143,17 @@ class _Api:
             return _error('"approve" must be true or false', 400)
         run_id = request.path_params["run_id"]
         call_id = request.path_params.get("call_id")
-        kind, what = ("call", call_id) if call_id else ("plan", str(body.get("step", "")))
+        step = None if call_id else _step(body)
+        if step is not None and not isinstance(step, int):
+            return step
+        kind, what = ("call", call_id) if call_id else ("plan", str(step))
         reason = str(body.get("reason", ""))[:2_000]
         args = body.get("args")
         if args is not None and (not call_id or not approve or not isinstance(args, dict)):
             return _error('"args" is an object, and goes with approving a call', 400)
-        user = self.web.user(request)
-        try:
-            said = await self.web.decide(
-                user, kind, run_id, what, yes=approve, reason=reason, args=args
-            )
-        except RunNotFound as error:
-            return _error(str(error), 404)
-        except DecisionRefused as error:
-            return _error(str(error), 409)
-        return JSONResponse({"done": said})
+        return await self._decided(
+            request, kind, run_id, what, yes=approve, reason=reason, args=args
+        )
 
     async def answer(self, request: Request) -> Response:
         """A question's answer, or a raise of the budget a run is parked at."""
@@ -160,6 +161,9 @@ class _Api:
         if isinstance(body, Response):
             return body
         kind = "question" if request.url.path.endswith("/answer") else "budget"
+        step = _step(body)
+        if not isinstance(step, int):
+            return step
         text, more = body.get("text"), None
         if kind == "question" and not (isinstance(text, str) and text.strip()):
             return _error('"text" is the answer: non-empty text', 400)
@@ -169,11 +173,17 @@ class _Api:
             if isinstance(raised, str):
                 return _error(raised, 400)
             more = raised
+        return await self._decided(
+            request, kind, request.path_params["run_id"], str(step),
+            yes=True, reason=str(text or "")[:20_000], more=more,
+        )  # fmt: skip
+
+    async def _decided(
+        self, request: Request, kind: str, run_id: str, what: str, **decision: Any
+    ) -> Response:
+        """Decide in the signed-in user's name; what was done, or why not (404, 409)."""
         try:
-            said = await self.web.decide(
-                self.web.user(request), kind, request.path_params["run_id"],
-                str(body.get("step", "")), yes=True, reason=str(text or "")[:20_000], more=more,
-            )  # fmt: skip
+            said = await self.web.decide(self.web.user(request), kind, run_id, what, **decision)
         except RunNotFound as error:
             return _error(str(error), 404)
         except DecisionRefused as error:
@@ -195,6 +205,15 @@ def routes(web: Web) -> list[Route]:
         Route("/api/runs/{run_id}/answer", api.answer, methods=["POST"]),
         Route("/api/runs/{run_id}/budget", api.answer, methods=["POST"]),
     ]
+
+
+def _step(body: dict[str, Any]) -> int | Response:
+    """The step a plan, question or budget decision names (what the person saw), or the
+    400 that says it is missing: without it, nothing says which wait is decided."""
+    step = body.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= 2**53:
+        return _error('"step" is required: the step the run waits at (a whole number)', 400)
+    return step
 
 
 async def _json_body(request: Request) -> dict[str, Any] | Response:

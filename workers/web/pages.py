@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from scheduler.history import FiringKind
+from scheduler.history import HISTORY_MAX, FiringKind
 from scheduler.schedules import Schedule, local_iso
 from scheduler.store import Notification
 from workers.engine.records import RUN_FILTERS
@@ -194,7 +194,8 @@ class _Pages:
                 "describe": found.describe(),
                 "mode": found.mode,
                 "next": found.next_text(),
-                "last_ms": last,
+                "last_ms": last[0],
+                "never": last[1],
                 "task": found.task(),
                 "runs": fired.get(found.name, []),
             }
@@ -424,18 +425,21 @@ async def _whole_call_seen(web: Web, run_id: str, call_id: str, seen: str) -> No
 
 def _schedules_and_notes(
     web: Web,
-) -> tuple[list[Schedule], list[Notification], list[int | None]]:
+) -> tuple[list[Schedule], list[Notification], list[tuple[int | None, str]]]:
     """Every schedule, the newest notifications, and when each schedule last started a
-    run (notified, for a notify-only one), from its history; None: never among the
-    entries kept. (`last_run_ms` is where the next slot is counted from: when it was
-    made, resumed or last claimed a slot, skipped ones too; not a firing.) The schedule
+    run (notified, for a notify-only one), from its history; None, with what to say
+    instead: "never", or "not in its last 200 firings" when the history kept is full
+    of other firings (as `relay schedule show` says). (`last_run_ms` is where the next
+    slot is counted from: when it was made, resumed or last claimed a slot, skipped ones
+    too; not a firing.) The schedule
     store reads redis-py."""
     found = web.relay.schedules()
-    lasts: list[int | None] = []
+    lasts: list[tuple[int | None, str]] = []
     for schedule in found:
         kind: FiringKind = "notified" if schedule.mode == "notify" else "fired"
-        entry, _ = web.relay.scheduling.last(schedule.name, kind)
-        lasts.append(None if entry is None else entry.slot_ms)
+        entry, looked = web.relay.scheduling.last(schedule.name, kind)
+        never = "never" if looked < HISTORY_MAX else f"not in its last {looked} firings"
+        lasts.append((None, never) if entry is None else (entry.slot_ms, ""))
     return found, web.relay.notifications(limit=20), lasts
 
 

@@ -66,7 +66,7 @@ class Web:
         Raises:
             DecisionRefused: it is not pending (any more), was decided already, the
                 edited arguments are refused (the call stays pending), or the budget
-                has no limit `more` raises.
+                has no limit `more` raises, or would stay full after it.
             RunNotFound: there is no such run.
         """
         verb, relay = ("approved" if yes else "denied"), self.arelay
@@ -91,22 +91,37 @@ class Web:
             await relay.answer(run_id, reason, by=user)
             return f"answered the question of run {run_id}"
         if kind == "budget" and more is not None:
-            status = await self._still_waiting(run_id, "budget", what, "the budget")
-            never = _unlimited(status.budget, more)
-            if never:  # (refused before EXTEND, which would wake the parked runs anyway)
-                raise DecisionRefused(
-                    f"the budget of run {status.root} has no limit of {never} to raise"
-                )
-            try:
-                woken = await relay.extend(run_id, more)
-            except RunNotFound:
-                raise
-            except RelayError as error:  # a limit the tree never had
-                raise DecisionRefused(str(error)) from None
-            went = "no parked run" if woken == 0 else f"{woken} parked run{'s' * (woken > 1)}"
-            return f"raised the budget of run {run_id}'s tree by {more.describe()}; {went} went on"
+            return await self._raise(user, run_id, what, more)
         raise DecisionRefused(
             f"relay web decides calls, plans, questions and budgets, not {kind!r}"
+        )
+
+    async def _raise(self, user: str, run_id: str, step: str, more: Budget) -> str:
+        """Raise the budget run `run_id` is parked at at `step` by `more`, once: EXTEND
+        checks in Redis, with the raise, that this wait is still pending (a second form
+        or POST for it is refused, even one sent at the same moment) and that the raise
+        leaves the tree room for the model call the run parked at (else the run would
+        park again at once: the raise is refused saying which limit and how much more,
+        raising nothing)."""
+        if not (step.isascii() and step.isdigit()):
+            raise DecisionRefused(f"the budget of run {run_id} is named by its step: {step!r}")
+        status = await self.arelay.status(run_id)
+        never = _unlimited(status.budget, more)
+        if never:  # (refused before EXTEND, which would raise the tree's other limits)
+            raise DecisionRefused(
+                f"the budget of run {status.root} has no limit of {never} to raise"
+            )
+        try:
+            woken = await self.arelay.extend(run_id, more, step=int(step), by=user)
+        except (RunNotFound, DecisionRefused):
+            raise
+        except RelayError as error:  # a limit the tree never had
+            raise DecisionRefused(str(error)) from None
+        others = woken - 1
+        also = f", and {others} other parked run{'s' * (others > 1)} of its tree" * (others > 0)
+        return (
+            f"raised the budget of run {status.root}'s tree by {more.describe()};"
+            f" run {run_id} goes on from step {step}{also}"
         )
 
     async def _still_waiting(self, run_id: str, kind: str, step: str, shown: str) -> RunStatus:
