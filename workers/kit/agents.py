@@ -75,6 +75,11 @@ class AgentKit:
         them (which may start a server)."""
         return bool(self._specs or self._loaders)
 
+    def listed(self) -> bool:
+        """Whether every tool is known already (no MCP server's listing deferred): then
+        `spec` reads memory only, and needs no thread of its own."""
+        return not self._loaders
+
     # --- registering ----------------------------------------------------------------------
 
     def register(

@@ -328,7 +328,9 @@ async def _edit_note(web: Web, tool: str) -> str:
             "Editing the arguments needs relay web started with the app that runs this"
             " tool (relay --app MODULE:ATTR web): its tool checks the edited arguments."
         )
-    if await run_in_threadpool(kit.spec, tool) is None:  # (may start an MCP server)
+    # A tool still to be listed may start an MCP server: that waits on a thread.
+    found = kit.spec(tool) if kit.listed() else await run_in_threadpool(kit.spec, tool)
+    if found is None:
         return (
             f"This app has no tool {tool!r} to check edited arguments against: edit them"
             " from a relay web started with the app that runs it (--app)."
