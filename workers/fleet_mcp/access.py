@@ -13,7 +13,7 @@ one of them); any other run is, to it, a run that does not exist:
 
 With one RELAY_MCP_TOKEN instead, or over stdio, the one client sees the runs of
 the app `relay mcp` serves (`--app`), whatever their key. Every token is held to
-`workers.settings.check_bearer_token` (a random secret) before the server starts.
+`workers.fleet_mcp.tokens.check_bearer_token` (a random secret) before the server starts.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from workers.errors import RelayError, SettingsError
-from workers.settings import check_bearer_token, load_entries
+from workers.fleet_mcp.tokens import check_bearer_token
+from workers.settings import load_entries
 
 __all__ = [
     "CLIENT_SCOPE",
