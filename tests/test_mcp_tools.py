@@ -570,6 +570,37 @@ def test_idempotent_beats_a_risk_override_both_ways_by_either_name() -> None:
     ]
 
 
+@pytest.mark.parametrize("field", ["risk", "idempotent"])
+def test_an_override_naming_no_tool_is_an_error_naming_it_and_the_servers_tools(
+    field: str,
+) -> None:
+    said: dict[str, Any] = {"chrage": Risk.MONEY} if field == "risk" else {"chrage": False}
+    server = _stdio("pay", trust_annotations=True, **{field: said})
+    listed = [_listed("refund"), _listed("charge", annotations={"readOnlyHint": True})]
+    with pytest.raises(MCPServerError) as raised:
+        relay_tools([(server, listed)], [])
+    assert str(raised.value) == (
+        f"MCP server pay: its {field} names 'chrage', which is none of its tools (charge,"
+        " refund); correct or remove the entry: a misspelt one would leave its tool at the"
+        " default risk"
+    )
+
+
+def test_an_override_may_name_a_tool_by_any_of_its_names() -> None:
+    server = _stdio("pay", risk={"pay_charge": Risk.MONEY, "odd_name": Risk.READ})
+    made = relay_tools([(server, [_listed("charge"), _listed("odd name")])], [])
+    assert [(t.tool.name, t.tool.risk_class) for t in made] == [
+        ("charge", Risk.MONEY),
+        ("odd_name", Risk.READ),
+    ]
+
+
+def test_a_long_listing_is_named_in_part_in_the_error() -> None:
+    listed = [_listed(f"tool{n:02}") for n in range(40)]
+    with pytest.raises(MCPServerError, match=r"\(tool00, .*, tool29 and 10 more\)"):
+        relay_tools([(_stdio(idempotent={"tool40": True}), listed)], [])
+
+
 def test_a_money_override_is_never_idempotent_unless_the_override_says_so() -> None:
     hinted = {"idempotentHint": True, "readOnlyHint": True}
     plain = _one(_stdio(risk={"pay": Risk.MONEY}), _listed("pay", annotations=hinted))
@@ -952,6 +983,19 @@ def test_a_refresh_replaces_nothing_unless_every_server_answered(
         toolset.listings(client, PREFIX, refresh=True)
     assert client.get(key) == kept.encode()
     assert client.get(toolset.key(PREFIX, ghost)) is None
+
+
+def test_a_refresh_replaces_nothing_when_an_override_names_no_tool(
+    client: redis.Redis,
+) -> None:
+    server = MCPServer("time", command=[pypi_bin("mcp-server-time")], risk={"get_tim": Risk.READ})
+    toolset = MCPToolset("notes", [server], output_chars=1_000)
+    key = toolset.key(PREFIX, server)
+    kept = json.dumps({"digest": digest([_listed("kept")]), "tools": [_listed("kept").as_json()]})
+    client.set(key, kept)
+    with pytest.raises(MCPServerError, match=r"its risk names 'get_tim', which is none of its"):
+        toolset.listings(client, PREFIX, refresh=True)
+    assert client.get(key) == kept.encode()  # the workers go on with what they have
 
 
 def test_a_server_that_never_speaks_mcp_times_out_at_its_connect_timeout(
