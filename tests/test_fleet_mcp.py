@@ -275,6 +275,19 @@ def test_a_weak_token_in_the_clients_file_stops_the_server(f: Fleet, tmp_path: P
     assert "secrets.token_urlsafe(32)" in refused.stderr
 
 
+def test_a_clients_file_nested_too_deeply_is_one_line_naming_it(f: Fleet, tmp_path: Path) -> None:
+    deep = tmp_path / "clients.toml"
+    deep.write_text("clients = " + "[" * 50_000 + "]" * 50_000)
+    refused = relay(
+        "--app", APP, "mcp", "--http", str(free_port()), "--clients", str(deep),
+        env=clean_env(**f.env), timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.strip().splitlines() == [
+        f"relay: RELAY_MCP_CLIENTS: cannot read {deep}: it is nested too deeply"
+    ]
+
+
 def test_a_random_token_passes_the_check() -> None:
     for _ in range(300):
         for token in (secrets.token_urlsafe(32), secrets.token_hex(32)):
@@ -432,7 +445,9 @@ def test_a_client_name_is_stored_and_shown_escaped(f: Fleet, tmp_path: Path) -> 
 
 
 def test_shown_name_keeps_a_plain_name_and_cuts_a_long_one() -> None:
-    assert shown_name("Claude Desktop 1.2 (mac)") == "Claude Desktop 1.2 (mac)"
+    assert shown_name("Claude Desktop 1.2 mac") == "Claude Desktop 1.2 mac"
+    # A name cannot pass for the clients file's name of a token ("NAME (token T)").
+    assert shown_name("ide (token billing-ide)") == r"ide \x28token billing-ide\x29"
     assert shown_name("") == shown_name(None) == "unnamed"
     assert shown_name("\x1b" * 100) == r"\x1b" * 20
     assert len(shown_name("x" * 500)) == 80

@@ -271,6 +271,21 @@ def test_an_unreadable_file_is_one_settings_error_line(tmp_path: Path) -> None:
     assert "cannot read" in _load_error(tmp_path / "latin.json")
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", '{"servers": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("deep.toml", "servers = " + "[" * 100_000 + "]" * 100_000),
+        ("tables.toml", "[[servers]]\nname = " + "{a = " * 5_000 + "1" + "}" * 5_000),
+    ],
+)
+def test_a_file_nested_too_deeply_is_one_line_naming_it(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    (tmp_path / name).write_text(text)
+    assert _load_error(tmp_path / name).endswith(": it is nested too deeply")
+
+
 @pytest.mark.parametrize("text", ["[]", '{"servers": []}', "{}", '{"servers": {}}', "null", "3"])
 def test_a_file_listing_no_servers_is_refused(tmp_path: Path, text: str) -> None:
     path = tmp_path / "mcp.json"

@@ -610,8 +610,9 @@ def load_entries(
     servers): a list of tables, or a table with the list under `what` + "s".
 
     Raises:
-        SettingsError: the file cannot be read, lists none, or an entry is not one (one
-            line naming the variable, the file, the entry's number and its field).
+        SettingsError: the file cannot be read (nested too deeply, too), lists none, or
+            an entry is not one (one line naming the variable, the file, the entry's
+            number and its field).
     """
     where = Path(path)
     try:
@@ -619,6 +620,8 @@ def load_entries(
         data: Any = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ValueError) as error:
         raise SettingsError(f"{variable}: cannot read {where}: {error}") from error
+    except RecursionError:  # json and tomllib parse nested tables by recursion
+        raise SettingsError(f"{variable}: cannot read {where}: it is nested too deeply") from None
     listed = data.get(f"{what}s") if isinstance(data, dict) else data
     if not isinstance(listed, list) or not listed:
         raise SettingsError(f"{variable}: {where} lists no {what}s")

@@ -42,9 +42,11 @@ __all__ = [
 CLIENT_SCOPE = "relay.mcp_client"
 """The ASGI scope's entry where `guarded` leaves the `Sight` of the request's token."""
 NAME_CHARS = 80
-_KEPT = frozenset(" ._-+/@:()#")
+_KEPT = frozenset(" ._-+/@:#")
 """Characters of a client's self-reported name kept as they are, besides letters and
-digits: none of them starts a terminal escape, HTML or Rich markup."""
+digits: none of them starts a terminal escape, HTML or Rich markup. Parentheses are
+escaped: "mcp client NAME (token T)" is how a token's name is shown, and a client
+must not be able to call itself `ide (token billing-ide)`."""
 
 
 @dataclass(frozen=True)
