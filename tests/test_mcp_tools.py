@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from workers.mcp.mapping import (
     risk_of,
 )
 from workers.mcp.results import output_of
+from workers.mcp.stderr import LINE_CHARS, ServerStderr
 from workers.mcp.toolset import Listing, MCPToolset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1049,6 +1051,27 @@ def test_a_servers_stderr_banner_is_logged_never_written_to_this_process(
     while said not in caplog.messages and time.monotonic() < deadline:
         time.sleep(0.05)
     assert said in caplog.messages
+
+
+def test_endless_stderr_without_a_newline_is_read_in_bounded_memory() -> None:
+    # A server writing 32 MB to stderr with no newline, then one more line.
+    code = (
+        "import sys; out = sys.stderr.buffer; piece = b'x' * 65536\n"
+        "for _ in range(512): out.write(piece)\n"
+        "out.write(b'\\nlast words\\n'); out.flush()"
+    )
+    stderr = ServerStderr("noisy")
+    tracemalloc.start()
+    try:
+        with subprocess.Popen([sys.executable, "-c", code], stderr=stderr.errlog) as child:
+            stderr.handed_over()
+            assert child.wait(60) == 0
+        said = stderr.last(wait_s=30)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert said == "x" * LINE_CHARS + " / last words"
+    assert peak < 4 * 1024 * 1024, peak  # a chunk and a line, not the 32 MB
 
 
 def test_a_server_that_cannot_start_is_reported_with_what_it_wrote_to_stderr(
