@@ -15,8 +15,8 @@ of them there are:
 Both read a random token close to its true entropy and a made-up one far below it
 (`'changeme-' * 3 + '12345'` reads about 49 bits). `secrets.token_urlsafe(32)` (256
 random bits, 43 characters) reads 170 bits or more (the least of 100,000 drawn was
-174); `secrets.token_hex(16)` (exactly 128 random bits) mostly reads under 128, and
-is refused: the estimate never credits more than the characters show.
+174); `secrets.token_hex(16)` (exactly 128 random bits) reads under 128 nearly
+always, and is refused: the estimate never credits more than the characters show.
 """
 
 from __future__ import annotations
