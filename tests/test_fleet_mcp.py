@@ -35,7 +35,8 @@ from tests.support.redis_server import free_port
 from tests.support.waiting import pending_for, shared_fleet
 from tests.support.web import RelayWeb
 from workers.fleet_mcp import LONG_POLLS_PER_CLIENT, shown_name
-from workers.settings import Settings, SettingsError, check_bearer_token
+from workers.fleet_mcp.tokens import check_bearer_token, estimated_bits
+from workers.settings import Settings
 
 APP = "tests.apps.notes:relay"
 ME = Implementation(name="ide-test", version="1.0")
@@ -187,6 +188,13 @@ WEAK = {
     "few letters": "abcabcabcabcabcabcabcabcabcabcabcabc",
     "a piece repeated": "Ab1-Cd2_Ef" * 4,
     "a space inside": "Zx8Qw3Rt7Yu2Io5Pa9Sd4Fg6Hj1 Kl0mN",
+    # The outside review's tokens, which eight different characters let through:
+    "one letter and a tail": "a" * 24 + "bcdefghi",
+    "eight letters repeated": "ABCDEFGH" * 4 + "I",
+    "digits counted up": "0123456789" * 3 + "01",
+    "a word twice and digits": "passwordpassword1234567890123456",
+    "changeme thrice": "changeme-changeme-changeme-12345",
+    "the alphabet": "abcdefghijklmnopqrstuvwxyzABCDEF",
 }
 
 
@@ -199,25 +207,47 @@ def test_a_weak_token_stops_the_server_at_start_saying_how_to_make_one(
     assert refused.returncode == 1, refused.stdout
     said = refused.stderr
     if token.strip():
-        assert "RELAY_MCP_TOKEN: expected a random secret of at least 32" in said, said
+        assert (
+            "RELAY_MCP_TOKEN: expected a random secret of at least 32 visible ASCII characters"
+            " (no spaces) with an estimated 128 bits of entropy or more, but" in said
+        ), said
         assert token.strip() not in said  # never echoed
     else:  # blank is unset, as for every setting
         assert "needs a bearer token: RELAY_MCP_TOKEN (unset or blank now)" in said, said
     assert "secrets.token_urlsafe(32)" in said
 
 
-def test_the_token_never_shows_in_the_settings_or_their_errors() -> None:
-    settings = Settings.from_env({"RELAY_MCP_TOKEN": TOKEN})
-    assert settings.mcp_token is not None
-    assert settings.mcp_token.get_secret_value() == TOKEN
-    for shown in (repr(settings), str(settings), json.dumps(settings.redacted())):
-        assert TOKEN not in shown
-    assert settings.redacted()["mcp_token"] == "***"
-    weak = "x" + TOKEN[:20]
-    with pytest.raises(SettingsError) as refused:
-        Settings.from_env({"RELAY_MCP_TOKEN": weak})
-    assert str(refused.value).startswith("RELAY_MCP_TOKEN: expected a random secret")
-    assert weak not in str(refused.value)
+def test_the_token_never_shows_in_the_settings() -> None:
+    for token in (TOKEN, "devtoken"):
+        settings = Settings.from_env({"RELAY_MCP_TOKEN": token})
+        assert settings.mcp_token is not None
+        assert settings.mcp_token.get_secret_value() == token
+        for shown in (repr(settings), str(settings), json.dumps(settings.redacted())):
+            assert token not in shown
+        assert settings.redacted()["mcp_token"] == "***"
+
+
+def test_a_weak_token_stops_only_relay_mcp_not_workers_nor_commands(
+    f: Fleet, tmp_path: Path
+) -> None:
+    # A shared .env from a release that took any token: the fleet must go on.
+    weak = {"RELAY_MCP_TOKEN": "devtoken"}
+    worker = f.worker("--concurrency", "1", name="weak-token", env=weak)  # waits for "ready."
+    try:
+        assert worker.process is not None
+        assert worker.process.poll() is None  # still running
+        listed = relay("--app", APP, "pending", env=clean_env(**f.env, **weak), timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert "RELAY_MCP_TOKEN" not in listed.stderr + listed.stdout
+    finally:
+        worker.stop()
+    assert "RELAY_MCP_TOKEN" not in worker.output()
+    refused = relay(
+        "--app", APP, "mcp", "--http", str(free_port()), env=clean_env(**f.env, **weak), timeout=60
+    )  # fmt: skip
+    assert refused.returncode == 1, refused.stdout
+    assert "RELAY_MCP_TOKEN: expected a random secret" in refused.stderr
+    assert "but it has 8 characters" in refused.stderr
 
 
 A_TOKEN = "tests-acme-Qm4Vt8Lp2Xr6Nz1Bw5Hc9Jd3Ks7"
@@ -245,10 +275,36 @@ def test_a_weak_token_in_the_clients_file_stops_the_server(f: Fleet, tmp_path: P
     assert "secrets.token_urlsafe(32)" in refused.stderr
 
 
+def test_a_clients_file_nested_too_deeply_is_one_line_naming_it(f: Fleet, tmp_path: Path) -> None:
+    deep = tmp_path / "clients.toml"
+    deep.write_text("clients = " + "[" * 50_000 + "]" * 50_000)
+    refused = relay(
+        "--app", APP, "mcp", "--http", str(free_port()), "--clients", str(deep),
+        env=clean_env(**f.env), timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.strip().splitlines() == [
+        f"relay: RELAY_MCP_CLIENTS: cannot read {deep}: it is nested too deeply"
+    ]
+
+
 def test_a_random_token_passes_the_check() -> None:
-    for _ in range(200):
-        for token in (secrets.token_urlsafe(32), secrets.token_urlsafe(24), secrets.token_hex(16)):
+    for _ in range(300):
+        for token in (secrets.token_urlsafe(32), secrets.token_hex(32)):
             assert check_bearer_token(token) == token
+
+
+@pytest.mark.parametrize("token", list(WEAK.values())[6:], ids=list(WEAK.keys())[6:])
+def test_a_made_up_token_is_estimated_far_below_128_bits(token: str) -> None:
+    assert estimated_bits(token) < 100
+    with pytest.raises(ValueError, match=r"its entropy is estimated at \d+ bits"):
+        check_bearer_token(token)
+
+
+def test_the_estimate_counts_a_repeat_once_and_a_sequence_as_one_step() -> None:
+    random_half = secrets.token_urlsafe(24)[:32]
+    assert estimated_bits(random_half + random_half) < estimated_bits(random_half) + 20
+    assert estimated_bits("".join(chr(33 + n) for n in range(90))) < 10  # !"#$%... in order
 
 
 def test_a_client_sees_only_its_apps_and_keys_and_may_not_approve_money(
@@ -389,7 +445,9 @@ def test_a_client_name_is_stored_and_shown_escaped(f: Fleet, tmp_path: Path) -> 
 
 
 def test_shown_name_keeps_a_plain_name_and_cuts_a_long_one() -> None:
-    assert shown_name("Claude Desktop 1.2 (mac)") == "Claude Desktop 1.2 (mac)"
+    assert shown_name("Claude Desktop 1.2 mac") == "Claude Desktop 1.2 mac"
+    # A name cannot pass for the clients file's name of a token ("NAME (token T)").
+    assert shown_name("ide (token billing-ide)") == r"ide \x28token billing-ide\x29"
     assert shown_name("") == shown_name(None) == "unnamed"
     assert shown_name("\x1b" * 100) == r"\x1b" * 20
     assert len(shown_name("x" * 500)) == 80

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from workers.mcp.mapping import (
     risk_of,
 )
 from workers.mcp.results import output_of
+from workers.mcp.stderr import LINE_CHARS, ServerStderr
 from workers.mcp.toolset import Listing, MCPToolset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -269,6 +271,21 @@ def test_an_unreadable_file_is_one_settings_error_line(tmp_path: Path) -> None:
     assert "cannot read" in _load_error(tmp_path / "bad.toml")
     (tmp_path / "latin.json").write_bytes(b'["\xff"]')
     assert "cannot read" in _load_error(tmp_path / "latin.json")
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", '{"servers": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        ("deep.toml", "servers = " + "[" * 100_000 + "]" * 100_000),
+        ("tables.toml", "[[servers]]\nname = " + "{a = " * 5_000 + "1" + "}" * 5_000),
+    ],
+)
+def test_a_file_nested_too_deeply_is_one_line_naming_it(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    (tmp_path / name).write_text(text)
+    assert _load_error(tmp_path / name).endswith(": it is nested too deeply")
 
 
 @pytest.mark.parametrize("text", ["[]", '{"servers": []}', "{}", '{"servers": {}}', "null", "3"])
@@ -568,6 +585,37 @@ def test_idempotent_beats_a_risk_override_both_ways_by_either_name() -> None:
         ("lookup", Risk.READ, False),
         ("s_put", Risk.WRITE, True),
     ]
+
+
+@pytest.mark.parametrize("field", ["risk", "idempotent"])
+def test_an_override_naming_no_tool_is_an_error_naming_it_and_the_servers_tools(
+    field: str,
+) -> None:
+    said: dict[str, Any] = {"chrage": Risk.MONEY} if field == "risk" else {"chrage": False}
+    server = _stdio("pay", trust_annotations=True, **{field: said})
+    listed = [_listed("refund"), _listed("charge", annotations={"readOnlyHint": True})]
+    with pytest.raises(MCPServerError) as raised:
+        relay_tools([(server, listed)], [])
+    assert str(raised.value) == (
+        f"MCP server pay: its {field} names 'chrage', which is none of its tools (charge,"
+        " refund); correct or remove the entry: a misspelt one would leave its tool at the"
+        " default risk"
+    )
+
+
+def test_an_override_may_name_a_tool_by_any_of_its_names() -> None:
+    server = _stdio("pay", risk={"pay_charge": Risk.MONEY, "odd_name": Risk.READ})
+    made = relay_tools([(server, [_listed("charge"), _listed("odd name")])], [])
+    assert [(t.tool.name, t.tool.risk_class) for t in made] == [
+        ("charge", Risk.MONEY),
+        ("odd_name", Risk.READ),
+    ]
+
+
+def test_a_long_listing_is_named_in_part_in_the_error() -> None:
+    listed = [_listed(f"tool{n:02}") for n in range(40)]
+    with pytest.raises(MCPServerError, match=r"\(tool00, .*, tool29 and 10 more\)"):
+        relay_tools([(_stdio(idempotent={"tool40": True}), listed)], [])
 
 
 def test_a_money_override_is_never_idempotent_unless_the_override_says_so() -> None:
@@ -954,6 +1002,19 @@ def test_a_refresh_replaces_nothing_unless_every_server_answered(
     assert client.get(toolset.key(PREFIX, ghost)) is None
 
 
+def test_a_refresh_replaces_nothing_when_an_override_names_no_tool(
+    client: redis.Redis,
+) -> None:
+    server = MCPServer("time", command=[pypi_bin("mcp-server-time")], risk={"get_tim": Risk.READ})
+    toolset = MCPToolset("notes", [server], output_chars=1_000)
+    key = toolset.key(PREFIX, server)
+    kept = json.dumps({"digest": digest([_listed("kept")]), "tools": [_listed("kept").as_json()]})
+    client.set(key, kept)
+    with pytest.raises(MCPServerError, match=r"its risk names 'get_tim', which is none of its"):
+        toolset.listings(client, PREFIX, refresh=True)
+    assert client.get(key) == kept.encode()  # the workers go on with what they have
+
+
 def test_a_server_that_never_speaks_mcp_times_out_at_its_connect_timeout(
     client: redis.Redis,
 ) -> None:
@@ -990,6 +1051,27 @@ def test_a_servers_stderr_banner_is_logged_never_written_to_this_process(
     while said not in caplog.messages and time.monotonic() < deadline:
         time.sleep(0.05)
     assert said in caplog.messages
+
+
+def test_endless_stderr_without_a_newline_is_read_in_bounded_memory() -> None:
+    # A server writing 32 MB to stderr with no newline, then one more line.
+    code = (
+        "import sys; out = sys.stderr.buffer; piece = b'x' * 65536\n"
+        "for _ in range(512): out.write(piece)\n"
+        "out.write(b'\\nlast words\\n'); out.flush()"
+    )
+    stderr = ServerStderr("noisy")
+    tracemalloc.start()
+    try:
+        with subprocess.Popen([sys.executable, "-c", code], stderr=stderr.errlog) as child:
+            stderr.handed_over()
+            assert child.wait(60) == 0
+        said = stderr.last(wait_s=30)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert said == "x" * LINE_CHARS + " / last words"
+    assert peak < 4 * 1024 * 1024, peak  # a chunk and a line, not the 32 MB
 
 
 def test_a_server_that_cannot_start_is_reported_with_what_it_wrote_to_stderr(

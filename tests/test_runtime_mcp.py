@@ -486,3 +486,24 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_a_misspelt_override_stops_relay_tools_and_a_worker_says_it(tmp_path: Path) -> None:
+    good = write_servers(tmp_path / "mcp.json", [faults(tmp_path)])
+    typo = {"charge": Risk.CREATE, "chrage": Risk.MONEY}  # meant to make charge MONEY
+    misspelt = write_servers(tmp_path / "typo.json", [faults(tmp_path, risk=typo)])
+    said = "MCP server faults: its risk names 'chrage', which is none of its tools (charge,"
+    with fleet(tmp_path, extra_env={"RELAY_MCP": str(good)}) as k:
+        assert "charge" in {t.name for t in k.relay.tools}  # the listing is kept in Redis
+        env = clean_env(**{**k.env, "RELAY_MCP": str(misspelt)}, COLUMNS="200")
+        for refresh in ((), ("--refresh",)):
+            shown = relay("--app", APP, "tools", *refresh, env=env)
+            assert shown.returncode == 1, shown.stdout
+            assert said in shown.stderr, shown.stderr
+            assert "Traceback" not in shown.stderr
+        # A worker given the misspelt file says so in its log when a run needs its tools.
+        k.worker("--concurrency", "1", env={"RELAY_MCP": str(misspelt)})
+        k.brain.script("MCP-TYPO:", {0: call("charge", label="t"), 1: final("charged")})
+        k.relay.start("MCP-TYPO: charge")
+        k.until(lambda: said in k.full_logs(), 60, "the worker's log to name the entry")
+        assert "charge start t" not in k.ledger()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import click
 
 from workers.cli.common import Context, Failure, app_option
-from workers.settings import BEARER_TOKEN_CHARS, MAKE_A_TOKEN
 
 __all__ = ["mcp_serve"]
 
@@ -67,8 +66,10 @@ def mcp_serve(
     With --http, streamable HTTP on 127.0.0.1 only, and every request must carry
     `Authorization: Bearer TOKEN`: RELAY_MCP_TOKEN's (the app's runs), or a
     client's of --clients / RELAY_MCP_CLIENTS (its apps' runs, only its keys' if
-    it names keys). A token is a random secret of 32 characters or more: make one
-    with `python -c 'import secrets; print(secrets.token_urlsafe(32))'`.
+    it names keys). A token is a random secret: 32 visible characters or more,
+    with an estimated 128 bits of entropy (repeats and sequences count for
+    little): make one with
+    `python -c 'import secrets; print(secrets.token_urlsafe(32))'`.
 
     Deciding (approve, deny, answer) is off unless --allow-decisions: a model
     driving Relay through MCP must never approve its own calls by default; and
@@ -76,6 +77,7 @@ def mcp_serve(
     unless --allow-schedules.
     """
     from workers.fleet_mcp import Offer, Sight, fleet_server, guarded, load_clients  # noqa: PLC0415
+    from workers.fleet_mcp.tokens import MAKE_A_TOKEN, TOKEN_RULE, check_bearer_token  # noqa: PLC0415
 
     if allow_money_decisions and not allow_decisions:
         raise Failure("--allow-money-decisions goes with --allow-decisions")
@@ -98,12 +100,17 @@ def mcp_serve(
     if clients_file:
         clients = load_clients(clients_file)
     elif token is not None:
-        clients = {token.get_secret_value(): served}
+        try:
+            # Checked here, where it guards a server, not with the settings every process
+            # reads: a weak token in a shared environment stops only this server.
+            clients = {check_bearer_token(token.get_secret_value()): served}
+        except ValueError as weak:
+            raise Failure(f"RELAY_MCP_TOKEN: {weak}") from None
     else:
         raise Failure(
             "relay mcp --http needs a bearer token: RELAY_MCP_TOKEN (unset or blank now)"
-            f" holding a random secret of at least {BEARER_TOKEN_CHARS} characters (make one"
-            f" with: {MAKE_A_TOKEN}), or a clients file (--clients FILE or RELAY_MCP_CLIENTS)"
+            f" holding {TOKEN_RULE} (make one with: {MAKE_A_TOKEN}), or a clients file"
+            " (--clients FILE or RELAY_MCP_CLIENTS)"
         )
     import uvicorn  # noqa: PLC0415 - only this verb (and relay web) serves HTTP
 

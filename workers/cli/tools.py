@@ -50,7 +50,8 @@ def tools(obj: Context, refresh: bool, as_json: bool) -> None:
     An MCP tool's risk is its server's `risk` override ("override"), its annotations
     if the server is marked `trust_annotations` ("annotations (trusted)"), else WRITE
     and not idempotent ("default: untrusted server"); a Python tool's is what its
-    code says ("code").
+    code says ("code"). A `risk` or `idempotent` entry that names none of its
+    server's tools is an error, never ignored (with --refresh, nothing is kept).
 
     MCP servers' tools are as Redis keeps their listing for the whole app; with
     --refresh they are listed from the servers again first (what a stdio server

@@ -13,7 +13,7 @@ one of them); any other run is, to it, a run that does not exist:
 
 With one RELAY_MCP_TOKEN instead, or over stdio, the one client sees the runs of
 the app `relay mcp` serves (`--app`), whatever their key. Every token is held to
-`workers.settings.check_bearer_token` (a random secret) before the server starts.
+`workers.fleet_mcp.tokens.check_bearer_token` (a random secret) before the server starts.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from workers.errors import RelayError, SettingsError
-from workers.settings import check_bearer_token, load_entries
+from workers.fleet_mcp.tokens import check_bearer_token
+from workers.settings import load_entries
 
 __all__ = [
     "CLIENT_SCOPE",
@@ -41,9 +42,11 @@ __all__ = [
 CLIENT_SCOPE = "relay.mcp_client"
 """The ASGI scope's entry where `guarded` leaves the `Sight` of the request's token."""
 NAME_CHARS = 80
-_KEPT = frozenset(" ._-+/@:()#")
+_KEPT = frozenset(" ._-+/@:#")
 """Characters of a client's self-reported name kept as they are, besides letters and
-digits: none of them starts a terminal escape, HTML or Rich markup."""
+digits: none of them starts a terminal escape, HTML or Rich markup. Parentheses are
+escaped: "mcp client NAME (token T)" is how a token's name is shown, and a client
+must not be able to call itself `ide (token billing-ide)`."""
 
 
 @dataclass(frozen=True)

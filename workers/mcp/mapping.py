@@ -15,6 +15,14 @@ A tool's risk and idempotency, from the first line that applies:
 and the server's `idempotent`, where it names the tool, says whether a crash
 mid-call may run it again, over all of these.
 
+An override names a tool as the server lists it or as Relay names it (spelled, or
+prefixed with the server's name). One that names none of the server's tools is an
+error (`check_overrides`), never ignored: a typo (`chrage`) would leave the payment
+tool at WRITE, or at READ on a trusted server. It is met where the listing is read:
+`relay tools --refresh` refuses before Redis keeps anything, and a process building
+the app's tools (`relay tools`, a client, a worker's task) raises it naming the
+entry and the server's tools.
+
 Annotations are the server's claims about itself: a destructive tool may say
 `readOnlyHint: true`, and taken at its word it would run with no person asked
 and be run again after a crash. So they count only for a server the operator
@@ -38,7 +46,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from agent_core import Kind, Risk, Tool
 from agent_core.errors import AgentError
@@ -54,6 +62,7 @@ __all__ = [
     "PASSTHROUGH",
     "Listed",
     "MCPTool",
+    "check_overrides",
     "digest",
     "relay_tools",
     "risk_of",
@@ -163,10 +172,12 @@ def relay_tools(
     all is left out (its name and why go to the caller's log through the error).
 
     Raises:
-        MCPServerError: two tools would still share a name.
+        MCPServerError: two tools would still share a name, or a server's `risk` or
+            `idempotent` names none of its tools (`check_overrides`).
     """
     seen: dict[str, int] = {}
-    for _server, listed in servers:
+    for server, listed in servers:
+        check_overrides(server, listed)
         for entry in listed:
             local = _spelled(entry.name)
             seen[local] = seen.get(local, 0) + 1
@@ -187,6 +198,40 @@ def relay_tools(
     return made
 
 
+T = TypeVar("T")
+_NAMES_SHOWN = 30
+"""A server's tools named in the error, at most (then how many more)."""
+
+
+def check_overrides(server: MCPServer, listed: Sequence[Listed]) -> None:
+    """Raises MCPServerError if `server`'s `risk` or `idempotent` names a tool it does
+    not list (by any of the names `_names` gives), naming the entry and its tools."""
+    known = {name for entry in listed for name in _names(server, entry)}
+    for field, overrides in (("risk", server.risk), ("idempotent", server.idempotent)):
+        unknown = sorted(name for name in overrides if name not in known)
+        if not unknown:
+            continue
+        tools = sorted(entry.name for entry in listed)
+        more = len(tools) - _NAMES_SHOWN
+        shown = ", ".join(tools[:_NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+        raise MCPServerError(
+            f"MCP server {server.name}: its {field} names {', '.join(map(repr, unknown))},"
+            f" which is none of its tools ({shown or 'it lists none'}); correct or remove"
+            " the entry: a misspelt one would leave its tool at the default risk"
+        )
+
+
+def _names(server: MCPServer, entry: Listed) -> tuple[str, ...]:
+    """The names an override may give a tool by: the server's, and Relay's own (spelled,
+    or prefixed with the server's name when another tool has its name)."""
+    return (entry.name, _spelled(entry.name), _spelled(f"{server.name}_{entry.name}"))
+
+
+def _override(overrides: Mapping[str, T], server: MCPServer, entry: Listed) -> T | None:
+    """What `overrides` says of the tool, by the first of its names it gives."""
+    return next((overrides[n] for n in _names(server, entry) if n in overrides), None)
+
+
 def _spelled(name: str) -> str:
     spelled = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "_"
     if not (spelled[0].isascii() and (spelled[0].isalpha() or spelled[0] == "_")):
@@ -198,7 +243,7 @@ def _relay_tool(server: MCPServer, entry: Listed, local: str) -> MCPTool:
     description = cut(
         entry.description or f"{entry.name} (from MCP server {server.name})", _DESCRIPTION_CHARS
     )
-    risk, idempotent, risk_from = _risk(server, entry, local)
+    risk, idempotent, risk_from = _risk(server, entry)
     tool = Tool(local, description).risk(risk)
     try:
         tool = _with_arguments(tool, entry.input_schema)
@@ -211,11 +256,11 @@ def _relay_tool(server: MCPServer, entry: Listed, local: str) -> MCPTool:
     return MCPTool(server.name, entry.name, tool, idempotent, passthrough, risk_from)
 
 
-def _risk(server: MCPServer, entry: Listed, local: str) -> tuple[Risk, bool, str]:
+def _risk(server: MCPServer, entry: Listed) -> tuple[Risk, bool, str]:
     """A tool's risk, whether a crash mid-call may run it again, and where its risk came
     from (the module's table). An override names the tool as the server or Relay does."""
-    risk_said = server.risk.get(entry.name, server.risk.get(local))
-    idempotent_said = server.idempotent.get(entry.name, server.idempotent.get(local))
+    risk_said = _override(server.risk, server, entry)
+    idempotent_said = _override(server.idempotent, server, entry)
     if risk_said is not None:
         risk, idempotent, risk_from = risk_said, risk_said is Risk.READ, FROM_OVERRIDE
     elif server.trust_annotations:

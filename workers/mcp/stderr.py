@@ -3,10 +3,12 @@ output.
 
 Many servers greet on stderr ("Secure MCP Filesystem Server running on stdio"); a
 child that inherits the process's stderr would print that into `relay tools`' table.
-Each server instead writes into a pipe of its own; a thread reads it line by line,
-logs each line at INFO under the server's name (a worker's log shows them; a command's
-quiet logging does not), and keeps the last few, which the error says when the server
-could not be started.
+Each server instead writes into a pipe of its own; a thread reads it in chunks of
+at most 64 KiB and splits them into lines (a line longer than LINE_CHARS is cut and
+the rest of it skipped, so a server writing endlessly without a newline holds no
+more than a chunk and a line of memory here), logs each line at INFO under the
+server's name (a worker's log shows them; a command's quiet logging does not), and
+keeps the last few, which the error says when the server could not be started.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import logging
 import os
 import threading
 from collections import deque
-from typing import BinaryIO, TextIO
+from io import BufferedReader
+from typing import TextIO
 
 __all__ = ["ServerStderr"]
 
@@ -25,6 +28,9 @@ KEPT_LINES = 5
 """The last lines kept to say why a server could not be started."""
 LINE_CHARS = 500
 """A longer line is cut (in the log and in the error)."""
+CHUNK_BYTES = 64 * 1024
+"""What one read of the pipe takes at most."""
+_LINE_BYTES = LINE_CHARS * 4  # UTF-8 needs up to 4 bytes a character
 
 
 class ServerStderr:
@@ -56,13 +62,28 @@ class ServerStderr:
         self._reader.join(wait_s)
         return " / ".join(self._last)
 
-    def _drain(self, pipe: BinaryIO) -> None:
+    def _drain(self, pipe: BufferedReader) -> None:
         with pipe:
-            for raw in pipe:
-                line = _printable(raw.decode("utf-8", "replace").rstrip())[:LINE_CHARS]
-                if line:
-                    self._last.append(line)
-                    log.info("MCP server %s said: %s", self.server, line)
+            pending = b""
+            skipping = False  # the line being read was cut already: drop the rest of it
+            while chunk := pipe.read1(CHUNK_BYTES):
+                *lines, pending = (pending + chunk).split(b"\n")
+                for raw in lines:
+                    if not skipping:
+                        self._said(raw)
+                    skipping = False
+                if len(pending) > _LINE_BYTES:
+                    if not skipping:
+                        self._said(pending)
+                    pending, skipping = b"", True
+            if pending and not skipping:
+                self._said(pending)
+
+    def _said(self, raw: bytes) -> None:
+        line = _printable(raw[:_LINE_BYTES].decode("utf-8", "replace").rstrip())[:LINE_CHARS]
+        if line:
+            self._last.append(line)
+            log.info("MCP server %s said: %s", self.server, line)
 
 
 def _printable(line: str) -> str:

@@ -25,7 +25,7 @@ from agent_core import ToolOutput
 from workers.errors import MCPServerError
 from workers.loop import run_blocking
 from workers.mcp.config import MCPServer
-from workers.mcp.mapping import Listed, MCPTool, digest, relay_tools
+from workers.mcp.mapping import Listed, MCPTool, check_overrides, digest, relay_tools
 from workers.mcp.results import output_of
 
 __all__ = ["Listing", "MCPCall", "MCPToolset"]
@@ -102,7 +102,9 @@ class MCPToolset:
         server answered.
 
         Raises:
-            MCPServerError: a server that must be listed cannot be started or reached.
+            MCPServerError: a server that must be listed cannot be started or reached, or
+                its `risk` or `idempotent` names a tool it does not list (then nothing
+                is kept: the workers go on with the listing they have).
         """
         kept = {
             s.name: None if refresh else _read(redis.get(self.key(prefix, s)), s)
@@ -112,6 +114,8 @@ class MCPToolset:
         if missing:
             wait = max(s.connect_timeout for s in missing) + 10
             listed = run_blocking(_list_all(missing), wait)
+            for server, tools in zip(missing, listed, strict=True):
+                check_overrides(server, tools)
             for server, tools in zip(missing, listed, strict=True):
                 made = Listing(server, tuple(tools), digest(tools))
                 key = self.key(prefix, server)
