@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from workers.cli.common import Context, Failure, app_option
+from workers.cli.common import Context, Failure, app_option, who
 from workers.cli.terminal import one_line
 from workers.engine.budget import Budget
 
@@ -133,11 +133,10 @@ def extend(
     lists the runs waiting for their budget. The runs' traces say who raised it
     (the login name, as for approvals) and by what.
     """
-    from workers.cli.runs import _who  # noqa: PLC0415 - runs imports this module
 
     more = budget_from(tokens, usd, calls, seconds)
     if more is None:
         raise click.UsageError("say what to raise: --tokens, --usd, --calls or --seconds")
-    woken = obj.relay.extend(run_id, more, by=_who())
+    woken = obj.relay.extend(run_id, more, by=who())
     runs = "no parked run" if woken == 0 else f"{woken} parked run{'s' if woken > 1 else ''}"
     click.echo(one_line(f"Raised the budget of {run_id} by {more.describe()}; {runs} went on."))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 from collections.abc import Callable
 from typing import IO, Any, TypeVar
 
@@ -25,6 +27,7 @@ __all__ = [
     "print_json",
     "row",
     "span",
+    "who",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -116,3 +119,11 @@ def span(seconds: float) -> str:
         if whole >= size:
             return f"{whole // size}{unit}"
     return f"{whole}s"
+
+
+def who() -> str:
+    """Who decides from this shell, for the run's trace: the login name, or ""."""
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError):  # no USER, and no entry in the password database
+        return ""

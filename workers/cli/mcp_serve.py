@@ -8,9 +8,15 @@ relay mcp --allow-decisions         # also approve, deny and answer (named as th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from workers.cli.common import Context, Failure, app_option
+
+if TYPE_CHECKING:  # (the MCP SDK takes half a second to import: only this verb's body does)
+    from workers.fleet_mcp import Sight
+    from workers.relay import Relay
 
 __all__ = ["mcp_serve"]
 
@@ -76,8 +82,7 @@ def mcp_serve(
     approving a MONEY call needs --allow-money-decisions too. run_schedule is off
     unless --allow-schedules.
     """
-    from workers.fleet_mcp import Offer, Sight, fleet_server, guarded, load_clients  # noqa: PLC0415
-    from workers.fleet_mcp.tokens import MAKE_A_TOKEN, TOKEN_RULE, check_bearer_token  # noqa: PLC0415
+    from workers.fleet_mcp import Offer, Sight, fleet_server, guarded  # noqa: PLC0415
 
     if allow_money_decisions and not allow_decisions:
         raise Failure("--allow-money-decisions goes with --allow-decisions")
@@ -89,6 +94,19 @@ def mcp_serve(
     if port is None:
         fleet_server(relay, offer=offer, local=served).run("stdio")
         return
+    clients = _clients(relay, clients_file, served)
+    import uvicorn  # noqa: PLC0415 - only this verb (and relay web) serves HTTP
+
+    app = guarded(fleet_server(relay, offer=offer).streamable_http_app(host="127.0.0.1"), clients)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def _clients(relay: Relay, clients_file: str | None, served: Sight) -> dict[str, Sight]:
+    """Each bearer token `relay mcp --http` takes, and what its client sees: a clients
+    file's, or RELAY_MCP_TOKEN's (the app's runs)."""
+    from workers.fleet_mcp import load_clients  # noqa: PLC0415
+    from workers.fleet_mcp.tokens import MAKE_A_TOKEN, TOKEN_RULE, check_bearer_token  # noqa: PLC0415
+
     settings = relay.settings
     clients_file = clients_file or settings.mcp_clients
     token = settings.mcp_token
@@ -98,21 +116,16 @@ def mcp_serve(
             " (the file can list that token as a client of its own)"
         )
     if clients_file:
-        clients = load_clients(clients_file)
-    elif token is not None:
-        try:
-            # Checked here, where it guards a server, not with the settings every process
-            # reads: a weak token in a shared environment stops only this server.
-            clients = {check_bearer_token(token.get_secret_value()): served}
-        except ValueError as weak:
-            raise Failure(f"RELAY_MCP_TOKEN: {weak}") from None
-    else:
+        return load_clients(clients_file)
+    if token is None:
         raise Failure(
             "relay mcp --http needs a bearer token: RELAY_MCP_TOKEN (unset or blank now)"
             f" holding {TOKEN_RULE} (make one with: {MAKE_A_TOKEN}), or a clients file"
             " (--clients FILE or RELAY_MCP_CLIENTS)"
         )
-    import uvicorn  # noqa: PLC0415 - only this verb (and relay web) serves HTTP
-
-    app = guarded(fleet_server(relay, offer=offer).streamable_http_app(host="127.0.0.1"), clients)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    try:
+        # Checked here, where it guards a server, not with the settings every process
+        # reads: a weak token in a shared environment stops only this server.
+        return {check_bearer_token(token.get_secret_value()): served}
+    except ValueError as weak:
+        raise Failure(f"RELAY_MCP_TOKEN: {weak}") from None

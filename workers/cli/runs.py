@@ -3,7 +3,6 @@ and the people in the loop: `pending`, `approve`, `deny`, `answer`, `cancel`."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import sys
@@ -31,6 +30,7 @@ from workers.cli.common import (
     print_json,
     row,
     span,
+    who,
 )
 from workers.cli.embedded import Embedded
 from workers.cli.live import (
@@ -458,10 +458,10 @@ def pending(obj: Context, run_id: str | None, as_json: bool) -> None:
 def _decide(relay: Relay, run_id: str, call_id: str | None, yes: bool, reason: str) -> str:
     """Decide the plan (no call given) or a call; return what was decided, for the message."""
     if call_id is not None and call_id != "plan":
-        relay.approve(run_id, call_id, yes, reason=reason, by=_who())
+        relay.approve(run_id, call_id, yes, reason=reason, by=who())
         return f"{call_id} of run {run_id}"
     try:
-        relay.approve_plan(run_id, yes, by=_who())
+        relay.approve_plan(run_id, yes, by=who())
     except DecisionRefused as error:
         calls = [p.call_id for p in relay.status(run_id).pending if p.kind == "call"]
         if calls:
@@ -506,7 +506,7 @@ def approve(obj: Context, run_id: str, call_id: str | None, args_file: TextIO | 
         raise click.BadParameter(f"not JSON: {error}", param_hint="--args-file") from None
     if not isinstance(args, dict):
         raise click.BadParameter("a JSON object, {...}", param_hint="--args-file")
-    obj.relay.approve(run_id, call_id, True, args=args, by=_who())
+    obj.relay.approve(run_id, call_id, True, args=args, by=who())
     click.echo(f"Approved {one_line(call_id)} of run {one_line(run_id)} with edited arguments.")
 
 
@@ -532,14 +532,6 @@ def _check_editing_app(obj: Context, run_id: str) -> None:
         )
 
 
-def _who() -> str:
-    """Who decides from this shell, for the run's trace: the login name, or ""."""
-    try:
-        return os.environ.get("USER") or getpass.getuser()
-    except (OSError, KeyError):  # no USER, and no entry in the password database
-        return ""
-
-
 @click.command()
 @click.argument("run_id")
 @click.argument("call_id", required=False)
@@ -559,7 +551,7 @@ def deny(obj: Context, run_id: str, call_id: str | None, reason: str) -> None:
 @click.pass_obj
 def answer(obj: Context, run_id: str, text: str) -> None:
     """Answer the question a run waits on (the trace says who: the login name)."""
-    obj.relay.answer(run_id, text, by=_who())
+    obj.relay.answer(run_id, text, by=who())
     click.echo(f"Answered run {one_line(run_id)}.")
 
 
