@@ -92,10 +92,12 @@ def worker(
     )
     if not no_tick and relay.queues.tick not in names:
         names.append(relay.queues.tick)  # ticks sent by a beat, if one runs
+    # The broker first: what it refuses is said at once, even while Redis is away (the
+    # store's check waits for a Redis merely away).
+    _check_broker(relay, names)
     _check_store(relay)
     if relay.settings.durable_claims:
         _check_durable(relay)
-    _check_broker(relay, names)
     argv = [
         "worker",
         f"--loglevel={loglevel}",
