@@ -25,6 +25,9 @@ local seen = tonumber(redis.call('HGET', KEYS[2], 'seen_ms'))
 redis.call('HSET', KEYS[2], 'seen_ms', clock)
 if seen and clock - seen > 2 * interval and settle > 0 then
   redis.call('SET', KEYS[1], '(settling after a gap)', 'PX', settle)
+  -- Seen as of the settle's end: its own wait is no gap (a settle longer than two
+  -- intervals would otherwise be followed by another, for ever).
+  redis.call('HSET', KEYS[2], 'seen_ms', clock + settle)
   return settle
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', interval)
