@@ -46,18 +46,11 @@
                                  Redis has it on disk or on a replica (0)
     RELAY_EVENTS                 Celery task events for Flower: 1 or 0 (1)
     RELAY_INLINE_MS              a worker continues a run's next step in the same task
-                                 (no broker hop) for up to this many ms, and a carried
-                                 model call's thread in a slot of the pool (free, or
-                                 waited for within its slice); 0 = off (250)
-    RELAY_MODEL_CARRIED          model calls a worker process carries past their tasks
-                                 (the task claims the call and ends; a thread makes
-                                 it); 0 = each call holds its task's slot (1000)
-    RELAY_MODEL_CARRIED_AFTER_MS how long a task waits for the reply of a call it hands
-                                 to the carrier: one that quick is kept by the task,
-                                 which continues the run in place (10, within the
-                                 slice RELAY_INLINE_MS; a threads pool with a slot
-                                 to spare waits out the slice; not waited while
-                                 most recent replies took longer)
+                                 (no broker hop) for up to this many ms; 0 = off (250)
+    RELAY_MODEL_CARRIED          model calls a worker process holds on its event loop
+                                 past their tasks (the task claims the call and ends;
+                                 no thread per call); 0 = each call holds its task's
+                                 slot (1000)
     RELAY_METRICS_FLUSH_MS       a worker process writes its tasks' counters at most
                                  this many ms after they end, all in one round trip;
                                  0 = each task writes its own (500)
@@ -437,11 +430,8 @@ class Settings(BaseModel):
     """How long a task may go on with its run's next step in place of publishing it (the
     slice, from the task's start); 0: every step is published (`workers.runtime.continuation`)."""
     model_carried: Annotated[int, BeforeValidator(_count(0))] = 1000
-    """Model calls a worker process carries past their tasks at once (0: none; each call
-    holds its task's pool slot; `workers.runtime.carried`)."""
-    model_carried_after_ms: Annotated[int, BeforeValidator(_count(0))] = 10
-    """How long a task waits for the reply of the call it handed to the carrier before
-    leaving the call to it (never past its slice): it holds the slot meanwhile."""
+    """Model calls a worker process holds on its event loop past their tasks at once (0:
+    none; each call holds its task's pool slot; `workers.runtime.on_loop`)."""
     metrics_flush_ms: Annotated[int, BeforeValidator(_count(0))] = 500
     """How long a worker process holds its tasks' counters before it writes them (0: each
     task writes its own; `workers.runtime.metrics`)."""

@@ -22,8 +22,6 @@ from typing import Any, Protocol
 
 import click
 from celery import Celery, Task, bootsteps
-from celery.concurrency import get_implementation
-from celery.concurrency.thread import TaskPool as ThreadsPool
 from celery.signals import (
     beat_init,
     worker_init,
@@ -54,7 +52,6 @@ class RuntimeLike(Protocol):
 
     def task(self, message: Message, hard_limit_s: float | None = None) -> Report: ...
     def on_carried_end(self, hook: Callable[[Report], None]) -> None: ...
-    def use_slots(self, slots: int) -> None: ...
     def tick(self) -> None: ...
     def stop(self) -> None: ...
     def start_ticking(self) -> Callable[[], None]: ...
@@ -172,7 +169,7 @@ def _connect_signals(app: Celery, runtime: _Built) -> None:
 
     def build_runtime(sender: Any, **_: Any) -> None:
         if getattr(sender, "app", None) is app:  # a worker of this app (not of another)
-            runtime().use_slots(_slots_in_process(sender))
+            runtime()  # (built as the worker starts, before a prefork pool forks)
             shared_tls()  # (before a prefork pool forks: its children inherit it)
 
     worker_init.connect(build_runtime, weak=False, dispatch_uid=f"relay-runtime-{id(app)}")
@@ -186,17 +183,6 @@ def _connect_signals(app: Celery, runtime: _Built) -> None:
 
 
 REFUSED = "refused: arguments Relay never sends (see the worker's log)"
-
-
-def _slots_in_process(worker: Any) -> int:
-    """Tasks one process of `worker` (a WorkController at `worker_init`) runs at once: a
-    threads pool's concurrency; 1 in a prefork child (which inherits this) or a solo pool."""
-    try:
-        pool = get_implementation(worker.pool_cls)
-    except (KeyError, AttributeError, ImportError):
-        return 1
-    threads = isinstance(pool, type) and issubclass(pool, ThreadsPool)
-    return int(worker.concurrency or 1) if threads else 1
 
 
 _POOL_KILLS_AT_LIMIT = threading.Event()

@@ -28,10 +28,10 @@ from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelSource
 from workers.runtime.calls import Calls
-from workers.runtime.carried import Carrier
 from workers.runtime.carrier import name_runs_in_logs
 from workers.runtime.continuation import Continuation, Reach
 from workers.runtime.metrics import FleetMetrics
+from workers.runtime.on_loop import LoopCalls
 from workers.runtime.reports import Report
 from workers.runtime.steps import ClaimAhead, Steps
 from workers.runtime.telemetry import Telemetry
@@ -67,9 +67,7 @@ class Runtime:
         self.send = send
         timing = settings.timing
         # Steps send through it: one next step may be kept and run by the same task.
-        self.continuation = Continuation(
-            send, settings.inline_ms, reach, claim_held_s=timing.lease_ms / 3000
-        )
+        self.continuation = Continuation(send, settings.inline_ms, reach)
         self.steps = Steps(store, kit, timing, self.continuation.send, clock, app=key)
         routed = routes if models.given is None else ()
         pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens, routed)
@@ -83,17 +81,17 @@ class Runtime:
                 lease_ms=timing.lease_ms,
                 clock=clock,
             )
-        carried = settings.model_carried
-        moment_s = settings.model_carried_after_ms / 1000
-        self.carrier = None
-        if carried:
-            self.carrier = Carrier(carried, self._carried_done, moment_s, kept=self._keep_carried)
         self._stop_wait_s = settings.model_timeout
         self.calls = Calls(
-            self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,
-            carrier=self.carrier, slice_left=self.continuation.left_s,
-            slot_to_spare=self.continuation.slot_to_spare,
-        )  # fmt: skip
+            self.steps, settings, model=models.get, pricing=pricing, router=router, key=key
+        )
+        self.on_loop = None
+        if settings.model_carried:
+            self.on_loop = LoopCalls(
+                settings.model_carried, self.calls.renew_held, self._carried_done,
+                lease_s=timing.lease_ms / 1000, kept=self._keep_held,
+            )  # fmt: skip
+            self.calls.on_loop = self.on_loop
         self.steps.in_place = _ClaimsInPlace(self.continuation, self.calls)
         self.ticker = Ticker(store.upkeep, tick, settings.tick_interval, clock)
         self.healing = Healing(store, send, timing)
@@ -114,11 +112,6 @@ class Runtime:
         self.calls.release_held()  # (none, unless a task was cut off after its save)
         return self.continuation.run(message, self._step, hard_limit_s)
 
-    def use_slots(self, slots: int) -> None:
-        """This process's pool runs `slots` tasks at once (a threads pool's concurrency;
-        1 for a prefork child or a solo pool, the default)."""
-        self.continuation.slots = max(1, slots)
-
     def _step(self, message: Message) -> Report:
         """One step, the one its message asks for, counted and traced."""
         if message.kind == "call_model":
@@ -129,15 +122,15 @@ class Runtime:
             report = self.steps.advance(message.run)
         return report if report.carried else self._counted(message.kind, report)
 
-    def _keep_carried(self, keep: Callable[[], Report]) -> Report:
-        """Keep a carried call's outcome (`keep`, on its call thread), counted and traced as
-        the call's own; then go on with the steps it leaves in a slot of the pool, free or
-        given back within a slice (`Continuation.borrow`), as the call's task would have."""
+    def _keep_held(self, keep: Callable[[], Report]) -> Report:
+        """Keep the outcome of a call the loop held (`keep`, on a keeper thread), counted and
+        traced as the call's own; then go on with the run's next steps there as a task
+        would, those that never wait: an advance, and a model call (handed to the loop)."""
 
         def counted() -> Report:
             return self._counted("call_model", keep())
 
-        return self.continuation.borrow(counted, self._step)
+        return self.continuation.on_keeper(counted, self._step)
 
     def _carried_done(self, report: Report) -> None:
         """A carried model call ended (on its carrier's thread), with the steps continued
@@ -164,12 +157,16 @@ class Runtime:
         return report
 
     def stop(self) -> None:
-        """This process stops: let the model calls it carries end (as long as a call may go
-        without a byte, RELAY_MODEL_TIMEOUT), then write what it counted and has not yet."""
-        if self.carrier is not None:
-            left = self.carrier.wait_idle(self._stop_wait_s)
+        """This process stops: let the model calls its loop holds end (as long as a call may
+        go without a byte, RELAY_MODEL_TIMEOUT), give back the claims of those that have not,
+        then write what it counted and has not yet."""
+        if self.on_loop is not None:
+            left = self.on_loop.wait_idle(self._stop_wait_s)
             if left:
-                log.warning("stopping with %d carried model calls: their leases lapse", left)
+                log.warning("stopping with %d model calls held: their claims are given back", left)
+                left = self.on_loop.hand_back()
+            if left:
+                log.warning("%d held model calls were not given back: their leases lapse", left)
         self.metrics.flush()
 
     def tick(self) -> None:

@@ -20,8 +20,9 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import NoReturn
 
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
@@ -39,21 +40,21 @@ from workers.engine.events import (
 from workers.engine.ids import OutboxMember, model_call
 from workers.engine.journal import any_call_digest, call_digest
 from workers.engine.records import RunRecord, TraceEntry
-from workers.errors import CallTimedOut, ModelCallError, StoreUnavailable
+from workers.errors import CallCancelled, CallTimedOut, ModelCallError, StoreUnavailable
 from workers.kit.tools import ToolContext, ToolSpec, tool_output
 from workers.model.endpoints import ModelRoute
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.wire import Model, ModelReply, complete
-from workers.runtime.carried import Carried, Carrier
 from workers.runtime.carrier import carrier, working_on
 from workers.runtime.leases import Lease, run_leased, run_leased_async, save_holding
+from workers.runtime.on_loop import LoopCalls, Outcome, Stopped
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
 from workers.runtime.steps import Steps
 from workers.runtime.streaming import ReplyStream
 from workers.settings import Settings
 from workers.store.codec import Loaded
-from workers.store.runs import CallClaim, Claim
+from workers.store.runs import CallClaim, Claim, HeldLease
 from workers.store.scripts import ClaimStatus, Recorded, Saved
 
 __all__ = ["MAX_CALL_ATTEMPTS", "Calls"]
@@ -105,6 +106,9 @@ class Claimed:
         self._agent: Agent | None = None
         self.task_before = ""
         """The Celery task of the claim before (the lost attempt's, on a retake)."""
+        self.fallback = ""
+        """Said in the run's trace once the reply is kept: the route spoke text instead of
+        its protocol (the loop never writes to Redis itself)."""
         self.route_ok: RouteNews | None = None
         """What the model route that replied is still to hear: told by the save of the
         reply (`OwnOutcome.route`), else by `Calls._tell_route`; once either way."""
@@ -192,19 +196,11 @@ class Calls:
         pricing: Pricing,
         router: ModelRouter | None = None,
         key: str = "relay",
-        carrier: Carrier | None = None,
-        slice_left: Callable[[], float] = lambda: 0.0,
-        slot_to_spare: Callable[[], bool] = lambda: False,
+        on_loop: LoopCalls | None = None,
     ) -> None:
         self.steps = steps
-        self.carrier = carrier
-        """Where model calls go past their tasks (RELAY_MODEL_CARRIED), if anywhere."""
-        self.slice_left = slice_left
-        """Seconds left of this thread's task's slice: a task waits for a call it handed to
-        the carrier no longer than this (nor than RELAY_MODEL_CARRIED_AFTER_MS)."""
-        self.slot_to_spare = slot_to_spare
-        """Whether the pool has a slot free beside this task's: then the task waits for
-        its call's reply as long as its slice lasts, and keeps a reply that comes by then."""
+        self.on_loop = on_loop
+        """Where model calls are held past their tasks (RELAY_MODEL_CARRIED), if anywhere."""
         self.store = steps.store
         self.kit = steps.kit
         self.settings = settings
@@ -312,31 +308,11 @@ class Calls:
         if not_here is not None:
             return not_here
         with working_on(asked.run_id, asked.what):
-            if asked.seq is not None and self.carrier is not None:
-                held = self.carrier.hold(
-                    lambda: self._make(call, produce),
-                    lambda made: self._kept(call, made),
-                    self._carried_after_s(),
-                )
-                if isinstance(held, Carried):
-                    line = f"{asked.what}: carried by this worker ({held.in_flight} in flight)"
-                    return Report(line, carried=True)
-                if held is not None:  # made while the task waited: it keeps it here
-                    return self._kept(call, held)
+            if asked.seq is not None and self.on_loop is not None:
+                handed = self._hand_to_loop(call)
+                if handed is not None:
+                    return handed
             return self._kept(call, self._make(call, produce))
-
-    def _carried_after_s(self) -> float:
-        """How long a task waits for the reply of the call it handed to the carrier. A
-        moment (RELAY_MODEL_CARRIED_AFTER_MS), as its slot may be the next message's, and
-        none while most recent replies took longer (`Carrier.worth_waiting`); its whole
-        slice where the pool has a slot to spare (a threads pool not full), so a reply
-        that comes within it goes on in place, not as one more message."""
-        left = self.slice_left()
-        if self.slot_to_spare():
-            return left
-        if self.carrier is not None and not self.carrier.worth_waiting():
-            return 0.0
-        return min(left, self.settings.model_carried_after_ms / 1000)
 
     def _make(self, call: Claimed, produce: Produce) -> _Made | Report:
         """Make the claimed call: its outcome, or what happened instead."""
@@ -492,6 +468,30 @@ class Calls:
     # --- model calls ----------------------------------------------------------------------
 
     def _model_event(self, call: Claimed) -> InboxEvent | None:
+        """Make the model call in this task, on the process's loop, waiting for its reply
+        (the loop holds all it may, or none: RELAY_MODEL_CARRIED=0)."""
+        request = self._model_request(call)
+        if not isinstance(request, ModelRequest):
+            return request
+        seq = call.asked.seq
+        assert seq is not None
+        cancel = threading.Event()
+        lease = self._lease(call, self.timing.lease_ms)
+        try:  # the reply goes to the tree's live stream as it comes (workers.store.live)
+            with ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt) as live:
+                outcome = run_leased_async(
+                    lambda: self._model_outcome(call, request, live, cancel.is_set), lease, None,
+                    cancel,
+                )  # fmt: skip
+        except CallCancelled as error:
+            return ModelFailed(seq=seq, error=f"model call stopped: {error}", final=True)
+        if isinstance(outcome, Requeue):
+            self._come_back(call, outcome)
+        self._warn_fallback(call)
+        return outcome
+
+    def _model_request(self, call: Claimed) -> ModelRequest | InboxEvent | None:
+        """The request to make, or the outcome the call has without one (None: stale)."""
         request = call.request()
         seq = call.asked.seq
         if request is None or seq is None:
@@ -501,19 +501,30 @@ class Calls:
             return ModelFailed(seq=seq, error=error, final=True)
         if call.over is not None:
             return not_admitted(seq, call.over)
-        cancel = threading.Event()
-        lease = self._lease(call, self.timing.lease_ms)
-        try:  # the reply goes to the tree's live stream as it comes (workers.store.live)
-            with ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt) as live:
-                reply, route = run_leased(
-                    lambda: self._ask(call, request, cancel, live), lease, None, cancel
-                )
+        return request
+
+    async def _model_outcome(
+        self,
+        call: Claimed,
+        request: ModelRequest,
+        live: ReplyStream,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> InboxEvent | Requeue:
+        """On the loop: the call's outcome, or when to come back (no route has room).
+
+        Raises:
+            StoreUnavailable: no route could be asked, no call was made (the lease lapses,
+                and the tick sends the call again).
+        """
+        seq = call.asked.seq
+        assert seq is not None
+        try:
+            reply, route = await self._ask(call, request, should_stop, live)
         except Requeue as later:
-            self._come_back(call, later)
+            return later
         except StoreUnavailable:
-            raise  # no route could be asked, no call made: the lease lapses, the tick re-sends
-        except ModelCallError as error:
-            # Its retries are spent.
+            raise
+        except ModelCallError as error:  # its retries are spent
             return ModelFailed(
                 seq=seq, error=str(error), final=True, status=error.status, route=error.route
             )
@@ -521,34 +532,113 @@ class Calls:
             return ModelFailed(seq=seq, error=f"{type(error).__name__}: {error}")
         if reply.protocol_fallback and route is not None:
             said = f"does not take the {route.protocol} protocol: {reply.protocol_fallback}"
-            self._warn(call.asked.run_id, f"model route {route.name} {said}; speaking text")
+            call.fallback = f"model route {route.name} {said}; speaking text"
         usage = self.pricing.priced(reply, route)
         cut = reply.finish_reason == "length"
         name = route.name if route is not None else ""
         return ModelReplied(seq=seq, text=reply.text, usage=usage, route=name, truncated=cut)
 
-    def _ask(
-        self, call: Claimed, request: ModelRequest, cancel: threading.Event, live: ReplyStream
+    async def _ask(
+        self,
+        call: Claimed,
+        request: ModelRequest,
+        should_stop: Callable[[], bool] | None,
+        live: ReplyStream,
     ) -> tuple[ModelReply, ModelRoute | None]:
         """Make the model call, on the app's own model or on the first route that takes it;
         its text goes to `live` as it comes."""
         if self.router is None:
-            return complete(self.model(), request, should_stop=cancel.is_set, on_text=live), None
+            reply = await complete(self.model(), request, should_stop=should_stop, on_text=live)
+            return reply, None
         prompt = -(-call.record.asked_bytes // 2)  # what admission reserved for: bytes / 2
         cap = call.reply_cap or None  # what the tree has left, if less than max_tokens
-        routed = self.router.complete(
+        routed = await self.router.complete(
             request,
             key=call.record.key or self.settings_key,
             holder=_route_holder(call),
             tokens=prompt + (cap or self.pricing.max_tokens),
-            should_stop=cancel.is_set,
+            should_stop=should_stop,
             on_text=live,
             max_tokens=cap,
             only=call.record.routes,
             tell_ok=not self.store.saves_tell_routes,
         )
-        call.route_ok = routed.ok  # (here, on the call's thread: kept even if the task is not)
+        call.route_ok = routed.ok  # (kept even if the task is not: the save tells it)
         return routed.reply, routed.route
+
+    # --- model calls held on the loop -----------------------------------------------------
+
+    def _hand_to_loop(self, call: Claimed) -> Report | None:
+        """Hand the claimed model call to the process's loop, which holds it past this task;
+        None if the loop holds all it may, or the call needs no request (this task makes it)."""
+        assert self.on_loop is not None
+        request = self._model_request(call)
+        seq = call.asked.seq
+        if not isinstance(request, ModelRequest) or seq is None:
+            return None
+        asked, started = call.asked, time.time_ns()
+        holder = _route_holder(call) if self.router is not None else ""
+        lease = HeldLease(
+            asked.run_id, asked.what, call.attempt, asked.member, asked.token,
+            self.timing.lease_ms, holder,
+        )  # fmt: skip
+        live = ReplyStream(self.store.live, asked.run_id, seq, call.attempt)
+        held = self.on_loop.hold(
+            lease,
+            partial(self._model_outcome, call, request, live),
+            partial(self._keep_held, call, live, started),
+        )
+        if held is None:
+            return None
+        if call.attempt > 1:
+            self._say_taken_over(call)
+        line = f"{asked.what}: held on this worker's event loop ({held} in flight)"
+        return Report(line, carried=True)
+
+    def _keep_held(
+        self, call: Claimed, live: ReplyStream, started: int, outcome: Outcome[InboxEvent | Requeue]
+    ) -> Report:
+        """On a keeper thread: keep what a call held on the loop came to, and advance the run."""
+        live.close()  # (its last pieces reach the stream before the step is saved)
+        seq = call.asked.seq
+        assert seq is not None
+        if outcome is Stopped.CANCELLED:
+            outcome = ModelFailed(seq=seq, error=f"model call stopped: {outcome.value}", final=True)
+        if isinstance(outcome, Stopped):
+            self._tell_route(call)
+            if outcome is Stopped.HANDED_BACK:
+                self._unclaim(call, due_ms=self.steps.clock())
+            return Report(f"{call.asked.what}: {outcome.value}; nothing was saved", idle=True)
+        if isinstance(outcome, Exception):
+            self._tell_route(call)
+            raise outcome
+        if isinstance(outcome, Requeue):
+            try:
+                self._come_back(call, outcome)
+            except _Postponed as later:
+                return Report(f"{call.asked.what}: {later.why}", waited=True)
+        self._warn_fallback(call)
+        return self._kept(call, _Made(outcome, started))
+
+    def renew_held(self, leases: Sequence[HeldLease]) -> list[Stopped | None]:
+        """Renew the leases of every call the loop holds, in one batch (and their route
+        slots): for each, what stops it (its run cancelled, its lease lost), or None."""
+        kept = self.store.renew_many(leases, self.steps.clock())
+        cancelled = self.store.cancelled_many([held.run_id for held in leases])
+        if self.router is not None:
+            self.router.renew_many([held.holder for held in leases if held.holder])
+        return [
+            Stopped.LEASE_LOST if ok is False
+            else Stopped.CANCELLED if held.run_id in cancelled
+            else None
+            for held, ok in zip(leases, kept, strict=True)
+        ]  # fmt: skip
+
+    def _warn_fallback(self, call: Claimed) -> None:
+        """Say in the run's trace that the route that replied spoke text, not its protocol."""
+        said, call.fallback = call.fallback, ""
+        if said:
+            self._warn(call.asked.run_id, said)
 
     def _tell_route(self, call: Claimed) -> None:
         """Tell the route that replied to `call` that it went well, if no save told it."""

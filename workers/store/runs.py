@@ -56,9 +56,23 @@ from workers.store.scripts import ClaimAnswer, ClaimStatus, Recorded, Saved
 from workers.store.shards import Shards
 from workers.store.upkeep import Upkeep
 
-__all__ = ["CallClaim", "Claim", "Loaded", "RunStore"]
+__all__ = ["CallClaim", "Claim", "HeldLease", "Loaded", "RunStore"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """The lease of a call being made (`RunStore.renew_many`): whose, which attempt, and
+    for how long each renewal keeps it; `holder`: its name at a model route, if routed."""
+
+    run_id: str
+    what: str
+    attempt: int
+    member: str
+    token: str
+    lease_ms: int
+    holder: str = ""
 
 
 @dataclass(frozen=True)
@@ -312,6 +326,28 @@ class RunStore:
             lease_ms=lease_ms, now_ms=now_ms,
         )  # fmt: skip
         return self.connection.run(renew)
+
+    def renew_many(self, leases: Sequence[HeldLease], now_ms: int) -> list[bool | None]:
+        """`renew` every lease of `leases` in one round trip (a pipeline; one at a time on a
+        cluster): for each, whether it was kept, or None if Redis refused that one."""
+        answers = self.connection.run_many([self._renewal(held, now_ms) for held in leases])
+        return [None if isinstance(kept, StoreUnavailable) else kept for kept in answers]
+
+    def _renewal(self, held: HeldLease, now_ms: int) -> scripts.ScriptCall[bool]:
+        return scripts.renew(
+            self.keys, run_id=held.run_id, call=held.what, attempt=held.attempt,
+            member=held.member, token=held.token, lease_ms=held.lease_ms, now_ms=now_ms,
+        )  # fmt: skip
+
+    def cancelled_many(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of `run_ids` were cancelled (`cancelled`, in one round trip)."""
+        ordered = list(dict.fromkeys(run_ids))
+        with self.errors():
+            pipe = self.redis.pipeline(transaction=False)
+            for run_id in ordered:
+                pipe.hexists(self.keys.run(run_id), RunFields.CANCEL)
+            flags = pipe.execute()
+        return {run_id for run_id, flag in zip(ordered, flags, strict=True) if flag}
 
     def durability(self) -> Durability:
         """Return how this Redis makes a claim durable (asked once per process).
