@@ -72,13 +72,10 @@ def world(
     plan: dict[Message, list[Message]],
     step_s: float = 0.01,
     fails: frozenset[Message] = frozenset(),
-    claim_held_s: float = float("inf"),
 ) -> World:
     clock = Clock()
     published: list[Message] = []
-    inline = Continuation(
-        published.extend, slice_ms, reach or Reach(), clock, claim_held_s=claim_held_s
-    )
+    inline = Continuation(published.extend, slice_ms, reach or Reach(), clock)
     return World(inline, clock, plan, step_s, published, fails=set(fails))
 
 
@@ -239,213 +236,38 @@ def test_a_claim_that_cannot_be_given_back_does_not_keep_its_message_from_going_
 # --- a carried call's thread borrows a free slot (`Continuation.borrow`) -----------------
 
 
-def _saved_call(w: World) -> Report:
-    """What a carried call's save does: it decides the run's next step, the tool call."""
-    w.inline.send([TOOL])
+def _saved_call(w: World, *decided: Message) -> Report:
+    """What a held call's save does: it decides the run's next step."""
+    w.inline.send(list(decided))
     return Report("model call m1 replied")
 
 
-def test_a_carried_call_goes_on_with_the_run_in_a_free_slot() -> None:
-    w = world(plan=CHAIN)
-    report = w.inline.borrow(lambda: _saved_call(w), w.step)
-    assert w.ran == [TOOL, MODEL2]
+def test_a_keeper_goes_on_with_an_advance_and_hands_on_the_model_call_after_it() -> None:
+    w = world(plan={ADVANCE: [MODEL2]})
+    report = w.inline.on_keeper(lambda: _saved_call(w, ADVANCE), w.step)
+    assert w.ran == [ADVANCE, MODEL2]
     assert w.published == []
     assert report.line == (
-        "model call m1 replied | continued call-1 read_note: did run_tool"
+        "model call m1 replied | continued advance: did advance"
         " | continued model call m3: did call_model"
     )
-    assert w.inline.slot_to_spare()  # the slot is given back
 
 
-def _carried_call_in_task(w: World, hold_s: float, saved: Callable[[], Report]) -> Report:
-    """A task holds the process's one slot while a carried call ends on a thread of its
-    own (its save: `saved`) and for up to `hold_s` more; returns what the call's thread did."""
-    during: list[Report] = []
-    thread = threading.Thread(target=lambda: during.append(w.inline.borrow(saved, w.step)))
-
-    def task_step(_: Message) -> Report:
-        thread.start()
-        thread.join(hold_s)
-        return Report("did advance")
-
-    w.inline.run(ADVANCE, task_step)
-    thread.join(10)
-    return during[0]
+def test_a_keeper_never_runs_a_tool_it_publishes_it() -> None:
+    w = world(plan=CHAIN)
+    report = w.inline.on_keeper(lambda: _saved_call(w, TOOL), w.step)
+    assert (w.ran, w.published) == ([], [TOOL])
+    assert report.line == "model call m1 replied"
 
 
-def test_with_every_slot_taken_a_carried_call_waits_for_one_and_goes_on() -> None:
-    w = world(slice_ms=5_000, plan=CHAIN)
-    began = time.monotonic()
-    report = _carried_call_in_task(w, 0.2, lambda: _saved_call(w))
-    assert report.line.startswith("model call m1 replied | continued call-1 read_note")
-    assert w.ran == [TOOL, MODEL2]  # (after the task gave the slot back)
-    assert w.published == []
-    assert time.monotonic() - began < 2.5  # (no waiting out its 5 s slice)
-    assert w.inline.slot_to_spare()
-
-
-@pytest.mark.parametrize(
-    ("why", "slice_ms", "claim_held_s"),
-    [("its slice", 100, float("inf")), ("its claim's renewal", 60_000, 0.1)],
-)
-def test_a_carried_call_waits_for_a_slot_no_longer_than_then_publishes(
-    why: str, slice_ms: int, claim_held_s: float
-) -> None:
-    w = world(slice_ms=slice_ms, plan=CHAIN, claim_held_s=claim_held_s)
-    given_back: list[Message] = []
-
-    def saved_claiming_its_tool_call() -> Report:  # (SAVE_CLAIM: the call claimed with it)
-        ahead = w.inline.ahead([TOOL])
-        assert ahead == TOOL
-        w.inline.keep(ahead, lambda: given_back.append(ahead))
-        return Report("model call m1 replied")
-
-    began = time.monotonic()
-    report = _carried_call_in_task(w, 10, saved_claiming_its_tool_call)
-    assert report == Report("model call m1 replied"), why
-    assert (w.ran, w.published, given_back) == ([], [TOOL], [TOOL]), why
-    assert 0.09 <= time.monotonic() - began < 5, why  # it waited 0.1 s, not the 10 s hold
-    assert w.inline.slot_to_spare()
-
-
-def test_a_carried_call_with_no_next_step_waits_for_no_slot() -> None:
-    w = world(slice_ms=5_000, plan=CHAIN)
-    began = time.monotonic()
-    report = _carried_call_in_task(w, 10, lambda: Report("model call m5 replied; run done"))
-    assert time.monotonic() - began < 2.5
-    assert (report.line, w.ran, w.published) == ("model call m5 replied; run done", [], [])
-
-
-def test_off_a_carried_call_publishes_its_next_step() -> None:
-    w = world(slice_ms=0, plan=CHAIN)
-    w.inline.borrow(lambda: _saved_call(w), w.step)
-    assert w.ran == []
-    assert w.published == [TOOL]
-
-
-def test_a_borrowed_slice_publishes_what_comes_after_it() -> None:
-    w = world(plan=CHAIN, step_s=0.3)
-    w.inline.borrow(lambda: _saved_call(w), w.step)
-    assert w.ran == [TOOL]  # 0.3 s: past the 0.25 s slice, the next step is published
+def test_a_keeper_publishes_what_comes_after_its_slice() -> None:
+    w = world(plan={ADVANCE: [MODEL2]}, step_s=0.3)
+    w.inline.on_keeper(lambda: _saved_call(w, ADVANCE), w.step)
+    assert w.ran == [ADVANCE]  # 0.3 s: past the 0.25 s slice, the next step is published
     assert w.published == [MODEL2]
 
 
-def _borrowing(w: World, release: threading.Event) -> threading.Thread:
-    """A carried call's thread that borrows the slot and holds it until `release`."""
-    holding = threading.Event()
-
-    def held(message: Message) -> Report:
-        holding.set()
-        release.wait(10)
-        return Report(f"did {message.kind}")
-
-    thread = threading.Thread(target=w.inline.borrow, args=(lambda: _saved_call(w), held))
-    thread.start()
-    assert holding.wait(10)
-    return thread
-
-
-def _waiting_task(w: World) -> tuple[threading.Thread, threading.Event]:
-    """A task that comes while the process's one slot is borrowed: it waits (it has not
-    started its step 0.3 s later). Returns its thread and what says it started."""
-    started = threading.Event()
-    task = threading.Thread(
-        target=w.inline.run, args=(ADVANCE, lambda _: started.set() or Report("did advance"))
-    )
-    task.start()
-    assert not started.wait(0.3)
-    return task, started
-
-
-def test_a_task_waits_for_a_slot_a_carried_call_borrowed() -> None:
-    w = world(slice_ms=5_000, plan={})
-    release = threading.Event()
-    borrower = _borrowing(w, release)
-    task, started = _waiting_task(w)  # the task does not start beside the borrowed step...
-    release.set()
-    assert started.wait(10)  # ...until the borrowed step ends
-    for thread in (borrower, task):
-        thread.join(10)
-    assert w.inline.slot_to_spare()
-
-
-def test_a_task_waits_for_a_borrowed_slot_at_most_a_slice() -> None:
-    w = world(slice_ms=100, plan={})
-    release = threading.Event()
-    borrower = _borrowing(w, release)
-    began = time.monotonic()
-    w.inline.run(ADVANCE, lambda _: Report("did advance"))
-    waited = time.monotonic() - began
-    release.set()
-    borrower.join(10)
-    assert 0.09 <= waited < 5  # it waited the 0.1 s slice, then ran beside the borrowed step
-    assert w.inline.slot_to_spare()
-
-
-def test_no_carried_call_borrows_a_slot_while_a_task_waits_for_one() -> None:
-    w = world(slice_ms=5_000, plan={TOOL: []})
-    release = threading.Event()
-    borrower = _borrowing(w, release)
-    task, started = _waiting_task(w)
-    # A second slot appears (as the pool's count would): the task waiting is owed it, so
-    # a carried call ending now waits too, and does not run its next step beside it.
-    w.inline.slots = 2
-    carried = threading.Thread(target=w.inline.borrow, args=(lambda: _saved_call(w), w.step))
-    carried.start()
-    time.sleep(0.3)
-    assert (w.ran, started.is_set()) == ([], False)
-    release.set()
-    for thread in (borrower, task, carried):
-        thread.join(10)
-    assert (w.ran, w.published, started.is_set()) == ([TOOL], [], True)
-
-
-def test_tasks_beyond_the_slots_counted_never_wait_for_each_other() -> None:
-    """A pool that runs more tasks at once than its process counts slots (greenlets,
-    counted as one): with no slot borrowed, a second task starts at once."""
-    w = world(slice_ms=5_000, plan={})
-    release, holding = threading.Event(), threading.Event()
-
-    def held(_: Message) -> Report:
-        holding.set()
-        release.wait(10)
-        return Report("did advance")
-
-    first = threading.Thread(target=w.inline.run, args=(ADVANCE, held))
-    first.start()
-    assert holding.wait(10)
-    began = time.monotonic()
-    w.inline.run(ADVANCE, lambda _: Report("did advance"))
-    assert time.monotonic() - began < 2.5  # (a wait would be the 5 s slice)
-    release.set()
-    first.join(10)
-
-
-def test_every_task_waiting_goes_once_the_borrowed_slot_is_back() -> None:
-    """Tasks beyond the slots counted (greenlets, counted as one) that came while a slot
-    was borrowed all start when it is given back, none a slice later (each runs on, so
-    none makes room for another)."""
-    w = world(slice_ms=5_000, plan={})
-    release, done = threading.Event(), threading.Event()
-    borrower = _borrowing(w, release)
-    starts = [threading.Event() for _ in range(2)]
-
-    def task(started: threading.Event) -> None:
-        def step(_: Message) -> Report:
-            started.set()
-            done.wait(10)
-            return Report("did advance")
-
-        w.inline.run(ADVANCE, step)
-
-    tasks = [threading.Thread(target=task, args=(started,)) for started in starts]
-    for thread in tasks:
-        thread.start()
-    assert not any(started.wait(0.3) for started in starts)  # both wait for the slot
-    began = time.monotonic()
-    release.set()
-    assert all(started.wait(10) for started in starts)
-    assert time.monotonic() - began < 2.5  # (one left waiting would wait the 5 s slice)
-    done.set()
-    for thread in [borrower, *tasks]:
-        thread.join(10)
+def test_off_a_keeper_publishes_the_next_step() -> None:
+    w = world(slice_ms=0, plan=CHAIN)
+    w.inline.on_keeper(lambda: _saved_call(w, ADVANCE), w.step)
+    assert (w.ran, w.published) == ([], [ADVANCE])

@@ -8,9 +8,11 @@
 
 `Runtime.task` is the body of every step task: the step its message asks for,
 then each next step it may continue in place of publishing it
-(`workers.runtime.continuation`, `RELAY_INLINE_MS`). Every step is counted in the
-fleet's metrics and its call traced (OpenTelemetry) as it ends. Nothing here
-knows Celery: `workers.celery_app` registers these bodies as tasks.
+(`workers.runtime.continuation`, `RELAY_INLINE_MS`). A model call is handed to the
+process's event loop (`workers.runtime.on_loop`), which holds it past its task; its
+outcome is kept on a keeper thread, which goes on with the run as a task would. Every
+step is counted in the fleet's metrics and its call traced (OpenTelemetry) as it
+ends. Nothing here knows Celery: `workers.celery_app` registers these bodies as tasks.
 """
 
 from __future__ import annotations
@@ -120,7 +122,10 @@ class Runtime:
             report = self.calls.run_tool(message.run, message.call)
         else:
             report = self.steps.advance(message.run)
-        return report if report.carried else self._counted(message.kind, report)
+        if not report.carried:
+            return self._counted(message.kind, report)
+        self._gauge_held()
+        return report
 
     def _keep_held(self, keep: Callable[[], Report]) -> Report:
         """Keep the outcome of a call the loop held (`keep`, on a keeper thread), counted and
@@ -133,13 +138,19 @@ class Runtime:
         return self.continuation.on_keeper(counted, self._step)
 
     def _carried_done(self, report: Report) -> None:
-        """A carried model call ended (on its carrier's thread), with the steps continued
+        """A model call the loop held was kept (on a keeper thread), with the steps continued
         after it: say so to whoever ends its task (`on_carried_end`)."""
+        self._gauge_held()
         if self._carried_end is not None:
             self._carried_end(report)
 
+    def _gauge_held(self) -> None:
+        """Tell the metrics how many calls the loop holds, of how many it may (`/metrics`)."""
+        if self.on_loop is not None:
+            self.metrics.held(self.on_loop.in_flight, self.on_loop.most)
+
     def on_carried_end(self, hook: Callable[[Report], None]) -> None:
-        """Tell `hook` what each carried model call did once it ends, on the carrier's
+        """Tell `hook` what each model call the loop held did once it is kept, on a keeper
         thread, in the context of the task that handed it over (`runtime.carrier`): the
         Celery tasks end that task in Flower then (`celery_app.carried_ends`)."""
         self._carried_end = hook
