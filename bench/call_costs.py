@@ -2,11 +2,11 @@
 
 `python -m bench.call_costs [--calls 1000] [--at-once 200]`: not a test, not in CI.
 
-1. The HTTP client at many calls in flight: `--calls` calls, `--at-once` at a time
-   (each on a thread, as the carrier makes them), against `bench.slow_model` in a
-   process of its own replying in 2 s (10 streamed pieces); this process's CPU a call,
-   plain and streamed, with httpx's own pool (one client, every connection in one pool)
-   and with `KeptConnections` (the model client's transport: one connection a call).
+1. The HTTP client at many calls in flight: `--calls` calls, `--at-once` at a time,
+   against `bench.slow_model` in a process of its own replying in 2 s (10 streamed
+   pieces); this process's CPU a call, plain and streamed, with httpx's sync client (each
+   call on a thread, as the carrier made them) and with its AsyncClient on one event
+   loop (as the model client makes them now, `workers.model.transport`).
 2. A Celery task that raises `Ignore` against one that returns (what a carried call's
    task did before `NoFinalEvent`, and does now): Celery's tracer run in process, CPU a
    task.
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from celery.app.trace import build_tracer
 from celery.exceptions import Ignore
 
 from tests.support.redis_server import free_port, wait_for_port
-from workers.model.connections import KeptConnections
+from workers.model.transport import LIMITS
 
 __all__ = ["main"]
 
@@ -56,6 +57,36 @@ def _cpu_ms_a_call(call: Callable[[], None], calls: int, at_once: int) -> float:
         return (time.process_time() - began) * 1000 / calls
 
 
+def _async_cpu_ms_a_call(url: str, calls: int, at_once: int, *, streamed: bool) -> float:
+    async def run() -> float:
+        async with httpx.AsyncClient(base_url=url, timeout=30, limits=LIMITS) as client:
+
+            async def call() -> None:
+                if not streamed:
+                    (await client.post("/chat/completions", json=BODY)).raise_for_status()
+                    return
+                body = BODY | {"stream": True}
+                async with client.stream("POST", "/chat/completions", json=body) as reply:
+                    async for _ in reply.aiter_lines():
+                        pass
+
+            async def some(count: int) -> None:
+                turns = asyncio.Semaphore(at_once)
+
+                async def one() -> None:
+                    async with turns:
+                        await call()
+
+                await asyncio.gather(*(one() for _ in range(count)))
+
+            await some(at_once)  # every connection opened first
+            began = time.process_time()
+            await some(calls)
+            return (time.process_time() - began) * 1000 / calls
+
+    return asyncio.run(run())
+
+
 def http_client(calls: int, at_once: int) -> dict[str, float]:
     """This process's CPU ms a call, by client and kind of reply."""
     port = free_port()
@@ -67,18 +98,16 @@ def http_client(calls: int, at_once: int) -> dict[str, float]:
     try:
         wait_for_port(port, 30)
         url = f"http://127.0.0.1:{port}/v1"
-        unbounded = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        clients = {
-            "httpx's pool": httpx.Client(base_url=url, timeout=30, limits=unbounded),
-            "KeptConnections": httpx.Client(base_url=url, timeout=30, transport=KeptConnections()),
-        }
         found = {}
-        for name, client in clients.items():
-            with client:
-                for streamed in (False, True):
-                    kind = "streamed" if streamed else "plain"
-                    call = _calls(client, streamed=streamed)
-                    found[f"{name}, {kind}"] = _cpu_ms_a_call(call, calls, at_once)
+        with httpx.Client(base_url=url, timeout=30, limits=LIMITS) as client:
+            for streamed in (False, True):
+                kind = "streamed" if streamed else "plain"
+                call = _calls(client, streamed=streamed)
+                found[f"threads, {kind}"] = _cpu_ms_a_call(call, calls, at_once)
+        for streamed in (False, True):
+            kind = "streamed" if streamed else "plain"
+            ms = _async_cpu_ms_a_call(url, calls, at_once, streamed=streamed)
+            found[f"one loop, {kind}"] = ms
         return found
     finally:
         model.terminate()

@@ -24,7 +24,7 @@ from workers import Settings
 from workers.engine.effects import Message
 from workers.engine.records import RunRecord, Usage
 from workers.model.transport import ModelSource
-from workers.model.wire import Model, ModelReply
+from workers.model.wire import Model, ModelReply, complete
 from workers.runtime.bodies import Runtime
 from workers.settings import now_ms
 
@@ -32,9 +32,10 @@ __all__ = ["EveryQueue", "LocalModel", "LocalRuntime", "local_turn_ms"]
 
 
 class LocalModel:
-    """The bench's fake model as a function call (no HTTP)."""
+    """The bench's fake model as a function call (no HTTP), async: it answers on the
+    process's loop at once, holding no thread."""
 
-    def complete(
+    async def complete(
         self,
         request: ModelRequest,
         *,
@@ -63,13 +64,14 @@ class EveryQueue:
 
 
 class _Marked:
-    """A model that notes when each call begins (a turn runs from one to the next)."""
+    """A model that notes when each call begins (a turn runs from one to the next); async,
+    whatever the model it wraps (`workers.model.wire.complete` runs a sync one)."""
 
     def __init__(self, model: Model, marks: list[float]) -> None:
         self._model = model
         self._marks = marks
 
-    def complete(
+    async def complete(
         self,
         request: ModelRequest,
         *,
@@ -77,7 +79,7 @@ class _Marked:
         on_text: Callable[[str], None] | None = None,
     ) -> ModelReply:
         self._marks.append(time.perf_counter())
-        return self._model.complete(request, should_stop=should_stop, on_text=on_text)
+        return await complete(self._model, request, should_stop=should_stop, on_text=on_text)
 
 
 class LocalRuntime:

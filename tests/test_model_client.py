@@ -7,7 +7,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_core.steps import Attachment, ModelRequest
+from tests.support.clients import opened
 from tests.support.model_server import (
     ChatCall,
     ModelServer,
@@ -28,6 +29,7 @@ from tests.support.model_server import (
 )
 from workers.engine.records import Usage
 from workers.errors import ModelCallError
+from workers.loop import run_blocking
 from workers.model.transport import ModelClient
 from workers.model.wire import (
     ModelReply,
@@ -61,20 +63,24 @@ def serve() -> Iterator[Serve]:
 
 
 class Recorder:
-    """A client whose waits are recorded instead of slept."""
+    """A client whose waits are recorded instead of slept; its calls are made on the
+    process's loop, as a synchronous caller makes them."""
 
     def __init__(self, url: str, **settings: Any) -> None:
         self.sleeps: list[float] = []
         settings = {"read_timeout": 2.0, "connect_timeout": 2.0, "retries": 2} | settings
         self.client = ModelClient(
             ModelSettings(url=url, **settings),
-            sleep=self.sleeps.append,
+            sleep=self.sleep,
             rand=lambda: 0.5,
             now=lambda: NOW,
         )
 
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
     def complete(self, request: ModelRequest = REQUEST, **options: Any) -> ModelReply:
-        return self.client.complete(request, **options)
+        return run_blocking(self.client.complete(request, **options))
 
 
 @pytest.fixture
@@ -87,7 +93,7 @@ def connect() -> Iterator[Callable[..., Recorder]]:
 
     yield make
     for recorder in recorders:
-        recorder.client.close()
+        run_blocking(recorder.client.aclose())
 
 
 def failure(recorder: Recorder, **options: Any) -> ModelCallError:
@@ -433,7 +439,7 @@ def test_a_body_past_the_size_cap_is_refused(
 def test_a_streamed_body_past_the_size_cap_is_cut_off() -> None:
     sent: list[int] = []
 
-    def chunks() -> Iterator[bytes]:
+    async def chunks() -> AsyncIterator[bytes]:
         for _ in range(100):
             sent.append(1)
             yield b"x" * 400
@@ -441,10 +447,10 @@ def test_a_streamed_body_past_the_size_cap_is_cut_off() -> None:
     transport = httpx.MockTransport(lambda _request: httpx.Response(200, content=chunks()))
     settings = ModelSettings(url="http://model.test/v1", max_body_bytes=1000)
     with (
-        ModelClient(settings, transport=transport) as client,
+        opened(ModelClient(settings, transport=transport)) as client,
         pytest.raises(ModelCallError) as caught,
     ):
-        client.complete(REQUEST)
+        run_blocking(client.complete(REQUEST))
     assert "larger than 1000 bytes" in caught.value.message
     assert len(sent) == 3  # stopped reading at the chunk that went past the cap
 

@@ -1,41 +1,36 @@
-"""The model client's connections (`workers.model.connections.KeptConnections`): one
-kept-alive connection for each call in flight, reused by the calls after it, given back
-however a call ends, and closed once idle past their expiry or with the client.
+"""The model client's connections: kept alive between calls, one for each call in flight
+with no pool cap, closed when a call is cancelled or cut short and when the client is,
+and no thread for any call.
 
-Against a real server on loopback, through `ModelClient` as a worker makes its calls."""
+Against real servers on loopback: `ModelServer` (a thread per connection, in this
+process) and, where this process's threads are counted, `bench.slow_model` (asyncio,
+in a process of its own)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from agent_core.steps import ModelRequest
+from tests.support.clients import opened
 from tests.support.model_server import ModelServer, Reply, refusing_url
+from tests.support.redis_server import free_port, wait_for_port
 from workers.errors import ModelCallError
-from workers.model.connections import KeptConnections
-from workers.model.transport import ModelClient
+from workers.loop import run_blocking
+from workers.model.transport import ModelClient, shared_tls
 from workers.settings import ModelSettings
 
 REQUEST = ModelRequest(system="You are terse.", prompt="Say hi.")
-KEEPALIVE_S = 60.0
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class Clock:
-    """A monotonic clock a test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -51,80 +46,50 @@ def wait_until(condition: Callable[[], bool], timeout: float, *, what: str) -> N
         time.sleep(0.02)
 
 
-def _client(url: str, connections: KeptConnections, **settings: object) -> ModelClient:
+def _client(url: str, **settings: object) -> ModelClient:
     options: dict[str, object] = {"read_timeout": 10.0, "retries": 0} | settings
-    return ModelClient(ModelSettings(url=url, **options), transport=connections)
+    return ModelClient(ModelSettings(url=url, **options))
 
 
 def _at_once(client: ModelClient, calls: int, *, streamed: bool = False) -> list[str]:
-    """Make `calls` calls at once (each on a thread of its own); return their texts."""
+    """Make `calls` calls at once on the process's loop; return their texts."""
     on_text = (lambda _piece: None) if streamed else None
-    with ThreadPoolExecutor(calls) as pool:
-        replies = pool.map(lambda _: client.complete(REQUEST, on_text=on_text), range(calls))
-        return [reply.text for reply in replies]
+
+    async def all_of_them() -> list[str]:
+        asked = (client.complete(REQUEST, on_text=on_text) for _ in range(calls))
+        return [reply.text for reply in await asyncio.gather(*asked)]
+
+    return run_blocking(all_of_them())
 
 
 def test_calls_one_after_another_reuse_one_connection(server: ModelServer) -> None:
-    connections = KeptConnections()
-    with _client(server.url, connections) as client:
+    with opened(_client(server.url)) as client:
         for streamed in (False, True, False, True):
-            client.complete(REQUEST, on_text=(lambda _piece: None) if streamed else None)
+            on_text = (lambda _piece: None) if streamed else None
+            run_blocking(client.complete(REQUEST, on_text=on_text))
         assert server.accepted_connections == 1
-        assert (connections.kept, connections.lent) == (1, 0)
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_calls_at_once_each_have_a_connection_and_the_next_ones_reuse_them(
     server: ModelServer, streamed: bool
 ) -> None:
-    connections = KeptConnections()
-    with _client(server.url, connections) as client:
+    with opened(_client(server.url)) as client:
         assert _at_once(client, 12, streamed=streamed) == ["hi there"] * 12
-        # (A call's connection is back on the shelf as its reply is read, before the
-        # server counts it idle: each was in use by one call at a time.)
-        assert server.accepted_connections == 12
-        assert (connections.kept, connections.lent) == (12, 0)
+        assert server.accepted_connections == 12  # none waited for another's connection
         assert _at_once(client, 12, streamed=streamed) == ["hi there"] * 12
         assert _at_once(client, 5, streamed=streamed) == ["hi there"] * 5
         assert server.accepted_connections == 12  # every later call had one kept for it
-        assert (connections.kept, connections.lent) == (12, 0)
 
 
-def test_connections_idle_past_their_expiry_are_closed_as_later_calls_pass(
-    server: ModelServer,
-) -> None:
-    clock = Clock()
-    # (An expiry of a minute: httpcore's own, on the real clock, never comes within the test.)
-    connections = KeptConnections(keepalive_s=KEEPALIVE_S, clock=clock)
-    with _client(server.url, connections) as client:
-        _at_once(client, 4)
-        assert connections.kept == 4
-        wait_until(lambda: server.open_connections == 4, 10, what="four kept connections")
-        clock.now += KEEPALIVE_S / 2
-        client.complete(REQUEST)  # takes the newest; none has waited past the expiry yet
-        assert connections.kept == 4
-        clock.now += KEEPALIVE_S  # the three the last call did not use have expired now
-        client.complete(REQUEST)  # takes the newest and closes the oldest
-        assert connections.kept == 3
-        wait_until(lambda: server.open_connections == 3, 10, what="the oldest to be closed")
-        client.complete(REQUEST)
-        client.complete(REQUEST)
-        assert connections.kept == 1  # the one in use stays, however old the others were
-        wait_until(lambda: server.open_connections == 1, 10, what="the idle ones closed")
-        assert server.accepted_connections == 4
-
-
-def test_a_call_that_fails_gives_its_connection_back() -> None:
-    connections = KeptConnections()
-    with refusing_url() as url, _client(url, connections) as client:
+def test_a_call_that_fails_leaves_the_next_ones_working() -> None:
+    with refusing_url() as url, opened(_client(url)) as client:
         for _ in range(3):
-            with pytest.raises(ModelCallError):
-                client.complete(REQUEST)
-        assert connections.lent == 0
-        assert connections.kept == 1  # one transport, tried three times
+            with pytest.raises(ModelCallError, match="could not connect"):
+                run_blocking(client.complete(REQUEST))
 
 
-def test_a_reply_cut_short_gives_its_connection_back_and_is_not_reused() -> None:
+def test_a_reply_cut_short_closes_its_connection_and_is_not_reused() -> None:
     big = Reply(text="x" * 5_000)
     endless = Reply(text="go on ", endless=True, gap=0.01)
     replies = iter([big, big, endless, Reply(text="fine")])
@@ -134,35 +99,108 @@ def test_a_reply_cut_short_gives_its_connection_back_and_is_not_reused() -> None
         with lock:
             return next(replies)
 
-    connections = KeptConnections()
     with (
         ModelServer(respond) as server,
-        _client(server.url, connections, max_body_bytes=1_000) as client,
+        opened(_client(server.url, max_body_bytes=1_000)) as client,
     ):
         with pytest.raises(ModelCallError, match="larger than 1000 bytes"):
-            client.complete(REQUEST)  # plain
+            run_blocking(client.complete(REQUEST))  # plain
         with pytest.raises(ModelCallError, match="larger than 1000 bytes"):
-            client.complete(REQUEST, on_text=lambda _piece: None)  # streamed
+            run_blocking(client.complete(REQUEST, on_text=lambda _piece: None))  # streamed
         stop = threading.Event()
+        stopping = client.complete(
+            REQUEST, on_text=lambda _piece: stop.set(), should_stop=stop.is_set
+        )
         with pytest.raises(ModelCallError, match="stopped"):
-            client.complete(REQUEST, on_text=lambda _piece: stop.set(), should_stop=stop.is_set)
-        assert connections.lent == 0
+            run_blocking(stopping)
         # A body left unread closes its connection: the next call opens one anew.
         wait_until(lambda: server.open_connections == 0, 10, what="the cut connections closed")
-        assert client.complete(REQUEST).text == "fine"
-        assert connections.lent == 0
+        assert run_blocking(client.complete(REQUEST)).text == "fine"
+
+
+def test_cancelling_a_call_mid_stream_ends_it_at_once_and_closes_its_connection() -> None:
+    endless = Reply(text="go on ", endless=True, gap=0.01)
+    pieces: list[str] = []
+
+    async def cancelled_mid_stream(client: ModelClient) -> float:
+        streaming = asyncio.Event()
+
+        def on_text(piece: str) -> None:
+            pieces.append(piece)
+            streaming.set()
+
+        call = asyncio.ensure_future(client.complete(REQUEST, on_text=on_text))
+        await asyncio.wait_for(streaming.wait(), 10)
+        began = time.monotonic()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return time.monotonic() - began
+
+    with (
+        ModelServer(lambda _call: endless) as server,
+        opened(_client(server.url, read_timeout=30.0)) as client,
+    ):
+        took = run_blocking(cancelled_mid_stream(client))
+        assert took < 0.5  # at its next await, not at a timeout
+        wait_until(lambda: server.open_connections == 0, 5, what="the server to see it closed")
+        assert pieces, "it was streaming when it was cancelled"
+        assert server.accepted_connections == 1
 
 
 def test_closing_the_client_closes_every_kept_connection(server: ModelServer) -> None:
-    connections = KeptConnections()
-    client = _client(server.url, connections)
+    client = _client(server.url)
     _at_once(client, 6)
     wait_until(lambda: server.open_connections == 6, 10, what="six kept connections")
-    client.close()
-    assert connections.kept == 0
+    run_blocking(client.aclose())
     wait_until(lambda: server.open_connections == 0, 10, what="every connection closed")
-    with pytest.raises(RuntimeError):
-        client.complete(REQUEST)
+    with pytest.raises(RuntimeError, match="closed"):
+        run_blocking(client.complete(REQUEST))
+
+
+def _stats(port: int) -> dict[str, int]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10) as answer:
+        found: dict[str, int] = json.loads(answer.read())
+        return found
+
+
+@pytest.fixture
+def slow_model() -> Iterator[int]:
+    """`bench.slow_model` in a process of its own, a streamed reply in 1 s; its port."""
+    port = free_port()
+    command = [sys.executable, "-m", "bench.slow_model", "--port", str(port), "--seconds", "1"]
+    model = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, 30)
+        yield port
+    finally:
+        model.terminate()
+        model.wait(30)
+
+
+def test_two_hundred_streamed_calls_at_once_take_no_thread(slow_model: int) -> None:
+    url = f"http://127.0.0.1:{slow_model}/v1"
+    pieces: list[str] = []
+    with opened(_client(url, read_timeout=30.0)) as client:
+        run_blocking(client.complete(REQUEST))  # the loop, and everything it starts, is up
+        before = threading.active_count()
+        during: list[int] = []
+
+        async def two_hundred() -> list[str]:
+            asked = [client.complete(REQUEST, on_text=pieces.append) for _ in range(200)]
+            calls = asyncio.gather(*asked)
+            while not calls.done():  # (counted while they are in flight, not only after)
+                during.append(threading.active_count())
+                await asyncio.wait([calls], timeout=0.1)
+            return [reply.text for reply in calls.result()]
+
+        texts = run_blocking(two_hundred())
+        after = threading.active_count()
+    assert texts == ['{"final": "done"}'] * 200
+    assert len(pieces) >= 200 * 2  # streamed, in pieces
+    assert _stats(slow_model)["most"] == 200  # all of them were in flight at once
+    assert max(during) <= before + 2
+    assert after <= before + 2
 
 
 def test_a_worker_loads_the_http_stack_before_its_pool_forks() -> None:
@@ -176,13 +214,12 @@ def test_a_worker_loads_the_http_stack_before_its_pool_forks() -> None:
     assert found.stdout.split() == ["h11", "httpcore"], found.stderr
 
 
-def test_a_worker_makes_the_tls_context_before_its_pool_forks(tmp_path: Path) -> None:
+def test_a_worker_makes_the_tls_context_before_its_pool_forks() -> None:
     # Loading the CA bundle costs some 20 ms of CPU: made as the worker starts (its
-    # parent, before a prefork pool forks), it is each child's, and every connection's.
+    # parent, before a prefork pool forks), it is each child's, and every client's.
     from celery.signals import worker_init  # noqa: PLC0415 - only this test sends it
 
     from tests.apps.notes import relay  # noqa: PLC0415 - its app, as a worker loads it
-    from workers.model.connections import shared_tls  # noqa: PLC0415
 
     shared_tls.cache_clear()
 
@@ -192,4 +229,6 @@ def test_a_worker_makes_the_tls_context_before_its_pool_forks(tmp_path: Path) ->
     worker_init.send(sender=Worker())
     made = shared_tls.cache_info()
     assert (made.misses, made.currsize) == (1, 1)
-    assert KeptConnections()._tls is shared_tls()
+    run_blocking(_client("https://model.test/v1").aclose())
+    taken = shared_tls.cache_info()
+    assert (taken.misses, taken.hits) == (1, made.hits + 1)  # the client took the worker's

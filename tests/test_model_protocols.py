@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,12 @@ from click.testing import CliRunner
 from agent_core import Agent, Ask, Config, Done, Kind, Plan, Risk, Run, Summarize, Tool, ToolOutput
 from agent_core.reply import CallReply, FinalReply, Unusable, parse_reply
 from agent_core.steps import ModelRequest, OfferedTool, ReplyShape
+from tests.support.clients import opened
 from tests.support.model_server import ChatCall, ModelServer, Reply, scripted
 from tests.support.redis_server import RedisServer
 from workers import ModelRoute
 from workers.cli import cli
+from workers.loop import run_blocking
 from workers.model.limits import RouteLimits
 from workers.model.protocols import FunctionCall, functions, reply_schema, reply_text
 from workers.model.router import ModelRouter
@@ -56,8 +59,11 @@ def _working(max_batch: int = 2) -> tuple[Agent, Ask]:
     return agent, step
 
 
-def _client(server: ModelServer, protocol: ModelProtocol) -> ModelClient:
-    return ModelClient(ModelSettings(url=server.url, model="m", retries=0, protocol=protocol))
+@contextmanager
+def _client(server: ModelServer, protocol: ModelProtocol) -> Iterator[ModelClient]:
+    settings = ModelSettings(url=server.url, model="m", retries=0, protocol=protocol)
+    with opened(ModelClient(settings)) as client:
+        yield client
 
 
 def _call(tool: str, arguments: object) -> dict[str, Any]:
@@ -169,8 +175,8 @@ def test_a_text_route_sends_the_same_body_as_before_whatever_the_request_allows(
         ModelServer(scripted('{"final": "ok"}', '{"final": "ok"}')) as server,
         _client(server, "text") as client,
     ):
-        client.complete(step.request)
-        client.complete(plain)
+        run_blocking(client.complete(step.request))
+        run_blocking(client.complete(plain))
         shaped, unshaped = server.calls
     before = chat_body("m", plain, attachment_chars=20_000, max_tokens=4096)
     assert shaped.body == unshaped.body == before
@@ -188,8 +194,8 @@ def test_a_json_route_sends_the_schema_and_a_summary_goes_without_it() -> None:
         ModelServer(scripted(answer, "A short summary.")) as server,
         _client(server, "json") as client,
     ):
-        reply = client.complete(step.request)
-        summary = client.complete(SUMMARY)
+        reply = run_blocking(client.complete(step.request))
+        summary = run_blocking(client.complete(SUMMARY))
         asked, summarized = server.calls
     sent = asked.body["response_format"]
     assert sent["type"] == "json_schema"
@@ -219,7 +225,7 @@ def test_a_tools_route_offers_functions_and_a_batch_of_calls_comes_back_as_one()
         ModelServer(scripted(Reply(tool_calls=calls))) as server,
         _client(server, "tools") as client,
     ):
-        reply = client.complete(step.request)
+        reply = run_blocking(client.complete(step.request))
         (sent,) = server.calls
     assert _tools_sent(sent) == ["read_file", "write_file", "count", "final_answer"]
     count = next(f for f in sent.body["tools"] if f["function"]["name"] == "count")
@@ -245,7 +251,7 @@ def test_streamed_tool_calls_are_put_together_from_their_pieces() -> None:
         ModelServer(scripted(Reply(text="", tool_calls=[answer], piece_chars=3))) as server,
         _client(server, "tools") as client,
     ):
-        reply = client.complete(step.request, on_text=pieces.append)
+        reply = run_blocking(client.complete(step.request, on_text=pieces.append))
         (sent,) = server.calls
     assert sent.body["stream"] is True
     assert reply.finish_reason == "tool_calls"
@@ -264,7 +270,7 @@ def test_streamed_calls_after_some_text_start_the_reply_over() -> None:
         ModelServer(scripted(Reply(text="Let me look.", tool_calls=answer))) as server,
         _client(server, "tools") as client,
     ):
-        reply = client.complete(step.request, on_text=pieces.append)
+        reply = run_blocking(client.complete(step.request, on_text=pieces.append))
     assert reply.text == '{"tool": "read_file", "args": {"path": "a"}}'
     assert pieces[-2:] == ["", reply.text]  # RESTART, then the call as the core reads it
 
@@ -294,7 +300,9 @@ def test_malformed_tool_calls_are_a_reply_the_core_refuses_saying_why(
         ModelServer(scripted(Reply(tool_calls=tool_calls))) as server,
         _client(server, "tools") as client,
     ):
-        reply = client.complete(step.request, on_text=pieces.append if streamed else None)
+        reply = run_blocking(
+            client.complete(step.request, on_text=pieces.append if streamed else None)
+        )
     assert reason in _problem(agent, reply.text)
 
 
@@ -304,7 +312,7 @@ def test_plain_content_from_a_tools_route_is_read_as_it_is() -> None:
         ModelServer(scripted('{"final": "no calls needed"}')) as server,
         _client(server, "tools") as client,
     ):
-        reply = client.complete(step.request)
+        reply = run_blocking(client.complete(step.request))
     assert reply.tool_calls == ()
     assert reply.text == '{"final": "no calls needed"}'
     assert isinstance(agent.reply(reply.text), Done)
@@ -384,8 +392,8 @@ def test_a_route_whose_server_refuses_its_protocol_speaks_text_from_then_on(
     with server:
         route = ModelRoute("local", url=server.url, model="m", protocol=protocol)
         router = _router(limits, route, made)
-        first = router.complete(step.request, key="k", holder="run|1", tokens=100)
-        second = router.complete(step.request, key="k", holder="run|2", tokens=100)
+        first = run_blocking(router.complete(step.request, key="k", holder="run|1", tokens=100))
+        second = run_blocking(router.complete(step.request, key="k", holder="run|2", tokens=100))
         refused, retried, later = server.calls
     assert field in refused.body
     for call in (retried, later):
@@ -399,7 +407,7 @@ def test_a_route_whose_server_refuses_its_protocol_speaks_text_from_then_on(
     assert state.protocol == protocol
     assert state.protocol_fallback == first.reply.protocol_fallback
     assert (state.failures, state.circuit, state.error) == (0, "closed", "")
-    made[0].close()
+    run_blocking(made[0].aclose())
 
 
 def test_another_400_is_no_refusal_of_the_protocol() -> None:
@@ -409,7 +417,7 @@ def test_another_400_is_no_refusal_of_the_protocol() -> None:
         _client(server, "json") as client,
     ):
         with pytest.raises(Exception, match="unknown model m"):
-            client.complete(step.request)
+            run_blocking(client.complete(step.request))
         assert client.protocol_fallback is None
         assert len(server.calls) == 1
 

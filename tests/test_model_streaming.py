@@ -19,10 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent_core.steps import ModelRequest
+from tests.support.clients import opened
 from tests.support.model_server import ModelServer, Reply, scripted
 from tests.support.redis_server import RedisServer
 from workers import ModelRoute
 from workers.errors import ModelCallError
+from workers.loop import run_blocking
 from workers.model.limits import RouteLimits
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelClient
@@ -77,8 +79,8 @@ def test_pieces_arrive_while_the_server_is_still_writing(
 ) -> None:
     model = server(Reply(ANSWER, gap=0.05, piece_chars=6, usage=(20, 9)))
     pieces = Pieces()
-    with client(model.url) as http:
-        reply = http.complete(REQUEST, on_text=pieces)
+    with opened(client(model.url)) as http:
+        reply = run_blocking(http.complete(REQUEST, on_text=pieces))
         done = time.monotonic()
     assert "".join(pieces.seen) == reply.text == ANSWER
     assert len(pieces.seen) == -(-len(ANSWER) // 6)
@@ -94,8 +96,8 @@ def test_pieces_arrive_while_the_server_is_still_writing(
 
 def test_without_on_text_the_call_is_plain(server: Callable[..., ModelServer]) -> None:
     model = server(Reply(ANSWER))
-    with client(model.url) as http:
-        assert http.complete(REQUEST).text == ANSWER
+    with opened(client(model.url)) as http:
+        assert run_blocking(http.complete(REQUEST)).text == ANSWER
     assert "stream" not in model.calls[0].body
 
 
@@ -103,9 +105,9 @@ def test_streamed_calls_share_one_kept_alive_connection(
     server: Callable[..., ModelServer],
 ) -> None:
     model = server(Reply(ANSWER), Reply(ANSWER))
-    with client(model.url) as http:
+    with opened(client(model.url)) as http:
         for _ in range(2):
-            http.complete(REQUEST, on_text=Pieces())
+            run_blocking(http.complete(REQUEST, on_text=Pieces()))
     assert len({call.port for call in model.calls}) == 1
 
 
@@ -114,8 +116,8 @@ def test_a_server_that_does_not_stream_hands_the_text_over_whole(
 ) -> None:
     model = server(Reply(ANSWER), streams=False)
     pieces = Pieces()
-    with client(model.url) as http:
-        assert http.complete(REQUEST, on_text=pieces).text == ANSWER
+    with opened(client(model.url)) as http:
+        assert run_blocking(http.complete(REQUEST, on_text=pieces)).text == ANSWER
     assert pieces.seen == [ANSWER]
 
 
@@ -124,9 +126,9 @@ def test_a_server_that_refuses_streams_is_asked_plainly_from_then_on(
 ) -> None:
     model = server(Reply(ANSWER), Reply("second"), refuse_streams=True)
     first, second = Pieces(), Pieces()
-    with client(model.url) as http:
-        assert http.complete(REQUEST, on_text=first).text == ANSWER
-        assert http.complete(REQUEST, on_text=second).text == "second"
+    with opened(client(model.url)) as http:
+        assert run_blocking(http.complete(REQUEST, on_text=first)).text == ANSWER
+        assert run_blocking(http.complete(REQUEST, on_text=second)).text == "second"
     assert [first.seen, second.seen] == [[ANSWER], ["second"]]
     # The refused stream request never reached the script: two replies, two plain calls.
     assert ["stream" in call.body for call in model.calls] == [False, False]
@@ -135,8 +137,8 @@ def test_a_server_that_refuses_streams_is_asked_plainly_from_then_on(
 def test_a_retry_after_part_of_a_reply_restarts_it(server: Callable[..., ModelServer]) -> None:
     model = server(Reply("first attempt, cut short", drop_after=2), Reply(ANSWER))
     pieces = Pieces()
-    with client(model.url) as http:
-        reply = http.complete(REQUEST, on_text=pieces)
+    with opened(client(model.url)) as http:
+        reply = run_blocking(http.complete(REQUEST, on_text=pieces))
     assert reply.text == ANSWER
     assert pieces.seen[:3] == ["firs", "t at", RESTART]
     assert pieces.last_start() == ANSWER
@@ -146,8 +148,8 @@ def test_a_retry_after_part_of_a_reply_restarts_it(server: Callable[..., ModelSe
 def test_a_reply_cut_by_the_length_limit_says_so(server: Callable[..., ModelServer]) -> None:
     model = server(Reply("x" * 100))
     pieces = Pieces()
-    with client(model.url, max_tokens=5) as http:
-        reply = http.complete(REQUEST, on_text=pieces)
+    with opened(client(model.url, max_tokens=5)) as http:
+        reply = run_blocking(http.complete(REQUEST, on_text=pieces))
     assert reply.finish_reason == "length"
     assert reply.text == "".join(pieces.seen) == "x" * 20
 
@@ -162,8 +164,8 @@ def test_should_stop_ends_a_stream(server: Callable[..., ModelServer]) -> None:
         if len(pieces.seen) == 3:
             stop.set()
 
-    with client(model.url) as http, pytest.raises(ModelCallError, match="told to stop"):
-        http.complete(REQUEST, should_stop=stop.is_set, on_text=on_text)
+    with opened(client(model.url)) as http, pytest.raises(ModelCallError, match="told to stop"):
+        run_blocking(http.complete(REQUEST, should_stop=stop.is_set, on_text=on_text))
     assert len(pieces.seen) == 3
 
 
@@ -192,8 +194,8 @@ def test_a_chunk_cut_inside_a_utf8_character_or_an_escape(
     chunks = (body[:in_utf8], body[in_utf8:in_escape], body[in_escape:])
     model = server(Reply(sse=chunks, gap=0.02))
     pieces = Pieces()
-    with client(model.url) as http:
-        reply = http.complete(REQUEST, on_text=pieces)
+    with opened(client(model.url)) as http:
+        reply = run_blocking(http.complete(REQUEST, on_text=pieces))
     assert reply.text == "caf\u00e9 \u2713 \u00e9!"
     assert pieces.seen == ["caf\u00e9 \u2713 ", "\u00e9!"]
 
@@ -204,8 +206,8 @@ def test_a_stream_that_never_ends_is_cut_at_the_deadline(
     model = server(Reply("go on ", endless=True, gap=0.01))
     pieces = Pieces()
     started = time.monotonic()
-    with client(model.url, deadline=1.0) as http, pytest.raises(ModelCallError) as caught:
-        http.complete(REQUEST, on_text=pieces)
+    with opened(client(model.url, deadline=1.0)) as http, pytest.raises(ModelCallError) as caught:
+        run_blocking(http.complete(REQUEST, on_text=pieces))
     assert "passed its deadline of 1 s" in caught.value.message
     assert time.monotonic() - started < 5
     assert len(pieces.seen) > 10
@@ -215,8 +217,11 @@ def test_a_stream_that_never_ends_is_cut_at_the_body_cap(
     server: Callable[..., ModelServer],
 ) -> None:
     model = server(Reply("go on ", endless=True, piece_chars=1_000))
-    with client(model.url, max_body_bytes=200_000) as http, pytest.raises(ModelCallError) as caught:
-        http.complete(REQUEST, on_text=Pieces())
+    with (
+        opened(client(model.url, max_body_bytes=200_000)) as http,
+        pytest.raises(ModelCallError) as caught,
+    ):
+        run_blocking(http.complete(REQUEST, on_text=Pieces()))
     assert "larger than 200000 bytes" in caught.value.message
     assert not caught.value.retryable
 
@@ -226,8 +231,8 @@ def test_a_ten_megabyte_stream_is_refused_past_the_body_cap(
 ) -> None:
     model = server(Reply("y" * 10 * 1024 * 1024, piece_chars=64 * 1024))
     pieces = Pieces()
-    with client(model.url, max_tokens=0) as http, pytest.raises(ModelCallError) as caught:
-        http.complete(REQUEST, on_text=pieces)
+    with opened(client(model.url, max_tokens=0)) as http, pytest.raises(ModelCallError) as caught:
+        run_blocking(http.complete(REQUEST, on_text=pieces))
     assert "larger than 8388608 bytes" in caught.value.message  # RELAY's default cap, 8 MB
     assert not caught.value.retryable
     assert len(model.calls) == 1  # not retried: the same reply would come again
@@ -238,8 +243,8 @@ def test_a_stream_with_a_finish_reason_but_no_done_is_a_reply(
     server: Callable[..., ModelServer],
 ) -> None:
     model = server(Reply(ANSWER, done=False))
-    with client(model.url) as http:
-        assert http.complete(REQUEST, on_text=Pieces()).text == ANSWER
+    with opened(client(model.url)) as http:
+        assert run_blocking(http.complete(REQUEST, on_text=Pieces())).text == ANSWER
 
 
 def test_a_stream_that_ends_without_its_reply_is_retried(
@@ -248,8 +253,8 @@ def test_a_stream_that_ends_without_its_reply_is_retried(
     cut = Reply(sse=tuple(_sse(_delta("half a rep"))))
     model = server(cut, cut, cut)
     pieces = Pieces()
-    with client(model.url) as http, pytest.raises(ModelCallError) as caught:
-        http.complete(REQUEST, on_text=pieces)
+    with opened(client(model.url)) as http, pytest.raises(ModelCallError) as caught:
+        run_blocking(http.complete(REQUEST, on_text=pieces))
     assert "ended before the reply was complete" in caught.value.message
     assert caught.value.retryable
     assert pieces.seen == ["half a rep", RESTART, "half a rep", RESTART, "half a rep"]
@@ -263,14 +268,14 @@ def test_a_stream_a_gateway_ends_inside_the_json_object_is_retried_as_a_dropped_
     cut = Reply(sse=(*_sse(_delta('{"final": "Héllo wö', "stop")), b"data: [DONE]\n\n"))
     model = server(cut, Reply(ANSWER))
     pieces = Pieces()
-    with client(model.url) as http:
-        assert http.complete(REQUEST, on_text=pieces).text == ANSWER
+    with opened(client(model.url)) as http:
+        assert run_blocking(http.complete(REQUEST, on_text=pieces)).text == ANSWER
     assert len(model.calls) == 2
     assert pieces.last_start() == ANSWER
 
     model = server(cut, cut, cut)
-    with client(model.url) as http, pytest.raises(ModelCallError) as caught:
-        http.complete(REQUEST, on_text=Pieces())
+    with opened(client(model.url)) as http, pytest.raises(ModelCallError) as caught:
+        run_blocking(http.complete(REQUEST, on_text=Pieces()))
     assert "stream ended inside a JSON object (19 characters" in caught.value.message
     assert "finish_reason 'stop'" in caught.value.message
     assert caught.value.retryable  # the core sees a failed call, not an unusable reply
@@ -283,10 +288,13 @@ def test_a_reply_cut_at_the_length_limit_or_without_an_object_is_not_a_dropped_s
     length = Reply(sse=(*_sse(_delta('{"final": "a long', "length")), b"data: [DONE]\n\n"))
     prose = Reply(sse=(*_sse(_delta("I think {braces} are fine", "stop")), b"data: [DONE]\n\n"))
     model = server(length, prose)
-    with client(model.url) as http:
-        cut_reply = http.complete(REQUEST, on_text=Pieces())
+    with opened(client(model.url)) as http:
+        cut_reply = run_blocking(http.complete(REQUEST, on_text=Pieces()))
         assert (cut_reply.text, cut_reply.finish_reason) == ('{"final": "a long', "length")
-        assert http.complete(REQUEST, on_text=Pieces()).text == "I think {braces} are fine"
+        assert (
+            run_blocking(http.complete(REQUEST, on_text=Pieces())).text
+            == "I think {braces} are fine"
+        )
     assert len(model.calls) == 2
 
 
@@ -294,8 +302,8 @@ def test_an_error_mid_stream_is_retried(server: Callable[..., ModelServer]) -> N
     broken = Reply(sse=tuple(_sse(_delta("so far"), {"error": {"message": "overloaded"}})))
     model = server(broken, Reply(ANSWER))
     pieces = Pieces()
-    with client(model.url) as http:
-        assert http.complete(REQUEST, on_text=pieces).text == ANSWER
+    with opened(client(model.url)) as http:
+        assert run_blocking(http.complete(REQUEST, on_text=pieces)).text == ANSWER
     assert pieces.seen[:2] == ["so far", RESTART]
 
 
@@ -303,8 +311,8 @@ def test_an_event_that_is_not_json_is_an_unusable_reply(
     server: Callable[..., ModelServer],
 ) -> None:
     model = server(Reply(sse=(b"data: {not json\n\n",)))
-    with client(model.url) as http, pytest.raises(ModelCallError) as caught:
-        http.complete(REQUEST, on_text=Pieces())
+    with opened(client(model.url)) as http, pytest.raises(ModelCallError) as caught:
+        run_blocking(http.complete(REQUEST, on_text=Pieces()))
     assert "a streamed event is not JSON" in caught.value.message
     assert not caught.value.retryable
     assert len(model.calls) == 1
@@ -313,8 +321,8 @@ def test_an_event_that_is_not_json_is_an_unusable_reply(
 def test_a_stream_without_usage_is_counted_by_its_size(server: Callable[..., ModelServer]) -> None:
     events = (*_sse(_delta("x" * 40, "stop")), b"data: [DONE]\n\n")
     model = server(Reply(sse=events))
-    with client(model.url, max_tokens=0) as http:
-        reply = http.complete(REQUEST, on_text=Pieces())
+    with opened(client(model.url, max_tokens=0)) as http:
+        reply = run_blocking(http.complete(REQUEST, on_text=Pieces()))
     assert reply.usage.completion_tokens == 10
     assert reply.usage.prompt_tokens > 0
 
@@ -398,9 +406,11 @@ def test_a_route_that_fails_mid_reply_hands_over_to_the_next_with_a_restart(
         router = ModelRouter(
             routes, limits, client_of, key_concurrency=None, lease_ms=10_000, clock=now_ms
         )
-        routed = router.complete(REQUEST, key="k", holder="run|1", tokens=100, on_text=pieces)
+        routed = run_blocking(
+            router.complete(REQUEST, key="k", holder="run|1", tokens=100, on_text=pieces)
+        )
     for made in clients.values():
-        made.close()
+        run_blocking(made.aclose())
     assert routed.route.name == "b"
     assert pieces.seen[:3] == ["the ", "firs", RESTART]
     assert pieces.last_start() == ANSWER == routed.reply.text

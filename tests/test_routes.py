@@ -17,6 +17,7 @@ from tests.support.model_server import ModelServer, Reply, refusing_url, scripte
 from tests.support.redis_server import RedisServer
 from workers import ModelRoute, Settings
 from workers.errors import ModelCallError, SettingsError
+from workers.loop import run_blocking
 from workers.model.endpoints import load_routes, routes_from
 from workers.model.limits import RouteLimits
 from workers.model.router import MOMENT_MS, ModelRouter, Requeue
@@ -117,7 +118,7 @@ def limits(tmp_path: Path) -> Iterator[RouteLimits]:
     with RedisServer(tmp_path) as server:
         yield RouteLimits(RunStore(server.url, "t:").connection)
     while _CLIENTS:
-        _CLIENTS.pop().close()
+        run_blocking(_CLIENTS.pop().aclose())
 
 
 def _router(
@@ -135,7 +136,7 @@ def _router(
             _CLIENTS.append(made[route.name])
         return made[route.name]
 
-    def no_sleep(seconds: float) -> None:
+    async def no_sleep(seconds: float) -> None:
         raise AssertionError(f"the router slept {seconds} s")
 
     return ModelRouter(
@@ -145,7 +146,7 @@ def _router(
 
 
 def _ask(router: ModelRouter, holder: str = "run|1", key: str = "k") -> str:
-    routed = router.complete(REQUEST, key=key, holder=holder, tokens=200)
+    routed = run_blocking(router.complete(REQUEST, key=key, holder=holder, tokens=200))
     return routed.route.name
 
 
@@ -160,7 +161,7 @@ def test_a_route_in_trouble_falls_through_to_the_next(limits: RouteLimits, statu
             ModelRoute("primary", url=first.url, model="m"),
             ModelRoute("backup", url=second.url, model="m"),
         )
-        routed = router.complete(REQUEST, key="k", holder="run|1", tokens=200)
+        routed = run_blocking(router.complete(REQUEST, key="k", holder="run|1", tokens=200))
         assert (routed.route.name, routed.reply.text) == ("backup", "from the backup")
         assert len(first.calls) == 1
         assert len(second.calls) == 1
@@ -293,10 +294,10 @@ def test_a_call_its_caller_stops_is_no_failure_of_its_route(limits: RouteLimits)
         for n in range(8):  # more than the failures that open a circuit
             pieces: list[str] = []
             with pytest.raises(ModelCallError) as caught:
-                router.complete(
+                run_blocking(router.complete(
                     REQUEST, key="k", holder=f"r|{n}", tokens=200,
                     should_stop=lambda seen=pieces: len(seen) >= 3, on_text=pieces.append,
-                )  # fmt: skip
+                ))  # fmt: skip
             assert "told to stop" in caught.value.message
         assert len(first.calls) == 8
         assert second.calls == []

@@ -37,7 +37,7 @@ from workers.celery_app.final_events import NoFinalEvent, QuietRequest
 from workers.celery_app.sending import model_task_id, tool_task_id
 from workers.engine.effects import Message
 from workers.errors import StepFailed
-from workers.model.connections import shared_tls
+from workers.model.transport import shared_tls
 from workers.runtime.carrier import carried_by
 from workers.runtime.leases import held
 from workers.runtime.reports import Report

@@ -22,6 +22,7 @@ real model gets the same tools and the same task.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -211,12 +212,13 @@ def build(settings: Settings | None = None) -> Relay:
 
 class DemoModel:
     """A stand-in for a model that needs no network: `demo_reply` after a short pause,
-    streamed a few words at a time to a caller that takes text."""
+    streamed a few words at a time to a caller that takes text. Async, like the HTTP
+    client: its pauses are the event loop's, and it holds no thread while it thinks."""
 
     def __init__(self, think_seconds: float = 0.3) -> None:
         self.think_seconds = think_seconds
 
-    def complete(
+    async def complete(
         self,
         request: ModelRequest,
         *,
@@ -225,12 +227,12 @@ class DemoModel:
     ) -> ModelReply:
         deadline = time.monotonic() + self.think_seconds
         while time.monotonic() < deadline and not (should_stop and should_stop()):
-            time.sleep(0.05)  # long enough for a spinner to show; stops when told
+            await asyncio.sleep(0.05)  # long enough for a spinner to show; stops when told
         text = demo_reply(request.system, request.prompt)
         if on_text is not None:
             for start in range(0, len(text), 16):  # a few words at a time, as a model writes
                 on_text(text[start : start + 16])
-                time.sleep(0.01)
+                await asyncio.sleep(0.01)
         prompt_tokens = (len(request.system) + len(request.prompt)) // 4
         completion_tokens = max(1, len(text) // 4)
         usage = Usage(

@@ -20,13 +20,18 @@ reply in a script of its own may take a success's news along (`tell_ok=False`,
 `Routed.ok`) rather than have it told in a round trip of its own. A route whose client
 stopped speaking its protocol (its server refused it) is told once per process
 (`RouteLimits.fell_back`), for `relay routes`.
+
+A call is a coroutine on the process's event loop, like the client's. The limits are
+redis-py's synchronous client, so each word with them runs in a thread (`_off_loop`)
+and never blocks the loop; `renew` and `renew_many` are called from the thread that
+renews leases, and stay synchronous.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -80,7 +85,7 @@ class ModelRouter:
         key_concurrency: int | None,
         lease_ms: int,
         clock: Callable[[], int],
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.routes = tuple(routes)
         self._limits = limits
@@ -90,11 +95,12 @@ class ModelRouter:
         self._clock = clock
         self._sleep = sleep
         self._held: dict[str, tuple[ModelRoute, str]] = {}
-        """holder -> the route it holds a slot of now, and its key (threads share a router)."""
+        """holder -> the route it holds a slot of now, and its key (written on the loop,
+        read by the renewing thread)."""
         self._fallbacks_kept: set[str] = set()
         """Routes whose protocol fallback this process has recorded."""
 
-    def complete(
+    async def complete(
         self,
         request: ModelRequest,
         *,
@@ -121,7 +127,7 @@ class ModelRouter:
         waited: list[ModelRoute] = []
         text = _Restarting(on_text) if on_text is not None else None
         try:
-            return self._first_reply(
+            return await self._first_reply(
                 request, key, holder, tokens, should_stop, waited=waited, text=text,
                 max_tokens=max_tokens, routes=self._chosen(only), tell_ok=tell_ok,
             )  # fmt: skip
@@ -131,7 +137,7 @@ class ModelRouter:
         finally:
             self._held.pop(holder, None)
             for route in waited:
-                _quietly(partial(self._limits.leave, route, key=key, holder=holder), "leave")
+                await _quietly(partial(self._limits.leave, route, key=key, holder=holder), "leave")
 
     def _chosen(self, only: Sequence[str] | None) -> Sequence[ModelRoute]:
         if only is None:
@@ -145,10 +151,10 @@ class ModelRouter:
             )
         return chosen
 
-    def tell(self, ok: RouteNews) -> None:
+    async def tell(self, ok: RouteNews) -> None:
         """Tell a route that a call went well (`Routed.ok`, where the caller's save could
         not take it along)."""
-        _quietly(lambda: self._limits.tell(ok), "done")
+        await _quietly(partial(self._limits.tell, ok), "done")
 
     def renew(self, holder: str) -> None:
         """Keep the route slot `holder` holds for another lease (called with its claim's
@@ -157,14 +163,24 @@ class ModelRouter:
         if held is not None:
             route, key = held
             lease, now = self._lease_ms, self._clock()
-            _quietly(
-                lambda: self._limits.renew(
-                    route, key=key, holder=holder, lease_ms=lease, now_ms=now
-                ),
-                "renew",
-            )
+            try:
+                self._limits.renew(route, key=key, holder=holder, lease_ms=lease, now_ms=now)
+            except StoreUnavailable as error:
+                log.warning("could not tell the model routes (renew): %s", error)
 
-    def _first_reply(
+    def renew_many(self, holders: Sequence[str]) -> None:
+        """Keep the route slots every one of `holders` holds (those that hold one) for
+        another lease, in one round trip: the renewal of all the calls the process's loop
+        holds. Quiet: a failure is logged, never raised (the slots lapse with their lease)."""
+        held = [(*found, holder) for holder in holders if (found := self._held.get(holder))]
+        if not held:
+            return
+        try:
+            self._limits.renew_many(held, lease_ms=self._lease_ms, now_ms=self._clock())
+        except StoreUnavailable as error:
+            log.warning("could not renew %d model route slots: %s", len(held), error)
+
+    async def _first_reply(
         self,
         request: ModelRequest,
         key: str,
@@ -183,33 +199,26 @@ class ModelRouter:
         soonest: tuple[int, str] | None = None
         for index, route in enumerate(routes):
             more = index + 1 < len(routes)
-            verdict = self._turn(route, key=key, holder=holder, tokens=tokens, more=more)
+            verdict = await self._turn(route, key=key, holder=holder, tokens=tokens, more=more)
             if isinstance(verdict, tuple):
                 soonest = verdict if soonest is None else min(soonest, verdict)
                 waited.append(route)
                 continue
             charged = verdict
             self._held[holder] = (route, key)
-            moment = MOMENT_MS / 1000
             try:
-                if text is not None:
-                    text.restart()
-                reply = self._model_for(route).complete(
-                    request,
-                    should_stop=should_stop,
-                    on_text=text,
-                    longest_wait=moment if more else None,  # the next route may take it now
-                    longest_retry_after=moment,
-                    most_attempts=1 if more else None,  # a route with a fallback: asked once
-                    may_retry=partial(self._usable, route),  # its circuit, before every retry
-                    max_tokens=max_tokens,
+                reply = await self._asked(
+                    route, request, should_stop, text, more=more, max_tokens=max_tokens
                 )
+            except asyncio.CancelledError:  # (its run cancelled on the loop: as a stop)
+                await self._stopped(route, key, holder, charged)
+                raise
             except ModelCallError as error:
                 error.route = route.name  # the metrics count the failure on it
                 if should_stop is not None and should_stop():
-                    self._stopped(route, key, holder, charged)
+                    await self._stopped(route, key, holder, charged)
                     raise  # (its run was cancelled or its lease lost: no other route either)
-                paused = self._failed(route, key, holder, error, charged)
+                paused = await self._failed(route, key, holder, error, charged)
                 if error.status in WRONG_REQUEST:
                     raise
                 if paused is not None:  # a 429 saying when: capacity, not a failure
@@ -217,7 +226,7 @@ class ModelRouter:
                 else:
                     last = error
                 continue
-            ok = self._succeeded(route, key, holder, reply, charged, tell_ok=tell_ok)
+            ok = await self._succeeded(route, key, holder, reply, charged, tell_ok=tell_ok)
             return Routed(reply, route, ok)
         if soonest is not None and last is None:
             raise Requeue(*soonest)
@@ -225,13 +234,39 @@ class ModelRouter:
             raise last
         raise ModelCallError("no model route is configured: set RELAY_MODEL_URL", retryable=False)
 
-    def _succeeded(
+    async def _asked(
+        self,
+        route: ModelRoute,
+        request: ModelRequest,
+        should_stop: Callable[[], bool] | None,
+        text: _Restarting | None,
+        *,
+        more: bool,
+        max_tokens: int | None,
+    ) -> ModelReply:
+        """`route`'s reply (`more`: another route comes after it, which may take the call
+        rather than this one wait or retry)."""
+        if text is not None:
+            text.restart()
+        moment = MOMENT_MS / 1000
+        return await self._model_for(route).complete(
+            request,
+            should_stop=should_stop,
+            on_text=text,
+            longest_wait=moment if more else None,  # the next route may take it now
+            longest_retry_after=moment,
+            most_attempts=1 if more else None,  # a route with a fallback: asked once
+            may_retry=partial(self._usable, route),  # its circuit, before every retry
+            max_tokens=max_tokens,
+        )
+
+    async def _succeeded(
         self, route: ModelRoute, key: str, holder: str, reply: ModelReply, charged: int,
         *, tell_ok: bool,
     ) -> RouteNews | None:  # fmt: skip
         """Tell the route the call went well, and what it used of what it was `charged`
         (the route learns its real rate); or, without `tell_ok`, return what it is to hear."""
-        self._keep_fallback(route)
+        await self._keep_fallback(route)
         now, used = self._clock(), reply.usage.total_tokens
         spent = int((reply.spent_for_s or 0) * 1000)  # the server has nothing left till then
         ok = self._limits.news(
@@ -240,10 +275,10 @@ class ModelRouter:
         )  # fmt: skip
         if not tell_ok:
             return ok
-        self.tell(ok)
+        await self.tell(ok)
         return None
 
-    def _keep_fallback(self, route: ModelRoute) -> None:
+    async def _keep_fallback(self, route: ModelRoute) -> None:
         """Record, once, that this process's client of `route` speaks text because its
         server refused the route's protocol (whether or not the call went well after)."""
         if route.name in self._fallbacks_kept:
@@ -251,25 +286,27 @@ class ModelRouter:
         refusal = self._model_for(route).protocol_fallback
         if refusal is None:
             return
-        if _quietly(partial(self._limits.fell_back, route, refusal), "fell_back") is not None:
+        kept = await _quietly(partial(self._limits.fell_back, route, refusal), "fell_back")
+        if kept is not None:
             self._fallbacks_kept.add(route.name)  # with Redis away, the next call tries again
 
-    def _usable(self, route: ModelRoute) -> bool:
+    async def _usable(self, route: ModelRoute) -> bool:
         """Whether `route` may be asked again now (its circuit closed, not paused): a call
         that retries asks first, so a route the fleet gave up on is spared its retries."""
-        return _quietly(lambda: self._limits.usable(route, self._clock()), "usable") is not False
+        usable = partial(self._limits.usable, route, self._clock())
+        return await _quietly(usable, "usable") is not False
 
-    def _turn(
+    async def _turn(
         self, route: ModelRoute, *, key: str, holder: str, tokens: int, more: bool
     ) -> tuple[int, str] | int:
         """Wait for the route's turn if it comes within a moment; the tokens its admission
         charged when admitted, else (when to come back, why not now)."""
         while True:
             now = self._clock()
-            admitted = self._limits.admit(
-                route, key=key, holder=holder, tokens=tokens,
+            admitted = await _off_loop(partial(
+                self._limits.admit, route, key=key, holder=holder, tokens=tokens,
                 key_concurrency=self._key_concurrency, lease_ms=self._lease_ms, now_ms=now,
-            )  # fmt: skip
+            ))  # fmt: skip
             if admitted.admitted:
                 return admitted.charged
             why = f"route {route.name}: {admitted.verdict}"
@@ -278,21 +315,21 @@ class ModelRouter:
             wait = admitted.at_ms - now
             if wait > MOMENT_MS:
                 return (admitted.at_ms, why)
-            self._sleep(max(wait, 0) / 1000)
+            await self._sleep(max(wait, 0) / 1000)
 
-    def _stopped(self, route: ModelRoute, key: str, holder: str, charged: int) -> None:
+    async def _stopped(self, route: ModelRoute, key: str, holder: str, charged: int) -> None:
         """The call was stopped by its caller, not failed by the route: its slots and the
         tokens it was `charged` come back, and neither its circuit nor `relay routes`'
         last error hear of it (a few cancels must not shut a route for the fleet)."""
         done = partial(self._limits.done, route, key=key, holder=holder, outcome="stopped")
-        _quietly(partial(done, charged=charged, now_ms=self._clock()), "done")
+        await _quietly(partial(done, charged=charged, now_ms=self._clock()), "done")
 
-    def _failed(
+    async def _failed(
         self, route: ModelRoute, key: str, holder: str, error: ModelCallError, charged: int
     ) -> tuple[int, str] | None:
         """Tell the route how the call failed (the tokens it was `charged` come back);
         return (until when, why) if a 429 paused it."""
-        self._keep_fallback(route)  # its text retry may have failed: the refusal still holds
+        await self._keep_fallback(route)  # its text retry may have failed: the refusal still holds
         now = self._clock()
         if error.status == 429:
             pause = int((error.retry_after or 1.0) * 1000)
@@ -304,7 +341,7 @@ class ModelRouter:
         done = partial(self._limits.done, route, key=key, holder=holder, outcome=outcome)
         done = partial(done, charged=charged)
         told = partial(done, now_ms=now, paused_until_ms=now + pause, error=error.message)
-        circuit = _quietly(told, "done") or "unknown"
+        circuit = await _quietly(told, "done") or "unknown"
         log.warning(
             "model route %s failed (%s; circuit %s): %s", route.name, outcome, circuit, error
         )
@@ -316,11 +353,17 @@ class ModelRouter:
 T = TypeVar("T")
 
 
-def _quietly(tell: Callable[[], T], what: str) -> T | None:
+async def _off_loop(call: Callable[[], T]) -> T:
+    """`call()`'s answer, the call made in a thread: the limits speak to Redis on redis-py's
+    synchronous client, which would hold the event loop (and every call on it) meanwhile."""
+    return await asyncio.to_thread(call)
+
+
+async def _quietly(tell: Callable[[], T], what: str) -> T | None:
     """Tell the routes' limits something once the call is made (or given up): with Redis
     away, the reply must not be lost for it; the call's slots lapse with their lease."""
     try:
-        return tell()
+        return await _off_loop(tell)
     except StoreUnavailable as error:
         log.warning("could not tell the model routes (%s): %s", what, error)
         return None

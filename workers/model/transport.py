@@ -1,10 +1,13 @@
 """The model client: one OpenAI-compatible chat completions call, with retries.
 
-One `ModelClient` per worker process holds one httpx sync client, so the TCP
-(and TLS) connections are kept alive between calls (one a call in flight:
-`workers.model.connections`). A call is
-`POST {url}` with a system and a user message; image attachments go beside the
-prompt as image parts, other files as text parts.
+A call is a coroutine, made on the process's event loop (`workers.loop`, DESIGN
+§10.1): one `ModelClient` per worker process holds one `httpx.AsyncClient`, which
+binds to that loop on its first call and keeps the TCP (and TLS) connections alive
+between calls, one per call in flight and no cap on them (the process's capacity
+bounds its calls). A synchronous caller hands the coroutine to the loop and waits
+(`workers.loop.run_blocking`). A call is `POST {url}` with a system and a user
+message; image attachments go beside the prompt as image parts, other files as
+text parts.
 
 Given `on_text`, a call asks for a stream and hands over each piece of text as
 it arrives (`wire.StreamedReply`); a plain answer is handed over whole, a server
@@ -21,7 +24,9 @@ for `relay routes`).
 A whole call, retries included, ends by `ModelSettings.deadline`
 (RELAY_MODEL_DEADLINE): a server that trickles its reply a byte at a time
 cannot hold a worker past it; and the caller's `should_stop` is asked while
-the reply comes in, not only between attempts.
+the reply comes in, not only between attempts. Cancelling the call's task ends it
+at its next await: the response is closed, and its connection with it (a reply
+half read cannot be reused), so nothing leaks.
 
 Failures end as one exception, `ModelCallError`, whose `retryable` says whether
 the failure was transient (429, 5xx, a timeout, a refused or dropped
@@ -33,22 +38,26 @@ string (`?api-key=...`), never appear in an error or a log line.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import json
 import logging
 import os
 import random
+import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import httpcore  # noqa: F401 - imported here, not at the first request (see below)
 import httpx
 
 from agent_core.steps import ModelRequest, ReplyShape
 from workers.errors import ModelCallError
-from workers.model.connections import KeptConnections
 from workers.model.protocols import protocol_fields, refuses, reply_text
 from workers.model.wire import (
     RESTART,
@@ -69,11 +78,32 @@ from workers.settings import ModelSettings, Settings
 if TYPE_CHECKING:
     from workers.model.endpoints import ModelRoute
 
-__all__ = ["ModelClient", "ModelSource"]
+# httpx imports httpcore (and h11) when its first transport is made, and a client is
+# made at a process's first model call: a prefork worker's every child would import them
+# then, a third of a second of CPU each (py-spy, bench many). Imported with this module
+# instead, they are loaded once, before the pool forks.
+
+__all__ = ["KEEPALIVE_S", "ModelClient", "ModelSource", "shared_tls"]
 
 log = logging.getLogger(__name__)
 
 DRAIN_BYTES = 64 * 1024  # what a stream may send after [DONE] before it is dropped unread
+KEEPALIVE_S = 5.0
+"""How long an idle connection is kept (httpx's default keep-alive expiry)."""
+LIMITS = httpx.Limits(
+    max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
+)
+"""No cap on connections, kept or in use: a thousand calls in flight on one loop must not
+queue for the pool (the process's capacity bounds its calls; idle ones expire)."""
+
+
+@functools.cache
+def shared_tls() -> ssl.SSLContext:
+    """This process's TLS context for model connections (httpx's default: it honours
+    SSL_CERT_FILE). Loading the CA bundle takes some 20 ms of CPU, so it is made once,
+    and a worker makes it as it starts (`celery_app.tasks`): a prefork pool's children
+    inherit it rather than each paying at its first model call."""
+    return httpx.create_ssl_context()
 
 
 # --- the I/O seam ----------------------------------------------------------------
@@ -101,7 +131,7 @@ def _translating_errors(where: str, timeout: httpx.Timeout) -> Iterator[None]:
         raise ModelCallError(message, retryable=False) from None
 
 
-def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]) -> bytes:
+async def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]) -> bytes:
     """Return the whole (decoded) body; raise ModelCallError once it passes `limit` bytes.
 
     The size is checked while the body streams in, so a runaway (or decompressed)
@@ -114,7 +144,7 @@ def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]
     chunks: list[bytes] = []
     size = 0
     check()
-    for chunk in response.iter_bytes():
+    async for chunk in response.aiter_bytes():
         check()
         size += len(chunk)
         if size > limit:
@@ -123,11 +153,11 @@ def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]
     return b"".join(chunks)
 
 
-def _drain(chunks: Iterator[bytes], call: _Call) -> None:
+async def _drain(chunks: AsyncIterator[bytes], call: _Call) -> None:
     """Read the body's end after `[DONE]`, up to DRAIN_BYTES, to keep the connection."""
     with suppress(httpx.HTTPError, ModelCallError):
         size = 0
-        for chunk in chunks:
+        async for chunk in chunks:
             size += len(chunk)
             if size > DRAIN_BYTES:
                 return  # it says nothing: the connection is dropped instead
@@ -159,17 +189,19 @@ def _too_big(response: httpx.Response, limit: int) -> ModelCallError:
 class ModelClient:
     """Calls one OpenAI-compatible chat completions endpoint; one per process.
 
-    `transport` replaces httpx's network transport (tests); `sleep`, `rand` and
-    `now` (Unix seconds, for Retry-After dates) are injectable so the retry
-    waits can be observed without waiting. Safe to share between threads.
+    `transport` replaces httpx's network transport (tests: `httpx.MockTransport`);
+    `sleep` (awaited), `rand` and `now` (Unix seconds, for Retry-After dates) are
+    injectable so the retry waits can be observed without waiting. Its calls are made
+    on one event loop (the process's): httpx's AsyncClient binds to the loop of its
+    first call.
     """
 
     def __init__(
         self,
         settings: ModelSettings,
         *,
-        transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
         now: Callable[[], float] = time.time,
     ) -> None:
@@ -184,11 +216,12 @@ class ModelClient:
         timeout = httpx.Timeout(
             settings.read_timeout, connect=settings.connect_timeout, pool=settings.connect_timeout
         )
-        # A connection of its own for each call in flight (`KeptConnections`): httpx's pool
-        # looks through all it holds for every request. No cap: the pool's slots and
-        # RELAY_MODEL_CARRIED bound the calls a process makes at once.
-        self._http = httpx.Client(
-            headers=headers, timeout=timeout, transport=transport or KeptConnections()
+        self._http = httpx.AsyncClient(
+            headers=headers,
+            timeout=timeout,
+            limits=LIMITS,
+            verify=shared_tls(),
+            transport=transport,
         )
         # What no error may show: the key, and the secrets in the URL's query string.
         # (A value of a few characters would garble every message, and hides nothing.)
@@ -200,7 +233,6 @@ class ModelClient:
         self._streams = True  # ask for streamed replies (until the server refuses one)
         self._protocol = settings.protocol  # until the server refuses it: then text
         self._fallback: str | None = None
-        self._lock = threading.Lock()
         hide_secrets_in_httpx_logs()
 
     @property
@@ -209,7 +241,7 @@ class ModelClient:
         refusal), or None while it speaks the route's own."""
         return self._fallback
 
-    def complete(
+    async def complete(
         self,
         request: ModelRequest,
         *,
@@ -218,7 +250,7 @@ class ModelClient:
         longest_wait: float | None = None,
         longest_retry_after: float | None = None,
         most_attempts: int | None = None,
-        may_retry: Callable[[], bool] | None = None,
+        may_retry: Callable[[], bool | Awaitable[bool]] | None = None,
         max_tokens: int | None = None,
     ) -> ModelReply:
         """Return the model's reply to `request`, retrying transient failures.
@@ -228,8 +260,9 @@ class ModelClient:
         Nor is one whose server asked (Retry-After) for longer than
         `longest_retry_after`: the caller can come back then without holding a worker.
         `most_attempts` caps the attempts below the settings' (a route with a fallback
-        is asked once); `may_retry` is asked before every retry (a route whose circuit
-        opened meanwhile is asked no more): False raises the failure. `max_tokens` caps
+        is asked once); `may_retry` is asked (and awaited, if it returns an awaitable)
+        before every retry (a route whose circuit opened meanwhile is asked no more):
+        False raises the failure. `max_tokens` caps
         the reply below the settings' cap (what a run's budget has left).
 
         The whole call (every attempt, its reads, the waits between them) ends by
@@ -237,7 +270,9 @@ class ModelClient:
         and the body is checked as it comes in, so a server trickling a byte now
         and then cannot hold it longer. `should_stop` is asked as the body comes
         in and before and after every wait between attempts, so a cancelled run
-        stops; `on_text` gets the text as it comes (`workers.model.wire.Model`). Raises
+        stops; `on_text` gets the text as it comes, on the loop's thread, so it must be
+        cheap (`workers.model.wire.Model`). Cancelling the task ends the call at its next
+        await, its response closed. Raises
         ModelCallError: the permanent failure at once, the last transient one when
         the retries are spent, or why it ended early (stopped, or past its deadline).
         """
@@ -252,7 +287,7 @@ class ModelClient:
         for attempt in range(call.attempts):
             call.attempt = attempt
             try:
-                return self._spoken(request, body, call)
+                return await self._spoken(request, body, call)
             except _CallEnded:
                 raise
             except ModelCallError as error:
@@ -262,11 +297,11 @@ class ModelClient:
                     raise call.past_deadline(error) from None
                 if attempt + 1 == call.attempts:
                     raise _again(error, f"gave up after {_attempts(call.attempts)}") from None
-                if may_retry is not None and not may_retry():
+                if may_retry is not None and not await _asked(may_retry):
                     raise _again(
                         error, f"not retried ({self._where} is not to be asked now)"
                     ) from None
-                self._pause(error, call)
+                await self._pause(error, call)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _body(self, request: ModelRequest, max_tokens: int | None) -> dict[str, Any]:
@@ -279,28 +314,30 @@ class ModelClient:
         chars = settings.attachment_chars
         return chat_body(settings.model, request, attachment_chars=chars, max_tokens=cap)
 
-    def _spoken(self, request: ModelRequest, plain: dict[str, Any], call: _Call) -> ModelReply:
+    async def _spoken(
+        self, request: ModelRequest, plain: dict[str, Any], call: _Call
+    ) -> ModelReply:
         """Make one attempt in the route's protocol (`plain`: the body in text). A server
         that refuses the protocol is asked again at once in text, from now on."""
         protocol = self._protocol
         fields = protocol_fields(protocol, request.reply)
         if not fields:
-            return self._attempt(plain, call)
+            return await self._attempt(plain, call)
         try:
-            reply = self._attempt(plain | fields, call)
+            reply = await self._attempt(plain | fields, call)
         except ModelCallError as error:
             if isinstance(error, _CallEnded) or not refuses(protocol, error.status, error.message):
                 raise
             refusal = self._fall_back(protocol, error)
-            return self._attempt(plain, call).model_copy(update={"protocol_fallback": refusal})
+            reply = await self._attempt(plain, call)
+            return reply.model_copy(update={"protocol_fallback": refusal})
         return _calls_read(reply, request.reply, call)
 
     def _fall_back(self, protocol: str, error: ModelCallError) -> str:
-        """Speak text from now on; return the refusal (the first one, if threads raced)."""
+        """Speak text from now on; return the refusal (the first one, if calls raced)."""
         refusal = one_line(error.message, 300)
-        with self._lock:
-            first, self._protocol = self._fallback is None, "text"
-            self._fallback = self._fallback or refusal
+        first, self._protocol = self._fallback is None, "text"
+        self._fallback = self._fallback or refusal
         if first:
             log.warning(
                 "%s does not take the %s protocol; speaking text from now on: %s",
@@ -310,7 +347,7 @@ class ModelClient:
             )
         return self._fallback or refusal
 
-    def _pause(self, error: ModelCallError, call: _Call) -> None:
+    async def _pause(self, error: ModelCallError, call: _Call) -> None:
         """Wait before the next attempt; raise ModelCallError if told to stop or out of time."""
         if call.stopped():
             raise call.stop(error)
@@ -330,29 +367,29 @@ class ModelClient:
             delay,
             error.message,
         )
-        self._sleep(delay)
+        await self._sleep(delay)
         if call.stopped():
             raise call.stop(error)
 
-    def _attempt(self, body: dict[str, Any], call: _Call) -> ModelReply:
+    async def _attempt(self, body: dict[str, Any], call: _Call) -> ModelReply:
         """Make one attempt: streamed when the caller takes text and the server may stream."""
         if call.streamed:
             call.text(RESTART)
         if call.on_text is None or not self._streams:
-            return self._request(body, call, streamed=False)
+            return await self._request(body, call, streamed=False)
         try:
-            return self._request(body, call, streamed=True)
+            return await self._request(body, call, streamed=True)
         except ModelCallError as error:
             # Only a refusal that names the parameter means "cannot stream": an unknown
             # model or a missing key is a 400 or 401 too, and asking again won't help.
             if error.status not in (400, 422) or "stream" not in error.message.lower():
                 raise
-        reply = self._request(body, call, streamed=False)  # the server refused `stream`
+        reply = await self._request(body, call, streamed=False)  # the server refused `stream`
         self._streams = False
         log.info("%s refused a streamed reply; asking it plainly from now on", self._where)
         return reply
 
-    def _request(self, body: dict[str, Any], call: _Call, *, streamed: bool) -> ModelReply:
+    async def _request(self, body: dict[str, Any], call: _Call, *, streamed: bool) -> ModelReply:
         """Make one HTTP request; raise ModelCallError (with the key scrubbed) if it fails."""
         left = call.left()
         if left <= 0:
@@ -363,16 +400,14 @@ class ModelClient:
         content = json.dumps(streaming(body) if streamed else body).encode("utf-8")
         try:
             post = self._http.stream
-            with (
-                _translating_errors(self._where, timeout),
-                post("POST", settings.url, content=content, timeout=timeout) as response,
-            ):
-                kind = response.headers.get("content-type", "")
-                spent_for = exhausted_wait(response.headers)
-                if response.status_code == 200 and kind.startswith("text/event-stream"):
-                    events = self._read_events(response, call, len(content))
-                    return _spent(events, spent_for)
-                data = _read_capped(response, settings.max_body_bytes, call.check)
+            with _translating_errors(self._where, timeout):
+                async with post("POST", settings.url, content=content, timeout=timeout) as response:
+                    kind = response.headers.get("content-type", "")
+                    spent_for = exhausted_wait(response.headers)
+                    if response.status_code == 200 and kind.startswith("text/event-stream"):
+                        events = await self._read_events(response, call, len(content))
+                        return _spent(events, spent_for)
+                    data = await _read_capped(response, settings.max_body_bytes, call.check)
             if response.status_code != 200:
                 raise error_for_status(response.status_code, response.headers, data, self._now())
             reply = parse_reply(data)
@@ -382,13 +417,13 @@ class ModelClient:
             call.text(reply.text)  # a reply that came whole is handed over whole
         return _spent(reply, spent_for)
 
-    def _read_events(self, response: httpx.Response, call: _Call, sent: int) -> ModelReply:
+    async def _read_events(self, response: httpx.Response, call: _Call, sent: int) -> ModelReply:
         """Read a streamed reply, handing each piece of text over as it arrives."""
         events = StreamedReply()
         limit, size = self._settings.max_body_bytes, 0
         call.check()
-        chunks = response.iter_bytes()
-        for chunk in chunks:
+        chunks = response.aiter_bytes()
+        async for chunk in chunks:
             call.check()
             size += len(chunk)
             if size > limit:
@@ -396,7 +431,7 @@ class ModelClient:
             for piece in events.feed(chunk):
                 call.text(piece)
             if events.done:
-                _drain(chunks, call)
+                await _drain(chunks, call)
                 break
         for piece in events.end():
             call.text(piece)
@@ -413,20 +448,20 @@ class ModelClient:
             message, retryable=error.retryable, status=error.status, retry_after=error.retry_after
         )
 
-    def close(self) -> None:
-        """Close the kept-alive connections."""
-        self._http.close()
+    async def aclose(self) -> None:
+        """Close the kept-alive connections (on the loop that made the calls)."""
+        await self._http.aclose()
 
-    def __enter__(self) -> ModelClient:
+    async def __aenter__(self) -> ModelClient:
         return self
 
-    def __exit__(
+    async def __aexit__(
         self,
         kind: type[BaseException] | None,
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.close()
+        await self.aclose()
 
 
 class _CallEnded(ModelCallError):
@@ -492,6 +527,12 @@ def _attempts(count: int) -> str:
     return f"{count} attempt" if count == 1 else f"{count} attempts"
 
 
+async def _asked(may_retry: Callable[[], bool | Awaitable[bool]]) -> bool:
+    """`may_retry()`'s answer, awaited if it is a coroutine (the router's reads Redis)."""
+    answer = may_retry()
+    return await answer if inspect.isawaitable(answer) else answer
+
+
 def _again(error: ModelCallError, what: str) -> ModelCallError:
     return ModelCallError(
         f"model call {what}: {error.message}",
@@ -504,7 +545,7 @@ def _again(error: ModelCallError, what: str) -> ModelCallError:
 class _NoModel:
     """Stands in when no model is configured: every call fails with a clear reason."""
 
-    def complete(
+    async def complete(
         self,
         request: ModelRequest,
         *,
@@ -519,7 +560,7 @@ class ModelSource:
     """Hands out a process's model: the one given, or one HTTP client per process.
 
     A client is made in the process that uses it (after a prefork worker forks),
-    and kept for every later call, so its connections are reused.
+    and kept for every later call on its loop, so its connections are reused.
     """
 
     def __init__(self, settings: Settings, model: Model | None = None) -> None:

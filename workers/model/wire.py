@@ -29,17 +29,25 @@ skipped. What each stream ends as:
 Function calls (a route speaking `tools`) come in `message.tool_calls`, or streamed as
 `delta.tool_calls` pieces joined by their `index` (`workers.model.protocols.CallPieces`);
 a reply of calls alone has no text, and the client writes the object they stand for.
+
+A `Model` is called through `complete`, on the process's event loop (DESIGN §10.1).
+An async model (`async def complete`, as `ModelClient`'s) is awaited there and costs
+no thread while it waits. A sync model (one a user or a test wrote) runs in a thread
+of its own for as long as it runs (`asyncio.to_thread`), so it costs one thread a call
+in flight: fine for a few, not for a thousand. Either way its `on_text` is called on
+the loop's thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import json
 import math
 import re
 from base64 import b64encode
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -85,11 +93,13 @@ class Model(Protocol):
     """What Relay needs of a model: a reply to a request (`workers.model.transport.ModelClient`
     for an HTTP server; `Relay(model=...)` takes any other).
 
+    `complete` is either `async def` (awaited on the process's event loop) or a plain
+    function returning the reply (run in a thread of its own: see the module).
     `on_text`, when given, is called with each piece of the reply's text as it
-    arrives (on the thread making the call), and with `RESTART` when the reply
-    starts over; the pieces of the last start, joined, are the reply's text. A
-    model that cannot stream may call it once with the whole text, or never. It
-    must not raise. A model written without `on_text` still works (`takes_text`).
+    arrives, and with `RESTART` when the reply starts over; the pieces of the last
+    start, joined, are the reply's text. A model that cannot stream may call it once
+    with the whole text, or never. It must not raise. A model written without
+    `on_text` still works (`takes_text`).
     """
 
     def complete(
@@ -98,20 +108,48 @@ class Model(Protocol):
         *,
         should_stop: Callable[[], bool] | None = None,
         on_text: Callable[[str], None] | None = None,
-    ) -> ModelReply: ...
+    ) -> ModelReply | Awaitable[ModelReply]: ...
 
 
-def complete(
+async def complete(
     model: Model,
     request: ModelRequest,
     *,
     should_stop: Callable[[], bool] | None = None,
     on_text: Callable[[str], None] | None = None,
 ) -> ModelReply:
-    """`model.complete(...)`, handing `on_text` only to a model that takes it."""
-    if on_text is not None and takes_text(model):
-        return model.complete(request, should_stop=should_stop, on_text=on_text)
-    return model.complete(request, should_stop=should_stop)
+    """`model.complete(...)`'s reply, awaited on the running loop, handing `on_text` only
+    to a model that takes it. A sync model runs in a thread (`asyncio.to_thread`); the
+    pieces it hands over are passed to `on_text` on the loop, all of them before this
+    returns, and none once this has returned or been cancelled."""
+    given = on_text if on_text is not None and takes_text(model) else None
+    if inspect.iscoroutinefunction(model.complete):
+        return await _awaited(model.complete(request, should_stop=should_stop, on_text=given))
+    if given is None:
+        answer = await asyncio.to_thread(model.complete, request, should_stop=should_stop)
+        return await _awaited(answer)
+    loop, live = asyncio.get_running_loop(), [True]
+
+    def on_loop(piece: str) -> None:
+        if live[0]:  # a piece the thread wrote after the call ended is void
+            given(piece)
+
+    def from_thread(piece: str) -> None:
+        loop.call_soon_threadsafe(on_loop, piece)
+
+    try:
+        answer = await asyncio.to_thread(
+            model.complete, request, should_stop=should_stop, on_text=from_thread
+        )
+        # The thread's pieces were queued on the loop before its result, so they are in.
+        return await _awaited(answer)
+    finally:
+        live[0] = False
+
+
+async def _awaited(answer: ModelReply | Awaitable[ModelReply]) -> ModelReply:
+    """The reply itself: `answer`, or what it stands for if it is awaitable."""
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 def takes_text(model: object) -> bool:
