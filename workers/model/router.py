@@ -151,10 +151,14 @@ class ModelRouter:
             )
         return chosen
 
-    async def tell(self, ok: RouteNews) -> None:
+    def tell(self, ok: RouteNews) -> None:
         """Tell a route that a call went well (`Routed.ok`, where the caller's save could
-        not take it along)."""
-        await _quietly(partial(self._limits.tell, ok), "done")
+        not take it along). Synchronous: its caller keeps the call's outcome on a thread,
+        never on the loop."""
+        try:
+            self._limits.tell(ok)
+        except StoreUnavailable as error:
+            log.warning("could not tell the model routes (done): %s", error)
 
     def renew(self, holder: str) -> None:
         """Keep the route slot `holder` holds for another lease (called with its claim's
@@ -275,7 +279,7 @@ class ModelRouter:
         )  # fmt: skip
         if not tell_ok:
             return ok
-        await self.tell(ok)
+        await _off_loop(partial(self.tell, ok))
         return None
 
     async def _keep_fallback(self, route: ModelRoute) -> None:
