@@ -212,15 +212,15 @@ CARRYING = {
 }
 
 
+HANDED_M1 = "m1: held on this worker's event loop (1 in flight); then model call m1 replied"
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     ("pool", "inline"),
     [("prefork", "0"), ("prefork", "5000"), ("threads", "5000")],
     ids=["each-step-a-task", "continued", "threads"],  # (threads: the compose model worker)
 )
-HANDED_M1 = "m1: held on this worker's event loop (1 in flight); then model call m1 replied"
-
-
 def test_a_task_whose_call_is_carried_ends_in_flower_when_the_call_does(
     tmp_path: Path, pool: str, inline: str
 ) -> None:

@@ -5,9 +5,6 @@ What a real worker does with them is tested in tests/test_runtime_inline.py.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest

@@ -1,23 +1,23 @@
-"""A task whose model call a worker carries past it ends in Flower when the call does.
+"""A task whose model call a worker holds past it ends in Flower when the call does.
 
 With `RELAY_MODEL_CARRIED`, a task that claimed its model call hands it to the
-process's carrier (`workers.runtime.carried`) and returns while the call is still
-in flight. Had Celery ended the task then, Flower would show it SUCCESS with "carried
-by this worker" for a call that may yet fail; and a FAILURE sent after it would not
+process's event loop (`workers.runtime.on_loop`) and returns while the call is still
+in flight. Had Celery ended the task then, Flower would show it SUCCESS with "held on
+this worker's event loop" for a call that may yet fail; and a FAILURE sent after it would not
 change what Flower shows (Celery's event state ranks SUCCESS above FAILURE, in
 either order).
 
 So such a task returns `NoFinalEvent` (`celery_app.final_events`): Celery acks it and
 sends no final event, and Flower shows the task STARTED while its call is in flight.
 Once both are known, in either order, the task's own line (on its thread, as it
-returns) and the call's report (on the carrier's thread, in the task's context:
+returns) and the call's report (on a keeper thread, in the task's context:
 `runtime.carrier.carrier()` names the task), this process sends the task's final
 event itself, as its worker would have:
 `task-succeeded` with the task's line and then the call's, or `task-failed` with a
 StepFailed saying the same when the call (or a step before it) failed.
 
-The call's report may say it went on with the run's next steps, in a pool slot it
-borrowed (`runtime.continuation`), and handed the run's next model call to the carrier
+The call's report may say it went on with the run's next steps on its keeper thread
+(`runtime.continuation`), and handed the run's next model call to the loop
 in turn: then the task waits for that call too, its line growing by each, and ends once
 a call's report carries nothing further.
 
@@ -118,7 +118,7 @@ class CarriedEnds:
         self._send(task_id, ended, call)
 
     def call_ended(self, report: Report) -> None:
-        """The carried call ended with `report` (called on the carrier's thread, in the
+        """The held call ended with `report` (called on a keeper thread, in the
         context of the task that handed it over)."""
         here = carrier()
         if not self.enabled or not here.task:

@@ -1,7 +1,7 @@
 """Tasks whose worker sends no final event: Flower hears of their end another way.
 
 Two kinds of Relay task end without Celery's `task-succeeded`: a task whose model
-call the process carries past it (its end is sent when the call ends,
+call the process's event loop holds past it (its end is sent when the call ends,
 `celery_app.carried_ends`), and a second delivery of a step that did nothing (Flower
 keeps the end of the delivery that made the call).
 

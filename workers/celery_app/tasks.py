@@ -219,7 +219,7 @@ def _told(
     Flower keeps the result of the delivery that made the call. A message with
     another id (sent by someone else) reports as usual, so it too ends in Flower.
 
-    A task that handed its model call to the carrier returns `NoFinalEvent` too, once
+    A task that handed its model call to the loop returns `NoFinalEvent` too, once
     `carried(report)` has taken its line: it ends in Flower when the call does
     (`celery_app.carried_ends`).
     """

@@ -90,8 +90,8 @@ class Report:
     waited: bool = False
     """The call waits for a model route's capacity (rate limits): it is sent again later."""
     carried: bool = False
-    """The task claimed its call and handed it to the process's carrier
-    (`workers.runtime.carried`): it is counted when the call ends. A task whose steps
+    """The task claimed its call and handed it to the process's event loop
+    (`workers.runtime.on_loop`): it is counted when the call ends. A task whose steps
     include such a call reports it too (`continued`): it ends in Flower when the call
     does (`workers.celery_app.carried_ends`)."""
 
