@@ -117,10 +117,9 @@ def test_a_call_that_went_on_to_carry_the_next_one_ends_its_task_with_that_one(
         ends.call_ended(LAST)
     [(_, kind, fields)] = events.sent
     assert (kind, fields["uuid"]) == ("task-succeeded", "task-5")
-    assert fields["result"].startswith("'m1: held on this worker's event loop (1 in flight); then model")
+    assert fields["result"].startswith(f"'{HANDED.line}; then model")
     assert (
-        "| continued call-1 read_note: ok | continued model call m3: m3: carried"
-        in (fields["result"])
+        "| continued call-1 read_note: ok | continued model call m3: m3: held" in (fields["result"])
     )
     assert fields["result"].endswith(
         "; then model call m3 replied, 9 tokens; run finished (done): read it'"
