@@ -38,7 +38,7 @@ def _ends(*, events: bool = True) -> tuple[CarriedEnds, _Events]:
     return CarriedEnds(app), recorder  # type: ignore[arg-type]
 
 
-HANDED = Report("m1: held on this worker's event loop (1 in flight)", carried=True)
+HANDED = Report("m1: held on the event loop (1 in flight)", carried=True)
 REPLIED = Report("model call m1 replied, 8 tokens; run waits for call-1")
 
 
@@ -56,7 +56,7 @@ def test_the_task_ends_once_both_halves_are_in_whichever_comes_first(*, task_fir
     [(worker, kind, fields)] = events.sent
     assert (worker, kind, fields["uuid"]) == ("w1@host", "task-succeeded", "task-1")
     assert fields["result"] == (
-        "'m1: held on this worker's event loop (1 in flight); then model call m1 replied, 8 tokens;"
+        "'m1: held on the event loop (1 in flight); then model call m1 replied, 8 tokens;"
         " run waits for call-1'"
     )
     assert 5 <= fields["runtime"] < 60  # from the task's start
@@ -70,7 +70,7 @@ def test_a_failed_call_ends_its_task_as_failed() -> None:
         ends.call_ended(Report("model call m1 failed: 400; run failed", failed=True))
     [(_, kind, fields)] = events.sent
     assert kind == "task-failed"
-    assert fields["exception"].startswith("StepFailed('m1: held on this worker's event loop")
+    assert fields["exception"].startswith("StepFailed('m1: held on the event loop")
     assert "then model call m1 failed: 400" in fields["exception"]
 
 
@@ -93,7 +93,7 @@ def test_halves_that_never_meet_are_not_kept_for_ever(monkeypatch: pytest.Monkey
 
 CHAINED = Report(
     "model call m1 replied; run waits for call-1 | continued call-1 read_note: ok"
-    " | continued model call m3: m3: held on this worker's event loop (1 in flight)",
+    " | continued model call m3: m3: held on the event loop (1 in flight)",
     carried=True,
 )
 LAST = Report("model call m3 replied, 9 tokens; run finished (done): read it")

@@ -42,7 +42,7 @@ def _sent(result: object) -> list[str]:
 
 
 def test_a_task_that_ends_elsewhere_sends_no_succeeded_event() -> None:
-    assert _sent(NoFinalEvent("m1: held on this worker's event loop (1 in flight)")) == []
+    assert _sent(NoFinalEvent("m1: held on the event loop (1 in flight)")) == []
 
 
 def test_a_line_that_looks_like_the_mark_is_still_sent() -> None:

@@ -212,7 +212,7 @@ CARRYING = {
 }
 
 
-HANDED_M1 = "m1: held on this worker's event loop (1 in flight); then model call m1 replied"
+HANDED_M1 = "m1: held on the event loop (1 in flight); then model call m1 replied"
 
 
 @pytest.mark.timeout(240)
@@ -259,7 +259,7 @@ def test_a_task_whose_call_is_carried_ends_in_flower_when_the_call_does(
             if inline != "0":  # the tool's task went on with the second call, and ended with it
                 [tool_task] = [t for t in tasks if t["name"] == "relay.run_tool"]
                 after = str(tool_task["result"])
-                assert "continued model call m3: m3: held on this worker's event loop" in after
+                assert "continued model call m3: m3: held on the event loop" in after
                 assert "then model call m3 replied" in after, after
                 assert after.endswith("run finished (done): read it'"), after
             _linked_tasks_resolve(f, flower, [run_id], {t["uuid"] for t in tasks})
@@ -270,5 +270,5 @@ def test_a_task_whose_call_is_carried_ends_in_flower_when_the_call_does(
             dead = handing(dead_run, relay_tasks(flower, [dead_run], expected=1))
             assert [t["state"] for t in dead] == ["FAILURE"], dead
             assert "StepFailed" in str(dead[0]["exception"])
-            assert "held on this worker's event loop" in str(dead[0]["exception"])
+            assert "held on the event loop" in str(dead[0]["exception"])
             assert "run failed (the model call failed)" in str(dead[0]["exception"])

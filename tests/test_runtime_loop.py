@@ -18,7 +18,7 @@ from tests.support.model_server import Reply
 from tests.support.worker_process import RelayProcess
 from workers.runtime.metrics import FleetMetrics
 
-HELD = "held on this worker's event loop"
+HELD = "held on the event loop"
 
 
 def _slow(f: Fleet, marker: str, seconds: float) -> None:

@@ -189,7 +189,7 @@ def _tasks_ended(log: str) -> bool:
     no final event, and that the call is carried), the line of the call's end."""
     received = log.count("] received")
     carried = sum(
-        ": <no final event here: " in line and "held on this worker's event loop" in line
+        ": <no final event here: " in line and "held on the event loop" in line
         for line in log.splitlines()
     )
     returned = log.count(" succeeded in ") - carried

@@ -592,7 +592,7 @@ class Calls:
             return None
         if call.attempt > 1:
             self._say_taken_over(call)
-        line = f"{asked.what}: held on this worker's event loop ({held} in flight)"
+        line = f"{asked.what}: held on the event loop ({held} in flight)"
         return Report(line, carried=True)
 
     def _keep_held(
