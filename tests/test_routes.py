@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,10 @@ def _router(
         routes, limits, client, key_concurrency=None, lease_ms=10_000, clock=clock,
         **({} if sleep else {"sleep": no_sleep}),
     )  # fmt: skip
+
+
+def _three_or_more(pieces: list[str]) -> bool:
+    return len(pieces) >= 3
 
 
 def _ask(router: ModelRouter, holder: str = "run|1", key: str = "k") -> str:
@@ -306,11 +311,12 @@ def test_a_call_its_caller_stops_is_no_failure_of_its_route(limits: RouteLimits)
         )
         for n in range(8):  # more than the failures that open a circuit
             pieces: list[str] = []
+            asked = router.complete(
+                REQUEST, key="k", holder=f"r|{n}", tokens=200,
+                should_stop=partial(_three_or_more, pieces), on_text=pieces.append,
+            )  # fmt: skip
             with pytest.raises(ModelCallError) as caught:
-                run_blocking(router.complete(
-                    REQUEST, key="k", holder=f"r|{n}", tokens=200,
-                    should_stop=lambda seen=pieces: len(seen) >= 3, on_text=pieces.append,
-                ))  # fmt: skip
+                run_blocking(asked)
             assert "told to stop" in caught.value.message
         assert len(first.calls) == 8
         assert second.calls == []
@@ -509,7 +515,7 @@ def test_the_routers_redis_work_never_holds_the_loop(
 ) -> None:
     with ModelServer(scripted("ok")) as server:
         router = _router(limits, ModelRoute("only", url=server.url, model="m"))
-        busy = threading.Thread(target=lambda: redis.client().eval(BUSY, 0, 400))
+        busy = threading.Thread(target=lambda: redis.client().eval(BUSY, 0, "400"))
 
         async def routed_while_redis_is_busy() -> tuple[float, float]:
             gaps: list[float] = []
