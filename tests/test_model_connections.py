@@ -166,9 +166,10 @@ def _stats(port: int) -> dict[str, int]:
 
 @pytest.fixture
 def slow_model() -> Iterator[int]:
-    """`bench.slow_model` in a process of its own, a streamed reply in 1 s; its port."""
+    """`bench.slow_model` in a process of its own, its port: a streamed reply in 3 s, so
+    that 200 calls overlap even on a busy machine."""
     port = free_port()
-    command = [sys.executable, "-m", "bench.slow_model", "--port", str(port), "--seconds", "1"]
+    command = [sys.executable, "-m", "bench.slow_model", "--port", str(port), "--seconds", "3"]
     model = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, 30)

@@ -6,13 +6,14 @@ hostile streams byte for byte) and, for the parser alone, any cut of a body.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -24,11 +25,11 @@ from tests.support.model_server import ModelServer, Reply, scripted
 from tests.support.redis_server import RedisServer
 from workers import ModelRoute
 from workers.errors import ModelCallError
-from workers.loop import run_blocking
+from workers.loop import process_loop, run_blocking
 from workers.model.limits import RouteLimits
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelClient
-from workers.model.wire import RESTART, StreamedReply, takes_text
+from workers.model.wire import RESTART, Model, ModelReply, StreamedReply, complete, takes_text
 from workers.settings import ModelSettings, now_ms
 from workers.store.runs import RunStore
 
@@ -414,3 +415,133 @@ def test_a_route_that_fails_mid_reply_hands_over_to_the_next_with_a_restart(
     assert routed.route.name == "b"
     assert pieces.seen[:3] == ["the ", "firs", RESTART]
     assert pieces.last_start() == ANSWER == routed.reply.text
+
+
+# --- wire.complete: any model, on the loop -----------------------------------------------------
+
+
+class SyncModel:
+    """A model written without asyncio: it streams from whatever thread runs it."""
+
+    def __init__(self) -> None:
+        self.ran_on: threading.Thread | None = None
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> ModelReply:
+        del request, should_stop
+        self.ran_on = threading.current_thread()
+        for piece in ("one ", "two ", "three"):
+            assert on_text is not None
+            on_text(piece)
+        return ModelReply(text="one two three")
+
+
+class AsyncModel:
+    """A model written for the loop: it holds no thread while it waits."""
+
+    def __init__(self) -> None:
+        self.ran_on: threading.Thread | None = None
+
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        should_stop: Callable[[], bool] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> ModelReply:
+        del request, should_stop
+        self.ran_on = threading.current_thread()
+        await asyncio.sleep(0.01)
+        assert on_text is not None
+        on_text("whole")
+        return ModelReply(text="whole")
+
+
+def _streamed(model: Model) -> tuple[ModelReply, list[tuple[str, threading.Thread]]]:
+    """The reply of `model` through `wire.complete` on the process's loop, and each piece
+    with the thread `on_text` was called on."""
+    seen: list[tuple[str, threading.Thread]] = []
+
+    def on_text(piece: str) -> None:
+        seen.append((piece, threading.current_thread()))
+
+    return run_blocking(complete(model, REQUEST, on_text=on_text)), seen
+
+
+def test_a_sync_model_runs_in_a_thread_and_its_text_reaches_the_loop_thread() -> None:
+    model = SyncModel()
+    reply, seen = _streamed(model)
+    loop_thread = process_loop().thread
+    assert model.ran_on is not None
+    assert model.ran_on is not loop_thread  # (it would hold every other call meanwhile)
+    # Every piece was handed over on the loop, in order, before the reply came back.
+    assert seen == [("one ", loop_thread), ("two ", loop_thread), ("three", loop_thread)]
+    assert reply.text == "one two three"
+
+
+def test_an_async_model_is_awaited_on_the_loop_thread() -> None:
+    model = AsyncModel()
+    reply, seen = _streamed(model)
+    loop_thread = process_loop().thread
+    assert model.ran_on is loop_thread
+    assert seen == [("whole", loop_thread)]
+    assert reply.text == "whole"
+
+
+def test_a_model_written_before_streaming_gets_no_on_text_sync_or_async() -> None:
+    class Old:
+        def complete(self, request: ModelRequest, *, should_stop: object = None) -> ModelReply:
+            del request, should_stop
+            return ModelReply(text="old")
+
+    class OldAsync:
+        async def complete(
+            self, request: ModelRequest, *, should_stop: object = None
+        ) -> ModelReply:
+            del request, should_stop
+            return ModelReply(text="old, async")
+
+    # (Not `Model`s to a type checker, which is why `takes_text` asks at run time.)
+    assert _streamed(cast("Model", Old())) == (ModelReply(text="old"), [])
+    assert _streamed(cast("Model", OldAsync())) == (ModelReply(text="old, async"), [])
+
+
+def test_a_sync_models_pieces_after_its_call_was_cancelled_are_dropped() -> None:
+    written = threading.Event()
+    release = threading.Event()
+
+    class Lingering:
+        def complete(
+            self,
+            request: ModelRequest,
+            *,
+            should_stop: Callable[[], bool] | None = None,
+            on_text: Callable[[str], None] | None = None,
+        ) -> ModelReply:
+            del request, should_stop
+            assert on_text is not None
+            on_text("before")
+            written.set()
+            release.wait(10)  # its call is cancelled meanwhile; the thread goes on
+            on_text("after")
+            return ModelReply(text="before after")
+
+    seen: list[str] = []
+
+    async def cancelled() -> None:
+        call = asyncio.ensure_future(complete(Lingering(), REQUEST, on_text=seen.append))
+        await asyncio.to_thread(written.wait, 10)
+        await asyncio.sleep(0.05)  # "before" reaches the loop
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        release.set()
+        await asyncio.sleep(0.2)  # "after" would have reached the loop by now
+
+    run_blocking(cancelled())
+    assert seen == ["before"]

@@ -6,8 +6,13 @@ clock is the real one, except where a test passes its own.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -114,15 +119,24 @@ _CLIENTS: list[ModelClient] = []
 
 
 @pytest.fixture
-def limits(tmp_path: Path) -> Iterator[RouteLimits]:
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
     with RedisServer(tmp_path) as server:
-        yield RouteLimits(RunStore(server.url, "t:").connection)
+        yield server
     while _CLIENTS:
         run_blocking(_CLIENTS.pop().aclose())
 
 
+@pytest.fixture
+def limits(redis: RedisServer) -> RouteLimits:
+    return RouteLimits(RunStore(redis.url, "t:").connection)
+
+
 def _router(
-    limits: RouteLimits, *routes: ModelRoute, sleep: bool = True, retries: int = 0
+    limits: RouteLimits,
+    *routes: ModelRoute,
+    sleep: bool = True,
+    retries: int = 0,
+    clock: Callable[[], int] = now_ms,
 ) -> ModelRouter:
     """A router on `routes`, as one worker has it (its clients closed after the test)."""
     made: dict[str, ModelClient] = {}
@@ -140,9 +154,13 @@ def _router(
         raise AssertionError(f"the router slept {seconds} s")
 
     return ModelRouter(
-        routes, limits, client, key_concurrency=None, lease_ms=10_000, clock=now_ms,
+        routes, limits, client, key_concurrency=None, lease_ms=10_000, clock=clock,
         **({} if sleep else {"sleep": no_sleep}),
     )  # fmt: skip
+
+
+def _three_or_more(pieces: list[str]) -> bool:
+    return len(pieces) >= 3
 
 
 def _ask(router: ModelRouter, holder: str = "run|1", key: str = "k") -> str:
@@ -293,11 +311,12 @@ def test_a_call_its_caller_stops_is_no_failure_of_its_route(limits: RouteLimits)
         )
         for n in range(8):  # more than the failures that open a circuit
             pieces: list[str] = []
+            asked = router.complete(
+                REQUEST, key="k", holder=f"r|{n}", tokens=200,
+                should_stop=partial(_three_or_more, pieces), on_text=pieces.append,
+            )  # fmt: skip
             with pytest.raises(ModelCallError) as caught:
-                run_blocking(router.complete(
-                    REQUEST, key="k", holder=f"r|{n}", tokens=200,
-                    should_stop=lambda seen=pieces: len(seen) >= 3, on_text=pieces.append,
-                ))  # fmt: skip
+                run_blocking(asked)
             assert "told to stop" in caught.value.message
         assert len(first.calls) == 8
         assert second.calls == []
@@ -404,3 +423,120 @@ def test_a_429_without_a_retry_after_fails_the_call(limits: RouteLimits) -> None
         with pytest.raises(ModelCallError) as caught:
             _ask(router)
         assert caught.value.status == 429
+
+
+# --- the router on the event loop ---------------------------------------------------------------
+
+
+async def _until(condition: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    give_up = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < give_up, f"waited {timeout} s for {what}"
+        await asyncio.sleep(0.01)
+
+
+def test_renew_many_keeps_the_slots_of_the_calls_it_names(limits: RouteLimits) -> None:
+    clock = [now_ms()]
+    with ModelServer(lambda _call: Reply("slow", delay=1.0)) as server:
+        route = ModelRoute("only", url=server.url, model="m")
+        router = _router(limits, route, clock=lambda: clock[0])
+
+        async def renewed_while_in_flight() -> int:
+            asked = (
+                router.complete(REQUEST, key="k", holder=f"run|{n}", tokens=200) for n in range(3)
+            )
+            calls = asyncio.gather(*asked)
+            await _until(lambda: len(server.calls) == 3, "three calls in flight")
+            admitted_at = clock[0]  # each holds its slot until admitted_at + the lease
+            clock[0] += 5_000
+            # As the thread that renews leases: two named, one not, one that holds none.
+            await asyncio.to_thread(router.renew_many, ["run|0", "run|1", "run|gone"])
+            held = limits.state(route, admitted_at + 12_000).in_flight
+            await calls
+            return held
+
+        assert run_blocking(renewed_while_in_flight()) == 2  # the third's lapsed at 10 s
+    assert limits.state(route, clock[0]).in_flight == 0  # and every slot came back
+
+
+def test_renew_many_is_quiet_when_redis_is_away_and_the_reply_is_kept(
+    redis: RedisServer, limits: RouteLimits, caplog: pytest.LogCaptureFixture
+) -> None:
+    with ModelServer(lambda _call: Reply("kept", delay=0.5)) as server:
+        router = _router(limits, ModelRoute("only", url=server.url, model="m"))
+
+        async def renewed_with_redis_away() -> str:
+            call = asyncio.ensure_future(
+                router.complete(REQUEST, key="k", holder="run|1", tokens=200)
+            )
+            await _until(lambda: len(server.calls) == 1, "the call in flight")
+            redis.kill()
+            await asyncio.to_thread(router.renew_many, ["run|1"])  # does not raise
+            return (await call).reply.text
+
+        with caplog.at_level(logging.WARNING, logger="workers.model.router"):
+            assert run_blocking(renewed_with_redis_away()) == "kept"
+    assert "could not renew 1 model route slots" in caplog.text
+
+
+def test_a_call_cancelled_on_the_loop_gives_its_slot_back(limits: RouteLimits) -> None:
+    with ModelServer(lambda _call: Reply("too late", delay=30)) as server:
+        route = ModelRoute("only", url=server.url, model="m", max_concurrency=1)
+        router = _router(limits, route)
+
+        async def cancelled() -> None:
+            call = asyncio.ensure_future(
+                router.complete(REQUEST, key="k", holder="run|1", tokens=200)
+            )
+            await _until(lambda: len(server.calls) == 1, "the call in flight")
+            assert limits.state(route, now_ms()).in_flight == 1
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+        run_blocking(cancelled())
+        state = limits.state(route, now_ms())
+        # Its slot is back at once (not when its lease lapses), and a cancel is no failure.
+        assert (state.in_flight, state.failures, state.circuit, state.error) == (0, 0, "closed", "")
+
+
+BUSY = """
+local began = redis.call('TIME')
+repeat
+  local now = redis.call('TIME')
+until (now[1] - began[1]) * 1000000 + (now[2] - began[2]) >= tonumber(ARGV[1]) * 1000
+return 1
+"""
+"""Holds Redis for ARGV[1] ms: every other client's command waits meanwhile."""
+
+
+def test_the_routers_redis_work_never_holds_the_loop(
+    redis: RedisServer, limits: RouteLimits
+) -> None:
+    with ModelServer(scripted("ok")) as server:
+        router = _router(limits, ModelRoute("only", url=server.url, model="m"))
+        busy = threading.Thread(target=lambda: redis.client().eval(BUSY, 0, "400"))
+
+        async def routed_while_redis_is_busy() -> tuple[float, float]:
+            gaps: list[float] = []
+
+            async def tick() -> None:
+                last = time.monotonic()
+                while True:
+                    await asyncio.sleep(0.005)
+                    gaps.append(time.monotonic() - last)
+                    last = time.monotonic()
+
+            ticking = asyncio.ensure_future(tick())
+            busy.start()
+            await asyncio.sleep(0.05)  # the script holds Redis now
+            began = time.monotonic()
+            await router.complete(REQUEST, key="k", holder="run|1", tokens=200)
+            took = time.monotonic() - began
+            ticking.cancel()
+            return took, max(gaps)
+
+        took, longest_gap = run_blocking(routed_while_redis_is_busy())
+        busy.join(10)
+    assert took > 0.25  # the call did wait for Redis ...
+    assert longest_gap < 0.15  # ... and the loop went on meanwhile

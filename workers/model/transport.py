@@ -272,9 +272,8 @@ class ModelClient:
         in and before and after every wait between attempts, so a cancelled run
         stops; `on_text` gets the text as it comes, on the loop's thread, so it must be
         cheap (`workers.model.wire.Model`). Cancelling the task ends the call at its next
-        await, its response closed. Raises
-        ModelCallError: the permanent failure at once, the last transient one when
-        the retries are spent, or why it ended early (stopped, or past its deadline).
+        await, its response closed. Raises ModelCallError: the permanent failure at once,
+        the last transient one when the retries are spent, or why it ended early.
         """
         settings = self._settings
         body = self._body(request, max_tokens)
@@ -291,18 +290,25 @@ class ModelClient:
             except _CallEnded:
                 raise
             except ModelCallError as error:
-                if not error.retryable:
-                    raise
-                if call.left() <= 0:
-                    raise call.past_deadline(error) from None
-                if attempt + 1 == call.attempts:
-                    raise _again(error, f"gave up after {_attempts(call.attempts)}") from None
-                if may_retry is not None and not await _asked(may_retry):
-                    raise _again(
-                        error, f"not retried ({self._where} is not to be asked now)"
-                    ) from None
-                await self._pause(error, call)
+                await self._before_retry(error, call, may_retry)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _before_retry(
+        self,
+        error: ModelCallError,
+        call: _Call,
+        may_retry: Callable[[], bool | Awaitable[bool]] | None,
+    ) -> None:
+        """Wait for the next attempt after `error`, or raise why there is none."""
+        if not error.retryable:
+            raise error
+        if call.left() <= 0:
+            raise call.past_deadline(error) from None
+        if call.attempt + 1 == call.attempts:
+            raise _again(error, f"gave up after {_attempts(call.attempts)}") from None
+        if may_retry is not None and not await _asked(may_retry):
+            raise _again(error, f"not retried ({self._where} is not to be asked now)") from None
+        await self._pause(error, call)
 
     def _body(self, request: ModelRequest, max_tokens: int | None) -> dict[str, Any]:
         """The request's body, its reply capped at the smaller of the settings' cap and

@@ -124,7 +124,8 @@ async def complete(
     returns, and none once this has returned or been cancelled."""
     given = on_text if on_text is not None and takes_text(model) else None
     if inspect.iscoroutinefunction(model.complete):
-        return await _awaited(model.complete(request, should_stop=should_stop, on_text=given))
+        text = {} if given is None else {"on_text": given}
+        return await _awaited(model.complete(request, should_stop=should_stop, **text))
     if given is None:
         answer = await asyncio.to_thread(model.complete, request, should_stop=should_stop)
         return await _awaited(answer)
