@@ -53,7 +53,8 @@ def test_a_blocked_loop_shows_as_lag(make_loop: Callable[[], ProcessLoop]) -> No
     loop.loop.call_soon_threadsafe(time.sleep, 0.3)  # a callback that holds the loop
     assert _until(lambda: loop.lag_max() >= 0.25, 5), loop.lag_max()
     assert loop.lag_max() < 5
-    assert loop.lag_p99() > 0
+    # Of fewer than a hundred samples (a second's worth), the 99th percentile is the worst.
+    assert loop.lag_p99() == loop.lag_max()
 
 
 def test_an_idle_loop_keeps_time(make_loop: Callable[[], ProcessLoop]) -> None:
