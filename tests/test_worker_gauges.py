@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.redis_server import RedisServer
 from workers.loop import process_loop
 from workers.runtime.metrics import GAUGES_EVERY_S, FleetMetrics
+from workers.runtime.reports import Report
 from workers.store.runs import RunStore
 from workers.web.exporter import registry_for
 
@@ -104,6 +105,7 @@ def test_a_worker_that_ends_no_task_still_reports(
 ) -> None:
     # Counts are held for a minute; the gauges are written every few seconds regardless.
     metrics = make_metrics()
+    metrics.count("advance", Report("advanced"))
     metrics.held(3, 10)
     give_up = time.monotonic() + 5 * GAUGES_EVERY_S
     while ME not in _written(store) and time.monotonic() < give_up:
@@ -130,6 +132,7 @@ def test_stale_gauges_are_skipped_and_old_ones_deleted(
     odd_name = 'pod "a"\\b\nc:12'  # a label value Prometheus's format must escape
     written = {
         odd_name: gauges(4, 1_000),
+        "busy:7": gauges(6, 29_000),
         "killed:1": gauges(40, 31_000),
         "gone:2": gauges(400, 3_601_000),
         "garbled:3": "not json",
@@ -141,11 +144,14 @@ def test_stale_gauges_are_skipped_and_old_ones_deleted(
         for (name, labels), value in samples.items()
         if name == "relay_worker_calls_in_flight"
     }
-    assert found == {odd_name: 4}
-    assert samples[("relay_calls_in_flight", ())] == 4
-    assert samples[("relay_call_capacity", ())] == 50
+    assert found == {odd_name: 4, "busy:7": 6}
+    assert samples[("relay_calls_in_flight", ())] == 10
+    assert samples[("relay_call_capacity", ())] == 100
+    lag = "relay_loop_lag_seconds"
+    assert samples[(lag, (("quantile", "0.99"), ("worker", odd_name)))] == 0.001
+    assert samples[(lag, (("quantile", "1"), ("worker", odd_name)))] == 0.002
     # A stale field stays a while (it may be a stuck worker's); an hour old, it goes.
-    assert set(_written_fields(store)) == {odd_name, "killed:1"}
+    assert set(_written_fields(store)) == {odd_name, "busy:7", "killed:1"}
 
 
 def _written_fields(store: RunStore) -> list[str]:
