@@ -21,6 +21,13 @@ killed loses what it counted in its last flush interval (counts, never a run's s
 What is a state rather than a count (runs by state, what waits on a person and
 for how long) is read when scraped (`fleet_state`). A metrics write that fails
 is logged and dropped: it never fails a task.
+
+Each process also says what it holds now, for an autoscaler: the model calls its loop
+holds and how many it may (`FleetMetrics.held`, told by the runtime), and its loop's
+lag (`workers.loop`). With each flush, and every GAUGES_EVERY_S even when no task
+ended, it writes them to its own field of the `worker-gauges` hash (`WorkerGauges`),
+which it deletes as it stops. A process killed leaves its field behind: a reader
+skips fields older than GAUGES_FRESH_MS and deletes those older than GAUGES_KEPT_MS.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import atexit
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections import Counter
@@ -38,6 +46,7 @@ from typing import Any
 from agent_core import Stop
 from workers.engine.records import ending_of
 from workers.errors import StoreUnavailable
+from workers.loop import started_loop
 from workers.runtime.leases import held_tally
 from workers.runtime.reports import CallFacts, Report
 from workers.store.codec import as_text
@@ -46,7 +55,16 @@ from workers.store.layout import RunFields
 from workers.store.people import People
 from workers.store.shards import Shards
 
-__all__ = ["LATENCY_BUCKETS", "FleetMetrics", "FleetState", "Totals"]
+__all__ = [
+    "GAUGES_EVERY_S",
+    "GAUGES_FRESH_MS",
+    "GAUGES_KEPT_MS",
+    "LATENCY_BUCKETS",
+    "FleetMetrics",
+    "FleetState",
+    "Totals",
+    "WorkerGauges",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +74,13 @@ LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0
 MAX_RUNS_SCANNED = 10_000
 """Runs whose state a scrape reads, the newest first (a scrape reads each one's record)."""
 CHUNK = 500
+
+GAUGES_EVERY_S = 2.0
+"""The longest a process goes without writing its gauges (more often: with each flush)."""
+GAUGES_FRESH_MS = 30_000
+"""A process's gauges older than this are not its state now (it was killed, or is stuck)."""
+GAUGES_KEPT_MS = 3_600_000
+"""Gauges older than this are deleted when read: a killed process's field does not stay."""
 
 
 def _label(value: str) -> str:
@@ -91,6 +116,22 @@ class FleetState:
     scanned: int = 0
 
 
+@dataclass(frozen=True)
+class WorkerGauges:
+    """What one worker process holds, as it last said (one field of `worker-gauges`)."""
+
+    worker: str
+    """`<host>:<pid>`."""
+    in_flight: int
+    """Model calls its loop holds."""
+    capacity: int
+    """The most it may hold."""
+    lag_p99_s: float
+    lag_max_s: float
+    at_ms: int
+    """When it wrote them, by its clock (ms since the epoch)."""
+
+
 class FleetMetrics:
     """Adds to the fleet's counters after each task, and reads them back."""
 
@@ -107,6 +148,20 @@ class FleetMetrics:
         self._sums: Counter[str] = Counter()
         self._flusher: tuple[int, threading.Thread] | None = None
         """(pid, thread) of the thread that flushes: a forked child starts its own."""
+        self._held: tuple[int, int] | None = None
+        """(calls in flight, capacity), as `held` last said: None, no gauges to write."""
+        self._writing = threading.Lock()
+        """One write at a time, so the one that deletes the gauges (`stop`) comes last."""
+        self._stopped = False
+
+    def held(self, in_flight: int, capacity: int) -> None:
+        """Say how many model calls this process's loop holds now, and the most it may:
+        written with the next flush (within GAUGES_EVERY_S), never here. Told by the
+        process that holds the calls (a prefork pool's child, not its parent)."""
+        with self._lock:
+            self._held = (in_flight, capacity)
+            if self._flusher is None or self._flusher[0] != os.getpid():
+                self._start_flusher()
 
     def count(self, task: str, report: Report) -> None:
         """Count one task (`advance`, `call_model`, `run_tool`) and its call, if it made
@@ -131,35 +186,107 @@ class FleetMetrics:
         thread = threading.Thread(target=self._flush_often, name="relay-metrics", daemon=True)
         self._flusher = (os.getpid(), thread)
         thread.start()
-        atexit.register(self.flush)
+        atexit.register(self.stop)
 
     def _flush_often(self) -> None:
+        """Write the counts every flush interval, and the gauges at least every
+        GAUGES_EVERY_S (a process that holds calls and ends none still says so)."""
         me = os.getpid()
-        while self._flusher is not None and self._flusher[0] == me:
-            time.sleep(self._flush_s)
-            self.flush()
+        every = min(self._flush_s or GAUGES_EVERY_S, GAUGES_EVERY_S)
+        counts_due = time.monotonic() + self._flush_s
+        while self._flusher is not None and self._flusher[0] == me and not self._stopped:
+            time.sleep(every)
+            if time.monotonic() >= counts_due:
+                counts_due = time.monotonic() + self._flush_s
+                self.flush()
+            else:
+                self._write(Counter(), Counter())
 
     def flush(self) -> None:
-        """Write the counts this process holds, now."""
+        """Write the counts this process holds, and its gauges, now."""
+        self._write(*self._take_counts())
+
+    def stop(self) -> None:
+        """This process stops: write the counts it holds, and delete its gauges (it
+        holds no call any more). Nothing writes them again after."""
+        adds, sums = self._take_counts()
+        self._write(adds, sums, last=True)
+
+    def _take_counts(self) -> tuple[Counter[str], Counter[str]]:
         with self._lock:
             adds, sums = self._adds, self._sums
             for outcome, amount in held_tally().items():
                 adds[f"held|{outcome}"] += amount
-            if not adds and not sums:
-                return
             self._adds, self._sums = Counter(), Counter()
+        return adds, sums
+
+    def _write(self, adds: Counter[str], sums: Counter[str], *, last: bool = False) -> None:
+        """Write `adds` and `sums` and this process's gauges (with `last`: delete them),
+        in one round trip."""
+        with self._writing:
+            # After the stop, counts still go (a task may end after it), gauges never.
+            gauges = None if self._stopped else self._gauges()
+            self._stopped = self._stopped or last
+            if not adds and not sums and gauges is None:
+                return
+            connection = self._connection
+            try:
+                with connection.errors():
+                    pipe = connection.redis.pipeline(transaction=False)
+                    key = connection.keys.metrics
+                    for name, amount in adds.items():
+                        pipe.hincrby(key, name, amount)
+                    for name, total in sums.items():
+                        pipe.hincrbyfloat(key, name, total)
+                    if gauges is not None:
+                        worker, value = gauges
+                        if last:
+                            pipe.hdel(connection.keys.worker_gauges, worker)
+                        else:
+                            pipe.hset(connection.keys.worker_gauges, worker, value)
+                    pipe.execute()
+            except StoreUnavailable as error:  # (sent again, a write that landed would count twice)
+                if adds or sums:  # (the gauges alone are written again in a moment)
+                    log.warning(
+                        "could not write %d metrics counts: %s", len(adds) + len(sums), error
+                    )
+
+    def _gauges(self) -> tuple[str, str] | None:
+        """This process's field of `worker-gauges` and its value now (None: `held` was
+        never told, so it holds no call and says nothing)."""
+        held = self._held
+        if held is None:
+            return None
+        loop = started_loop()
+        value = {
+            "in_flight": held[0],
+            "capacity": held[1],
+            "lag_p99_s": loop.lag_p99() if loop is not None else 0.0,
+            "lag_max_s": loop.lag_max() if loop is not None else 0.0,
+            "at_ms": int(time.time() * 1000),
+        }
+        return f"{socket.gethostname()}:{os.getpid()}", json.dumps(value)
+
+    def worker_gauges(self, now_ms: int) -> list[WorkerGauges]:
+        """Each worker process's gauges as it last wrote them, by worker, but those older
+        than GAUGES_FRESH_MS (by `now_ms`); deletes those older than GAUGES_KEPT_MS, and
+        any a worker would not write."""
         connection = self._connection
-        try:
+        key = connection.keys.worker_gauges
+        with connection.errors():
+            raw = connection.redis.hgetall(key)
+        fresh, old = [], []
+        for field_name, value in raw.items():
+            worker = as_text(field_name)
+            gauges = _gauges_of(worker, as_text(value))
+            if gauges is None or now_ms - gauges.at_ms > GAUGES_KEPT_MS:
+                old.append(worker)
+            elif now_ms - gauges.at_ms <= GAUGES_FRESH_MS:
+                fresh.append(gauges)
+        if old:
             with connection.errors():
-                pipe = connection.redis.pipeline(transaction=False)
-                key = connection.keys.metrics
-                for name, amount in adds.items():
-                    pipe.hincrby(key, name, amount)
-                for name, total in sums.items():
-                    pipe.hincrbyfloat(key, name, total)
-                pipe.execute()
-        except StoreUnavailable as error:  # (sent again, a write that landed would count twice)
-            log.warning("could not write %d metrics counts: %s", len(adds) + len(sums), error)
+                connection.redis.hdel(key, *old)
+        return sorted(fresh, key=lambda gauges: gauges.worker)
 
     def totals(self) -> Totals:
         """Return every counter."""
@@ -242,6 +369,22 @@ def _read_into(totals: Totals, parts: list[str], value: str) -> None:
                 totals.tools[(tool, outcome)] += int(value)
     except ValueError:
         log.warning("skipped a metrics field that is not a number: %s", "|".join(parts))
+
+
+def _gauges_of(worker: str, value: str) -> WorkerGauges | None:
+    """One field of `worker-gauges`, read (None: not what a worker writes)."""
+    try:
+        found = json.loads(value)
+        return WorkerGauges(
+            worker,
+            int(found["in_flight"]),
+            int(found["capacity"]),
+            float(found["lag_p99_s"]),
+            float(found["lag_max_s"]),
+            int(found["at_ms"]),
+        )
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def _ending(record: dict[str, Any]) -> str:

@@ -80,6 +80,10 @@ slot on a cluster, see below):
     tick-stats      hash    n ticks, last_ms, by whom; seen_ms (Redis's clock at the last)
     metrics         hash    the fleet's counters (steps, calls, tokens, latency buckets):
                             added to by every task (workers.runtime.metrics), read by relay web
+    worker-gauges   hash    <host>:<pid> -> what that worker process holds now (JSON: calls
+                            in flight, capacity, loop lag, when): written with each metrics
+                            flush, deleted as the process stops; relay web skips stale ones
+                            and prunes those an hour old
     web-used:<n>    string  an approval form's nonce, used once (relay web; a TTL)
     schedule-notes:<name>  list  notes a schedule's runs remembered, for the next run
     memory:<name>   list    notes runs started with memory=<name> remembered, for the next
@@ -129,7 +133,8 @@ upgrade keep working. On a cluster every Lua script touches one slot:
                     superset), never removed; the tick and listings read these shards,
                     one SWEEP per node (lua/sweep.lua, the one read-only script across
                     slots), pruning PRUNE_SHARDS of them per tick
-    tick-lock{fleet}, tick-stats{fleet}, metrics{fleet}: one slot (one script uses two)
+    tick-lock{fleet}, tick-stats{fleet}, metrics{fleet}, worker-gauges{fleet}: one slot
+                    (one script uses two)
     schedule shards schedules{<t>}, schedule-due{<t>}, schedule-firing{<t>},
                     notifications{<t>}, schedule-slot{<t>}:<name>:<slot>,
                     schedule-history{<t>}:<name>, schedule-queue{<t>}:<name>,
@@ -403,6 +408,10 @@ class Keys:
     @property
     def metrics(self) -> str:
         return self._fleet("metrics")
+
+    @property
+    def worker_gauges(self) -> str:
+        return self._fleet("worker-gauges")
 
     def web_used(self, nonce: str) -> str:
         return self._(f"web-used:{nonce}")

@@ -19,10 +19,19 @@
     relay_route_failures{route}                      failures in a row (the circuit opens at 5)
     relay_route_paused{route}                        1 while a 429 pauses the route
     relay_route_in_flight{route}, relay_route_waiting{route}   calls on it, calls queued for it
+    relay_worker_calls_in_flight{worker}             model calls a worker process's loop holds
+    relay_worker_call_capacity{worker}               the most it may hold (RELAY_MODEL_CARRIED)
+    relay_loop_lag_seconds{worker,quantile}          how late its loop ran a timer over the last
+                                                     minute: quantile 0.99, and 1 (the max)
+    relay_calls_in_flight, relay_call_capacity       the same two, summed over the workers:
+                                                     the ratio an autoscaler scales on
+                                                     (docs/autoscaling.md)
 
 Counts come from the workers (`workers.runtime.metrics`), so every worker of the fleet
 is in them, however many there are; one relay web scrapes them all. The routes'
-states are `Relay.route_states()`, read from their limits in Redis.
+states are `Relay.route_states()`, read from their limits in Redis. A worker process
+is `<host>:<pid>`, as it last said within GAUGES_FRESH_MS (30 s): one that was killed,
+or has not written for that long, is in none of the worker gauges.
 """
 
 from __future__ import annotations
@@ -39,7 +48,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from workers.model.limits import RouteState
-from workers.runtime.metrics import LATENCY_BUCKETS, MAX_RUNS_SCANNED, FleetMetrics, FleetState
+from workers.runtime.metrics import (
+    LATENCY_BUCKETS,
+    MAX_RUNS_SCANNED,
+    FleetMetrics,
+    FleetState,
+    WorkerGauges,
+)
 
 __all__ = ["STATE_CACHE_MS", "RelayCollector", "registry_for"]
 
@@ -83,6 +98,7 @@ class RelayCollector(Collector):
         yield from self._state()
         yield from self._counters()
         yield from self._routes()
+        yield from _workers(self._metrics.worker_gauges(self._clock()))
 
     def _state(self) -> Iterator[Metric]:
         state = self._fleet_state()
@@ -170,6 +186,41 @@ class RelayCollector(Collector):
             gauges["waiting"].add_metric([state.name], state.waiting)
         yield circuit
         yield from gauges.values()
+
+
+def _workers(found: Sequence[WorkerGauges]) -> Iterator[Metric]:
+    """What each worker process holds now, and the fleet's sums of it."""
+    in_flight = GaugeMetricFamily(
+        "relay_worker_calls_in_flight",
+        "Model calls the worker process's event loop holds",
+        labels=["worker"],
+    )
+    capacity = GaugeMetricFamily(
+        "relay_worker_call_capacity",
+        "The most model calls the worker process's event loop may hold",
+        labels=["worker"],
+    )
+    lag = GaugeMetricFamily(
+        "relay_loop_lag_seconds",
+        "How late the worker process's event loop ran a timer over the last minute",
+        labels=["worker", "quantile"],
+    )
+    for gauges in found:
+        in_flight.add_metric([gauges.worker], gauges.in_flight)
+        capacity.add_metric([gauges.worker], gauges.capacity)
+        lag.add_metric([gauges.worker, "0.99"], gauges.lag_p99_s)
+        lag.add_metric([gauges.worker, "1"], gauges.lag_max_s)
+    yield from (in_flight, capacity, lag)
+    yield GaugeMetricFamily(
+        "relay_calls_in_flight",
+        "Model calls the fleet's worker processes hold (scale on this / relay_call_capacity)",
+        value=sum(gauges.in_flight for gauges in found),
+    )
+    yield GaugeMetricFamily(
+        "relay_call_capacity",
+        "The most model calls the fleet's worker processes may hold",
+        value=sum(gauges.capacity for gauges in found),
+    )
 
 
 def registry_for(
