@@ -112,6 +112,7 @@ class Runtime:
         what it did, in one line (`workers.runtime.reports`: Flower shows it).
         `hard_limit_s`: the task's time limit, where the pool kills at it."""
         self.calls.release_held()  # (none, unless a task was cut off after its save)
+        self._gauge_held()  # (an idle process says what it could hold, too)
         return self.continuation.run(message, self._step, hard_limit_s)
 
     def _step(self, message: Message) -> Report:
@@ -178,7 +179,7 @@ class Runtime:
                 left = self.on_loop.hand_back()
             if left:
                 log.warning("%d held model calls were not given back: their leases lapse", left)
-        self.metrics.flush()
+        self.metrics.stop()
 
     def tick(self) -> None:
         """Tick unless another process ticked in this interval (the `relay.tick` task)."""
