@@ -123,7 +123,7 @@ def _python_kinds(lease: Lease) -> list[Kind]:
         return run_leased(lambda: _echo(text), lease, TIMEOUT_S, threading.Event())
 
     def asynchronous(text: str) -> str:
-        return run_leased_async(lambda: _echo_async(text), lease, TIMEOUT_S, threading.Event())
+        return run_leased_async(_echo_async(text), lease, TIMEOUT_S, threading.Event())
 
     return [Kind(SYNC, sync), Kind(ASYNC, asynchronous)]
 
@@ -132,7 +132,7 @@ def _mcp_kind(name: str, call: MCPCall, lease: Lease) -> Kind:
     from workers.runtime.leases import run_leased_async  # noqa: PLC0415 - see _kinds
 
     def through(text: str) -> str:
-        output = run_leased_async(lambda: call(text=text), lease, TIMEOUT_S, threading.Event())
+        output = run_leased_async(call(text=text), lease, TIMEOUT_S, threading.Event())
         return output.text if output.status == "ok" else f"[{output.status}] {output.text}"
 
     return Kind(name, through)

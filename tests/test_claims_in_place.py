@@ -90,7 +90,7 @@ def host(
     run twice), or the tool a test names by parametrizing `host` indirectly."""
     monkeypatch.setenv("RELAY_TEST_DIR", str(tmp_path))  # (the `once` tool's ledger)
     with RedisServer(tmp_path) as server:
-        # (Carrying off: each step runs where `drain` sends it, none on a carrier thread.)
+        # (Held calls off: each step runs where `drain` sends it, none on the loop.)
         env = {"RELAY_REDIS_URL": server.url, "RELAY_INLINE_MS": "5000", "RELAY_MODEL_CARRIED": "0"}
         settings = Settings.from_env(env)
         relay = build(settings)
@@ -241,7 +241,7 @@ def test_a_claim_left_held_by_a_task_cut_off_is_given_back_as_the_next_task_begi
     """A task is cut off between taking the claim and keeping its message (as a signal
     raised there would): the next task on that thread gives the claim back first, so the
     call is due at once rather than after its lease."""
-    keep = host.runtime.continuation.keep
+    keep = host.runtime.placement.keep
     cut: list[str] = []
 
     def cut_off(message: Message, release: Callable[[], None]) -> None:
@@ -250,7 +250,7 @@ def test_a_claim_left_held_by_a_task_cut_off_is_given_back_as_the_next_task_begi
             raise RuntimeError("cut off")
         keep(message, release)
 
-    monkeypatch.setattr(host.runtime.continuation, "keep", cut_off)
+    monkeypatch.setattr(host.runtime.placement, "keep", cut_off)
     run_id = host.start()
     with pytest.raises(RuntimeError, match="cut off"):
         host.drain()

@@ -1,16 +1,19 @@
-"""The slice's rules (`workers.runtime.continuation`), with a fake clock and fake steps.
+"""The slice's rules (`workers.runtime.placement`), with a fake clock and fake steps.
 
-What a real worker does with them is tested in tests/test_runtime_inline.py.
+`run` drives a slice as `Runtime.task` does (open, the first step, each step kept,
+close); what a real worker does with them is tested in tests/test_runtime_inline.py
+and tests/test_runtime_loop.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from workers.engine.effects import Message
-from workers.runtime.continuation import Continuation
+from workers.runtime.placement import Placement, label
 from workers.runtime.reports import Report
 
 
@@ -38,7 +41,7 @@ class Reach:
 class World:
     """Steps that each take `step_s` and send what `plan` says comes after them."""
 
-    inline: Continuation
+    inline: Placement
     clock: Clock
     plan: dict[Message, list[Message]]
     step_s: float = 0.01
@@ -53,6 +56,29 @@ class World:
         if message in self.fails:
             raise ConnectionError("Redis went away")
         return Report(f"did {message.kind}")
+
+
+def run(
+    w: World,
+    first: Message | Callable[[], Report],
+    hard_limit_s: float | None = None,
+    *,
+    keeper: bool = False,
+) -> Report:
+    """A slice as `Runtime.task` (or, with `keeper`, `Runtime._keep_held`) drives it."""
+    here = w.inline.open(hard_limit_s, keeper=keeper)
+    try:
+        report = first() if callable(first) else w.step(first)
+        while (message := w.inline.next(here)) is not None:
+            try:
+                after = w.step(message)
+            except ConnectionError as error:
+                w.inline.publish([message])
+                after = Report(f"failed ({type(error).__name__}); published instead")
+            report = report.continued(label(message), after)
+        return report
+    finally:
+        w.inline.close(here)
 
 
 MODEL = Message("call_model", "r", seq=1)
@@ -72,13 +98,13 @@ def world(
 ) -> World:
     clock = Clock()
     published: list[Message] = []
-    inline = Continuation(published.extend, slice_ms, reach or Reach(), clock)
+    inline = Placement(published.extend, slice_ms, reach or Reach(), clock)
     return World(inline, clock, plan, step_s, published, fails=set(fails))
 
 
 def test_a_chain_runs_in_one_task_and_the_report_names_each_step() -> None:
     w = world(plan=CHAIN)
-    report = w.inline.run(ADVANCE, w.step)
+    report = run(w, ADVANCE)
     assert w.ran == [ADVANCE, MODEL, TOOL, MODEL2]
     assert w.published == []
     assert report.line == (
@@ -89,7 +115,7 @@ def test_a_chain_runs_in_one_task_and_the_report_names_each_step() -> None:
 
 def test_after_the_slice_the_next_step_is_published() -> None:
     w = world(plan=CHAIN, step_s=0.1)
-    w.inline.run(ADVANCE, w.step)
+    run(w, ADVANCE)
     # 0.1 s per step, a 0.25 s slice: the third step's successor goes to the broker.
     assert w.ran == [ADVANCE, MODEL, TOOL]
     assert w.published == [MODEL2]
@@ -107,28 +133,28 @@ def test_what_is_published_as_usual(
     why: str, plan: dict[Message, list[Message]], reach: Reach
 ) -> None:
     w = world(plan=plan, reach=reach)
-    w.inline.run(ADVANCE, w.step)
+    run(w, ADVANCE)
     assert w.ran == [ADVANCE], why
     assert w.published == plan[ADVANCE], why
 
 
 def test_off_publishes_everything() -> None:
     w = world(slice_ms=0, plan=CHAIN)
-    w.inline.run(ADVANCE, w.step)
+    run(w, ADVANCE)
     assert w.ran == [ADVANCE]
     assert w.published == [MODEL]
 
 
 def test_a_tool_that_would_outlive_the_tasks_hard_limit_is_published() -> None:
     w = world(plan=CHAIN, reach=Reach(tool_s=360.0))
-    w.inline.run(ADVANCE, w.step, hard_limit_s=100.0)
+    run(w, ADVANCE, hard_limit_s=100.0)
     assert w.ran == [ADVANCE, MODEL]
     assert w.published == [TOOL]
 
 
 def test_a_continued_step_that_raises_is_published_and_the_task_keeps_its_report() -> None:
     w = world(plan=CHAIN, fails=frozenset({TOOL}))
-    report = w.inline.run(ADVANCE, w.step)
+    report = run(w, ADVANCE)
     # The tool's step saved and kept its successor before it raised: that one runs too.
     assert w.ran == [ADVANCE, MODEL, TOOL, MODEL2]
     assert w.published == [TOOL]
@@ -138,7 +164,7 @@ def test_a_continued_step_that_raises_is_published_and_the_task_keeps_its_report
 def test_a_first_step_that_raises_publishes_what_it_kept() -> None:
     w = world(plan=CHAIN, fails=frozenset({ADVANCE}))
     with pytest.raises(ConnectionError):
-        w.inline.run(ADVANCE, w.step)
+        run(w, ADVANCE)
     assert w.published == [MODEL]
 
 
@@ -177,14 +203,14 @@ def claiming(
     def publish(messages: list[Message]) -> None:
         events.extend(("published", m) for m in messages)
 
-    inline = Continuation(publish, 250, Reach(), clock)
+    inline = Placement(publish, 250, Reach(), clock)
     return ClaimingWorld(inline, clock, plan, fails=set(fails), events=events)
 
 
 def test_ahead_names_the_one_step_send_would_keep() -> None:
     w = claiming(CHAIN)
     assert w.inline.ahead([MODEL]) is None  # outside a task: nothing is kept
-    report = w.inline.run(ADVANCE, w.step)
+    report = run(w, ADVANCE)
     assert w.ran == [ADVANCE, MODEL, TOOL, MODEL2]
     assert w.events == []  # each claim kept was used by its step; nothing was published
     assert "continued call-1 read_note" in report.line
@@ -200,7 +226,7 @@ def test_ahead_names_the_one_step_send_would_keep() -> None:
 )
 def test_ahead_claims_nothing_that_is_published(plan: dict[Message, list[Message]]) -> None:
     w = claiming(plan)
-    w.inline.run(ADVANCE, w.step)
+    run(w, ADVANCE)
     assert w.ran == [ADVANCE]
     assert w.events == [("published", m) for m in plan[ADVANCE]]
 
@@ -208,7 +234,7 @@ def test_ahead_claims_nothing_that_is_published(plan: dict[Message, list[Message
 def test_a_claim_kept_for_a_step_that_is_not_run_is_given_back_before_it_is_published() -> None:
     w = claiming(CHAIN, fails=frozenset({ADVANCE}))
     with pytest.raises(ConnectionError):
-        w.inline.run(ADVANCE, w.step)
+        run(w, ADVANCE)
     assert w.ran == [ADVANCE]
     # (its task claims it anew: a claim held by no one would stall it for a lease)
     assert w.events == [("released", MODEL), ("published", MODEL)]
@@ -226,11 +252,11 @@ def test_a_claim_that_cannot_be_given_back_does_not_keep_its_message_from_going_
 
     w.inline.keep = keep_failing_release  # type: ignore[method-assign]
     with pytest.raises(ConnectionError, match="Redis went away"):
-        w.inline.run(ADVANCE, w.step)
+        run(w, ADVANCE)
     assert w.events == [("published", MODEL)]  # (its claim lapses with its lease)
 
 
-# --- a carried call's thread borrows a free slot (`Continuation.borrow`) -----------------
+# --- a keeper's slice (`Placement.open(keeper=True)`) -------------------------------------
 
 
 def _saved_call(w: World, *decided: Message) -> Report:
@@ -241,7 +267,7 @@ def _saved_call(w: World, *decided: Message) -> Report:
 
 def test_a_keeper_goes_on_with_an_advance_and_hands_on_the_model_call_after_it() -> None:
     w = world(plan={ADVANCE: [MODEL2]})
-    report = w.inline.on_keeper(lambda: _saved_call(w, ADVANCE), w.step)
+    report = run(w, lambda: _saved_call(w, ADVANCE), keeper=True)
     assert w.ran == [ADVANCE, MODEL2]
     assert w.published == []
     assert report.line == (
@@ -252,19 +278,19 @@ def test_a_keeper_goes_on_with_an_advance_and_hands_on_the_model_call_after_it()
 
 def test_a_keeper_never_runs_a_tool_it_publishes_it() -> None:
     w = world(plan=CHAIN)
-    report = w.inline.on_keeper(lambda: _saved_call(w, TOOL), w.step)
+    report = run(w, lambda: _saved_call(w, TOOL), keeper=True)
     assert (w.ran, w.published) == ([], [TOOL])
     assert report.line == "model call m1 replied"
 
 
 def test_a_keeper_publishes_what_comes_after_its_slice() -> None:
     w = world(plan={ADVANCE: [MODEL2]}, step_s=0.3)
-    w.inline.on_keeper(lambda: _saved_call(w, ADVANCE), w.step)
+    run(w, lambda: _saved_call(w, ADVANCE), keeper=True)
     assert w.ran == [ADVANCE]  # 0.3 s: past the 0.25 s slice, the next step is published
     assert w.published == [MODEL2]
 
 
 def test_off_a_keeper_publishes_the_next_step() -> None:
     w = world(slice_ms=0, plan=CHAIN)
-    w.inline.on_keeper(lambda: _saved_call(w, ADVANCE), w.step)
+    run(w, lambda: _saved_call(w, ADVANCE), keeper=True)
     assert (w.ran, w.published) == ([], [ADVANCE])

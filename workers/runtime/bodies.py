@@ -17,9 +17,11 @@ ends. Nothing here knows Celery: `workers.celery_app` registers these bodies as 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 
 from workers.engine.budget import Price
 from workers.engine.effects import Message
@@ -29,17 +31,18 @@ from workers.model.limits import RouteLimits
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelSource
-from workers.runtime.calls import Calls
-from workers.runtime.carrier import name_runs_in_logs
-from workers.runtime.continuation import Continuation, Reach
+from workers.runtime.calls import Calls, Handed, HeldOutcome
+from workers.runtime.carrier import name_runs_in_logs, working_on
+from workers.runtime.claims import Claims
 from workers.runtime.metrics import FleetMetrics
-from workers.runtime.on_loop import LoopCalls
+from workers.runtime.on_loop import LoopCalls, Stopped
+from workers.runtime.placement import Placement, Reach, Slice, label
 from workers.runtime.reports import Report
-from workers.runtime.steps import ClaimAhead, Steps
+from workers.runtime.steps import Steps
 from workers.runtime.telemetry import Telemetry
 from workers.runtime.tick import Healing, Ticker
 from workers.settings import Settings, now_ms
-from workers.store.runs import Claim, RunStore
+from workers.store.runs import RunStore
 
 __all__ = ["Runtime"]
 
@@ -68,9 +71,9 @@ class Runtime:
         self.store = store
         self.send = send
         timing = settings.timing
-        # Steps send through it: one next step may be kept and run by the same task.
-        self.continuation = Continuation(send, settings.inline_ms, reach)
-        self.steps = Steps(store, kit, timing, self.continuation.send, clock, app=key)
+        # Steps send through it: one next step may be kept and run by the same thread.
+        self.placement = Placement(send, settings.inline_ms, reach)
+        self.steps = Steps(store, kit, timing, self.placement.send, clock, app=key)
         routed = routes if models.given is None else ()
         pricing = Pricing(prices or {}, settings.model, settings.model_max_tokens, routed)
         router = None
@@ -83,18 +86,18 @@ class Runtime:
                 lease_ms=timing.lease_ms,
                 clock=clock,
             )
-        self._stop_wait_s = settings.model_timeout
-        self.calls = Calls(
-            self.steps, settings, model=models.get, pricing=pricing, router=router, key=key
-        )
+        self.claims = Claims(store, kit, pricing, timing.lease_ms, clock)
+        self.steps.placement, self.steps.claims = self.placement, self.claims
         self.on_loop = None
         if settings.model_carried:
             self.on_loop = LoopCalls(
-                settings.model_carried, self.calls.renew_held, self._carried_done,
-                lease_s=timing.lease_ms / 1000, kept=self._keep_held,
-            )  # fmt: skip
-            self.calls.on_loop = self.on_loop
-        self.steps.in_place = _ClaimsInPlace(self.continuation, self.calls)
+                settings.model_carried, store, router, lease_s=timing.lease_ms / 1000, clock=clock
+            )
+        self.calls = Calls(
+            self.steps, settings, model=models.get, pricing=pricing, router=router, key=key,
+            claims=self.claims, on_loop=self.on_loop,
+        )  # fmt: skip
+        self._stop_wait_s = settings.model_timeout
         self.ticker = Ticker(store.upkeep, tick, settings.tick_interval, clock)
         self.healing = Healing(store, send, timing)
         self.metrics = FleetMetrics(
@@ -107,40 +110,85 @@ class Runtime:
         self._model = settings.model
         name_runs_in_logs()  # a worker's lines about a call name its run and call
 
+    # --- a task's life: body, placement, observe -----------------------------------------
+
     def task(self, message: Message, hard_limit_s: float | None = None) -> Report:
         """The body of a step task: `message`'s step, then those it continues in place;
         what it did, in one line (`workers.runtime.reports`: Flower shows it).
         `hard_limit_s`: the task's time limit, where the pool kills at it."""
-        self.calls.release_held()  # (none, unless a task was cut off after its save)
+        self.claims.release_held()  # (none, unless a task was cut off after its save)
         self._gauge_held()  # (an idle process says what it could hold, too)
-        return self.continuation.run(message, self._step, hard_limit_s)
+        here = self.placement.open(hard_limit_s)
+        try:
+            return self._go_on(here, self._step(message))
+        finally:
+            self.placement.close(here)
 
     def _step(self, message: Message) -> Report:
-        """One step, the one its message asks for, counted and traced."""
+        """One step: its body (the engine, a model call, a tool call); where a model call
+        goes on (held on the loop, if the body handed it over); what it did, observed."""
         if message.kind == "call_model":
-            report = self.calls.call_model(message.run, message.seq)
+            done = self.calls.call_model(message.run, message.seq)
         elif message.kind == "run_tool":
-            report = self.calls.run_tool(message.run, message.call)
+            done = self.calls.run_tool(message.run, message.call)
         else:
-            report = self.steps.advance(message.run)
-        if not report.carried:
-            return self._counted(message.kind, report)
-        self._gauge_held()
+            done = self.steps.advance(message.run)
+        if isinstance(done, Handed):
+            return self._hand(done)  # (observed once the call is kept)
+        return self._counted(message.kind, done)
+
+    def _go_on(self, here: Slice | None, report: Report) -> Report:
+        """`report`, followed by each step the slice `here` kept to run in place."""
+        while (message := self.placement.next(here)) is not None:
+            report = report.continued(label(message), self._continued(message))
         return report
 
-    def _keep_held(self, keep: Callable[[], Report]) -> Report:
-        """Keep the outcome of a call the loop held (`keep`, on a keeper thread), counted and
-        traced as the call's own; then go on with the run's next steps there as a task
-        would, those that never wait: an advance, and a model call (handed to the loop)."""
+    def _continued(self, message: Message) -> Report:
+        try:
+            return self._step(message)
+        except Exception as error:  # noqa: BLE001 - its message goes out; the first step stands
+            log.warning("continuing %s failed (%s); it is published instead", label(message), error)
+            self.placement.publish([message])  # a second delivery is harmless (claims, fences)
+            return Report(f"failed ({type(error).__name__}); published instead")
 
-        def counted() -> Report:
-            return self._counted("call_model", keep())
+    # --- model calls held on the loop ----------------------------------------------------
 
-        return self.continuation.on_keeper(counted, self._step)
+    def _hand(self, handed: Handed) -> Report:
+        """Start a call the body handed over on the process's loop; the task goes on."""
+        assert self.on_loop is not None
+        with working_on(handed.lease.run_id, handed.lease.what):
+            self.on_loop.start(handed.lease, self._held(handed))
+        self._gauge_held()
+        return handed.report
 
-    def _carried_done(self, report: Report) -> None:
-        """A model call the loop held was kept (on a keeper thread), with the steps continued
-        after it: say so to whoever ends its task (`on_carried_end`)."""
+    async def _held(self, handed: Handed) -> None:
+        """On the loop: make the call, then keep its outcome on a keeper thread."""
+        assert self.on_loop is not None
+        outcome: HeldOutcome
+        try:
+            outcome = await handed.outcome
+        except asyncio.CancelledError:
+            outcome = Stopped.HANDED_BACK
+        except Exception as error:  # noqa: BLE001 - the keeper says what it means
+            outcome = error
+        why = self.on_loop.made(handed.lease)
+        await self.on_loop.on_keeper(partial(self._keep_held, handed, why or outcome))
+
+    def _keep_held(self, handed: Handed, outcome: HeldOutcome) -> None:
+        """On a keeper thread: keep a held call's outcome, counted as the call's own; go on
+        with the run's next steps there as a task would, those that never wait (an
+        advance, a model call handed back to the loop); tell who ends its task."""
+        here = self.placement.open(keeper=True)
+        try:
+            try:
+                kept = self.calls.keep_held(handed, outcome)
+                report = self._counted("call_model", kept)
+            except Exception as error:  # noqa: BLE001 - its lease lapses; the tick re-sends it
+                log.warning("a held call failed before its outcome was saved: %s", error)
+                report = Report(f"failed before its outcome was saved ({error})", failed=True)
+            report = self._go_on(here, report)
+        finally:
+            self.placement.close(here)
         self._gauge_held()
         if self._carried_end is not None:
             self._carried_end(report)
@@ -192,21 +240,3 @@ class Runtime:
     def heal(self, now: int) -> int:
         """The runtime's part of a tick (`Healing.heal`); how many messages it re-sent."""
         return self.healing.heal(now)
-
-
-class _ClaimsInPlace:
-    """The call a task continues in place (`Continuation.ahead`) is claimed with the save
-    that decided it (`Steps.save`), and held for the task's next step (`Calls.hand`)."""
-
-    def __init__(self, continuation: Continuation, calls: Calls) -> None:
-        self._continuation = continuation
-        self._calls = calls
-
-    def claim_for(self, messages: Sequence[Message]) -> ClaimAhead | None:
-        message = self._continuation.ahead(messages)
-        terms = None if message is None else self._calls.claim_ahead(message)
-        return None if message is None or terms is None else ClaimAhead(message, terms)
-
-    def keep(self, ahead: ClaimAhead, claim: Claim) -> None:
-        self._calls.hand(ahead.claim, claim)
-        self._continuation.keep(ahead.message, lambda: self._calls.release(ahead.claim))

@@ -16,18 +16,16 @@ tool again and reports any other as "outcome unknown", never running it twice.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from agent_core import Agent, AgentError, Ask, ModelRequest, Run, Summarize, ToolCall, ToolOutput
 from agent_core.text import cut
-from workers.engine.budget import NO_ADMISSION, Over
+from workers.engine.budget import Over
 from workers.engine.effects import Message, OwnOutcome, RouteNews
 from workers.engine.events import (
     InboxEvent,
@@ -37,7 +35,6 @@ from workers.engine.events import (
     ToolDone,
     not_admitted,
 )
-from workers.engine.ids import OutboxMember, model_call
 from workers.engine.journal import any_call_digest, call_digest
 from workers.engine.records import RunRecord, TraceEntry
 from workers.errors import CallCancelled, CallTimedOut, ModelCallError, StoreUnavailable
@@ -47,40 +44,24 @@ from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
 from workers.model.wire import Model, ModelReply, complete
 from workers.runtime.carrier import carrier, working_on
-from workers.runtime.leases import Lease, run_leased, run_leased_async, save_holding
+from workers.runtime.claims import CallMessage, Claims
+from workers.runtime.leases import CallLease, Holding, run_leased, run_leased_async
 from workers.runtime.on_loop import LoopCalls, Outcome, Stopped
 from workers.runtime.reports import RECORDED, Report, after_step, call_facts, did
 from workers.runtime.steps import Steps
 from workers.runtime.streaming import ReplyStream
 from workers.settings import Settings
 from workers.store.codec import Loaded
-from workers.store.runs import CallClaim, Claim, HeldLease
+from workers.store.runs import Claim, HeldLease
 from workers.store.scripts import ClaimStatus, Recorded, Saved
 
-__all__ = ["MAX_CALL_ATTEMPTS", "Calls"]
+__all__ = ["MAX_CALL_ATTEMPTS", "Calls", "Handed", "HeldOutcome"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_CALL_ATTEMPTS = 3
 """Claims of one call before Relay stops trying (each earlier worker died mid-call)."""
-
-
-@dataclass(frozen=True)
-class CallMessage:
-    """A call a task message asks for: which run, which call, and this task's lease token."""
-
-    run_id: str
-    what: str
-    """`m<seq>` for a model call, the call id for a tool call."""
-    seq: int | None
-    """The model call's step; None for a tool call."""
-    member: str
-    token: str
-
-    def label(self, attempt: int | str = "?") -> str:
-        """The call as the log names it."""
-        kind = "model call" if self.seq is not None else "tool call"
-        return f"{kind} {self.what} of run {self.run_id} (attempt {attempt})"
 
 
 class Claimed:
@@ -176,6 +157,23 @@ class _Postponed(Exception):
 Produce = Callable[[Claimed], InboxEvent | None]
 
 
+HeldOutcome = Outcome[InboxEvent | Requeue]
+"""What a call held on the loop came to: its outcome, when to come back, or why not."""
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A model call a task hands to the process's loop (`Runtime` starts it there): the
+    lease the loop renews, the coroutine that makes it, and what the task says meanwhile."""
+
+    lease: HeldLease
+    outcome: Coroutine[Any, Any, InboxEvent | Requeue]
+    call: Claimed
+    live: ReplyStream
+    started_ns: int
+    report: Report
+
+
 @dataclass(frozen=True)
 class _Made:
     """A call's outcome, made and not yet kept (`Calls._make`)."""
@@ -196,9 +194,11 @@ class Calls:
         pricing: Pricing,
         router: ModelRouter | None = None,
         key: str = "relay",
+        claims: Claims,
         on_loop: LoopCalls | None = None,
     ) -> None:
         self.steps = steps
+        self.claims = claims
         self.on_loop = on_loop
         """Where model calls are held past their tasks (RELAY_MODEL_CARRIED), if anywhere."""
         self.store = steps.store
@@ -210,94 +210,30 @@ class Calls:
         self.router = router
         self.settings_key = key
         """The key of runs started without one (the app's name)."""
-        self._token_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"
-        self._ahead = threading.local()
-        """`held`: the claim this thread's next step makes its call with (`hand`), if any."""
 
-    def _token(self) -> str:
-        return f"{self._token_prefix}-{secrets.token_hex(4)}"
-
-    def call_model(self, run_id: str, seq: int) -> Report:
-        """Make the model call for the run's step `seq`, once, and advance the run."""
-        member = OutboxMember.model(run_id, seq)
-        return self._once(CallMessage(run_id, model_call(seq), seq, member, ""), self._model_event)
+    def call_model(self, run_id: str, seq: int) -> Report | Handed:
+        """Make the model call for the run's step `seq`, once, and advance the run; or hand
+        it to the process's loop (`Handed`: the caller starts it there)."""
+        return self._once(CallMessage.model(run_id, seq), self._model_event)
 
     def run_tool(self, run_id: str, call_id: str) -> Report:
         """Run one call of the run's batch, at most once unless its tool is idempotent."""
-        member = OutboxMember.tool(run_id, call_id)
-        return self._once(CallMessage(run_id, call_id, None, member, ""), self._tool_event)
-
-    # --- claims made with the save before (continuation in place) --------------------------
-
-    def claim_ahead(self, message: Message) -> CallClaim | None:
-        """The claim of the call `message` asks for, to be made with the save that decided
-        it (this task then runs it in place); None for a message that is not a call, and
-        for a tool that must not run twice: a claim nobody got to use (a lost answer, a
-        worker that died right after the save) would make it report its outcome unknown
-        without having run, so it is claimed as it starts, on its own."""
-        if message.kind == "call_model":
-            what, seq = model_call(message.seq), message.seq
-        elif message.kind == "run_tool":
-            spec = self.kit.spec(message.tool)
-            if spec is None or not spec.idempotent:
-                return None
-            what, seq = message.call, None
-        else:
-            return None
-        return self._claim_terms(CallMessage(message.run, what, seq, "", self._token()))
-
-    def hand(self, terms: CallClaim, claim: Claim) -> None:
-        """Hold `claim`, made with the save before, for this thread's next step."""
-        self._ahead.held = (terms, claim)
-
-    def release(self, terms: CallClaim) -> None:
-        """Give back the claim `hand` holds for `terms` if no step took it (its message is
-        published instead, and its task claims anew)."""
-        held: tuple[CallClaim, Claim] | None = getattr(self._ahead, "held", None)
-        if held is None or held[0] is not terms:
-            return
-        self._ahead.held = None
-        if held[1].status is ClaimStatus.CLAIMED:
-            self.store.unclaim(
-                terms.run_id, terms.what, attempt=held[1].attempts, token=terms.token,
-                member=terms.member, due_ms=self.steps.clock(),
-            )  # fmt: skip
-
-    def release_held(self) -> None:
-        """Give back a claim this thread still holds from an earlier task (one that was cut
-        off between the save and its next step): a new task never makes a call with it."""
-        held: tuple[CallClaim, Claim] | None = getattr(self._ahead, "held", None)
-        if held is None:
-            return
-        try:
-            self.release(held[0])
-        except StoreUnavailable as error:  # its lease lapses, and the tick sends it again
-            log.warning("could not give back the claim of %s: %s", held[0].what, error)
-
-    def _claim_terms(self, asked: CallMessage) -> CallClaim:
-        admission = self.pricing.admission() if asked.seq is not None else NO_ADMISSION
-        now, lease_ms = self.steps.clock(), self.timing.lease_ms
-        return CallClaim(
-            asked.run_id, asked.what, asked.seq, asked.token, lease_ms, now, admission,
-            carrier().task,
-        )  # fmt: skip
+        done = self._once(CallMessage.tool(run_id, call_id), self._tool_event)
+        assert isinstance(done, Report)  # (a tool call is never handed to the loop)
+        return done
 
     def _claimed(self, asked: CallMessage) -> tuple[CallMessage, Claim]:
         """The call's claim: the one made with the save before, if this thread holds it, else
         a CLAIM now (with a new lease token)."""
-        held: tuple[CallClaim, Claim] | None = getattr(self._ahead, "held", None)
-        self._ahead.held = None
-        if held is not None and (held[0].run_id, held[0].what) == (asked.run_id, asked.what):
-            return replace(asked, token=held[0].token), held[1]
-        if held is not None:  # (never: the step kept is the one run next) not ours: give it back
-            self._ahead.held = held
-            self.release(held[0])
-        asked = replace(asked, token=self._token())
-        return asked, self.store.claim_with(self._claim_terms(asked))
+        taken = self.claims.take(asked)
+        if taken is not None:
+            return taken
+        asked = replace(asked, token=self.claims.token())
+        return asked, self.store.claim_with(self.claims.terms(asked))
 
     # --- claim, produce, keep ---------------------------------------------------------------
 
-    def _once(self, asked: CallMessage, produce: Produce) -> Report:
+    def _once(self, asked: CallMessage, produce: Produce) -> Report | Handed:
         asked, claim = self._claimed(asked)
         if claim.status is not ClaimStatus.CLAIMED:
             return self._unclaimed(asked, claim.status)
@@ -340,18 +276,27 @@ class Calls:
         asked, started = call.asked, made.started_ns
         event = _with_ran(made.event, call.attempt, (time.time_ns() - started) // 1_000_000)
         facts = call_facts(call.record, asked.what, event, started_ns=started, attempt=call.attempt)
-        settings = self.settings
         try:
-            after = save_holding(
-                lambda: self._keep(call, event),
-                call.label,
-                for_s=settings.recovery_seconds,
-                cap=settings.held_outcomes,
-            )
+            after = self._keep_holding(call, event)
         finally:
             self._tell_route(call)  # (unless the save took it along: then there is none)
         done = did(asked.what, facts.name if asked.seq is None else None, event)
         return Report(done.line, done.failed, facts).then(after)
+
+    def _keep_holding(self, call: Claimed, event: InboxEvent) -> Report:
+        """`_keep`, its outcome held through a Redis outage (`leases.Holding`)."""
+        settings = self.settings
+        with Holding(
+            call.label, for_s=settings.recovery_seconds, cap=settings.held_outcomes
+        ) as holding:
+            while True:
+                try:
+                    after = self._keep(call, event)
+                except StoreUnavailable as error:
+                    holding.failed(error)
+                    continue
+                holding.saved()
+                return after
 
     def _not_run_here(self, call: Claimed) -> Report | None:
         """Why a claimed call is not run: its run cannot be read or has ended (the message
@@ -443,27 +388,15 @@ class Calls:
             return Report(RECORDED[Recorded(saved.value)])
         return after_step(call.record, advanced) if saved is Saved.SAVED else None
 
-    def _lease(self, call: Claimed, lease_ms: int) -> Lease:
+    def _lease(self, call: Claimed, lease_ms: int) -> CallLease:
         """Return how to keep `call`'s lease (of `lease_ms`) while it runs."""
         asked = call.asked
-
-        def renew() -> bool:
-            if self.router is not None and asked.seq is not None:
-                self.router.renew(_route_holder(call))
-            return self.store.renew(
-                asked.run_id,
-                asked.what,
-                attempt=call.attempt,
-                member=asked.member,
-                token=asked.token,
-                lease_ms=lease_ms,
-                now_ms=self.steps.clock(),
-            )
-
-        def cancelled() -> bool:
-            return self.store.cancelled(asked.run_id)
-
-        return Lease(lease_ms / 1000, renew, cancelled, call.label)
+        routed = self.router is not None and asked.seq is not None
+        held = HeldLease(
+            asked.run_id, asked.what, call.attempt, asked.member, asked.token, lease_ms,
+            _route_holder(call) if routed else "",
+        )  # fmt: skip
+        return CallLease(self.store, held, self.steps.clock, router=self.router, label=call.label)
 
     # --- model calls ----------------------------------------------------------------------
 
@@ -480,9 +413,8 @@ class Calls:
         try:  # the reply goes to the tree's live stream as it comes (workers.store.live)
             with ReplyStream(self.store.live, call.asked.run_id, seq, call.attempt) as live:
                 outcome = run_leased_async(
-                    lambda: self._model_outcome(call, request, live, cancel.is_set), lease, None,
-                    cancel,
-                )  # fmt: skip
+                    self._model_outcome(call, request, live, cancel.is_set), lease, None, cancel
+                )
         except CallCancelled as error:
             return ModelFailed(seq=seq, error=f"model call stopped: {error}", final=True)
         if isinstance(outcome, Requeue):
@@ -568,14 +500,19 @@ class Calls:
 
     # --- model calls held on the loop -----------------------------------------------------
 
-    def _hand_to_loop(self, call: Claimed) -> Report | None:
-        """Hand the claimed model call to the process's loop, which holds it past this task;
-        None if the loop holds all it may, or the call needs no request (this task makes it)."""
+    def _hand_to_loop(self, call: Claimed) -> Handed | None:
+        """The claimed model call, to be held on the process's loop past this task; None if
+        the loop holds all it may, or the call needs no request (this task makes it)."""
         assert self.on_loop is not None
         request = self._model_request(call)
         seq = call.asked.seq
         if not isinstance(request, ModelRequest) or seq is None:
             return None
+        held = self.on_loop.reserve()
+        if held is None:
+            return None
+        if call.attempt > 1:
+            self._say_taken_over(call)
         asked, started = call.asked, time.time_ns()
         holder = _route_holder(call) if self.router is not None else ""
         lease = HeldLease(
@@ -583,23 +520,14 @@ class Calls:
             self.timing.lease_ms, holder,
         )  # fmt: skip
         live = ReplyStream(self.store.live, asked.run_id, seq, call.attempt)
-        held = self.on_loop.hold(
-            lease,
-            partial(self._model_outcome, call, request, live),
-            partial(self._keep_held, call, live, started),
-        )
-        if held is None:
-            return None
-        if call.attempt > 1:
-            self._say_taken_over(call)
         line = f"{asked.what}: held on the event loop ({held} in flight)"
-        return Report(line, carried=True)
+        outcome = self._model_outcome(call, request, live)
+        return Handed(lease, outcome, call, live, started, Report(line, carried=True))
 
-    def _keep_held(
-        self, call: Claimed, live: ReplyStream, started: int, outcome: Outcome[InboxEvent | Requeue]
-    ) -> Report:
+    def keep_held(self, handed: Handed, outcome: HeldOutcome) -> Report:
         """On a keeper thread: keep what a call held on the loop came to, and advance the run."""
-        live.close()  # (its last pieces reach the stream before the step is saved)
+        call = handed.call
+        handed.live.close()  # (its last pieces reach the stream before the step is saved)
         seq = call.asked.seq
         assert seq is not None
         if outcome is Stopped.CANCELLED:
@@ -618,21 +546,7 @@ class Calls:
             except _Postponed as later:
                 return Report(f"{call.asked.what}: {later.why}", waited=True)
         self._warn_fallback(call)
-        return self._kept(call, _Made(outcome, started))
-
-    def renew_held(self, leases: Sequence[HeldLease]) -> list[Stopped | None]:
-        """Renew the leases of every call the loop holds, in one batch (and their route
-        slots): for each, what stops it (its run cancelled, its lease lost), or None."""
-        kept = self.store.renew_many(leases, self.steps.clock())
-        cancelled = self.store.cancelled_many([held.run_id for held in leases])
-        if self.router is not None:
-            self.router.renew_many([held.holder for held in leases if held.holder])
-        return [
-            Stopped.LEASE_LOST if ok is False
-            else Stopped.CANCELLED if held.run_id in cancelled
-            else None
-            for held, ok in zip(leases, kept, strict=True)
-        ]  # fmt: skip
+        return self._kept(call, _Made(outcome, handed.started_ns))
 
     def _warn_fallback(self, call: Claimed) -> None:
         """Say in the run's trace that the route that replied spoke text, not its protocol."""
@@ -700,11 +614,11 @@ class Calls:
         try:
             if spec.asynchronous:
                 value = run_leased_async(
-                    lambda: spec.invoke(tool_call.args, context), lease, timeout, cancel
+                    _awaited(spec.invoke(tool_call.args, context)), lease, timeout, cancel
                 )
             else:
                 value = run_leased(
-                    lambda: spec.invoke(tool_call.args, context), lease, timeout, cancel
+                    partial(spec.invoke, tool_call.args, context), lease, timeout, cancel
                 )
         except CallTimedOut as error:
             after = (
@@ -754,7 +668,7 @@ class Calls:
             "its claim is not durable yet; the tick sends it again", waits_for_route=False
         )
 
-    def _tool_lease(self, call: Claimed, spec: ToolSpec) -> Lease:
+    def _tool_lease(self, call: Claimed, spec: ToolSpec) -> CallLease:
         """Return the call's lease, lengthened for a tool that asked for a longer one."""
         if spec.lease_seconds is None:
             return self._lease(call, self.timing.lease_ms)
@@ -828,3 +742,8 @@ def _route_holder(call: Claimed) -> str:
     """A model call's name at the routes: the same each time it comes back, so it keeps
     its place in a route's queue."""
     return f"{call.asked.run_id}|{call.asked.seq}"
+
+
+async def _awaited(value: Awaitable[T]) -> T:
+    """What an async tool's call gives (a coroutine, or any awaitable), awaited on the loop."""
+    return await value

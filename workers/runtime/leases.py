@@ -37,17 +37,22 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from workers.errors import CallCancelled, CallTimedOut, StoreUnavailable
 from workers.loop import process_loop
+from workers.model.router import ModelRouter
 from workers.model.wire import backoff_seconds
+from workers.store.runs import HeldLease, RunStore
 
 __all__ = [
+    "CallLease",
+    "Holding",
     "Lease",
+    "Renewable",
     "held",
     "held_tally",
     "on_call_thread",
@@ -60,9 +65,57 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class Renewable(Protocol):
+    """How to keep a claim alive while its call runs (`Lease`, `CallLease`)."""
+
+    length_s: float
+    label: str
+
+    def renew(self) -> bool:
+        """Extend the lease; False if it was lost."""
+        ...
+
+    def cancelled(self) -> bool:
+        """Whether the run was cancelled meanwhile."""
+        ...
+
+
+class CallLease:
+    """The lease of a call a task makes and waits for: renewed in Redis (and, for a routed
+    model call, its route slot with it)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        held: HeldLease,
+        clock: Callable[[], int],
+        *,
+        router: ModelRouter | None = None,
+        label: str = "a call",
+    ) -> None:
+        self.length_s = held.lease_ms / 1000
+        self.label = label
+        self._store = store
+        self._held = held
+        self._clock = clock
+        self._router = router
+
+    def renew(self) -> bool:
+        held = self._held
+        if self._router is not None and held.holder:
+            self._router.renew(held.holder)
+        return self._store.renew(
+            held.run_id, held.what, attempt=held.attempt, member=held.member, token=held.token,
+            lease_ms=held.lease_ms, now_ms=self._clock(),
+        )  # fmt: skip
+
+    def cancelled(self) -> bool:
+        return self._store.cancelled(self._held.run_id)
+
+
 @dataclass
 class Lease:
-    """How to keep a claim alive while its call runs."""
+    """A lease kept by the functions given (for a check after a run, a bench, a test)."""
 
     length_s: float
     renew: Callable[[], bool]
@@ -151,7 +204,7 @@ def on_call_thread(fn: Callable[[], object]) -> None:
 
 
 def run_leased(
-    fn: Callable[[], T], lease: Lease, timeout_s: float | None, cancel: threading.Event
+    fn: Callable[[], T], lease: Renewable, timeout_s: float | None, cancel: threading.Event
 ) -> T:
     """Return `fn()`, renewing `lease` while it runs.
 
@@ -171,12 +224,12 @@ def run_leased(
 
 
 def run_leased_async(
-    make: Callable[[], Awaitable[T]],
-    lease: Lease,
+    coroutine: Coroutine[Any, Any, T],
+    lease: Renewable,
     timeout_s: float | None,
     cancel: threading.Event,
 ) -> T:
-    """Return what the coroutine `make()` returns, run on this process's event loop,
+    """Return what `coroutine` returns, run on this process's event loop,
     renewing `lease` meanwhile; as `run_leased`, but a cancel, a lost lease or the
     time limit also cancels the coroutine (at its next await).
 
@@ -190,7 +243,7 @@ def run_leased_async(
     async def in_context() -> T:
         for var, value in context.items():  # the log context of the task's thread
             var.set(value)
-        return await make()
+        return await coroutine
 
     future = process_loop().submit(in_context())
     done = threading.Event()
@@ -210,7 +263,7 @@ def run_leased_async(
 
 def _wait(
     done: threading.Event,
-    lease: Lease,
+    lease: Renewable,
     timeout_s: float | None,
     cancel: threading.Event,
     stop: Callable[[], object] | None = None,
@@ -236,7 +289,7 @@ def _wait(
             stop()
 
 
-def _keep(lease: Lease, cancel: threading.Event) -> None:
+def _keep(lease: Renewable, cancel: threading.Event) -> None:
     try:
         if not lease.renew():
             log.warning(
@@ -278,6 +331,90 @@ def held_tally() -> Counter[str]:
     return taken
 
 
+class Holding:
+    """One outcome held through a Redis outage, for its saver's loop:
+
+        with Holding(label, for_s=..., cap=...) as holding:
+            while True:
+                try:
+                    result = save()
+                except StoreUnavailable as error:
+                    holding.failed(error)  # waits before the next try; raises once it gives up
+                    continue
+                holding.saved()
+                return result
+
+    It is held for as long as Redis stays away while this process holds fewer than
+    `cap` outcomes, else for up to `for_s`; the log and `/metrics` say what came of it."""
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        for_s: float,
+        cap: int,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self.label = label
+        self._for_s = for_s
+        self._cap = cap
+        self._sleep = sleep
+        self._rand = rand
+        self._deadline: float | None = None
+        self._attempt = 0
+
+    def failed(self, error: StoreUnavailable) -> None:
+        """A save failed as Redis was away: wait before the next one.
+
+        Raises:
+            StoreUnavailable: Redis stayed away longer than this outcome may be held (it
+                is lost, and the log says so).
+        """
+        if self._attempt == 0:
+            self._hold(error)
+        elif self._deadline is not None and time.monotonic() >= self._deadline:
+            log.error(
+                "gave up saving the outcome of %s after %.0f s without Redis (this"
+                " worker held %d others, RELAY_HELD_OUTCOMES); it is lost, and the"
+                " call's next attempt decides what to report: %s",
+                self.label, self._for_s, self._cap, error,
+            )  # fmt: skip
+            with _held_lock:
+                _tally["lost"] += 1
+            raise error
+        wait = backoff_seconds(self._attempt, None, BACKOFF_BASE_S, BACKOFF_CAP_S, self._rand())
+        self._sleep(wait)
+        self._attempt += 1
+
+    def _hold(self, error: StoreUnavailable) -> None:
+        with _held_lock:
+            if len(_held) >= self._cap:  # memory's bound: this one waits as a lease does
+                self._deadline = time.monotonic() + self._for_s
+            _held[id(self)] = self.label
+        log.warning(
+            "Redis is unreachable: holding the outcome of %s until it is back%s: %s",
+            self.label,
+            "" if self._deadline is None else f" (for {self._for_s:g} s at most: {self._cap} held)",
+            error,
+        )
+
+    def saved(self) -> None:
+        """The save went through (at once, or after Redis came back)."""
+        if not self._attempt:
+            return
+        log.warning("saved the held outcome of %s", self.label)
+        with _held_lock:
+            _tally["saved"] += 1
+
+    def __enter__(self) -> Holding:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with _held_lock:  # (saved, lost, or another error: this process holds it no more)
+            _held.pop(id(self), None)
+
+
 def save_holding(
     save: Callable[[], T],
     label: str,
@@ -287,56 +424,20 @@ def save_holding(
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
 ) -> T:
-    """Return `save()`, trying again while Redis is unreachable: for as long as it stays
-    away while this process holds fewer than `cap` outcomes, else for up to `for_s`.
+    """Return `save()`, trying again while Redis is unreachable (`Holding`).
 
     Raises:
-        StoreUnavailable: Redis stayed away longer than that (the outcome is lost,
-            and the log says so).
+        StoreUnavailable: Redis stayed away longer than the outcome may be held.
     """
-    deadline: float | None = None
-    attempt = 0
-    key = id(save)
-    try:
+    with Holding(label, for_s=for_s, cap=cap, sleep=sleep, rand=rand) as holding:
         while True:
             try:
                 result = save()
             except StoreUnavailable as error:
-                if attempt == 0:
-                    with _held_lock:
-                        if len(_held) >= cap:  # memory's bound: this one waits as a lease does
-                            deadline = time.monotonic() + for_s
-                        _held[key] = label
-                    log.warning(
-                        "Redis is unreachable: holding the outcome of %s until it is back%s: %s",
-                        label,
-                        "" if deadline is None else f" (for {for_s:g} s at most: {cap} held)",
-                        error,
-                    )
-                elif deadline is not None and time.monotonic() >= deadline:
-                    log.error(
-                        "gave up saving the outcome of %s after %.0f s without Redis (this"
-                        " worker held %d others, RELAY_HELD_OUTCOMES); it is lost, and the"
-                        " call's next attempt decides what to report: %s",
-                        label,
-                        for_s,
-                        cap,
-                        error,
-                    )
-                    with _held_lock:
-                        _tally["lost"] += 1
-                    raise
-                sleep(backoff_seconds(attempt, None, BACKOFF_BASE_S, BACKOFF_CAP_S, rand()))
-                attempt += 1
+                holding.failed(error)
                 continue
-            if attempt:
-                log.warning("saved the held outcome of %s", label)
-                with _held_lock:
-                    _tally["saved"] += 1
+            holding.saved()
             return result
-    finally:
-        with _held_lock:
-            _held.pop(key, None)
 
 
 def _say_what_is_lost() -> None:

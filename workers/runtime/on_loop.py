@@ -1,19 +1,21 @@
 """Model calls held on the process's event loop past their tasks (DESIGN §10.1).
 
 A model call is seconds of waiting on the network. A task that has claimed its call
-(CLAIM counts the attempt and starts the lease) hands it here and returns: its
+(CLAIM counts the attempt and starts the lease) hands it to the loop and returns: its
 pool slot is free for the next message, and the call is one coroutine on the
 process's loop (`workers.loop`), not a thread. What fences a call made in a task
 fences it here too:
 
 - its lease is renewed while it runs: every third of a lease, ONE batch for every
-  call the process holds (`renew`), not a round trip per call;
+  call the process holds (`RunStore.renew_many`, with their route slots), not a round
+  trip per call;
 - a run cancelled, or a lease lost (another attempt took the call over, or a person
   stopped its turn), cancels the call's coroutine at its next await; a reply that
   arrives after is never saved (`Stopped`);
 - its outcome is kept (SAVE under its lease, the run's next step sent or continued)
-  on a keeper thread, one of `KEEPERS` the process has, never on the loop: a save is
-  Redis round trips and the engine's CPU work, which would stall every stream.
+  on a keeper thread (`on_keeper`), one of `KEEPERS` the process has, never on the
+  loop: a save is Redis round trips and the engine's CPU work, which would stall
+  every stream.
 
 A process that dies loses what it holds to the tick, which sends each call again
 once its lease lapses (its attempt counted, the run's trace saying so). A process
@@ -21,8 +23,10 @@ told to stop waits for its calls as long as a call may go without a byte
 (RELAY_MODEL_TIMEOUT), then hands back what is left (`hand_back`): each claim given
 back, so the tick sends it again at once; nothing that finished is run again.
 
-At most `most` calls are held (RELAY_MODEL_CARRIED); past that a task makes its call
-itself, waiting on the loop's future (the pool's slots are the back-pressure).
+At most `most` calls are held (RELAY_MODEL_CARRIED; `reserve`); past that a task
+makes its call itself, waiting on the loop's future (the pool's slots are the
+back-pressure). This module only holds: the coroutine it runs is the runtime's
+(`Runtime._held`), which makes the call and keeps its outcome.
 """
 
 from __future__ import annotations
@@ -35,15 +39,13 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from functools import partial
-from typing import Any, Generic, TypeAlias, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeAlias, TypeVar
 
 from workers.errors import StoreUnavailable
 from workers.loop import process_loop
-from workers.runtime.reports import Report
-from workers.store.runs import HeldLease
+from workers.model.router import ModelRouter
+from workers.store.runs import HeldLease, RunStore
 
 __all__ = ["KEEPERS", "LoopCalls", "Outcome", "Stopped"]
 
@@ -52,8 +54,10 @@ log = logging.getLogger(__name__)
 KEEPERS = 2
 """Keeper threads a process saves outcomes on: one would do for the CPU (the GIL), a
 second lets a save's Redis round trip overlap another's work."""
+_KEEPER_NAME = "relay-keeper"
 
 Made = TypeVar("Made")
+T = TypeVar("T")
 
 
 class Stopped(enum.Enum):
@@ -65,51 +69,31 @@ class Stopped(enum.Enum):
 
 
 Outcome: TypeAlias = Made | Stopped | Exception
-Keep = Callable[[Outcome[Made]], Report]
-Renew = Callable[[Sequence[HeldLease]], Sequence[Stopped | None]]
-"""Renews every lease given in one batch: for each, what stops its call (None: go on)."""
 
 
-@dataclass(eq=False)
-class _Held(Generic[Made]):
-    lease: HeldLease
-    keep: Keep[Made]
-    context: contextvars.Context
-    """The handing task's context: its run and call for the logs, its Celery task."""
-    task: asyncio.Task[None] | None = None
-    stopped: Stopped | None = None
-    since: float = field(default_factory=time.monotonic)
-
-
-def _on_keeper() -> bool:
+def on_keeper_thread() -> bool:
+    """Whether the caller is one of this process's keeper threads."""
     return threading.current_thread().name.startswith(_KEEPER_NAME)
 
 
-_KEEPER_NAME = "relay-keeper"
-
-
 class LoopCalls:
-    """Holds up to `most` claimed model calls as coroutines on the process's loop.
-
-    `renew` renews a batch of leases (on a thread of its own, every third of
-    `lease_s`); `kept(keep)` calls `keep` (a held call's save, on a keeper thread) and
-    may go on with the run's next steps (`Runtime._keep_held`); `done` is told each held
-    call's report once it is kept (in the context of the task that handed it over).
-    """
+    """Holds up to `most` claimed model calls as coroutines on the process's loop, renews
+    their leases in one batch every third of `lease_s`, and keeps their outcomes on
+    keeper threads."""
 
     def __init__(
         self,
         most: int,
-        renew: Renew,
-        done: Callable[[Report], None],
+        store: RunStore,
+        router: ModelRouter | None,
         *,
         lease_s: float,
-        kept: Callable[[Callable[[], Report]], Report] = lambda keep: keep(),
+        clock: Callable[[], int],
     ) -> None:
         self.most = most
-        self._renew = renew
-        self._done = done
-        self._kept_by = kept
+        self._store = store
+        self._router = router
+        self._clock = clock
         self._interval = max(lease_s / 3, 0.05)
         self._lock = threading.Condition()
         self._fresh()
@@ -119,10 +103,12 @@ class LoopCalls:
         loop are not its own)."""
         self._pid = os.getpid()
         self._count = 0
+        """Calls reserved or held, their outcomes not yet in: what `most` bounds."""
         self._keeping = 0
-        """Outcomes being kept now (their calls no longer count against `most`)."""
-        self._held: set[_Held[Any]] = set()
-        """What the loop holds now (touched on the loop's thread only)."""
+        """Calls whose outcomes are being kept (they no longer count against `most`)."""
+        self._tasks: dict[HeldLease, asyncio.Task[None]] = {}
+        """The calls the loop holds now, by lease (touched on the loop's thread only)."""
+        self._why: dict[HeldLease, Stopped] = {}
         self._renewing: asyncio.Task[None] | None = None
         self._keepers = concurrent.futures.ThreadPoolExecutor(KEEPERS, _KEEPER_NAME)
         self._renewer = concurrent.futures.ThreadPoolExecutor(1, "relay-renewer")
@@ -134,101 +120,107 @@ class LoopCalls:
 
     @property
     def in_flight(self) -> int:
-        """Calls held now, their outcomes not yet kept."""
+        """Calls held now, their outcomes not yet in."""
         with self._lock:
             self._here()
             return self._count
 
-    def hold(
-        self, lease: HeldLease, make: Callable[[], Awaitable[Made]], keep: Keep[Made]
-    ) -> int | None:
-        """Make the claimed call `make()` on the loop, and `keep` its outcome on a keeper
-        thread: the number of calls held with it, or None if the loop holds all it may
-        (the caller makes the call itself)."""
+    def reserve(self) -> int | None:
+        """Take a place for one more call: the calls held with it, or None if the loop holds
+        all it may (a keeper goes on regardless: the call it just kept left room)."""
         with self._lock:
             self._here()
-            if self._count >= self.most and not _on_keeper():
-                return None  # (a keeper goes on: the call it just kept left room for this one)
+            if self._count >= self.most and not on_keeper_thread():
+                return None
             self._count += 1
-            held_now = self._count
-        held: _Held[Made] = _Held(lease, keep, contextvars.copy_context())
-        process_loop().loop.call_soon_threadsafe(self._start, held, make)
-        return held_now
+            return self._count
 
-    def _start(self, held: _Held[Made], make: Callable[[], Awaitable[Made]]) -> None:
+    def start(self, lease: HeldLease, held: Coroutine[Any, Any, None]) -> None:
+        """Run `held` (a reserved call's coroutine) on the loop, in the caller's context (its
+        run and call for the logs, its Celery task); renew `lease` while it is held."""
+        context = contextvars.copy_context()
+        process_loop().loop.call_soon_threadsafe(self._start, lease, held, context)
+
+    def _start(
+        self, lease: HeldLease, held: Coroutine[Any, Any, None], context: contextvars.Context
+    ) -> None:
         loop = asyncio.get_running_loop()
-        self._held.add(held)
-        held.task = loop.create_task(self._carry(held, make), context=held.context.copy())
+        task = loop.create_task(held, context=context)
+        self._tasks[lease] = task
+        task.add_done_callback(lambda _: self._ended(lease))
         if self._renewing is None:
             self._renewing = loop.create_task(self._renew_while_held())
 
-    async def _carry(self, held: _Held[Made], make: Callable[[], Awaitable[Made]]) -> None:
-        try:
-            outcome: Outcome[Made]
-            try:
-                outcome = await make()
-            except asyncio.CancelledError:
-                outcome = held.stopped or Stopped.HANDED_BACK
-            except Exception as error:  # noqa: BLE001 - the keeper decides what it means
-                outcome = error
-            finally:
-                self._held.discard(held)
-                self._count_change(calls=-1, keeping=+1)
-            keep = partial(held.context.copy().run, self._kept, held, outcome)
-            await asyncio.get_running_loop().run_in_executor(self._keepers, keep)
-        finally:
-            self._count_change(calls=0, keeping=-1)
-
-    def _count_change(self, *, calls: int, keeping: int) -> None:
+    def made(self, lease: HeldLease) -> Stopped | None:
+        """On the loop: the call's outcome is in (its reply, its error, or its stop); its
+        lease is renewed no more, and its place is free. Why it was stopped, if it was."""
+        self._tasks.pop(lease, None)
         with self._lock:
-            self._count += calls
-            self._keeping += keeping
+            self._count -= 1
+            self._keeping += 1
+        return self._why.pop(lease, None)
+
+    def _ended(self, lease: HeldLease) -> None:
+        """On the loop: the call's coroutine ended (kept; or cancelled before it began)."""
+        with self._lock:
+            if self._tasks.pop(lease, None) is not None:  # (it never said `made`)
+                self._count -= 1
+                self._why.pop(lease, None)
+            else:
+                self._keeping -= 1
             self._lock.notify_all()
 
-    def _kept(self, held: _Held[Made], outcome: Outcome[Made]) -> None:
-        """On a keeper thread: keep the outcome, and tell `done` what came of it."""
-        try:
-            report = self._kept_by(partial(held.keep, outcome))
-        except Exception as error:  # noqa: BLE001 - its lease lapses; the tick sends it again
-            log.warning("a held call failed before its outcome was saved: %s", error)
-            report = Report(f"failed before its outcome was saved ({error})", failed=True)
-        try:
-            self._done(report)
-        except Exception as error:  # noqa: BLE001 - counting it must not lose the keeper
-            log.warning("could not count a held call: %s", error)
+    async def on_keeper(self, keep: Callable[[], T]) -> T:
+        """What `keep()` returns, run on a keeper thread in this coroutine's context."""
+        run = contextvars.copy_context().run
+        return await asyncio.get_running_loop().run_in_executor(self._keepers, run, keep)
 
     async def _renew_while_held(self) -> None:
         """Every third of a lease, renew every held call's lease in one batch; stop the
         calls whose run was cancelled or whose lease was lost."""
         loop = asyncio.get_running_loop()
         try:
-            while self._held:
+            while self._tasks:
                 await asyncio.sleep(self._interval)
-                held = [h for h in self._held if h.stopped is None]
-                if not held:
+                leases = [lease for lease in self._tasks if lease not in self._why]
+                if not leases:
                     continue
-                leases = [h.lease for h in held]
                 try:
                     stops = await loop.run_in_executor(self._renewer, self._renew, leases)
                 except StoreUnavailable as error:
-                    log.warning("could not renew the leases of %d calls: %s", len(held), error)
+                    log.warning("could not renew the leases of %d calls: %s", len(leases), error)
                     continue
-                for one, stop in zip(held, stops, strict=True):
+                for lease, stop in zip(leases, stops, strict=True):
                     if stop is not None:
-                        self._stop(one, stop)
+                        self._stop(lease, stop)
         finally:
             self._renewing = None
 
-    def _stop(self, held: _Held[object], why: Stopped) -> None:
-        if held.task is None or held.task.done() or held.stopped is not None:
+    def _renew(self, leases: list[HeldLease]) -> list[Stopped | None]:
+        """On the renewer thread: renew `leases` (and their route slots) in one batch; for
+        each, what stops it (its run cancelled, its lease lost), or None."""
+        kept = self._store.renew_many(leases, self._clock())
+        cancelled = self._store.cancelled_many([lease.run_id for lease in leases])
+        if self._router is not None:
+            self._router.renew_many([lease.holder for lease in leases if lease.holder])
+        return [
+            Stopped.LEASE_LOST if ok is False
+            else Stopped.CANCELLED if lease.run_id in cancelled
+            else None
+            for lease, ok in zip(leases, kept, strict=True)
+        ]  # fmt: skip
+
+    def _stop(self, lease: HeldLease, why: Stopped) -> None:
+        task = self._tasks.get(lease)
+        if task is None or task.done() or lease in self._why:
             return
-        held.stopped = why
-        held.task.cancel()
+        self._why[lease] = why
+        task.cancel()
         if why is Stopped.LEASE_LOST:
             log.warning(
                 "model call %s of run %s (attempt %d) lost its lease while it ran; it is"
                 " stopped, and nothing it finds is saved",
-                held.lease.what, held.lease.run_id, held.lease.attempt,
+                lease.what, lease.run_id, lease.attempt,
             )  # fmt: skip
 
     def wait_idle(self, timeout_s: float) -> int:
@@ -244,11 +236,10 @@ class LoopCalls:
     def hand_back(self, timeout_s: float = 5.0) -> int:
         """Stop every call still held; each is kept as `Stopped.HANDED_BACK` (its claim
         given back). Returns how many were still held after `timeout_s`."""
-        loop = process_loop().loop
 
         def stop_all() -> None:
-            for held in list(self._held):
-                self._stop(held, Stopped.HANDED_BACK)
+            for lease in list(self._tasks):
+                self._stop(lease, Stopped.HANDED_BACK)
 
-        loop.call_soon_threadsafe(stop_all)
+        process_loop().loop.call_soon_threadsafe(stop_all)
         return self.wait_idle(timeout_s)

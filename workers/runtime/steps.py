@@ -11,7 +11,8 @@
                 decided (SAVE); a worker that lost the race loads and decides again, so
                 an event is applied exactly once, by the save that deletes it
     4. send     the messages the step decided, once the save has landed (or keep the
-                one this task runs next in place, its call claimed by the save: SAVE_CLAIM)
+                one this thread runs next in place, its call claimed by the save:
+                SAVE_CLAIM; `workers.runtime.placement`, `workers.runtime.claims`)
 
 `decide` and `save` are shared with the calls (`workers.runtime.calls`), which
 save their own outcome with the run the same way. A finished run's inbox is
@@ -21,9 +22,9 @@ dropped unread, unless it holds a person's follow-up: a new turn reopens it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 
 from agent_core import Agent, AgentError
 from scheduler import Notification
@@ -35,39 +36,21 @@ from workers.engine.ids import OutboxMember
 from workers.engine.records import RunRecord
 from workers.engine.working import Surroundings
 from workers.kit.agents import AgentKit
+from workers.runtime.claims import Claims
+from workers.runtime.placement import Placement
 from workers.runtime.reports import Report, after_step
 from workers.settings import Timing
 from workers.store import snapshots
 from workers.store.codec import Loaded
-from workers.store.runs import CallClaim, Claim, RunStore
+from workers.store.runs import RunStore
 from workers.store.scripts import Saved
 
-__all__ = ["SAVE_TRIES", "ClaimAhead", "InPlace", "Steps"]
+__all__ = ["SAVE_TRIES", "Steps"]
 
 log = logging.getLogger(__name__)
 
 SAVE_TRIES = 20
 """Lost compare-and-set races before a worker leaves the run to the tick."""
-
-
-@dataclass(frozen=True)
-class ClaimAhead:
-    """A call a step decided that this task will run itself next, and its claim's terms."""
-
-    message: Message
-    claim: CallClaim
-
-
-class InPlace(Protocol):
-    """Claims the call a task runs next in place with the save of the step before."""
-
-    def claim_for(self, messages: Sequence[Message]) -> ClaimAhead | None:
-        """The call of `messages` this task would run next itself, if any."""
-        ...
-
-    def keep(self, ahead: ClaimAhead, claim: Claim) -> None:
-        """Keep `ahead`'s call, claimed with the save, for this task to run next."""
-        ...
 
 
 class Steps:
@@ -90,9 +73,10 @@ class Steps:
         self.clock = clock
         self.app = app
         """The name of this worker's Relay app: it runs no other app's runs."""
-        self.in_place: InPlace | None = None
-        """Where a call this task runs next is claimed with the save (`workers.runtime.bodies`
-        sets it once the calls exist); None: every message is sent."""
+        self.placement: Placement | None = None
+        """Where the step a save decides runs: kept for this thread, its call claimed with
+        the save (`claims`), or published (None: every message is sent)."""
+        self.claims: Claims | None = None
 
     def foreign(self, record: RunRecord | None) -> Report | None:
         """Why this worker must not touch the run of `record`, if another app started it.
@@ -145,17 +129,20 @@ class Steps:
     def save(self, advanced: Advanced, version: str, own: OwnOutcome | None = None) -> Saved:
         """Save a step; once it has landed, send what it decided.
 
-        A call this task will run next in place is claimed in the save's round trip
-        (`in_place`), and kept for the task rather than sent."""
-        ahead = None if self.in_place is None else self.in_place.claim_for(advanced.messages)
+        A call this thread will run next in place (`placement`) is claimed in the save's
+        round trip (`claims`), and kept for the thread rather than sent."""
+        placement, claims = self.placement, self.claims
+        message = None if placement is None else placement.ahead(advanced.messages)
+        terms = None if message is None or claims is None else claims.ahead(message)
         claim = None
-        if ahead is None:
+        if terms is None:
             saved = self.store.save(advanced, version, own)
         else:
-            saved, claim = self.store.save_then_claim(advanced, version, own, ahead.claim)
+            saved, claim = self.store.save_then_claim(advanced, version, own, terms)
         if saved is Saved.SAVED:
-            if ahead is not None and claim is not None and self.in_place is not None:
-                self.in_place.keep(ahead, claim)
+            if placement and claims and message and terms and claim:
+                claims.hand(terms, claim)
+                placement.keep(message, partial(claims.release, terms))
             else:
                 self.send(list(advanced.messages))
             _notify_schedule(self.store, advanced)
