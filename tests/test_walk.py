@@ -67,6 +67,10 @@ def test_the_document_lists_exactly_the_modules_a_run_enters(tmp_path: Path) -> 
     listed = _block("walk") | _block("entered")
     assert sorted(entered - listed) == [], "entered, but not in docs/architecture.md"
     assert sorted(listed - entered) == [], "in docs/architecture.md, but not entered"
+    # Nothing calls back up but the router's callback (a retry asks its route's circuit):
+    # the runtime's task, its loop's calls and their keepers all run top down.
+    up = walk.calls_up(log, start) | walk.calls_up(client)
+    assert up <= {("workers/model/transport.py", "workers/model/router.py")}, sorted(up)
 
 
 def test_every_module_is_in_the_documents_index() -> None:

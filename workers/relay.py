@@ -68,7 +68,7 @@ from workers.client.start import (
     with_policy,
 )
 from workers.engine.budget import Budget, Price
-from workers.engine.effects import Message
+from workers.engine.effects import Message, Outgoing
 from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
 from workers.engine.working import Verifier
 from workers.errors import DecisionRefused
@@ -100,7 +100,7 @@ class _Parts:
 
     store: RunStore
     celery: Celery
-    send: Callable[[list[Message]], None]
+    send: Callable[[list[Message] | Outgoing], None]
     runs: RunsClient
 
 
@@ -407,7 +407,7 @@ class Relay:
         parts = self._built()
         return parts.store.connection.drive(
             start_steps(parts.store.keys, made, enlisted=parts.store.shards.enlist),
-            on_emit=lambda sent: parts.send(sent.messages),
+            on_emit=parts.send,  # (it takes the `Outgoing` the steps emit)
         )
 
     def prepare_run(

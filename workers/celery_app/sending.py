@@ -39,7 +39,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps
 
 from workers.celery_app.app import Queues
-from workers.engine.effects import Message
+from workers.engine.effects import Message, Outgoing
 from workers.settings import Settings
 
 __all__ = ["WorkerReach", "model_task_id", "one_round_trip", "sender", "tool_task_id"]
@@ -85,16 +85,19 @@ def tool_task_id(run_id: str, call_id: str) -> str:
 
 def sender(
     app: Celery, queues: Queues, tool_time_limit: Callable[[str], float], slice_ms: int = 0
-) -> Callable[[list[Message]], None]:
+) -> Callable[[list[Message] | Outgoing], None]:
     """Return a function that sends messages as tasks, with deterministic ids where they matter.
 
+    It takes a list of messages, or a client command's `Outgoing` as its steps emit it.
     A message that cannot be sent is logged and left to the tick, which finds
     it in the outbox and sends it again. `slice_ms` is the workers' RELAY_INLINE_MS: a
     tool's task gets that much more time limit (see `_tool_task_limit`).
     """
     task_limit = _tool_task_limit(tool_time_limit, math.ceil(max(slice_ms, 0) / 1000))
 
-    def send(messages: list[Message]) -> None:
+    def send(outgoing: list[Message] | Outgoing) -> None:
+        # (A client command's steps emit `Outgoing`: its driver hands it here as it is.)
+        messages = outgoing.messages if isinstance(outgoing, Outgoing) else outgoing
         if not messages:
             return
         try:  # a batch in one broker round trip (one_round_trip, below)
