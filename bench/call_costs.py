@@ -56,11 +56,14 @@ def _cpu_ms_a_call(call: Callable[[], None], calls: int, at_once: int) -> float:
         return (time.process_time() - began) * 1000 / calls
 
 
+SLOW_MODEL = (sys.executable, "-m", "bench.slow_model")
+
+
 def http_client(calls: int, at_once: int) -> dict[str, float]:
     """This process's CPU ms a call, by client and kind of reply."""
     port = free_port()
     model = subprocess.Popen(  # (its own process: its CPU is not counted here)
-        [sys.executable, "-m", "bench.slow_model", "--port", str(port), "--seconds", "2"],
+        [*SLOW_MODEL, "--port", str(port), "--seconds", "2", "--pieces", "10", "--chars", "0"],
         stdout=subprocess.DEVNULL,
         start_new_session=True,
     )
