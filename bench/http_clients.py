@@ -13,7 +13,8 @@ see every piece, the usage chunk and `[DONE]`, or it counts as an error.
 
 Per round: client CPU (user + system, `resource.getrusage`) per stream, peak RSS
 growth (`ru_maxrss` less the RSS before the round) per stream, the wall time
-against the model's 2 s, each stream's own time (p50/p99), errors; for httpx also
+against the model's 2 s, each stream's own time (p50/p99), errors, the model
+server's cores busy (to see that it is not what limits); for httpx also
 the CPU its connection pool spends choosing a connection
 (`AsyncConnectionPool._assign_requests_to_connections`, timed by a wrapper): it
 walks every connection and every request each time a request comes or goes.
@@ -144,6 +145,12 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _cpu_of(pid: int) -> float:
+    """The CPU seconds (user + system) process `pid` has used so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _rss_kb() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -151,7 +158,9 @@ def _rss_kb() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-async def _rounds(name: str, url: str, streams: int, pieces: int) -> list[dict[str, Any]]:
+async def _rounds(
+    name: str, url: str, streams: int, pieces: int, server: int
+) -> list[dict[str, Any]]:
     """Run the cold and the warm round on one client; return each one's figures."""
     found = []
     timer = _pool_timer() if name.startswith("httpx") else nullcontext([0.0])
@@ -160,13 +169,14 @@ async def _rounds(name: str, url: str, streams: int, pieces: int) -> list[dict[s
             for label in ROUNDS:
                 tally = _Tally(pieces)
                 pool[0] = 0.0
-                rss_before, cpu_before = _rss_kb(), _cpu_s()
+                rss_before, cpu_before, served_before = _rss_kb(), _cpu_s(), _cpu_of(server)
                 peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 began = time.monotonic()
                 round_ = _aiohttp_round if name == "aiohttp" else _httpx_round
                 await round_(url, streams, tally, client)
                 wall = time.monotonic() - began
                 cpu = _cpu_s() - cpu_before
+                served = _cpu_of(server) - served_before
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 # (ru_maxrss only grows: a round that stays below the last peak grew by
                 # no more than the current RSS shows.)
@@ -181,6 +191,7 @@ async def _rounds(name: str, url: str, streams: int, pieces: int) -> list[dict[s
                         grown_kb=grown,
                         tally=tally,
                         pool_s=pool[0],
+                        server_s=served,
                     )
                 )
     return found
@@ -196,6 +207,7 @@ def _figures(
     grown_kb: int,
     tally: _Tally,
     pool_s: float,
+    server_s: float,
 ) -> dict[str, Any]:
     took = sorted(tally.took)
 
@@ -213,6 +225,7 @@ def _figures(
         "cores_busy": round(cpu / wall, 2),
         "rss_kb_per_stream": round(max(grown_kb, 0) / streams, 1),
         "pool_ms_per_stream": None if name == "aiohttp" else round(pool_s * 1000 / streams, 3),
+        "server_cores": round(server_s / wall, 2),
         "errors": len(tally.errors),
         "first_error": tally.errors[0] if tally.errors else None,
     }
@@ -247,10 +260,11 @@ async def _client(name: str) -> AsyncIterator[Any]:
         yield session
 
 
-def measure(name: str, url: str, streams: int, pieces: int) -> list[dict[str, Any]]:
-    """Run one client's rounds in a fresh process; return its figures."""
-    command = [sys.executable, "-m", "bench.http_clients", "--one", name]
-    command += ["--url", url, "--streams", str(streams), "--pieces", str(pieces)]
+def measure(name: str, url: str, streams: int, pieces: int, server: int) -> list[dict[str, Any]]:
+    """Run one client's rounds in a fresh process; return its figures (`server`: the
+    model server's pid, whose CPU each round reads too)."""
+    command = [sys.executable, "-m", "bench.http_clients", "--one", name, "--url", url]
+    command += ["--streams", str(streams), "--pieces", str(pieces), "--server", str(server)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{name} at {streams} streams failed:\n{done.stderr[-2000:]}")
@@ -259,8 +273,8 @@ def measure(name: str, url: str, streams: int, pieces: int) -> list[dict[str, An
 
 
 @contextmanager
-def slow_model(seconds: float, rate: float) -> Iterator[str]:
-    """Start `bench.slow_model` in a process of its own; yield its completions URL."""
+def slow_model(seconds: float, rate: float) -> Iterator[tuple[str, int]]:
+    """Start `bench.slow_model` in a process of its own; yield its completions URL and pid."""
     import socket  # noqa: PLC0415
 
     with socket.socket() as probe:
@@ -272,7 +286,7 @@ def slow_model(seconds: float, rate: float) -> Iterator[str]:
     try:
         assert server.stdout is not None
         server.stdout.readline()  # "listening on ...": it is up
-        yield f"http://127.0.0.1:{port}/v1/chat/completions"
+        yield f"http://127.0.0.1:{port}/v1/chat/completions", server.pid
     finally:
         server.terminate()
         server.wait(30)
@@ -282,11 +296,11 @@ def compare(streams: list[int], seconds: float, rate: float) -> list[dict[str, A
     """Every client at every size, interleaved; the model server started once."""
     pieces = max(1, round(rate * seconds))
     rows: list[dict[str, Any]] = []
-    with slow_model(seconds, rate) as url:
+    with slow_model(seconds, rate) as (url, server):
         for count in streams:
             for name in CLIENTS:
                 print(f"-- {name}, {count} streams ...", file=sys.stderr, flush=True)
-                rows += measure(name, url, count, pieces)
+                rows += measure(name, url, count, pieces, server)
     return rows
 
 
@@ -301,6 +315,7 @@ COLUMNS = (
     ("cores_busy", "cores", "{:.2f}"),
     ("rss_kb_per_stream", "RSS KB/stream", "{:.1f}"),
     ("pool_ms_per_stream", "pool ms/stream", "{:.3f}"),
+    ("server_cores", "server cores", "{:.2f}"),
     ("errors", "errors", "{}"),
 )
 
@@ -339,9 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--one", choices=CLIENTS, help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--pieces", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--server", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:  # a client process: its figures as JSON on stdout
-        rows = asyncio.run(_rounds(args.one, args.url, int(args.streams), args.pieces))
+        one = _rounds(args.one, args.url, int(args.streams), args.pieces, args.server)
+        rows = asyncio.run(one)
         print(json.dumps(rows))
         return 0
     sizes = [int(n) for n in args.streams.split(",")]

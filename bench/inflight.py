@@ -303,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     with bench(work, quick=args.quick) as b:
         found = run(b, names, args.runs)
         results = {"machine": machine(), "quick": args.quick, "benchmarks": {"inflight": found}}
+        results["inline_ms"] = os.environ.get("RELAY_INLINE_MS") or "250 (default)"
         results["machine"]["redis"] = b.redis.info("server")["redis_version"]
     (OUT / "inflight.json").write_text(json.dumps(results, indent=2) + "\n")
     print(table(results))
