@@ -57,6 +57,9 @@ def _cpu_ms_a_call(call: Callable[[], None], calls: int, at_once: int) -> float:
         return (time.process_time() - began) * 1000 / calls
 
 
+SLOW_MODEL = (sys.executable, "-m", "bench.slow_model")
+
+
 def _async_cpu_ms_a_call(url: str, calls: int, at_once: int, *, streamed: bool) -> float:
     async def run() -> float:
         async with httpx.AsyncClient(base_url=url, timeout=30, limits=LIMITS) as client:
@@ -91,7 +94,7 @@ def http_client(calls: int, at_once: int) -> dict[str, float]:
     """This process's CPU ms a call, by client and kind of reply."""
     port = free_port()
     model = subprocess.Popen(  # (its own process: its CPU is not counted here)
-        [sys.executable, "-m", "bench.slow_model", "--port", str(port), "--seconds", "2"],
+        [*SLOW_MODEL, "--port", str(port), "--seconds", "2", "--pieces", "10", "--chars", "0"],
         stdout=subprocess.DEVNULL,
         start_new_session=True,
     )

@@ -501,6 +501,8 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
         ("threads_carried", "threads -c 64, RELAY_MODEL_CARRIED"),
         ("solo_carried", "solo (one process), RELAY_MODEL_CARRIED"),
         ("carried_tokens", "prefork -c 2, RELAY_MODEL_CARRIED, a token at a time"),
+        ("loop", "solo, issue 53's load: 5-turn runs, streamed"),
+        ("loop_1turn", "solo, issue 53's load: 1-turn runs, streamed"),
     )
     for name, what in shapes:
         v = r.get(name)
@@ -516,7 +518,8 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
                 f" ({v.get('worker_cpu_ms_per_run', '?')} ms a run),"
                 f" {v['kb_per_call_in_flight']:,} KB"
                 f" a call, Redis CPU {v.get('redis_cpu_us_per_step', '?')} us a step,"
-                f" {v.get('stream_events_per_run', '?')} live events a run",
+                f" {v.get('stream_events_per_run', '?')} live events a run"
+                + (_loop_figures(v, r) if name.startswith("loop") else ""),
                 ">= 1,000 in flight, < 1 core" if name in _GOAL_SHAPES else "beside",
                 _check(v["most_in_flight"] >= 1_000 and v["worker_cores_busy"] < 1.0)
                 if name in _GOAL_SHAPES
@@ -524,6 +527,17 @@ def _inflight(r: dict[str, Any]) -> list[Row]:
             )
         )
     return rows
+
+
+def _loop_figures(v: dict[str, Any], r: dict[str, Any]) -> str:
+    """What issue 53 reads of an in-flight load (`bench.goals` gives the verdicts)."""
+    lag = v.get("loop_lag_p99_ms")
+    return (
+        f"; {v['model_calls']:,} model calls ({v['turns']} a run"
+        f", {r.get('loop_pieces_per_s', '?')} pieces/s), {v['worker_cpu_ms_per_model_call']} ms"
+        f" a call, {v['threads_at_peak']} threads at the peak (most {v['threads_most']}),"
+        f" loop lag p99 {'not exported' if lag is None else f'{lag} ms'}"
+    )
 
 
 def _stored(r: dict[str, Any]) -> list[Row]:

@@ -2,8 +2,9 @@
 
 Starts a private Redis, a loopback model server and worker processes (each
 stopped by its own process group when its benchmark ends), runs the chosen
-benchmarks in one go, prints a table of figures and ratios against the goals,
-and writes everything to bench/out/results.json. Not a test; not run in CI.
+benchmarks in one go, prints a table of figures and ratios against the goals
+and issue 53's goals table (`bench.goals`), and writes everything to
+bench/out/results.json. Not a test; not run in CI.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from bench import (
     waiting,
 )
 from bench.context import Bench, bench
+from bench.goals import goal_rows, goals_table
 from bench.report import machine, table
 
 __all__ = ["main"]
@@ -103,7 +106,12 @@ def _pass(chosen: list[str], quick: bool, inline: str | None, out: Path) -> None
             results["seconds"] = round(time.monotonic() - started, 1)
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    # Issue 53's goals, read from the figures of this same run.
+    results["goals"] = [asdict(row) for row in goal_rows(results["benchmarks"])]
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(table(results))
+    print()
+    print(goals_table(results["benchmarks"]))
     print(f"\nfull figures: {out}  (logs and samples: {work})")
 
 
