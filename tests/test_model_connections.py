@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent_core.steps import ModelRequest
+from bench.slow_model import reply_text as slow_model_reply
 from tests.support.clients import opened
 from tests.support.model_server import ModelServer, Reply, refusing_url
 from tests.support.redis_server import free_port, wait_for_port
@@ -170,6 +171,7 @@ def slow_model() -> Iterator[int]:
     that 200 calls overlap even on a busy machine."""
     port = free_port()
     command = [sys.executable, "-m", "bench.slow_model", "--port", str(port), "--seconds", "3"]
+    command += ["--chars", "0"]  # (the shortest answer: `slow_model_reply(0, 1, 0)`)
     model = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, 30)
@@ -197,7 +199,7 @@ def test_two_hundred_streamed_calls_at_once_take_no_thread(slow_model: int) -> N
 
         texts = run_blocking(two_hundred())
         after = threading.active_count()
-    assert texts == ['{"final": "done"}'] * 200
+    assert texts == [slow_model_reply(0, 1, 0)] * 200
     assert len(pieces) >= 200 * 2  # streamed, in pieces
     assert _stats(slow_model)["most"] == 200  # all of them were in flight at once
     assert max(during) <= before + 2
