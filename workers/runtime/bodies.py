@@ -32,7 +32,7 @@ from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelSource
 from workers.runtime.calls import Calls, Handed, HeldOutcome
-from workers.runtime.carrier import name_runs_in_logs, working_on
+from workers.runtime.carrier import carrier, name_runs_in_logs, working_on
 from workers.runtime.claims import Claims
 from workers.runtime.metrics import FleetMetrics
 from workers.runtime.on_loop import LoopCalls, Stopped
@@ -196,7 +196,7 @@ class Runtime:
     def _gauge_held(self) -> None:
         """Tell the metrics how many calls the loop holds, of how many it may (`/metrics`)."""
         if self.on_loop is not None:
-            self.metrics.held(self.on_loop.in_flight, self.on_loop.most)
+            self.metrics.held(self.on_loop.in_flight, self.on_loop.most, carrier().worker)
 
     def on_carried_end(self, hook: Callable[[Report], None]) -> None:
         """Tell `hook` what each model call the loop held did once it is kept, on a keeper

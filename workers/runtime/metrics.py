@@ -153,13 +153,18 @@ class FleetMetrics:
         self._writing = threading.Lock()
         """One write at a time, so the one that deletes the gauges (`stop`) comes last."""
         self._stopped = False
+        self._name = socket.gethostname()
+        """What names this process on /metrics, with its pid (`held`)."""
 
-    def held(self, in_flight: int, capacity: int) -> None:
+    def held(self, in_flight: int, capacity: int, worker: str = "") -> None:
         """Say how many model calls this process's loop holds now, and the most it may:
         written with the next flush (within GAUGES_EVERY_S), never here. Told by the
-        process that holds the calls (a prefork pool's child, not its parent)."""
+        process that holds the calls (a prefork pool's child, not its parent); `worker`:
+        its Celery hostname (`name@host`), which names it on /metrics with its pid (else
+        the machine's hostname does)."""
         with self._lock:
             self._held = (in_flight, capacity)
+            self._name = worker or self._name
             if self._flusher is None or self._flusher[0] != os.getpid():
                 self._start_flusher()
 
@@ -265,7 +270,7 @@ class FleetMetrics:
             "lag_max_s": loop.lag_max() if loop is not None else 0.0,
             "at_ms": int(time.time() * 1000),
         }
-        return f"{socket.gethostname()}:{os.getpid()}", json.dumps(value)
+        return f"{self._name}:{os.getpid()}", json.dumps(value)
 
     def worker_gauges(self, now_ms: int) -> list[WorkerGauges]:
         """Each worker process's gauges as it last wrote them, by worker, but those older
