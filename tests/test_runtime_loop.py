@@ -17,6 +17,7 @@ from tests.support.fleet import Fleet, fleet
 from tests.support.model_server import Reply
 from tests.support.worker_process import RelayProcess
 from workers.runtime.metrics import FleetMetrics
+from workers.settings import now_ms
 
 HELD = "held on the event loop"
 
@@ -80,19 +81,30 @@ def test_without_holding_the_slots_bound_the_calls_in_flight(tmp_path: Path) -> 
 def test_three_hundred_calls_in_flight_take_no_thread_each(tmp_path: Path) -> None:
     """One process (a solo pool) holds 300 calls whose replies stream slowly: its threads
     stay a small constant (the loop, its keepers and renewer, Celery's own), not one a
-    call; and every run ends with its reply, each call made once."""
+    call; its gauges say it holds 300 of its 1,000; and every run ends with its reply,
+    each call made once."""
     with fleet(tmp_path) as f:
-        worker = f.worker("--pool", "solo", env={"RELAY_MODEL_CARRIED": "1000"})
+        env = {"RELAY_MODEL_CARRIED": "1000", "RELAY_MODEL_TIMEOUT": "60"}
+        worker = f.worker("--pool", "solo", env=env)
         assert worker.process is not None
         pid = worker.process.pid
         f.brain.script("WARM", {0: final("warm")})
         assert f.relay.wait(f.relay.start("WARM: once"), timeout=60).summary == "warm"
         before = _threads(pid)
-        slow = Reply(text=final("answered slowly"), delay=4.0, gap=0.05)
+        slow = Reply(text=final("answered slowly"), delay=12.0, gap=0.05)  # (300 starts first)
         f.brain.script("MANY", {0: slow})
         runs = [f.relay.start(f"MANY-{n}: answer") for n in range(300)]
         f.until(lambda: f.model.delaying >= 300, 90, what="300 calls in flight")
         during = _threads(pid)
+        # What an autoscaler reads (/metrics' source): this process holds 300 of 1,000.
+        store = f.relay.store
+        metrics = FleetMetrics(store.connection, store.shards, store.people)
+
+        def gauged() -> list[tuple[str, int, int]]:
+            return [(g.worker, g.in_flight, g.capacity) for g in metrics.worker_gauges(now_ms())]
+
+        f.until(lambda: gauged() == [(f"w0@test:{pid}", 300, 1000)], 30,
+                what="the worker's gauges")  # fmt: skip
         outcomes = [f.relay.wait(run_id, timeout=180) for run_id in runs]
         assert [o.summary for o in outcomes] == ["answered slowly"] * 300, f.logs()
         assert during <= before + 8, (before, during)
