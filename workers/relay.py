@@ -60,6 +60,7 @@ from workers.client.start import (
     Recorded,
     Unattended,
     checked_concurrency,
+    checked_many,
     checked_on_wait,
     checked_prices,
     new_run,
@@ -409,6 +410,37 @@ class Relay:
             start_steps(parts.store.keys, made, enlisted=parts.store.shards.enlist),
             on_emit=lambda sent: parts.send(sent.messages),
         )
+
+    def start_many(self, tasks: Sequence[str], **options: Any) -> list[str]:
+        """Start a run for each of `tasks`, each as `start` would with the same `options`
+        (all but `run_id`); return their ids, in order.
+
+        Every run is checked before any is stored. Their first steps are sent together,
+        as few Celery messages (`relay.advances`, up to 100 runs each): a worker takes
+        them in one delivery and advances each run as it would alone; Flower still lists
+        one `relay.advance` per run.
+
+        Raises:
+            RelayError: as `start` does, for any of the tasks (then none is started), or
+                `tasks` is not a list of tasks, or `run_id` was given.
+            StoreUnavailable: Redis cannot be reached (the runs stored before are started).
+        """
+        made = [
+            self.prepare_run(task, remembered=self.memory, **options)
+            for task in checked_many(tasks, options)
+        ]
+        parts = self._built()
+        first: list[Message] = []
+        try:
+            return [
+                parts.store.connection.drive(
+                    start_steps(parts.store.keys, one, enlisted=parts.store.shards.enlist),
+                    on_emit=lambda sent: first.extend(sent.messages),
+                )
+                for one in made
+            ]
+        finally:
+            parts.send(first)  # (the runs stored before a failure are started too)
 
     def prepare_run(
         self,
