@@ -50,7 +50,7 @@ from agent_core.args import check_args
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.celery_app.app import Queues, build_celery
-from workers.celery_app.sending import WorkerReach, sender
+from workers.celery_app.sending import Sender, WorkerReach, sender
 from workers.celery_app.tasks import register_tasks
 from workers.client.replays import Diff, MadeCall, ReplayReport, Replays
 from workers.client.runs import RunsClient
@@ -101,7 +101,7 @@ class _Parts:
 
     store: RunStore
     celery: Celery
-    send: Callable[[list[Message]], None]
+    send: Sender
     runs: RunsClient
 
 
@@ -551,8 +551,11 @@ class Relay:
 
         The fleet's workers tick by themselves, one tick per interval between them;
         this is for a program that wants a tick of its own (or a clock of its own).
+        What it sends (the runs its schedules fire, the messages it sends again) goes
+        out together as it ends, so their advances share a few messages.
         """
-        return scheduler.tick(self, now_ms() if now is None else now)
+        with self._built().send.together():
+            return scheduler.tick(self, now_ms() if now is None else now)
 
     def heal(self, now: int) -> int:
         """Re-send messages nobody dealt with and decline expired approvals (part of the tick)."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -50,8 +51,10 @@ from workers.settings import Settings
 
 __all__ = [
     "MOST_RUNS",
+    "Sender",
     "WorkerReach",
     "advance_task_id",
+    "grouped_advances",
     "model_task_id",
     "one_round_trip",
     "sender",
@@ -107,10 +110,41 @@ def tool_task_id(run_id: str, call_id: str) -> str:
     return f"{run_id}:{call_id}"
 
 
+class Sender:
+    """Sends messages as tasks, with deterministic ids where they matter (`sender`)."""
+
+    def __init__(self, send: Callable[[list[Message]], None]) -> None:
+        self._send = send
+        self._local = threading.local()
+
+    def __call__(self, messages: list[Message]) -> None:
+        gathered: list[Message] | None = getattr(self._local, "gathered", None)
+        if gathered is not None:
+            gathered.extend(messages)
+        else:
+            self._send(messages)
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """Within this block, what this thread sends goes out when the block ends, in one
+        batch (so its advances are grouped): the tick's schedule firings and re-sends.
+        Each message's outbox entry covers the wait."""
+        if getattr(self._local, "gathered", None) is not None:
+            yield  # (an enclosing block sends them)
+            return
+        gathered: list[Message] = []
+        self._local.gathered = gathered
+        try:
+            yield
+        finally:
+            self._local.gathered = None
+            self._send(gathered)
+
+
 def sender(
     app: Celery, queues: Queues, tool_time_limit: Callable[[str], float], slice_ms: int = 0
-) -> Callable[[list[Message]], None]:
-    """Return a function that sends messages as tasks, with deterministic ids where they matter.
+) -> Sender:
+    """Return what sends messages as tasks, with deterministic ids where they matter.
 
     A message that cannot be sent is logged and left to the tick, which finds
     it in the outbox and sends it again. `slice_ms` is the workers' RELAY_INLINE_MS: a
@@ -138,7 +172,7 @@ def sender(
         except Exception as error:  # noqa: BLE001 - the outbox keeps them; the tick re-sends
             log.warning("could not send %d message(s): %s", len(messages), error)
 
-    return send
+    return Sender(send)
 
 
 def grouped_advances(messages: list[Message]) -> tuple[list[list[str]], list[Message]]:
