@@ -122,16 +122,7 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
             report = runtime().task(Message("advance", run_id), _hard_limit(task))
         return _told(report, ends.ended(task, started))
 
-    each = Advances(app, ends, lambda message, limit: runtime().task(message, limit))
-
-    # Always a summary: each run's own end (FAILURE for a failed run) is its own task's.
-    @app.task(name="relay.advances", **_STEP_TASK)
-    def advances(task: Task[Any, Any], run_ids: object) -> str:
-        runs = _valid_runs(run_ids)
-        if runs is None:
-            return REFUSED
-        request = task.request
-        return each(str(request.id), str(request.hostname or ""), runs, _hard_limit(task))
+    _register_advances(app, runtime, ends)
 
     @app.task(name="relay.call_model", **_STEP_TASK)
     def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str | NoFinalEvent:
@@ -164,6 +155,20 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     _add_ticker(app, runtime)
     guard_remote_control(app)
     _connect_signals(app, runtime)
+
+
+def _register_advances(app: Celery, runtime: _Built, ends: CarriedEnds) -> None:
+    """Register `relay.advances`: each run as `relay.advance` would (celery_app.grouped)."""
+    each = Advances(app, ends, lambda message, limit: runtime().task(message, limit))
+
+    # Always a summary: each run's own end (FAILURE for a failed run) is its own task's.
+    @app.task(name="relay.advances", **_STEP_TASK)
+    def advances(task: Task[Any, Any], run_ids: object) -> str:
+        runs = _valid_runs(run_ids)
+        if runs is None:
+            return REFUSED
+        request = task.request
+        return each(str(request.id), str(request.hostname or ""), runs, _hard_limit(task))
 
 
 def _connect_signals(app: Celery, runtime: _Built) -> None:
