@@ -143,24 +143,28 @@ def test_start_many_refuses_a_string_and_a_run_id(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(180)
 def test_a_corrupt_run_in_a_message_fails_alone(tmp_path: Path) -> None:
+    """One run's record is unreadable (its run fails, saying why); another's key is not
+    even a record (its advance raises): each fails alone, and the runs after them go on."""
     with fleet(tmp_path, recovery=NO_RESEND) as f:
         f.brain.script("CORRUPT-ONE:", SCRIPT)
-        ids = f.relay.start_many([f"CORRUPT-ONE: read note {i}" for i in range(5)])
-        bad = ids[2]
+        ids = f.relay.start_many([f"CORRUPT-ONE: read note {i}" for i in range(6)])
+        bad, broken = ids[1], ids[2]
         _corrupt(f, bad)
+        f.relay.store.redis.delete(f"relay:run:{broken}")
+        f.relay.store.redis.set(f"relay:run:{broken}", "not a record at all")
         f.worker("--pool", "threads", "-c", "2")
-        for run_id in ids:
-            if run_id != bad:
-                assert f.relay.wait(run_id, timeout=60).stop is Stop.DONE, f.logs()
+        for run_id in ids[3:] + ids[:1]:
+            assert f.relay.wait(run_id, timeout=60).stop is Stop.DONE, f.logs()
         outcome = f.relay.wait(bad, timeout=60)
         assert outcome.stop is Stop.FAILED, outcome
         assert "record could not be read" in outcome.summary, outcome.summary
         assert _received(f, "relay.advances") == 1, f.logs()
         f.until(lambda: "succeeded in" in _advances_lines(f), 30, what="the summary line")
         summary = _advances_lines(f)
-        assert "5 runs (" in summary, summary
-        assert "1 failed" in summary, summary
-        assert f"{bad} failed" in summary, summary
+        assert "6 runs (" in summary, summary
+        assert "2 failed" in summary, summary
+        assert f"{bad} failed; {broken} failed" in summary, summary
+        assert f"(run {broken}): its advance raised" in f.full_logs()
 
 
 HOSTILE: list[Any] = [
