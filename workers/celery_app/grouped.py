@@ -101,7 +101,7 @@ class Advances:
         try:
             with carried_by(task_id, worker):
                 report = self._task(Message("advance", run), left_s)
-        except Exception as error:
+        except Exception as error:  # this run fails; the others go on
             log.exception("task %s (run %s): its advance raised", task_id, run)
             line = f"advance raised {type(error).__name__}: {error}"
             return _Advanced(run, task_id, line, True, time.monotonic() - started)
