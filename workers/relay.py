@@ -50,7 +50,7 @@ from agent_core.args import check_args
 from scheduler import Notification, Schedule, ScheduleStore
 from scheduler.schedules import Mode
 from workers.celery_app.app import Queues, build_celery
-from workers.celery_app.sending import WorkerReach, sender
+from workers.celery_app.sending import Sender, WorkerReach, sender
 from workers.celery_app.tasks import register_tasks
 from workers.client.replays import Diff, MadeCall, ReplayReport, Replays
 from workers.client.runs import RunsClient
@@ -60,6 +60,7 @@ from workers.client.start import (
     Recorded,
     Unattended,
     checked_concurrency,
+    checked_many,
     checked_on_wait,
     checked_prices,
     new_run,
@@ -68,7 +69,7 @@ from workers.client.start import (
     with_policy,
 )
 from workers.engine.budget import Budget, Price
-from workers.engine.effects import Message, Outgoing
+from workers.engine.effects import Message
 from workers.engine.records import Pending, ReplyStrategy, RunStatus, StreamEvent, TraceEntry
 from workers.engine.working import Verifier
 from workers.errors import DecisionRefused
@@ -100,7 +101,7 @@ class _Parts:
 
     store: RunStore
     celery: Celery
-    send: Callable[[list[Message] | Outgoing], None]
+    send: Sender
     runs: RunsClient
 
 
@@ -410,6 +411,37 @@ class Relay:
             on_emit=parts.send,  # (it takes the `Outgoing` the steps emit)
         )
 
+    def start_many(self, tasks: Sequence[str], **options: Any) -> list[str]:
+        """Start a run for each of `tasks`, each as `start` would with the same `options`
+        (all but `run_id`); return their ids, in order.
+
+        Every run is checked before any is stored. Their first steps are sent together,
+        as few Celery messages (`relay.advances`, up to 100 runs each): a worker takes
+        them in one delivery and advances each run as it would alone; Flower still lists
+        one `relay.advance` per run.
+
+        Raises:
+            RelayError: as `start` does, for any of the tasks (then none is started), or
+                `tasks` is not a list of tasks, or `run_id` was given.
+            StoreUnavailable: Redis cannot be reached (the runs stored before are started).
+        """
+        made = [
+            self.prepare_run(task, remembered=self.memory, **options)
+            for task in checked_many(tasks, options)
+        ]
+        parts = self._built()
+        first: list[Message] = []
+        try:
+            return [
+                parts.store.connection.drive(
+                    start_steps(parts.store.keys, one, enlisted=parts.store.shards.enlist),
+                    on_emit=lambda sent: first.extend(sent.messages),
+                )
+                for one in made
+            ]
+        finally:
+            parts.send(first)  # (the runs stored before a failure are started too)
+
     def prepare_run(
         self,
         task: str,
@@ -519,8 +551,11 @@ class Relay:
 
         The fleet's workers tick by themselves, one tick per interval between them;
         this is for a program that wants a tick of its own (or a clock of its own).
+        What it sends (the runs its schedules fire, the messages it sends again) goes
+        out together as it ends, so their advances share a few messages.
         """
-        return scheduler.tick(self, now_ms() if now is None else now)
+        with self._built().send.together():
+            return scheduler.tick(self, now_ms() if now is None else now)
 
     def heal(self, now: int) -> int:
         """Re-send messages nobody dealt with and decline expired approvals (part of the tick)."""

@@ -6,7 +6,7 @@ prefetch 1, so a slow call never holds messages another worker could take.
 Relay's own leases and the tick recover a dead worker's call within
 `RELAY_RECOVERY_SECONDS`; the broker's visibility timeout (on RabbitMQ, the
 consumer timeout) is kept longer than any task can run, so it never hands a live
-task to a second worker. Its four tasks are registered by
+task to a second worker. Its tasks are registered by
 `workers.celery_app.tasks`; how the queues are declared on Redis or RabbitMQ is
 `workers.celery_app.brokers`; how messages are sent, `workers.celery_app.sending`.
 """
@@ -124,6 +124,7 @@ def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
         task_default_queue=queues.advance,
         task_routes={
             "relay.advance": {"queue": queues.advance},
+            "relay.advances": {"queue": queues.advance},
             "relay.tick": {"queue": queues.tick},
             "relay.call_model": {"queue": queues.model},
             "relay.run_tool": {"queue": queues.tools},

@@ -1,5 +1,11 @@
 """Sending a step's messages: as Celery tasks, in one broker round trip, ids fixed.
 
+Two or more advances sent at once (many starts, the tick's re-sends, a schedule's
+firings) go out as `relay.advances` messages of at most MOST_RUNS runs each
+(`celery_app.grouped`): one message, one delivery, one ack for many runs that each
+need one short step. Each run keeps its own outbox entry, so a grouped message that is
+lost is sent again by the tick run by run, as any lost advance.
+
 A model call's and a tool call's task id is the same at every sending
 (`<run>:m<seq>`, `<run>:<call>`), so Flower shows one task however often the
 tick sends it again. A message that cannot be sent is logged and left to the
@@ -29,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -42,7 +49,17 @@ from workers.celery_app.app import Queues
 from workers.engine.effects import Message, Outgoing
 from workers.settings import Settings
 
-__all__ = ["WorkerReach", "model_task_id", "one_round_trip", "sender", "tool_task_id"]
+__all__ = [
+    "MOST_RUNS",
+    "Sender",
+    "WorkerReach",
+    "advance_task_id",
+    "grouped_advances",
+    "model_task_id",
+    "one_round_trip",
+    "sender",
+    "tool_task_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +90,16 @@ class WorkerReach:
         return self._model_s if message.kind == "call_model" else 0.0
 
 
+MOST_RUNS = 100
+"""The most runs one `relay.advances` message carries: its task's events and summary stay
+small, and no run waits behind more than 99 others' first steps in one worker slot."""
+
+
+def advance_task_id(run_id: str) -> str:
+    """A new task id for an advance of `run_id` (a run is advanced many times: each its own)."""
+    return f"{run_id}:advance:{secrets.token_hex(4)}"
+
+
 def model_task_id(run_id: str, seq: int) -> str:
     """The task id of a run's model call: the same at every sending."""
     return f"{run_id}:m{seq}"
@@ -83,10 +110,43 @@ def tool_task_id(run_id: str, call_id: str) -> str:
     return f"{run_id}:{call_id}"
 
 
+class Sender:
+    """Sends messages as tasks, with deterministic ids where they matter (`sender`)."""
+
+    def __init__(self, send: Callable[[list[Message]], None]) -> None:
+        self._send = send
+        self._local = threading.local()
+
+    def __call__(self, outgoing: list[Message] | Outgoing) -> None:
+        # (A client command's steps emit `Outgoing`: its driver hands it here as it is.)
+        messages = outgoing.messages if isinstance(outgoing, Outgoing) else outgoing
+        gathered: list[Message] | None = getattr(self._local, "gathered", None)
+        if gathered is not None:
+            gathered.extend(messages)
+        else:
+            self._send(messages)
+
+    @contextmanager
+    def together(self) -> Iterator[None]:
+        """Within this block, what this thread sends goes out when the block ends, in one
+        batch (so its advances are grouped): the tick's schedule firings and re-sends.
+        Each message's outbox entry covers the wait."""
+        if getattr(self._local, "gathered", None) is not None:
+            yield  # (an enclosing block sends them)
+            return
+        gathered: list[Message] = []
+        self._local.gathered = gathered
+        try:
+            yield
+        finally:
+            self._local.gathered = None
+            self._send(gathered)
+
+
 def sender(
     app: Celery, queues: Queues, tool_time_limit: Callable[[str], float], slice_ms: int = 0
-) -> Callable[[list[Message] | Outgoing], None]:
-    """Return a function that sends messages as tasks, with deterministic ids where they matter.
+) -> Sender:
+    """Return what sends messages as tasks, with deterministic ids where they matter.
 
     It takes a list of messages, or a client command's `Outgoing` as its steps emit it.
     A message that cannot be sent is logged and left to the tick, which finds
@@ -95,14 +155,18 @@ def sender(
     """
     task_limit = _tool_task_limit(tool_time_limit, math.ceil(max(slice_ms, 0) / 1000))
 
-    def send(outgoing: list[Message] | Outgoing) -> None:
-        # (A client command's steps emit `Outgoing`: its driver hands it here as it is.)
-        messages = outgoing.messages if isinstance(outgoing, Outgoing) else outgoing
+    def send(messages: list[Message]) -> None:
         if not messages:
             return
+        groups, alone = grouped_advances(messages)
         try:  # a batch in one broker round trip (one_round_trip, below)
             with one_round_trip(app) as producer:
-                for message in messages:
+                for runs in groups:
+                    try:
+                        _send_advances(app, queues.advance, runs, producer)
+                    except Exception as error:  # noqa: BLE001 - the outbox keeps them
+                        log.warning("could not send the advances of %d runs: %s", len(runs), error)
+                for message in alone:
                     try:
                         _send_one(app, queues, message, task_limit, producer)
                     except Exception as error:  # noqa: BLE001 - the outbox keeps it
@@ -111,7 +175,39 @@ def sender(
         except Exception as error:  # noqa: BLE001 - the outbox keeps them; the tick re-sends
             log.warning("could not send %d message(s): %s", len(messages), error)
 
-    return send
+    return Sender(send)
+
+
+def grouped_advances(messages: list[Message]) -> tuple[list[list[str]], list[Message]]:
+    """Split `messages` into the runs whose advances go out together (chunks of at most
+    MOST_RUNS, each of two or more runs) and the messages sent one by one.
+
+    An advance applies everything in its run's inbox, so two advances of one run in one
+    batch are one. A delayed advance keeps its own message (its countdown)."""
+    runs = list(dict.fromkeys(m.run for m in messages if _is_quick_advance(m)))
+    if len(runs) < 2:
+        return [], messages
+    chunks = [runs[i : i + MOST_RUNS] for i in range(0, len(runs), MOST_RUNS)]
+    alone = [m for m in messages if not _is_quick_advance(m)]
+    alone += [Message("advance", chunk[0]) for chunk in chunks if len(chunk) == 1]
+    return [chunk for chunk in chunks if len(chunk) > 1], alone
+
+
+def _is_quick_advance(message: Message) -> bool:
+    return message.kind == "advance" and message.delay_ms <= 0
+
+
+def _send_advances(app: Celery, queue: str, runs: list[str], producer: Producer) -> None:
+    """Send one `relay.advances` message for `runs` (celery_app.grouped)."""
+    shown = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+    app.send_task(
+        "relay.advances",
+        args=[runs],
+        task_id=f"advances:{secrets.token_hex(8)}",
+        argsrepr=f"{len(runs)} runs: {shown}",
+        queue=queue,
+        producer=producer,
+    )
 
 
 def _send_one(
@@ -145,7 +241,7 @@ def _send_one(
         app.send_task(
             "relay.advance",
             args=[m.run],
-            task_id=f"{m.run}:advance:{secrets.token_hex(4)}",
+            task_id=advance_task_id(m.run),
             argsrepr=f"run={m.run}",
             queue=queues.advance,
             producer=producer,

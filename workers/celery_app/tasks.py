@@ -1,6 +1,8 @@
-"""Relay's four tasks on a Celery app, each a short body on the runtime.
+"""Relay's five tasks on a Celery app, each a short body on the runtime.
 
     relay.advance(run_id)            advance a run (a wake-up: the client, the tick)
+    relay.advances(run_ids)          advance each of several runs, as relay.advance
+                                     would alone (celery_app.grouped)
     relay.call_model(run_id, seq)    make the run's model call for step `seq`
     relay.run_tool(run_id, call_id)  run one call of the run's batch
     relay.tick()                     the fleet's tick (schedules, expiries, healing)
@@ -34,7 +36,8 @@ from celery.signals import (
 from workers.celery_app.carried_ends import CarriedEnds
 from workers.celery_app.control import guard_remote_control
 from workers.celery_app.final_events import NoFinalEvent, QuietRequest
-from workers.celery_app.sending import model_task_id, tool_task_id
+from workers.celery_app.grouped import Advances
+from workers.celery_app.sending import MOST_RUNS, model_task_id, tool_task_id
 from workers.engine.effects import Message
 from workers.errors import StepFailed
 from workers.model.transport import shared_tls
@@ -94,8 +97,8 @@ that sends no final event for a `NoFinalEvent` (see `register_tasks`)."""
 
 
 def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
-    """Register `relay.advance`, `relay.call_model`, `relay.run_tool` and `relay.tick` on
-    `app`, each a short body on the runtime, and the tick in every worker of the app.
+    """Register `relay.advance`, `relay.advances`, `relay.call_model`, `relay.run_tool` and
+    `relay.tick` on `app`, each a short body on the runtime, and the tick in every worker.
 
     `build()` makes the runtime, once, at its first use: a worker of `app` builds it
     as it starts (so its first task pays nothing), a process that only sends never does.
@@ -118,6 +121,8 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
         with _carrying(task):
             report = runtime().task(Message("advance", run_id), _hard_limit(task))
         return _told(report, ends.ended(task, started))
+
+    _register_advances(app, runtime, ends)
 
     @app.task(name="relay.call_model", **_STEP_TASK)
     def call_model(task: Task[Any, Any], run_id: str, seq: int) -> str | NoFinalEvent:
@@ -150,6 +155,20 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
     _add_ticker(app, runtime)
     guard_remote_control(app)
     _connect_signals(app, runtime)
+
+
+def _register_advances(app: Celery, runtime: _Built, ends: CarriedEnds) -> None:
+    """Register `relay.advances`: each run as `relay.advance` would (celery_app.grouped)."""
+    each = Advances(app, ends, lambda message, limit: runtime().task(message, limit))
+
+    # Always a summary: each run's own end (FAILURE for a failed run) is its own task's.
+    @app.task(name="relay.advances", **_STEP_TASK)
+    def advances(task: Task[Any, Any], run_ids: object) -> str:
+        runs = _valid_runs(run_ids)
+        if runs is None:
+            return REFUSED
+        request = task.request
+        return each(str(request.id), str(request.hostname or ""), runs, _hard_limit(task))
 
 
 def _connect_signals(app: Celery, runtime: _Built) -> None:
@@ -286,15 +305,11 @@ def _valid(task: str, *, run_id: object, seq: object = 0, call_id: object = "cal
     Relay never sends is refused here, with a warning, before it reaches Redis.
     """
     fine = (
-        isinstance(run_id, str)
-        and 0 < len(run_id) <= MAX_ID_CHARS
-        and run_id.isprintable()
+        _an_id(run_id)
         and isinstance(seq, int)
         and not isinstance(seq, bool)
         and 0 <= seq < 2**53
-        and isinstance(call_id, str)
-        and 0 < len(call_id) <= MAX_ID_CHARS
-        and call_id.isprintable()
+        and _an_id(call_id)
     )
     if not fine:
         log.warning(
@@ -305,3 +320,35 @@ def _valid(task: str, *, run_id: object, seq: object = 0, call_id: object = "cal
             call_id,
         )
     return fine
+
+
+def _an_id(value: object) -> bool:
+    """Whether `value` is an id as Relay makes them (a run's, a call's)."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and value.isprintable()
+
+
+def _valid_runs(run_ids: object) -> list[str] | None:
+    """The runs of a `relay.advances` message, or None (with a warning) when it is not
+    what Relay sends: a list of 1 to MOST_RUNS distinct run ids."""
+    problem = _runs_problem(run_ids)
+    if problem or not isinstance(run_ids, list):
+        log.warning(
+            "refused a relay.advances message with arguments Relay never sends (%s): %.80r",
+            problem,
+            run_ids,
+        )
+        return None
+    return [str(run_id) for run_id in run_ids]
+
+
+def _runs_problem(run_ids: object) -> str:
+    """What is wrong with a `relay.advances` message's argument ('' if nothing)."""
+    if not isinstance(run_ids, list):
+        return f"not a list but {type(run_ids).__name__}"
+    if not 0 < len(run_ids) <= MOST_RUNS:
+        return f"{len(run_ids)} runs, not 1 to {MOST_RUNS}"
+    if not all(_an_id(run_id) for run_id in run_ids):
+        return "an entry that is not a run id"
+    if len(set(run_ids)) != len(run_ids):
+        return "a run named twice"
+    return ""

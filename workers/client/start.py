@@ -36,6 +36,7 @@ __all__ = [
     "check_start",
     "checked_concurrency",
     "checked_key",
+    "checked_many",
     "checked_prices",
     "new_run",
     "recorded_stubs",
@@ -103,6 +104,20 @@ def checked_on_wait(given: object) -> Literal["wait", "notify", "skip"]:
     if given == "wait" or given == "notify" or given == "skip":  # noqa: PLR1714 - narrows
         return given
     raise RelayError(f"on_wait is 'wait', 'notify' or 'skip', not {given!r}")
+
+
+def checked_many(tasks: object, options: Mapping[str, object]) -> list[str]:
+    """The tasks `start_many` was given, as a list (each is checked as `start` checks it).
+
+    Raises:
+        RelayError: not a list of tasks (a string would start a run a character), or
+            `run_id` given (one id cannot name many runs).
+    """
+    if isinstance(tasks, str | bytes) or not isinstance(tasks, Sequence):
+        raise RelayError(f"start_many takes a list of tasks, not {type(tasks).__name__}")
+    if options.get("run_id") is not None:
+        raise RelayError("start_many takes no run_id: each run gets an id of its own")
+    return list(tasks)
 
 
 def check_memory(name: object) -> str:
