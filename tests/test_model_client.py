@@ -7,7 +7,8 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
@@ -436,23 +437,44 @@ def test_a_body_past_the_size_cap_is_refused(
     assert not error.retryable
 
 
-def test_a_streamed_body_past_the_size_cap_is_cut_off() -> None:
+@contextmanager
+def unlengthed_body(piece: bytes, pieces: int, gap: float) -> Iterator[tuple[str, list[int]]]:
+    """A loopback server that answers one call with a 200 of no declared length (chunked,
+    not an event stream): `pieces` pieces, `gap` seconds apart, until the client hangs
+    up. Yields its URL and a list that grows by one for each piece sent."""
     sent: list[int] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
 
-    async def chunks() -> AsyncIterator[bytes]:
-        for _ in range(100):
-            sent.append(1)
-            yield b"x" * 400
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)  # (the call; what it asks does not matter)
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            connection.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+            with suppress(OSError):  # the client hung up
+                for _ in range(pieces):
+                    connection.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+                    sent.append(1)
+                    time.sleep(gap)
+                connection.sendall(b"0\r\n\r\n")
 
-    transport = httpx.MockTransport(lambda _request: httpx.Response(200, content=chunks()))
-    settings = ModelSettings(url="http://model.test/v1", max_body_bytes=1000)
-    with (
-        opened(ModelClient(settings, transport=transport)) as client,
-        pytest.raises(ModelCallError) as caught,
-    ):
-        run_blocking(client.complete(REQUEST))
+    answering = threading.Thread(target=answer)
+    answering.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", sent
+    finally:
+        answering.join(15)
+        listener.close()
+
+
+def test_a_body_of_no_declared_length_past_the_size_cap_is_cut_off() -> None:
+    with unlengthed_body(b"x" * 400, 100, 0.05) as (url, sent):
+        settings = ModelSettings(url=url, max_body_bytes=1000, retries=0)
+        with opened(ModelClient(settings)) as client, pytest.raises(ModelCallError) as caught:
+            run_blocking(client.complete(REQUEST))
     assert "larger than 1000 bytes" in caught.value.message
-    assert len(sent) == 3  # stopped reading at the chunk that went past the cap
+    assert len(sent) < 50  # it stopped reading, and hung up, long before the body's end
 
 
 # --- the key stays secret ------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The model client: one OpenAI-compatible chat completions call, with retries.
 
 A call is a coroutine, made on the process's event loop (`workers.loop`, DESIGN
-§10.1): one `ModelClient` per worker process holds one `httpx.AsyncClient`, which
-binds to that loop on its first call and keeps the TCP (and TLS) connections alive
+§10.1): one `ModelClient` per worker process holds one `aiohttp.ClientSession`, made
+on that loop at its first call, which keeps the TCP (and TLS) connections alive
 between calls, one per call in flight and no cap on them (the process's capacity
 bounds its calls). A synchronous caller hands the coroutine to the loop and waits
 (`workers.loop.run_blocking`). A call is `POST {url}` with a system and a user
@@ -31,9 +31,19 @@ half read cannot be reused), so nothing leaks.
 Failures end as one exception, `ModelCallError`, whose `retryable` says whether
 the failure was transient (429, 5xx, a timeout, a refused or dropped
 connection) and was retried until the budget ran out, or permanent (another
-4xx, an unusable body, a bad URL). httpx's own exceptions are translated in one
+4xx, an unusable body, a bad URL). aiohttp's own exceptions are translated in one
 place, `_translating_errors`. The key, and secret values in the URL's query
 string (`?api-key=...`), never appear in an error or a log line.
+
+Why aiohttp, not httpx (DESIGN §10.1: "unless a well-kept alternative, measured side
+by side in bench/, is needed to reach the goal"): reading streamed replies was some
+58% of a worker's CPU with 300 calls in flight, and issue 53 asks for 2-3 ms of worker
+CPU a model call in all. At 1,000 streams at once httpx's pool took 30 ms of client
+CPU a stream, 24 of them searching its connections (httpcore looks through every one
+it holds as each request comes and goes); our shelf of one-connection transports cut
+that to 3.7 ms; aiohttp's connector, which keeps idle connections in a queue per host
+and searches nothing, takes 1.8 ms (`bench.http_clients`, bench/RESULTS.md "Issue 53's
+ground"). So the shelf went with httpx.
 """
 
 from __future__ import annotations
@@ -53,8 +63,9 @@ from contextlib import contextmanager, suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import httpcore  # noqa: F401 - imported here, not at the first request (see below)
+import aiohttp
 import httpx
+from yarl import URL
 
 from agent_core.steps import ModelRequest, ReplyShape
 from workers.errors import ModelCallError
@@ -78,144 +89,57 @@ from workers.settings import ModelSettings, Settings
 if TYPE_CHECKING:
     from workers.model.endpoints import ModelRoute
 
-# httpx imports httpcore (and h11) when its first transport is made, and a client is
-# made at a process's first model call: a prefork worker's every child would import them
-# then, a third of a second of CPU each (py-spy, bench many). Imported with this module
-# instead, they are loaded once, before the pool forks.
-
 __all__ = ["KEEPALIVE_S", "ModelClient", "ModelSource", "shared_tls"]
 
 log = logging.getLogger(__name__)
 
 DRAIN_BYTES = 64 * 1024  # what a stream may send after [DONE] before it is dropped unread
 KEEPALIVE_S = 5.0
-"""How long an idle connection is kept (httpx's default keep-alive expiry)."""
-LIMITS = httpx.Limits(
-    max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_S
-)
-"""No cap on connections, kept or in use: a thousand calls in flight on one loop must not
-queue for the pool (the process's capacity bounds its calls; idle ones expire)."""
+"""How long an idle connection is kept (httpx's default keep-alive expiry, kept)."""
 
 
 @functools.cache
 def shared_tls() -> ssl.SSLContext:
-    """This process's TLS context for model connections (httpx's default: it honours
-    SSL_CERT_FILE). Loading the CA bundle takes some 20 ms of CPU, so it is made once,
-    and a worker makes it as it starts (`celery_app.tasks`): a prefork pool's children
-    inherit it rather than each paying at its first model call."""
+    """This process's TLS context for model connections: SSL_CERT_FILE's (or
+    SSL_CERT_DIR's) CAs if set, else certifi's bundle, as httpx chose (httpx makes it).
+    Loading the CA bundle takes some 20 ms of CPU, so it is made once, and a worker
+    makes it as it starts (`celery_app.tasks`): a prefork pool's children inherit it
+    rather than each paying at its first model call."""
     return httpx.create_ssl_context()
-
-
-_ONE = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE_S)
-SHELF_MOST = 1024
-"""Transports a process keeps idle at most (one kept-alive connection each)."""
-
-
-class _Given(httpx.AsyncByteStream):
-    """A response's body; closing it puts its transport back on the shelf (once)."""
-
-    def __init__(self, body: httpx.AsyncByteStream, give_back: Callable[[], None]) -> None:
-        self._body = body
-        self._give_back: Callable[[], None] | None = give_back
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for part in self._body:
-            yield part
-
-    async def aclose(self) -> None:
-        try:
-            await self._body.aclose()
-        finally:
-            give_back, self._give_back = self._give_back, None
-            if give_back is not None:
-                give_back()
-
-
-class KeptConnections(httpx.AsyncBaseTransport):
-    """A kept-alive connection of its own for each call in flight: a shelf of transports
-    that hold one connection each; a request takes the one put back last, and its
-    response's close puts it back.
-
-    httpcore's pool looks through every connection it holds each time a request comes
-    or goes, so with a thousand calls in flight each request would pay for all the
-    others: 24 of its 30 ms of CPU at 1,000 streams, against 3.7 ms on the shelf
-    (`bench.http_clients`). All its transports share the process's TLS context."""
-
-    def __init__(self) -> None:
-        self._shelf: list[httpx.AsyncHTTPTransport] = []
-        self._lent = 0
-
-    @property
-    def kept(self) -> int:
-        """Transports on the shelf now (idle)."""
-        return len(self._shelf)
-
-    @property
-    def lent(self) -> int:
-        """Transports lent to calls in flight now."""
-        return self._lent
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        shelf = self._shelf
-        transport = (
-            shelf.pop() if shelf else httpx.AsyncHTTPTransport(verify=shared_tls(), limits=_ONE)
-        )
-        self._lent += 1
-        try:
-            response = await transport.handle_async_request(request)
-        except BaseException:
-            self._put_back(transport)
-            raise
-        stream = response.stream
-        if not isinstance(stream, httpx.AsyncByteStream):  # (never: an async transport's)
-            self._put_back(transport)
-            raise TypeError("an async transport answered with a sync body")
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Given(stream, lambda: self._put_back(transport)),
-            extensions=response.extensions,
-        )
-
-    def _put_back(self, transport: httpx.AsyncHTTPTransport) -> None:
-        self._lent -= 1
-        if len(self._shelf) < SHELF_MOST:
-            self._shelf.append(transport)
-            return
-        asyncio.get_running_loop().create_task(transport.aclose())  # (a burst's spares)
-
-    async def aclose(self) -> None:
-        shelf, self._shelf = self._shelf, []
-        for transport in shelf:
-            await transport.aclose()
 
 
 # --- the I/O seam ----------------------------------------------------------------
 
 
 @contextmanager
-def _translating_errors(where: str, timeout: httpx.Timeout) -> Iterator[None]:
-    """Turn every httpx exception into a ModelCallError; the one place that knows httpx's."""
+def _translating_errors(where: str, timeout: aiohttp.ClientTimeout) -> Iterator[None]:
+    """Turn every aiohttp exception into a ModelCallError; the one place that knows aiohttp's.
+
+    The messages keep the shapes they had with httpx (ConnectTimeout, ReadTimeout):
+    users' alerts and runs' summaries read them."""
     try:
         yield
-    except httpx.TimeoutException as error:
-        what = type(error).__name__  # ConnectTimeout, ReadTimeout, WriteTimeout, PoolTimeout
-        limit = getattr(timeout, what.removesuffix("Timeout").lower(), None)
-        message = f"{what} talking to {where} (limit {limit} s)"
+    except aiohttp.ConnectionTimeoutError:
+        message = f"ConnectTimeout talking to {where} (limit {timeout.connect} s)"
         raise ModelCallError(message, retryable=True) from None
-    except httpx.ConnectError as error:
+    except (aiohttp.ServerTimeoutError, TimeoutError):  # SocketTimeoutError: sock_read
+        message = f"ReadTimeout talking to {where} (limit {timeout.sock_read} s)"
+        raise ModelCallError(message, retryable=True) from None
+    except aiohttp.ClientConnectorError as error:
         raise ModelCallError(f"could not connect to {where}: {error}", retryable=True) from None
-    except (httpx.NetworkError, httpx.RemoteProtocolError) as error:
+    except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as error:
         # A dropped connection: often a kept-alive one the server had already closed.
         message = f"connection to {where} failed: {type(error).__name__}: {error}"
         raise ModelCallError(message, retryable=True) from None
-    except httpx.HTTPError as error:
-        # A bad URL, a header httpx refuses, an undecodable body: trying again won't help.
+    except aiohttp.ClientError as error:
+        # A bad URL (InvalidURL), a reply aiohttp cannot parse: trying again won't help.
         message = f"request to {where} failed: {type(error).__name__}: {error}"
         raise ModelCallError(message, retryable=False) from None
 
 
-async def _read_capped(response: httpx.Response, limit: int, check: Callable[[], None]) -> bytes:
+async def _read_capped(
+    response: aiohttp.ClientResponse, limit: int, check: Callable[[], None]
+) -> bytes:
     """Return the whole (decoded) body; raise ModelCallError once it passes `limit` bytes.
 
     The size is checked while the body streams in, so a runaway (or decompressed)
@@ -228,7 +152,7 @@ async def _read_capped(response: httpx.Response, limit: int, check: Callable[[],
     chunks: list[bytes] = []
     size = 0
     check()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.content.iter_any():
         check()
         size += len(chunk)
         if size > limit:
@@ -238,8 +162,10 @@ async def _read_capped(response: httpx.Response, limit: int, check: Callable[[],
 
 
 async def _drain(chunks: AsyncIterator[bytes], call: _Call) -> None:
-    """Read the body's end after `[DONE]`, up to DRAIN_BYTES, to keep the connection."""
-    with suppress(httpx.HTTPError, ModelCallError):
+    """Read the body's end after `[DONE]`, up to DRAIN_BYTES, to keep the connection.
+
+    A body that says more is left unread: releasing it then closes its connection."""
+    with suppress(aiohttp.ClientError, ModelCallError):
         size = 0
         async for chunk in chunks:
             size += len(chunk)
@@ -265,26 +191,24 @@ def _calls_read(reply: ModelReply, shape: ReplyShape | None, call: _Call) -> Mod
     return reply.model_copy(update={"text": text})
 
 
-def _too_big(response: httpx.Response, limit: int) -> ModelCallError:
+def _too_big(response: aiohttp.ClientResponse, limit: int) -> ModelCallError:
     message = f"the model server's reply is larger than {limit} bytes"
-    return ModelCallError(message, retryable=False, status=response.status_code)
+    return ModelCallError(message, retryable=False, status=response.status)
 
 
 class ModelClient:
     """Calls one OpenAI-compatible chat completions endpoint; one per process.
 
-    `transport` replaces httpx's network transport (tests: `httpx.MockTransport`);
     `sleep` (awaited), `rand` and `now` (Unix seconds, for Retry-After dates) are
     injectable so the retry waits can be observed without waiting. Its calls are made
-    on one event loop (the process's): httpx's AsyncClient binds to the loop of its
-    first call.
+    on one event loop (the process's): its aiohttp session is made on that loop at the
+    first call, and binds to it.
     """
 
     def __init__(
         self,
         settings: ModelSettings,
         *,
-        transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
         now: Callable[[], float] = time.time,
@@ -294,30 +218,46 @@ class ModelClient:
         self._rand = rand
         self._now = now
         self._key = settings.key.get_secret_value() if settings.key else None
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        timeout = httpx.Timeout(
-            settings.read_timeout, connect=settings.connect_timeout, pool=settings.connect_timeout
-        )
-        self._http = httpx.AsyncClient(
-            headers=headers,
-            timeout=timeout,
-            limits=LIMITS,
-            verify=shared_tls(),
-            transport=transport or KeptConnections(),
-        )
+            self._headers["Authorization"] = f"Bearer {self._key}"
+        self._tls = shared_tls()  # (taken now: a worker made it before its pool forked)
+        self._http: aiohttp.ClientSession | None = None  # made at the first call, on its loop
+        self._closed = False
         # What no error may show: the key, and the secrets in the URL's query string.
         # (A value of a few characters would garble every message, and hides nothing.)
         secrets = [s for s in url_secrets(settings.url) if len(s) >= 4]
         secrets += [self._key] if self._key else []
         self._secrets = sorted(secrets, key=len, reverse=True)
-        url = httpx.URL(settings.url)
+        url = URL(settings.url)
         self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
         self._streams = True  # ask for streamed replies (until the server refuses one)
         self._protocol = settings.protocol  # until the server refuses it: then text
         self._fallback: str | None = None
+        # The model calls no longer go through httpx, but MCP's HTTP sessions in this
+        # process still do, and their request lines must not show a URL's secrets.
         hide_secrets_in_httpx_logs()
+
+    def _session(self) -> aiohttp.ClientSession:
+        """This client's session, made on the running loop at the first call.
+
+        No cap on connections, kept or in use: a thousand calls in flight on one loop
+        must not queue for the pool (the process's capacity bounds its calls; idle ones
+        expire after KEEPALIVE_S). `trust_env` honours HTTP(S)_PROXY and NO_PROXY, as
+        httpx did; redirects are not followed (nor were they): a 3xx is the server's
+        answer."""
+        if self._http is None:
+            if self._closed:
+                raise RuntimeError("the model client is closed")
+            connector = aiohttp.TCPConnector(limit=0, ssl=self._tls, keepalive_timeout=KEEPALIVE_S)
+            self._http = aiohttp.ClientSession(
+                connector=connector,
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(total=None),  # each request gives its own
+                trust_env=True,
+                auto_decompress=True,
+            )
+        return self._http
 
     @property
     def protocol_fallback(self) -> str | None:
@@ -480,26 +420,32 @@ class ModelClient:
         return reply
 
     async def _request(self, body: dict[str, Any], call: _Call, *, streamed: bool) -> ModelReply:
-        """Make one HTTP request; raise ModelCallError (with the key scrubbed) if it fails."""
+        """Make one HTTP request; raise ModelCallError (with the key scrubbed) if it fails.
+
+        Leaving the response's block releases it: a body read to its end gives its
+        connection back to be kept, one cut short (a cancel, the size cap, a stop) closes
+        it, for a reply half read cannot be reused."""
         left = call.left()
         if left <= 0:
             raise call.past_deadline()
         settings = self._settings
-        connect = min(settings.connect_timeout, left)
-        timeout = httpx.Timeout(min(settings.read_timeout, left), connect=connect, pool=connect)
+        connect, read = min(settings.connect_timeout, left), min(settings.read_timeout, left)
+        timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_read=read)
         content = json.dumps(streaming(body) if streamed else body).encode("utf-8")
+        post = self._session().post
         try:
-            post = self._http.stream
             with _translating_errors(self._where, timeout):
-                async with post("POST", settings.url, content=content, timeout=timeout) as response:
+                async with post(
+                    settings.url, data=content, timeout=timeout, allow_redirects=False
+                ) as response:
                     kind = response.headers.get("content-type", "")
                     spent_for = exhausted_wait(response.headers)
-                    if response.status_code == 200 and kind.startswith("text/event-stream"):
+                    if response.status == 200 and kind.startswith("text/event-stream"):
                         events = await self._read_events(response, call, len(content))
                         return _spent(events, spent_for)
                     data = await _read_capped(response, settings.max_body_bytes, call.check)
-            if response.status_code != 200:
-                raise error_for_status(response.status_code, response.headers, data, self._now())
+            if response.status != 200:
+                raise error_for_status(response.status, response.headers, data, self._now())
             reply = parse_reply(data)
         except ModelCallError as error:
             raise self._scrubbed(error) from None
@@ -507,12 +453,14 @@ class ModelClient:
             call.text(reply.text)  # a reply that came whole is handed over whole
         return _spent(reply, spent_for)
 
-    async def _read_events(self, response: httpx.Response, call: _Call, sent: int) -> ModelReply:
+    async def _read_events(
+        self, response: aiohttp.ClientResponse, call: _Call, sent: int
+    ) -> ModelReply:
         """Read a streamed reply, handing each piece of text over as it arrives."""
         events = StreamedReply()
         limit, size = self._settings.max_body_bytes, 0
         call.check()
-        chunks = response.aiter_bytes()
+        chunks = response.content.iter_any()
         async for chunk in chunks:
             call.check()
             size += len(chunk)
@@ -539,8 +487,11 @@ class ModelClient:
         )
 
     async def aclose(self) -> None:
-        """Close the kept-alive connections (on the loop that made the calls)."""
-        await self._http.aclose()
+        """Close the kept-alive connections (on the loop that made the calls); a call
+        made after raises RuntimeError."""
+        self._closed = True
+        if self._http is not None:
+            await self._http.close()
 
     async def __aenter__(self) -> ModelClient:
         return self
