@@ -161,6 +161,28 @@ async def _read_capped(
     return b"".join(chunks)
 
 
+class _HttpChunks:
+    """A streamed body, one HTTP chunk at a time (as h11 gave it to httpx), however many
+    came in one read: a server sends an event a chunk, so the text before an error event
+    is handed over before the error ends the attempt (and the retry says RESTART)."""
+
+    __slots__ = ("_content",)
+
+    def __init__(self, content: aiohttp.StreamReader) -> None:
+        self._content = content
+
+    def __aiter__(self) -> _HttpChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while True:
+            data, chunk_ended = await self._content.readchunk()
+            if data:
+                return data
+            if not chunk_ended:  # (b"", False): the body's end
+                raise StopAsyncIteration
+
+
 async def _drain(chunks: AsyncIterator[bytes], call: _Call) -> None:
     """Read the body's end after `[DONE]`, up to DRAIN_BYTES, to keep the connection.
 
@@ -460,7 +482,7 @@ class ModelClient:
         events = StreamedReply()
         limit, size = self._settings.max_body_bytes, 0
         call.check()
-        chunks = response.content.iter_any()
+        chunks = _HttpChunks(response.content)
         async for chunk in chunks:
             call.check()
             size += len(chunk)
