@@ -6,7 +6,7 @@
    against `bench.slow_model` in a process of its own replying in 2 s (10 streamed
    pieces); this process's CPU a call, plain and streamed, with httpx's sync client (each
    call on a thread, as the carrier made them) and with its AsyncClient on one event
-   loop (as the model client makes them now, `workers.model.transport`).
+   loop (as the model client made them before it moved to aiohttp, issue 53).
 2. A Celery task that raises `Ignore` against one that returns (what a carried call's
    task did before `NoFinalEvent`, and does now): Celery's tracer run in process, CPU a
    task.
@@ -30,9 +30,12 @@ from celery.app.trace import build_tracer
 from celery.exceptions import Ignore
 
 from tests.support.redis_server import free_port, wait_for_port
-from workers.model.transport import LIMITS
 
 __all__ = ["main"]
+
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=5.0)
+"""No cap on connections, kept or in use: how the model client held httpx's pool before it
+moved to aiohttp (issue 53)."""
 
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "hello"}]}
 
