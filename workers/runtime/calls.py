@@ -537,14 +537,14 @@ class Calls:
             if outcome is Stopped.HANDED_BACK:
                 self._unclaim(call, due_ms=self.steps.clock())
             return Report(f"{call.asked.what}: {outcome.value}; nothing was saved", idle=True)
-        if isinstance(outcome, Exception):
-            self._tell_route(call)
-            raise outcome
-        if isinstance(outcome, Requeue):
+        if isinstance(outcome, Requeue):  # (an Exception too: it must come first)
             try:
                 self._come_back(call, outcome)
             except _Postponed as later:
                 return Report(f"{call.asked.what}: {later.why}", waited=True)
+        if isinstance(outcome, Exception):
+            self._tell_route(call)
+            raise outcome
         self._warn_fallback(call)
         return self._kept(call, _Made(outcome, handed.started_ns))
 
