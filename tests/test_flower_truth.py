@@ -27,7 +27,7 @@ ONE_TASK_A_STEP = {"RELAY_INLINE_MS": "0"}
 task that continued steps shows is tested in `test_a_task_names_the_steps_it_continued`."""
 
 POOLS = {
-    # The threads pool used to lose a third of its task events (workers.celery_app.events).
+    # The threads pool used to lose a third of its task events (workers.celery_app.flower).
     "threads": (60, ["--pool", "threads", "-c", "8"]),
     "prefork": (20, ["--pool", "prefork", "-c", "2"]),
     "solo": (20, ["--pool", "solo"]),

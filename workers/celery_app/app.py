@@ -20,7 +20,7 @@ from celery import Celery
 
 from workers.celery_app.brokers import broker_conf, kombu_url
 from workers.celery_app.channels import RelayAMQP
-from workers.celery_app.events import RelayEvents
+from workers.celery_app.flower import RelayEvents
 from workers.settings import Settings
 
 __all__ = ["Queues", "build_celery", "delivery_settings", "visibility_timeout"]
@@ -101,7 +101,7 @@ def delivery_settings(visibility_timeout_s: int, *, events: bool) -> dict[str, A
 def build_celery(name: str, settings: Settings, broker_url: str) -> Celery:
     """Return the configured Celery app (`tasks.register_tasks` gives it its tasks)."""
     queues = Queues.under(settings.prefix)
-    # RelayEvents: task events that reach Flower from a threads pool too (celery_app.events);
+    # RelayEvents: task events that reach Flower from a threads pool too (celery_app.flower);
     # RelayAMQP: a Redis broker channel that keeps its client (celery_app.channels).
     app = Celery(
         name,

@@ -14,7 +14,7 @@ failed), under a task id of the run's own (`<run>:advance:<token>`), named
 `relay.advance`, its parent the grouped task. Each run's work is carried by that id
 (`runtime.carrier`), so a call it continues names it in the run's trace, and a model
 call it hands to the event loop ends that task in Flower when the call does
-(`celery_app.carried_ends`). The grouped task itself returns a summary: how many runs
+(`celery_app.flower`). The grouped task itself returns a summary: how many runs
 did what, and each run's outcome in a word.
 
 The runs' first events go out in one broker round trip before the first run starts,
@@ -34,7 +34,7 @@ from celery import Celery
 from celery.utils.saferepr import saferepr
 from kombu.utils.encoding import safe_repr
 
-from workers.celery_app.carried_ends import RESULT_CHARS, CarriedEnds
+from workers.celery_app.flower import RESULT_CHARS, CarriedEnds
 from workers.celery_app.sending import advance_task_id, one_round_trip
 from workers.engine.effects import Message
 from workers.errors import StepFailed

@@ -33,9 +33,8 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from workers.celery_app.carried_ends import CarriedEnds
 from workers.celery_app.control import guard_remote_control
-from workers.celery_app.final_events import NoFinalEvent, QuietRequest
+from workers.celery_app.flower import CarriedEnds, NoFinalEvent, QuietRequest
 from workers.celery_app.grouped import Advances
 from workers.celery_app.sending import MOST_RUNS, model_task_id, tool_task_id
 from workers.engine.effects import Message
@@ -240,7 +239,7 @@ def _told(
 
     A task that handed its model call to the loop returns `NoFinalEvent` too, once
     `carried(report)` has taken its line: it ends in Flower when the call does
-    (`celery_app.carried_ends`).
+    (`celery_app.flower`).
     """
     if report.idle and own_id:
         return NoFinalEvent(report.line)

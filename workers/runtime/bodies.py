@@ -201,7 +201,7 @@ class Runtime:
     def on_carried_end(self, hook: Callable[[Report], None]) -> None:
         """Tell `hook` what each model call the loop held did once it is kept, on a keeper
         thread, in the context of the task that handed it over (`runtime.carrier`): the
-        Celery tasks end that task in Flower then (`celery_app.carried_ends`)."""
+        Celery tasks end that task in Flower then (`celery_app.flower`)."""
         self._carried_end = hook
 
     def _counted(self, kind: str, report: Report) -> Report:

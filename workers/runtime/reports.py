@@ -93,7 +93,7 @@ class Report:
     """The task claimed its call and handed it to the process's event loop
     (`workers.runtime.on_loop`): it is counted when the call ends. A task whose steps
     include such a call reports it too (`continued`): it ends in Flower when the call
-    does (`workers.celery_app.carried_ends`)."""
+    does (`workers.celery_app.flower`)."""
 
     def then(self, after: Report) -> Report:
         """This report followed by what came after it (the run's state once saved)."""

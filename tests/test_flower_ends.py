@@ -1,4 +1,4 @@
-"""How a task whose model call was carried past it is ended (`celery_app.carried_ends`),
+"""How a task whose model call was carried past it is ended (`celery_app.flower`),
 in either order of its two halves, with a recording dispatcher in place of the broker.
 What Flower then shows, on real workers, is tested in tests/test_flower_truth.py."""
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from workers.celery_app import carried_ends
-from workers.celery_app.carried_ends import CarriedEnds
+from workers.celery_app import flower
+from workers.celery_app.flower import CarriedEnds
 from workers.runtime.carrier import carried_by
 from workers.runtime.reports import Report
 
@@ -83,7 +83,7 @@ def test_without_task_events_nothing_is_kept_or_sent() -> None:
 
 
 def test_halves_that_never_meet_are_not_kept_for_ever(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(carried_ends, "KEPT_MOST", 3)
+    monkeypatch.setattr(flower, "KEPT_MOST", 3)
     ends, _ = _ends()
     for n in range(5):  # calls whose tasks raised, so never said how they ended
         with carried_by(f"lost-{n}", "w1@host"):
@@ -144,7 +144,7 @@ def test_both_calls_may_end_before_their_task_says_its_line() -> None:
 def test_a_task_line_that_grows_call_after_call_is_cut_at_its_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(carried_ends, "LINE_CHARS", 200)
+    monkeypatch.setattr(flower, "LINE_CHARS", 200)
     ends, events = _ends()
     ends.task_ended("task-7", "w1@host", HANDED, started=time.monotonic())
     with carried_by("task-7", "w1@host"):

@@ -1,5 +1,5 @@
 """A task that returns `NoFinalEvent` is acked and counted, but its worker sends no
-`task-succeeded` for it (`workers.celery_app.final_events`); every other result and
+`task-succeeded` for it (`workers.celery_app.flower`); every other result and
 event goes out as Celery sends it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from celery.utils.saferepr import saferepr
 
-from workers.celery_app.final_events import NoFinalEvent, QuietRequest
+from workers.celery_app.flower import NoFinalEvent, QuietRequest
 
 
 class _Eventer:
