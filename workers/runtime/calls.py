@@ -4,10 +4,14 @@
       1. CLAIM     the run's record must call for it; the attempt is counted and a
                    lease taken (a duplicate finds it busy; a forgery is refused)
       2. open      the run as the claim read it: its agent, the request or batch
-      3. produce   the I/O, on a pooled thread, the lease renewed while it runs
+      3. produce   the I/O: a model call a coroutine on the process's loop, handed to
+                   it (`Handed`: the loop holds it past the task, its lease renewed
+                   with the others it holds) or, when the loop is full, waited for
+                   here; a tool call on a pooled thread; the lease renewed meanwhile
       4. keep      the outcome saved with the run in one compare-and-set when the
                    call is alone, else recorded in the inbox (the last of a batch
                    advances the run); fenced by the attempt; held through an outage
+                   (a held call's on a keeper thread: `keep_held`)
 
 A second attempt (the first worker died, its lease lapsed) runs an idempotent
 tool again and reports any other as "outcome unknown", never running it twice.
