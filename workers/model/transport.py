@@ -278,6 +278,7 @@ class ModelClient:
                 timeout=aiohttp.ClientTimeout(total=None),  # each request gives its own
                 trust_env=True,
                 auto_decompress=True,
+                cookie_jar=aiohttp.DummyCookieJar(),  # (a model server's cookies mean nothing)
             )
         return self._http
 
