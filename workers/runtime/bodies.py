@@ -191,7 +191,10 @@ class Runtime:
             self.placement.close(here)
         self._gauge_held()
         if self._carried_end is not None:
-            self._carried_end(report)
+            try:
+                self._carried_end(report)
+            except Exception as error:  # noqa: BLE001 - Flower's view must not lose the keeper
+                log.warning("could not end the task of a held call in Flower: %s", error)
 
     def _gauge_held(self) -> None:
         """Tell the metrics how many calls the loop holds, of how many it may (`/metrics`)."""
