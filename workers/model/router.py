@@ -155,10 +155,7 @@ class ModelRouter:
         """Tell a route that a call went well (`Routed.ok`, where the caller's save could
         not take it along). Synchronous: its caller keeps the call's outcome on a thread,
         never on the loop."""
-        try:
-            self._limits.tell(ok)
-        except StoreUnavailable as error:
-            log.warning("could not tell the model routes (done): %s", error)
+        _told(partial(self._limits.tell, ok), "done")
 
     def renew(self, holder: str) -> None:
         """Keep the route slot `holder` holds for another lease (called with its claim's
@@ -167,10 +164,10 @@ class ModelRouter:
         if held is not None:
             route, key = held
             lease, now = self._lease_ms, self._clock()
-            try:
-                self._limits.renew(route, key=key, holder=holder, lease_ms=lease, now_ms=now)
-            except StoreUnavailable as error:
-                log.warning("could not tell the model routes (renew): %s", error)
+            renew = partial(
+                self._limits.renew, route, key=key, holder=holder, lease_ms=lease, now_ms=now
+            )
+            _told(renew, "renew")
 
     def renew_many(self, holders: Sequence[str]) -> None:
         """Keep the route slots every one of `holders` holds (those that hold one) for
@@ -279,7 +276,7 @@ class ModelRouter:
         )  # fmt: skip
         if not tell_ok:
             return ok
-        await _off_loop(partial(self.tell, ok))
+        await _quietly(partial(self._limits.tell, ok), "done")
         return None
 
     async def _keep_fallback(self, route: ModelRoute) -> None:
@@ -363,14 +360,19 @@ async def _off_loop(call: Callable[[], T]) -> T:
     return await asyncio.to_thread(call)
 
 
-async def _quietly(tell: Callable[[], T], what: str) -> T | None:
+def _told(tell: Callable[[], T], what: str) -> T | None:
     """Tell the routes' limits something once the call is made (or given up): with Redis
     away, the reply must not be lost for it; the call's slots lapse with their lease."""
     try:
-        return await _off_loop(tell)
+        return tell()
     except StoreUnavailable as error:
         log.warning("could not tell the model routes (%s): %s", what, error)
         return None
+
+
+async def _quietly(tell: Callable[[], T], what: str) -> T | None:
+    """`_told`, from the loop: in a thread (`_off_loop`)."""
+    return await _off_loop(partial(_told, tell, what))
 
 
 class _Restarting:

@@ -393,14 +393,19 @@ class Calls:
         return after_step(call.record, advanced) if saved is Saved.SAVED else None
 
     def _lease(self, call: Claimed, lease_ms: int) -> CallLease:
-        """Return how to keep `call`'s lease (of `lease_ms`) while it runs."""
+        """Return how to keep `call`'s lease (of `lease_ms`) while it runs in this task."""
+        held = self._held_lease(call, lease_ms)
+        return CallLease(self.store, held, self.steps.clock, router=self.router, label=call.label)
+
+    def _held_lease(self, call: Claimed, lease_ms: int) -> HeldLease:
+        """`call`'s lease as it is renewed: by its task (`_lease`) or with the others the
+        loop holds; a routed model call's route slot with it."""
         asked = call.asked
         routed = self.router is not None and asked.seq is not None
-        held = HeldLease(
+        return HeldLease(
             asked.run_id, asked.what, call.attempt, asked.member, asked.token, lease_ms,
             _route_holder(call) if routed else "",
         )  # fmt: skip
-        return CallLease(self.store, held, self.steps.clock, router=self.router, label=call.label)
 
     # --- model calls ----------------------------------------------------------------------
 
@@ -518,11 +523,7 @@ class Calls:
         if call.attempt > 1:
             self._say_taken_over(call)
         asked, started = call.asked, time.time_ns()
-        holder = _route_holder(call) if self.router is not None else ""
-        lease = HeldLease(
-            asked.run_id, asked.what, call.attempt, asked.member, asked.token,
-            self.timing.lease_ms, holder,
-        )  # fmt: skip
+        lease = self._held_lease(call, self.timing.lease_ms)
         live = ReplyStream(self.store.live, asked.run_id, seq, call.attempt)
         line = f"{asked.what}: held on the event loop ({held} in flight)"
         outcome = self._model_outcome(call, request, live)
