@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import json
 import logging
 import os
@@ -75,6 +74,7 @@ from workers.model.wire import (
     Model,
     ModelReply,
     StreamedReply,
+    awaited,
     backoff_seconds,
     chat_body,
     error_for_status,
@@ -353,7 +353,7 @@ class ModelClient:
             raise call.past_deadline(error) from None
         if call.attempt + 1 == call.attempts:
             raise _again(error, f"gave up after {_attempts(call.attempts)}") from None
-        if may_retry is not None and not await _asked(may_retry):
+        if may_retry is not None and not await awaited(may_retry()):
             raise _again(error, f"not retried ({self._where} is not to be asked now)") from None
         await self._pause(error, call)
 
@@ -589,12 +589,6 @@ class _Call:
 
 def _attempts(count: int) -> str:
     return f"{count} attempt" if count == 1 else f"{count} attempts"
-
-
-async def _asked(may_retry: Callable[[], bool | Awaitable[bool]]) -> bool:
-    """`may_retry()`'s answer, awaited if it is a coroutine (the router's reads Redis)."""
-    answer = may_retry()
-    return await answer if inspect.isawaitable(answer) else answer
 
 
 def _again(error: ModelCallError, what: str) -> ModelCallError:

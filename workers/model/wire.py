@@ -50,7 +50,7 @@ from base64 import b64encode
 from collections.abc import Awaitable, Callable, Mapping
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError
 
@@ -66,6 +66,7 @@ __all__ = [
     "Model",
     "ModelReply",
     "StreamedReply",
+    "awaited",
     "backoff_seconds",
     "chat_body",
     "complete",
@@ -77,6 +78,8 @@ __all__ = [
     "streaming",
     "takes_text",
 ]
+
+T = TypeVar("T")
 
 MESSAGE_CHARS = 500
 """How much of a server's error text an error carries."""
@@ -125,10 +128,10 @@ async def complete(
     given = on_text if on_text is not None and takes_text(model) else None
     if inspect.iscoroutinefunction(model.complete):
         text = {} if given is None else {"on_text": given}
-        return await _awaited(model.complete(request, should_stop=should_stop, **text))
+        return await awaited(model.complete(request, should_stop=should_stop, **text))
     if given is None:
         answer = await asyncio.to_thread(model.complete, request, should_stop=should_stop)
-        return await _awaited(answer)
+        return await awaited(answer)
     loop, live = asyncio.get_running_loop(), [True]
 
     def on_loop(piece: str) -> None:
@@ -143,13 +146,14 @@ async def complete(
             model.complete, request, should_stop=should_stop, on_text=from_thread
         )
         # The thread's pieces were queued on the loop before its result, so they are in.
-        return await _awaited(answer)
+        return await awaited(answer)
     finally:
         live[0] = False
 
 
-async def _awaited(answer: ModelReply | Awaitable[ModelReply]) -> ModelReply:
-    """The reply itself: `answer`, or what it stands for if it is awaitable."""
+async def awaited(answer: T | Awaitable[T]) -> T:
+    """`answer` itself, or what it stands for if it is awaitable (a sync model's reply or
+    an async one's; a retry check that may read Redis; an async tool's call)."""
     return await answer if inspect.isawaitable(answer) else answer
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, NoReturn, TypeVar
@@ -46,7 +46,7 @@ from workers.kit.tools import ToolContext, ToolSpec, tool_output
 from workers.model.endpoints import ModelRoute
 from workers.model.pricing import Pricing
 from workers.model.router import ModelRouter, Requeue
-from workers.model.wire import Model, ModelReply, complete
+from workers.model.wire import Model, ModelReply, awaited, complete
 from workers.runtime.carrier import carrier, working_on
 from workers.runtime.claims import CallMessage, Claims
 from workers.runtime.leases import CallLease, Holding, run_leased, run_leased_async
@@ -619,7 +619,7 @@ class Calls:
         try:
             if spec.asynchronous:
                 value = run_leased_async(
-                    _awaited(spec.invoke(tool_call.args, context)), lease, timeout, cancel
+                    awaited(spec.invoke(tool_call.args, context)), lease, timeout, cancel
                 )
             else:
                 value = run_leased(
@@ -747,8 +747,3 @@ def _route_holder(call: Claimed) -> str:
     """A model call's name at the routes: the same each time it comes back, so it keeps
     its place in a route's queue."""
     return f"{call.asked.run_id}|{call.asked.seq}"
-
-
-async def _awaited(value: Awaitable[T]) -> T:
-    """What an async tool's call gives (a coroutine, or any awaitable), awaited on the loop."""
-    return await value
