@@ -430,17 +430,14 @@ class Relay:
             for task in checked_many(tasks, options)
         ]
         parts = self._built()
-        first: list[Message] = []
-        try:
+        with parts.send.together():  # (the runs stored before a failure are started too)
             return [
                 parts.store.connection.drive(
                     start_steps(parts.store.keys, one, enlisted=parts.store.shards.enlist),
-                    on_emit=lambda sent: first.extend(sent.messages),
+                    on_emit=parts.send,
                 )
                 for one in made
             ]
-        finally:
-            parts.send(first)  # (the runs stored before a failure are started too)
 
     def prepare_run(
         self,
