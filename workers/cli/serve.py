@@ -57,8 +57,8 @@ REDIS_WAIT_S = 1.0
     "-l",
     default="INFO",
     show_default=True,
-    help="A line for each task. httpx's own line for each HTTP request (every model call)"
-    " only at DEBUG, or when its logger has a level of its own.",
+    help="A line for each task. httpx's own line for each HTTP request (an MCP server's"
+    " over HTTP) only at DEBUG, or when its logger has a level of its own.",
 )
 @click.option("--hostname", "-n", help="Worker name (default: relay-<app>@<host>).")
 @app_option
@@ -76,9 +76,10 @@ def worker(
 ) -> None:
     """Start a worker that consumes every Relay queue (or those given).
 
-    Model calls wait on the network: give them a threads pool with many
-    threads (`--queues model --pool threads -c 32`); tools may use CPU: a
-    prefork pool (`--queues tools,advance`). Every worker also takes part in
+    Model calls wait on the network: each worker process holds up to
+    RELAY_MODEL_CARRIED of them on its event loop, whatever its pool (no
+    thread a call); tools may use CPU: a prefork pool (`--queues
+    tools,advance`). Every worker also takes part in
     the tick (schedules, expired approvals, picking up a dead worker's calls):
     one tick per RELAY_TICK_SECONDS across the fleet, run beside the pool, so
     a fleet of plain workers needs nothing else. --no-tick opts out.
