@@ -28,7 +28,15 @@ from workers.settings import now_ms
 from workers.store import codec, scripts
 from workers.store.layout import TRACE_MAX, Keys, RunFields
 from workers.store.runs import CallClaim, Claim, RunStore
-from workers.store.scripts import Admitted, ClaimStatus, Decided, Recorded, ReplyAnswer, Saved
+from workers.store.scripts import (
+    Admitted,
+    ClaimStatus,
+    Decided,
+    Recorded,
+    Renewed,
+    ReplyAnswer,
+    Saved,
+)
 
 
 @pytest.fixture
@@ -340,7 +348,7 @@ def test_a_lapsed_lease_is_taken_back_unless_another_attempt_claimed(store: RunS
     _claim(store, "call-1", "first")
     lease = store.keys.lease("r1", "call-1")
 
-    def renew(token: str, attempt: int) -> bool:
+    def renew(token: str, attempt: int) -> Renewed:
         return store.renew(
             "r1",
             "call-1",
@@ -351,14 +359,19 @@ def test_a_lapsed_lease_is_taken_back_unless_another_attempt_claimed(store: RunS
             now_ms=0,
         )
 
-    assert renew("first", 1)
+    assert renew("first", 1) is Renewed.KEPT
     store.redis.delete(lease)  # too busy to renew in time; nobody took over
-    assert renew("first", 1)
+    assert renew("first", 1) is Renewed.KEPT
     assert store.redis.get(lease) == b"first"
     store.redis.delete(lease)
     _claim(store, "call-1", "second")  # this time another worker took it over
-    assert not renew("first", 1)
+    assert renew("first", 1) is Renewed.LOST
     assert store.redis.get(lease) == b"second"
+    # The same round trip tells the holder that its run was cancelled.
+    assert renew("second", 2) is Renewed.KEPT
+    store.redis.hset(store.keys.run("r1"), RunFields.CANCEL, 1)
+    assert renew("second", 2) is Renewed.CANCELLED
+    assert store.redis.pttl(lease) > 0  # kept: the holder stops the call and gives it up
 
 
 def test_a_claim_given_back_does_not_count(store: RunStore) -> None:

@@ -47,6 +47,7 @@ from workers.loop import process_loop
 from workers.model.router import ModelRouter
 from workers.model.wire import backoff_seconds
 from workers.store.runs import HeldLease, RunStore
+from workers.store.scripts import Renewed
 
 __all__ = [
     "CallLease",
@@ -99,18 +100,21 @@ class CallLease:
         self._held = held
         self._clock = clock
         self._router = router
+        self._renewed: Renewed | None = None
 
     def renew(self) -> bool:
         held = self._held
         if self._router is not None and held.holder:
             self._router.renew(held.holder)
-        return self._store.renew(
+        self._renewed = self._store.renew(
             held.run_id, held.what, attempt=held.attempt, member=held.member, token=held.token,
             lease_ms=held.lease_ms, now_ms=self._clock(),
         )  # fmt: skip
+        return self._renewed is not Renewed.LOST
 
     def cancelled(self) -> bool:
-        return self._store.cancelled(self._held.run_id)
+        """Whether the run was cancelled, as of the last renewal (RENEW tells both)."""
+        return self._renewed is Renewed.CANCELLED
 
 
 @dataclass

@@ -7,8 +7,8 @@ process's loop (`workers.loop`), not a thread. What fences a call made in a task
 fences it here too:
 
 - its lease is renewed while it runs: every third of a lease, ONE batch for every
-  call the process holds (`RunStore.renew_many`, with their route slots), not a round
-  trip per call;
+  call the process holds (`RunStore.renew_many`, whose answer also says which runs
+  were cancelled; their route slots in a second), not a round trip per call;
 - a run cancelled, or a lease lost (another attempt took the call over, or a person
   stopped its turn), cancels the call's coroutine at its next await; a reply that
   arrives after is never saved (`Stopped`);
@@ -46,6 +46,7 @@ from workers.errors import StoreUnavailable
 from workers.loop import process_loop
 from workers.model.router import ModelRouter
 from workers.store.runs import HeldLease, RunStore
+from workers.store.scripts import Renewed
 
 __all__ = ["KEEPERS", "LoopCalls", "Outcome", "Stopped"]
 
@@ -69,6 +70,12 @@ class Stopped(enum.Enum):
 
 
 Outcome: TypeAlias = Made | Stopped | Exception
+
+_STOPPED_BY: dict[Renewed | None, Stopped] = {
+    Renewed.CANCELLED: Stopped.CANCELLED,
+    Renewed.LOST: Stopped.LEASE_LOST,
+}
+"""What a lease's renewal says stops its call (kept, or refused by Redis, stops nothing)."""
 
 
 def on_keeper_thread() -> bool:
@@ -199,16 +206,10 @@ class LoopCalls:
     def _renew(self, leases: list[HeldLease]) -> list[Stopped | None]:
         """On the renewer thread: renew `leases` (and their route slots) in one batch; for
         each, what stops it (its run cancelled, its lease lost), or None."""
-        kept = self._store.renew_many(leases, self._clock())
-        cancelled = self._store.cancelled_many([lease.run_id for lease in leases])
+        renewed = self._store.renew_many(leases, self._clock())
         if self._router is not None:
             self._router.renew_many([lease.holder for lease in leases if lease.holder])
-        return [
-            Stopped.LEASE_LOST if ok is False
-            else Stopped.CANCELLED if lease.run_id in cancelled
-            else None
-            for lease, ok in zip(leases, kept, strict=True)
-        ]  # fmt: skip
+        return [_STOPPED_BY.get(answer) for answer in renewed]
 
     def _stop(self, lease: HeldLease, why: Stopped) -> None:
         task = self._tasks.get(lease)

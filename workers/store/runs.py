@@ -52,7 +52,7 @@ from workers.store.live import LiveStreams
 from workers.store.people import People
 from workers.store.reads import RunCursor
 from workers.store.schedule_shards import ClusterSchedules
-from workers.store.scripts import ClaimAnswer, ClaimStatus, Recorded, Saved
+from workers.store.scripts import ClaimAnswer, ClaimStatus, Recorded, Renewed, Saved
 from workers.store.shards import Shards
 from workers.store.upkeep import Upkeep
 
@@ -261,10 +261,6 @@ class RunStore:
         found = self.load(run_id, hot=False)
         return None if found is None else found.snapshot
 
-    def cancelled(self, run_id: str) -> bool:
-        with self.errors():
-            return bool(self.redis.hexists(self.keys.run(run_id), RunFields.CANCEL))
-
     # --- calls: claim, renew, record ---------------------------------------------------
 
     def claim(
@@ -319,35 +315,26 @@ class RunStore:
         token: str,
         lease_ms: int,
         now_ms: int,
-    ) -> bool:
-        """Keep (or take back, if nobody took it over) the lease of call `what`."""
+    ) -> Renewed:
+        """Keep (or take back, if nobody took it over) the lease of call `what`, and tell
+        whether its run was cancelled meanwhile."""
         renew = scripts.renew(
             self.keys, run_id=run_id, call=what, attempt=attempt, member=member, token=token,
             lease_ms=lease_ms, now_ms=now_ms,
         )  # fmt: skip
         return self.connection.run(renew)
 
-    def renew_many(self, leases: Sequence[HeldLease], now_ms: int) -> list[bool | None]:
+    def renew_many(self, leases: Sequence[HeldLease], now_ms: int) -> list[Renewed | None]:
         """`renew` every lease of `leases` in one round trip (a pipeline; one at a time on a
-        cluster): for each, whether it was kept, or None if Redis refused that one."""
+        cluster): for each, what RENEW did, or None if Redis refused that one."""
         answers = self.connection.run_many([self._renewal(held, now_ms) for held in leases])
         return [None if isinstance(kept, StoreUnavailable) else kept for kept in answers]
 
-    def _renewal(self, held: HeldLease, now_ms: int) -> scripts.ScriptCall[bool]:
+    def _renewal(self, held: HeldLease, now_ms: int) -> scripts.ScriptCall[Renewed]:
         return scripts.renew(
             self.keys, run_id=held.run_id, call=held.what, attempt=held.attempt,
             member=held.member, token=held.token, lease_ms=held.lease_ms, now_ms=now_ms,
         )  # fmt: skip
-
-    def cancelled_many(self, run_ids: Sequence[str]) -> set[str]:
-        """Which of `run_ids` were cancelled (`cancelled`, in one round trip)."""
-        ordered = list(dict.fromkeys(run_ids))
-        with self.errors():
-            pipe = self.redis.pipeline(transaction=False)
-            for run_id in ordered:
-                pipe.hexists(self.keys.run(run_id), RunFields.CANCEL)
-            flags = pipe.execute()
-        return {run_id for run_id, flag in zip(ordered, flags, strict=True) if flag}
 
     def durability(self) -> Durability:
         """Return how this Redis makes a claim durable (asked once per process).

@@ -166,6 +166,16 @@ class Recorded(StrEnum):
     """There is no such run."""
 
 
+class Renewed(StrEnum):
+    """What RENEW did."""
+
+    KEPT = "kept"
+    CANCELLED = "cancelled"
+    """Kept, but the run was cancelled: the call should stop."""
+    LOST = "lost"
+    """Another attempt took the call over, its outcome is in, or its turn was stopped."""
+
+
 class Decided(StrEnum):
     """What DECIDE did."""
 
@@ -331,11 +341,12 @@ def renew(
     token: str,
     lease_ms: int,
     now_ms: int,
-) -> ScriptCall[bool]:
-    """RENEW the lease of call `call`; True if it is still this attempt's."""
+) -> ScriptCall[Renewed]:
+    """RENEW the lease of call `call`, and tell whether its run was cancelled meanwhile (one
+    round trip for both, which a loop renewing hundreds of leases a period needs)."""
     script_keys = [keys.lease(run_id, call), keys.index(run_id).outbox, keys.run(run_id)]
     args = [token, lease_ms, member, now_ms + lease_ms, call, attempt]
-    return ScriptCall("renew", script_keys, args, lambda answer: _word(answer) == "kept")
+    return ScriptCall("renew", script_keys, args, lambda answer: Renewed(_word(answer)))
 
 
 def unclaim(

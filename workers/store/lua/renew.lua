@@ -6,8 +6,9 @@
 -- KEYS[1] lease  KEYS[2] outbox  KEYS[3] run hash
 -- ARGV[1] token  ARGV[2] lease (ms)  ARGV[3] outbox member  ARGV[4] deadline (ms)
 -- ARGV[5] call  ARGV[6] attempt
--- Returns: kept, or lost (another attempt took the call over, its outcome is in, or
--- its turn was stopped).
+-- Returns: kept; cancelled (kept, but the run was cancelled: the holder stops the
+-- call); or lost (another attempt took the call over, its outcome is in, or its turn
+-- was stopped).
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] and redis.call('HGET', KEYS[3], 'a:' .. ARGV[5]) ~= ARGV[6] then
   redis.call('DEL', KEYS[1])
@@ -21,4 +22,7 @@ else
   return 'lost'
 end
 redis.call('ZADD', KEYS[2], 'XX', ARGV[4], ARGV[3])
+if redis.call('HEXISTS', KEYS[3], 'cancel') == 1 then
+  return 'cancelled'
+end
 return 'kept'
