@@ -5,6 +5,7 @@ stream's failure its own, and in a forked child too."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import threading
 import time
@@ -84,6 +85,43 @@ def test_a_model_sending_token_by_token_is_written_a_few_times_a_second() -> Non
     assert live.batches["r1"][0] == [("step", "m1"), ("text", "t0 ")]  # the first at once
     # One write a gap, and the first and the last beside them (100 without the gap).
     assert live.round_trips <= took / WRITE_GAP_S + 2, (live.round_trips, took)
+
+
+def test_a_process_streaming_many_replies_writes_each_less_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 20 replies at once, with room for 40 writes a second: each is written every 0.5 s,
+    # not every 50 ms (40 times in the 2 s).
+    monkeypatch.setattr(streaming, "WRITES_PER_S", 40)
+    live = FakeLive()
+    streams = [_stream(live, f"r{i}") for i in range(20)]
+    began = time.monotonic()
+    while time.monotonic() - began < 2.0:
+        for stream in streams:
+            stream("t ")
+        time.sleep(0.005)
+    assert streaming._WRITER.gap == pytest.approx(0.5)
+    for stream in streams[1:]:
+        stream.close()
+    assert streaming._WRITER.gap == WRITE_GAP_S  # one left: the gap is the least again
+    streams[0].close()
+    writes = [len(live.batches[f"r{i}"]) for i in range(20)]
+    assert max(writes) <= 8, writes  # 4 paced, the first and the last
+    assert all(live.text(f"r{i}").startswith("t t t ") for i in range(20))
+    # A stream never closed counts no more once it is gone.
+    gone = _stream(live, "gone")
+    gone("t ")
+    assert len(streaming._WRITER._open) == 1
+    time.sleep(0.2)  # written
+    del gone
+    other = _stream(live, "other")  # (the writer lets go of what it wrote last at its next write)
+    other("t ")
+    other.close()
+    deadline = time.monotonic() + 5
+    while streaming._WRITER._open and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert len(streaming._WRITER._open) == 0
 
 
 def test_a_closing_call_writes_what_is_left_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,12 @@ once every `WRITE_GAP_S`, the pieces that came meanwhile as one "text" event, an
 what is left when the call ends goes at once. A model that sends a token at a time
 (fifty or a hundred pieces a second) so costs Redis twenty writes a second a call,
 not one a token, and a reader sees its text within a twentieth of a second.
+
+A process streaming many replies at once widens the gap so that all its streams
+together are written about `WRITES_PER_S` times a second (at 300 replies, each every
+0.3 s): each write costs the process and Redis a script call, and at hundreds of
+replies the writes, not the replies, would take the core. The gap follows the replies
+streaming now (begun, not closed), as each begins and ends.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 
 from workers.engine.ids import model_call
 from workers.errors import StoreUnavailable
@@ -28,7 +35,7 @@ from workers.model.wire import RESTART
 from workers.store.layout import STREAM_CALL_CHARS
 from workers.store.live import LiveStreams
 
-__all__ = ["CLOSE_SECONDS", "WRITE_GAP_S", "ReplyStream"]
+__all__ = ["CLOSE_SECONDS", "WRITES_PER_S", "WRITE_GAP_S", "ReplyStream"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +43,9 @@ CLOSE_SECONDS = 2.0
 """How long a call that ended waits for its last pieces to reach the stream."""
 WRITE_GAP_S = 0.05
 """A stream's writes are this far apart at least (its first piece and its last go at once)."""
+WRITES_PER_S = 1_000
+"""A process's streams are written about this many times a second together, at most: the
+gap widens past WRITE_GAP_S once more than WRITES_PER_S * WRITE_GAP_S (50) stream."""
 
 
 class _Writer:
@@ -56,6 +66,11 @@ class _Writer:
         is in it twice, and whichever comes first writes what it has queued."""
         self._order = itertools.count()
         self._serving = False
+        self._open: weakref.WeakSet[ReplyStream] = weakref.WeakSet()
+        """The streams begun and not closed (weak: a stream never closed is not counted
+        once it is gone)."""
+        self.gap = WRITE_GAP_S
+        """How far apart a stream's writes are now (read by the streams; one float)."""
 
     def schedule(self, stream: ReplyStream, at: float) -> None:
         """Write `stream`'s queued pieces at monotonic time `at` (or at once, if past)."""
@@ -94,6 +109,20 @@ class _Writer:
                 return list(taken.values())
             self._ready.wait(self._due[0][0] - now if self._due else None)
 
+    def opened(self, stream: ReplyStream) -> None:
+        """`stream` began: one more to share the writes a second."""
+        with self._ready:
+            self._open.add(stream)
+            self._set_gap()
+
+    def closed(self, stream: ReplyStream) -> None:
+        with self._ready:
+            self._open.discard(stream)
+            self._set_gap()
+
+    def _set_gap(self) -> None:
+        self.gap = max(WRITE_GAP_S, len(self._open) / WRITES_PER_S)
+
 
 def _write(streams: list[ReplyStream]) -> None:
     """Write what each of `streams` has queued, all in one round trip (streams of one
@@ -123,8 +152,9 @@ class ReplyStream:
 
     The call's thread only queues a piece; the process's writer thread (`_Writer`)
     sends what has queued in one STREAM, so the reply is never held up by Redis,
-    the first piece goes at once, and pieces that arrive within WRITE_GAP_S of the
-    last write (or while it is under way) go together, as one "text" event.
+    the first piece goes at once, and pieces that arrive within the gap (WRITE_GAP_S,
+    or more when the process streams many replies) of the last write (or while it is
+    under way) go together, as one "text" event.
     `close()` (the call ended) writes what is left at once and waits for it, so the
     text is in the stream before the reply is saved with the run.
 
@@ -164,7 +194,7 @@ class ReplyStream:
                     self._queued.append((kind, text))
             self._settled.clear()
             schedule, self._scheduled = not self._scheduled, True
-            at = time.monotonic() if self._closing else self._taken_at + WRITE_GAP_S
+            at = time.monotonic() if self._closing else self._taken_at + _WRITER.gap
         if schedule:
             _WRITER.schedule(self, at)
 
@@ -182,6 +212,7 @@ class ReplyStream:
         if self._begun:
             return [("text", piece)]
         self._begun = True
+        _WRITER.opened(self)
         return [("restarted" if self._again else "step", self._call), ("text", piece)]
 
     @property
@@ -224,6 +255,7 @@ class ReplyStream:
         with self._lock:
             self._closing = True
             hurry = self._scheduled
+        _WRITER.closed(self)
         if hurry:
             _WRITER.schedule(self, time.monotonic())
         self._settled.wait(timeout)
