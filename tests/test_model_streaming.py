@@ -201,6 +201,18 @@ def test_a_chunk_cut_inside_a_utf8_character_or_an_escape(
     assert pieces.seen == ["caf\u00e9 \u2713 ", "\u00e9!"]
 
 
+def test_an_event_the_fast_decoder_refuses_is_read_as_the_stdlib_reads_it() -> None:
+    # Bytes that are not UTF-8 are replaced and a lone surrogate escape is kept, as before
+    # events were decoded with msgspec; JSON that is not JSON is still said to be so.
+    events = StreamedReply()
+    assert events.feed(b'data: {"choices": [{"delta": {"content": "a\xffb"}}]}\n\n') == ["a\ufffdb"]
+    assert events.feed(b'data: {"choices": [{"delta": {"content": "\\ud800!"}}]}\n\n') == [
+        "\ud800!"
+    ]
+    with pytest.raises(ModelCallError, match="a streamed event is not JSON"):
+        events.feed(b"data: {not json\n\n")
+
+
 def test_a_stream_that_never_ends_is_cut_at_the_deadline(
     server: Callable[..., ModelServer],
 ) -> None:

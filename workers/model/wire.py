@@ -52,6 +52,7 @@ from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from typing import Any, Protocol, TypeVar
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, NonNegativeInt, ValidationError
 
 from agent_core.reply import ends_inside_object
@@ -336,6 +337,17 @@ def _attachment_part(attachment: Attachment, limit: int) -> dict[str, Any]:
     return {"type": "text", "text": f"{heading}):\n{cut(text, limit)}"}
 
 
+def _event_json(data: bytes) -> Any:
+    """A streamed event's JSON: decoded by msgspec (a fifth of the stdlib's time, and an
+    event comes for every piece of every reply a process streams), or, where msgspec
+    refuses text the stdlib takes (bytes that are not UTF-8, a lone surrogate), as the
+    stdlib reads it, bad bytes replaced."""
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return json.loads(data.decode("utf-8", "replace"))
+
+
 def parse_reply(data: bytes) -> ModelReply:
     """Return the reply in a 200 body; raise ModelCallError (not retryable) if unusable.
 
@@ -384,7 +396,7 @@ class StreamedReply:
     def __init__(self) -> None:
         self._buffer = bytearray()
         self._scanned = 0  # bytes of the buffer known to hold no line end
-        self._data: list[str] = []
+        self._data: list[bytes] = []
         self._text: list[str] = []
         self._usage: Usage | None = None
         self._model: str | None = None
@@ -401,7 +413,7 @@ class StreamedReply:
         while not self.done and (end := self._buffer.find(b"\n", self._scanned)) >= 0:
             line = bytes(self._buffer[start:end]).rstrip(b"\r")
             start = self._scanned = end + 1
-            self._line(line.decode("utf-8", "replace"), pieces)
+            self._line(line, pieces)
         del self._buffer[:start]
         self._scanned = len(self._buffer)
         return pieces
@@ -412,35 +424,36 @@ class StreamedReply:
         pieces: list[str] = []
         if not self.done:
             if self._buffer:
-                self._line(bytes(self._buffer).rstrip(b"\r").decode("utf-8", "replace"), pieces)
+                self._line(bytes(self._buffer).rstrip(b"\r"), pieces)
                 self._buffer.clear()
             with contextlib.suppress(ModelCallError):  # one cut off by the body's end is none
                 self._dispatch(pieces)
         return pieces
 
-    def _line(self, line: str, pieces: list[str]) -> None:
+    def _line(self, line: bytes, pieces: list[str]) -> None:
+        """One line of the body, as bytes: only an event's JSON is decoded, once, whole."""
         if not line:  # a blank line ends an event
             self._dispatch(pieces)
-        elif line.startswith("data:"):
+        elif line.startswith(b"data:"):
             value = line[5:]
-            self._data.append(value[1:] if value.startswith(" ") else value)
+            self._data.append(value[1:] if value.startswith(b" ") else value)
         # Comments (": keep-alive") and the other fields (event, id, retry) say nothing here.
 
     def _dispatch(self, pieces: list[str]) -> None:
-        data, self._data = "\n".join(self._data), []
+        data, self._data = b"\n".join(self._data), []
         if not data:
             return
-        if data.strip() == "[DONE]":
+        if data.strip() == b"[DONE]":
             self.done = True
             return
         try:
-            event = json.loads(data)
+            event = _event_json(data)
         except (ValueError, RecursionError):
-            raise _unusable(f"a streamed event is not JSON: {excerpt(data.encode())}") from None
+            raise _unusable(f"a streamed event is not JSON: {excerpt(data)}") from None
         if not isinstance(event, dict):
-            raise _unusable(f"a streamed event is not an object: {excerpt(data.encode())}")
+            raise _unusable(f"a streamed event is not an object: {excerpt(data)}")
         if "error" in event:
-            said = _server_message(data.encode())
+            said = _server_message(data)
             raise ModelCallError(f"the model server failed mid-stream: {said}", retryable=True)
         piece = self._read(event)
         if piece:
