@@ -35,7 +35,7 @@ from workers.runtime.calls import Calls, Handed, HeldOutcome
 from workers.runtime.carrier import carrier, name_runs_in_logs, working_on
 from workers.runtime.claims import Claims
 from workers.runtime.metrics import FleetMetrics
-from workers.runtime.on_loop import LoopCalls, Stopped
+from workers.runtime.on_loop import LoopCalls, Stopped, Waiter
 from workers.runtime.placement import Placement, Reach, Slice, label
 from workers.runtime.reports import Report
 from workers.runtime.steps import Steps
@@ -154,15 +154,21 @@ class Runtime:
     # --- model calls held on the loop ----------------------------------------------------
 
     def _hand(self, handed: Handed) -> Report:
-        """Start a call the body handed over on the process's loop; the task goes on."""
+        """Start a call the body handed over on the process's loop; the task goes on, after
+        keeping the call's outcome itself if the reply came at once (`on_loop.Waiter`)."""
         assert self.on_loop is not None
+        waiter = self.on_loop.waiter()
         with working_on(handed.lease.run_id, handed.lease.what):
-            self.on_loop.start(handed.lease, self._held(handed))
+            self.on_loop.start(handed.lease, self._held(handed, waiter))
         self._gauge_held()
+        outcome = None if waiter is None else waiter.wait()
+        if outcome is not None:  # (the task's slice goes on with what its save kept)
+            return self._kept_held(handed, outcome)
         return handed.report
 
-    async def _held(self, handed: Handed) -> None:
-        """On the loop: make the call, then keep its outcome on a keeper thread."""
+    async def _held(self, handed: Handed, waiter: Waiter | None) -> None:
+        """On the loop: make the call, then keep its outcome: in the task that handed it
+        over, if it still waits, else on a keeper thread."""
         assert self.on_loop is not None
         outcome: HeldOutcome
         try:
@@ -172,21 +178,25 @@ class Runtime:
         except Exception as error:  # noqa: BLE001 - the keeper says what it means
             outcome = error
         why = self.on_loop.made(handed.lease)
+        if waiter is not None and waiter.give(why or outcome):
+            return
         await self.on_loop.on_keeper(partial(self._keep_held, handed, why or outcome))
 
+    def _kept_held(self, handed: Handed, outcome: HeldOutcome) -> Report:
+        """Keep a held call's outcome, counted as the call's own."""
+        try:
+            return self._counted("call_model", self.calls.keep_held(handed, outcome))
+        except Exception as error:  # noqa: BLE001 - its lease lapses; the tick re-sends it
+            log.warning("a held call failed before its outcome was saved: %s", error)
+            return Report(f"failed before its outcome was saved ({error})", failed=True)
+
     def _keep_held(self, handed: Handed, outcome: HeldOutcome) -> None:
-        """On a keeper thread: keep a held call's outcome, counted as the call's own; go on
-        with the run's next steps there as a task would, those that never wait (an
-        advance, a model call handed back to the loop); tell who ends its task."""
+        """On a keeper thread: keep a held call's outcome; go on with the run's next steps
+        there as a task would, those that never wait (an advance, a model call handed back
+        to the loop); tell who ends its task."""
         here = self.placement.open(keeper=True)
         try:
-            try:
-                kept = self.calls.keep_held(handed, outcome)
-                report = self._counted("call_model", kept)
-            except Exception as error:  # noqa: BLE001 - its lease lapses; the tick re-sends it
-                log.warning("a held call failed before its outcome was saved: %s", error)
-                report = Report(f"failed before its outcome was saved ({error})", failed=True)
-            report = self._go_on(here, report)
+            report = self._go_on(here, self._kept_held(handed, outcome))
         finally:
             self.placement.close(here)
         self._gauge_held()

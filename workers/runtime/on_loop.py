@@ -25,7 +25,10 @@ back, so the tick sends it again at once; nothing that finished is run again.
 
 At most `most` calls are held (RELAY_MODEL_CARRIED; `reserve`); past that a task
 makes its call itself, waiting on the loop's future (the pool's slots are the
-back-pressure). This module only holds: the coroutine it runs is the runtime's
+back-pressure). While the process's calls are quick (under QUICK_S of late, `quick`),
+a task that hands a call over waits a moment for its reply and keeps it itself
+(`Waiter`): a reply in 50 ms is cheaper kept there than handed to a keeper.
+This module only holds: the coroutine it runs is the runtime's
 (`Runtime._held`), which makes the call and keeps its outcome.
 """
 
@@ -48,7 +51,7 @@ from workers.model.router import ModelRouter
 from workers.store.runs import HeldLease, RunStore
 from workers.store.scripts import Renewed
 
-__all__ = ["KEEPERS", "LoopCalls", "Outcome", "Stopped"]
+__all__ = ["KEEPERS", "QUICK_S", "LoopCalls", "Outcome", "Stopped", "Waiter"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,13 @@ KEEPERS = 2
 """Keeper threads a process saves outcomes on: one would do for the CPU (the GIL), a
 second lets a save's Redis round trip overlap another's work."""
 _KEEPER_NAME = "relay-keeper"
+QUICK_S = 0.2
+"""A task waits this long for the reply of a call it handed to the loop, while this
+process's calls have lately taken less (`LoopCalls.quick`): a reply that comes in that
+time is kept by the task itself, its run going on in the task's own slice, which costs
+less than the hop to a keeper and Flower's task ended apart. A call not back by then
+goes on, held on the loop; it counts as twice QUICK_S, so a few such stop the waiting
+until calls are quick again."""
 
 Made = TypeVar("Made")
 T = TypeVar("T")
@@ -81,6 +91,38 @@ _STOPPED_BY: dict[Renewed | None, Stopped] = {
 def on_keeper_thread() -> bool:
     """Whether the caller is one of this process's keeper threads."""
     return threading.current_thread().name.startswith(_KEEPER_NAME)
+
+
+class Waiter:
+    """A task waiting a moment (QUICK_S) for the outcome of the call it handed over: the
+    loop `give`s it the outcome; the task keeps it if it came in time, else the keeper
+    does (whichever the lock says came first)."""
+
+    def __init__(self, calls: LoopCalls) -> None:
+        self._calls = calls
+        self._lock = threading.Lock()
+        self._came = threading.Event()
+        self._outcome: Any = None
+        self._gone = False
+
+    def give(self, outcome: object) -> bool:
+        """On the loop: hand the outcome to the task; False if it stopped waiting."""
+        with self._lock:
+            if self._gone:
+                return False
+            self._outcome = outcome
+        self._came.set()
+        return True
+
+    def wait(self) -> Any:
+        """In the task: the outcome, if it came within QUICK_S; else None (the keeper will
+        keep it), and the call counts as slow."""
+        self._came.wait(QUICK_S)
+        with self._lock:
+            if self._outcome is None:
+                self._gone = True
+                self._calls.took(2 * QUICK_S)
+            return self._outcome
 
 
 class LoopCalls:
@@ -116,7 +158,11 @@ class LoopCalls:
         self._tasks: dict[HeldLease, asyncio.Task[None]] = {}
         """The calls the loop holds now, by lease (touched on the loop's thread only)."""
         self._why: dict[HeldLease, Stopped] = {}
+        self._began: dict[HeldLease, float] = {}
+        """When each held call's coroutine began (monotonic; the loop's thread only)."""
         self._renewing: asyncio.Task[None] | None = None
+        self._lately_s: float | None = None
+        """How long this process's model calls took of late (`took`), None before the first."""
         self._keepers = concurrent.futures.ThreadPoolExecutor(KEEPERS, _KEEPER_NAME)
         self._renewer = concurrent.futures.ThreadPoolExecutor(1, "relay-renewer")
 
@@ -131,6 +177,24 @@ class LoopCalls:
         with self._lock:
             self._here()
             return self._count
+
+    def waiter(self) -> Waiter | None:
+        """A `Waiter` for a task that hands a call over now, if it should wait (`quick`)."""
+        return Waiter(self) if self.quick() else None
+
+    def took(self, seconds: float) -> None:
+        """A model call of this process took `seconds` on the loop, from its start to its
+        outcome: an average that follows the last few calls (any thread; a race between two
+        only loses one of them)."""
+        lately = self._lately_s
+        self._lately_s = seconds if lately is None else lately + (seconds - lately) / 4
+
+    def quick(self) -> bool:
+        """Whether a task that hands a model call over should wait for its reply a moment
+        (QUICK_S): this process's calls have lately taken less than that. (A keeper never
+        waits: the calls of every run held on the loop wait on it.)"""
+        lately = self._lately_s
+        return lately is not None and lately < QUICK_S and not on_keeper_thread()
 
     def reserve(self) -> int | None:
         """Take a place for one more call: the calls held with it, or None if the loop holds
@@ -154,6 +218,7 @@ class LoopCalls:
         loop = asyncio.get_running_loop()
         task = loop.create_task(held, context=context)
         self._tasks[lease] = task
+        self._began[lease] = time.monotonic()
         task.add_done_callback(lambda _: self._ended(lease))
         if self._renewing is None:
             self._renewing = loop.create_task(self._renew_while_held())
@@ -162,6 +227,9 @@ class LoopCalls:
         """On the loop: the call's outcome is in (its reply, its error, or its stop); its
         lease is renewed no more, and its place is free. Why it was stopped, if it was."""
         self._tasks.pop(lease, None)
+        began = self._began.pop(lease, None)
+        if began is not None:
+            self.took(time.monotonic() - began)
         with self._lock:
             self._count -= 1
             self._keeping += 1
@@ -170,6 +238,7 @@ class LoopCalls:
     def _ended(self, lease: HeldLease) -> None:
         """On the loop: the call's coroutine ended (kept; or cancelled before it began)."""
         with self._lock:
+            self._began.pop(lease, None)
             if self._tasks.pop(lease, None) is not None:  # (it never said `made`)
                 self._count -= 1
                 self._why.pop(lease, None)
