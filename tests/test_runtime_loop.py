@@ -67,6 +67,30 @@ def test_a_worker_holds_more_calls_than_its_pool_has_slots(tmp_path: Path) -> No
     assert sum(n for (task, _), n in totals.steps.items() if task == "call_model") == 30
 
 
+def test_a_quick_reply_is_kept_by_the_task_that_handed_it_over(tmp_path: Path) -> None:
+    """While replies come at once, the task that handed a call to the loop waits for it and
+    keeps it itself, and its run goes on in that task: the tool too, which a keeper never
+    runs. Once replies slow down, the tasks stop waiting within a call or two, and the loop
+    holds the calls again."""
+    with fleet(tmp_path) as f:
+        f.worker("--pool", "solo", env={"RELAY_MODEL_CARRIED": "100"})
+        f.brain.script("WARM", {0: final("warm")})
+        assert f.relay.wait(f.relay.start("WARM: once"), timeout=60).summary == "warm"
+        f.until(lambda: "ended with the call it carried" in f.full_logs(), 30, what="its end")
+        warmed = len(f.full_logs())  # (the first call is held: nothing is known of replies yet)
+        f.brain.script("QUICK", {0: call("read_note", name="a"), 1: final("read it")})
+        run_id = f.relay.start("QUICK: read a note")
+        assert f.relay.wait(run_id, timeout=60).summary == "read it"
+        # One task ran it all: the advance, both model calls and the tool between them.
+        assert f.messages() == {"relay.advance": 2, "relay.call_model": 0, "relay.run_tool": 0}
+        assert HELD not in f.full_logs()[warmed:]
+        _slow(f, "SLOWER", 3.0)
+        runs = [f.relay.start(f"SLOWER-{n}: answer") for n in range(8)]
+        f.until(lambda: f.model.delaying >= 8, 30, what="8 calls in flight on one process")
+        assert all(f.relay.wait(run, timeout=60).summary == "answered slowly" for run in runs)
+        assert HELD in f.full_logs()
+
+
 def test_without_holding_the_slots_bound_the_calls_in_flight(tmp_path: Path) -> None:
     # The control for the test above: the same load, RELAY_MODEL_CARRIED off.
     with fleet(tmp_path) as f:
