@@ -21,7 +21,8 @@ Each worker is measured alone on the same load:
   streamed at RATE pieces a second (4 characters each) with its usage at the end;
   `loop` runs make LOOP_TURNS model calls (`bench.slow_model --turns`: the agent's
   own `remember` tool, no tool step), `loop-1turn` runs one. Enough runs at once
-  to hold 1,000 calls in flight. The figures are the issue's: the most calls in
+  to hold 1,000 calls in flight, started 100 at a time (`Relay.start_many`: a
+  message of 100 runs). The figures are the issue's: the most calls in
   flight the model saw, the worker's cores, its CPU per completed model call (run
   starts included), its memory per call in flight, its threads at the peak, and
   the event-loop lag p99 the worker exports (`bench.loop_lag`).
@@ -179,15 +180,19 @@ class _Peak:
         self.polls += 1
 
 
+START_MANY = 100
+"""Runs started together (`Relay.start_many`): their first steps go as one message, so a
+solo worker takes a hundred runs in one delivery, not one run a message."""
+
+
 def _start(b: Bench, runs: int, marker: str, turns: int) -> float:
-    """Start `runs` runs; return the seconds it took. Runs of several turns can
-    `remember` (`notes=[]`): the model's way to ask for another turn with no tool."""
+    """Start `runs` runs, START_MANY at a time; return the seconds it took. Runs of several
+    turns can `remember` (`notes=[]`): the model's way to ask for another turn with no tool."""
     began = time.monotonic()
-    for n in range(runs):
-        if turns > 1:
-            b.relay.start(f"{marker} {n}: answer", notes=[])
-        else:
-            b.relay.start(f"{marker} {n}: answer")
+    tasks = [f"{marker} {n}: answer" for n in range(runs)]
+    options: dict[str, Any] = {"notes": []} if turns > 1 else {}
+    for first in range(0, runs, START_MANY):
+        b.relay.start_many(tasks[first : first + START_MANY], **options)
     return time.monotonic() - began
 
 

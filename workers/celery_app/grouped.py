@@ -46,7 +46,9 @@ __all__ = ["Advances"]
 log = logging.getLogger(__name__)
 
 RunTask = Callable[[Message, float | None], Report]
-"""`Runtime.task`: one message's step (and those it continues), with the task's hard limit."""
+"""`Runtime.task`: one message's step (and those it continues), with the task's hard limit,
+as one of several runs (`alone=False`: it never waits for a model reply, so the message's
+next run is not held up)."""
 
 Event = tuple[str, dict[str, Any]]
 

@@ -52,7 +52,9 @@ log = logging.getLogger(__name__)
 class RuntimeLike(Protocol):
     """The part of the runtime the tasks call (see workers.runtime.bodies.Runtime)."""
 
-    def task(self, message: Message, hard_limit_s: float | None = None) -> Report: ...
+    def task(
+        self, message: Message, hard_limit_s: float | None = None, *, alone: bool = True
+    ) -> Report: ...
     def on_carried_end(self, hook: Callable[[Report], None]) -> None: ...
     def tick(self) -> None: ...
     def stop(self) -> None: ...
@@ -158,7 +160,7 @@ def register_tasks(app: Celery, build: Callable[[], RuntimeLike]) -> None:
 
 def _register_advances(app: Celery, runtime: _Built, ends: CarriedEnds) -> None:
     """Register `relay.advances`: each run as `relay.advance` would (celery_app.grouped)."""
-    each = Advances(app, ends, lambda message, limit: runtime().task(message, limit))
+    each = Advances(app, ends, lambda message, limit: runtime().task(message, limit, alone=False))
 
     # Always a summary: each run's own end (FAILURE for a failed run) is its own task's.
     @app.task(name="relay.advances", **_STEP_TASK)

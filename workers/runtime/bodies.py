@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from functools import partial
 
@@ -47,6 +48,10 @@ from workers.store.runs import RunStore
 __all__ = ["Runtime"]
 
 log = logging.getLogger(__name__)
+
+_MAY_WAIT: ContextVar[bool] = ContextVar("relay_may_wait", default=False)
+"""Whether the task running here may wait a moment for a quick model reply (`Runtime.task`
+sets it; off elsewhere: a keeper, one of a message's several runs)."""
 
 
 class Runtime:
@@ -112,16 +117,22 @@ class Runtime:
 
     # --- a task's life: body, placement, observe -----------------------------------------
 
-    def task(self, message: Message, hard_limit_s: float | None = None) -> Report:
+    def task(
+        self, message: Message, hard_limit_s: float | None = None, *, alone: bool = True
+    ) -> Report:
         """The body of a step task: `message`'s step, then those it continues in place;
         what it did, in one line (`workers.runtime.reports`: Flower shows it).
-        `hard_limit_s`: the task's time limit, where the pool kills at it."""
+        `hard_limit_s`: the task's time limit, where the pool kills at it. `alone`: False
+        for one of the runs a message carries (`relay.advances`), which never waits for a
+        quick reply: the message's next run would wait behind it."""
         self.claims.release_held()  # (none, unless a task was cut off after its save)
         self._gauge_held()  # (an idle process says what it could hold, too)
         here = self.placement.open(hard_limit_s)
+        waits = _MAY_WAIT.set(alone)
         try:
             return self._go_on(here, self._step(message))
         finally:
+            _MAY_WAIT.reset(waits)
             self.placement.close(here)
 
     def _step(self, message: Message) -> Report:
@@ -157,7 +168,7 @@ class Runtime:
         """Start a call the body handed over on the process's loop; the task goes on, after
         keeping the call's outcome itself if the reply came at once (`on_loop.Waiter`)."""
         assert self.on_loop is not None
-        waiter = self.on_loop.waiter()
+        waiter = self.on_loop.waiter() if _MAY_WAIT.get() else None
         with working_on(handed.lease.run_id, handed.lease.what):
             self.on_loop.start(handed.lease, self._held(handed, waiter))
         self._gauge_held()
