@@ -45,7 +45,8 @@ WRITE_GAP_S = 0.05
 """A stream's writes are this far apart at least (its first piece and its last go at once)."""
 WRITES_PER_S = 1_000
 """A process's streams are written about this many times a second together, at most: the
-gap widens past WRITE_GAP_S once more than WRITES_PER_S * WRITE_GAP_S (50) stream."""
+gap widens past WRITE_GAP_S once more than WRITES_PER_S * WRITE_GAP_S (50) replies stream
+at once."""
 
 
 class _Writer:
