@@ -27,7 +27,7 @@ from workers.model.limits import RouteLimits
 from workers.settings import now_ms
 from workers.store import codec, scripts
 from workers.store.layout import TRACE_MAX, Keys, RunFields
-from workers.store.runs import CallClaim, Claim, RunStore
+from workers.store.runs import CallClaim, Claim, HeldLease, RunStore
 from workers.store.scripts import (
     Admitted,
     ClaimStatus,
@@ -349,15 +349,8 @@ def test_a_lapsed_lease_is_taken_back_unless_another_attempt_claimed(store: RunS
     lease = store.keys.lease("r1", "call-1")
 
     def renew(token: str, attempt: int) -> Renewed:
-        return store.renew(
-            "r1",
-            "call-1",
-            attempt=attempt,
-            member="t|r1|call-1",
-            token=token,
-            lease_ms=5_000,
-            now_ms=0,
-        )
+        held = HeldLease("r1", "call-1", attempt, "t|r1|call-1", token, lease_ms=5_000)
+        return store.renew(held, now_ms=0)
 
     assert renew("first", 1) is Renewed.KEPT
     store.redis.delete(lease)  # too busy to renew in time; nobody took over

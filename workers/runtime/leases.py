@@ -106,10 +106,7 @@ class CallLease:
         held = self._held
         if self._router is not None and held.holder:
             self._router.renew(held.holder)
-        self._renewed = self._store.renew(
-            held.run_id, held.what, attempt=held.attempt, member=held.member, token=held.token,
-            lease_ms=held.lease_ms, now_ms=self._clock(),
-        )  # fmt: skip
+        self._renewed = self._store.renew(held, self._clock())
         return self._renewed is not Renewed.LOST
 
     def cancelled(self) -> bool:

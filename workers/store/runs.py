@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class HeldLease:
-    """The lease of a call being made (`RunStore.renew_many`): whose, which attempt, and
+    """The lease of a call being made (`RunStore.renew`, `renew_many`): whose, which attempt, and
     for how long each renewal keeps it; `holder`: its name at a model route, if routed."""
 
     run_id: str
@@ -305,24 +305,10 @@ class RunStore:
             answer.task_before,
         )  # fmt: skip
 
-    def renew(
-        self,
-        run_id: str,
-        what: str,
-        *,
-        attempt: int,
-        member: str,
-        token: str,
-        lease_ms: int,
-        now_ms: int,
-    ) -> Renewed:
-        """Keep (or take back, if nobody took it over) the lease of call `what`, and tell
-        whether its run was cancelled meanwhile."""
-        renew = scripts.renew(
-            self.keys, run_id=run_id, call=what, attempt=attempt, member=member, token=token,
-            lease_ms=lease_ms, now_ms=now_ms,
-        )  # fmt: skip
-        return self.connection.run(renew)
+    def renew(self, held: HeldLease, now_ms: int) -> Renewed:
+        """Keep (or take back, if nobody took it over) the lease `held`, and tell whether
+        its run was cancelled meanwhile."""
+        return self.connection.run(self._renewal(held, now_ms))
 
     def renew_many(self, leases: Sequence[HeldLease], now_ms: int) -> list[Renewed | None]:
         """`renew` every lease of `leases` in one round trip (a pipeline; one at a time on a
