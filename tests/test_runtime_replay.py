@@ -147,7 +147,14 @@ def test_runs_of_every_kind_replay_identically(f: Fleet) -> None:
 
 
 def test_a_journal_is_kept_with_its_run_expiring_and_persisting_with_it(f: Fleet) -> None:
-    f.brain.script("RP-TTL", {0: final("first"), 1: call("sleep", seconds=2), 2: final("second")})
+    # Each turn sleeps first, so the journal is seen while its run still goes on.
+    turns = {
+        0: call("sleep", seconds=2),
+        1: final("first"),
+        2: call("sleep", seconds=2),
+        3: final("second"),
+    }
+    f.brain.script("RP-TTL", turns)
     run_id = f.relay.start("RP-TTL: keep", config=TRUSTING)
     store = f.relay.store
     journal, run_hash = store.keys.journal(run_id), store.keys.run(run_id)

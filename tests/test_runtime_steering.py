@@ -151,14 +151,14 @@ def test_pausing_a_finished_run_says_so(f: Fleet) -> None:
 def test_a_reply_to_a_finished_run_is_a_new_turn_with_its_history(f: Fleet) -> None:
     f.brain.script(
         "REPLY-1:",
-        {0: final("March: 42"), 1: call("sleep", seconds=0.8), 2: final("April: 7")},
+        {0: final("March: 42"), 1: call("sleep", seconds=2), 2: final("April: 7")},
     )
     run_id = f.relay.start("REPLY-1: total March")
     assert f.relay.wait(run_id, 60).summary == "March: 42"
     redis, key = f.redis.client(), f.relay.store.keys.run(run_id)
     assert redis.ttl(key) > 0
     f.relay.reply(run_id, "Now do the same for April")
-    _line(f, "sleep start 0.8")
+    _line(f, "sleep start 2")
     assert redis.ttl(key) == -1  # reopened: it lives until this turn ends
     assert f.relay.status(run_id).outcome is None
     assert f.relay.wait(run_id, 60).summary == "April: 7"
