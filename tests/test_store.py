@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agent_core import Config, Outcome, Stop, ToolOutput
+from agent_core import Config, Outcome, Risk, Stop, ToolOutput
 from tests.apps.notes import build
 from tests.support.redis_server import RedisServer
 from workers import RelayError, Settings, StoreUnavailable
@@ -540,6 +540,37 @@ def test_extending_raises_the_limits_it_has_and_wakes_the_parked_runs(store: Run
         store.keys, root="nope", raise_by=(1, None, None, None), parked=[], due_ms=9
     )
     assert store.connection.run(gone) is None  # (extend_steps says RunNotFound first)
+
+
+_PENDING_KINDS = [
+    Pending(
+        kind="call",
+        run_id="r1",
+        root_id="r1",
+        call_id="call-1",
+        tool="pay",
+        summary="pay",
+        args={"n": 10},
+        risk=Risk.MONEY,
+        created_ms=1,
+        seq=2,
+    ),
+    Pending(kind="question", run_id="r1.c-2", root_id="r1", summary="why?", created_ms=1, seq=3),
+    Pending(kind="plan", run_id="r1", root_id="r1", summary="plan", created_ms=1),  # (seq 0)
+    Pending(kind="question", run_id="r1", root_id="r1", call_id="a-1", summary="?", created_ms=1),
+]
+
+
+@pytest.mark.parametrize("pending", _PENDING_KINDS)
+def test_a_pending_entry_keeps_only_what_its_member_does_not_say(pending: Pending) -> None:
+    member = pending_member(pending)
+    stored = codec.pending_json(pending)
+    assert pending.run_id not in stored
+    assert codec.pending_read(member, stored) == pending
+    # An entry written whole, before, reads as it did; a broken one is skipped.
+    assert codec.pending_read(member, pending.model_dump_json(exclude_defaults=True)) == pending
+    assert codec.pending_read(member, b"{not json") is None
+    assert codec.pending_read("no-bars", stored) is None
 
 
 def _pending_call(store: RunStore, expires_ms: int | None = None) -> Pending:

@@ -106,7 +106,7 @@ def test_every_save_leaves_redis_holding_the_agents_snapshot(
     assert store.create(_record(config), agent.snapshot(), due_ms=5_000)
     _advance(store, agent, _record(config), 120)
     assert store.redis.hget(store.keys.run("r1"), "snap") is None
-    assert store.redis.hget(store.keys.run("r1"), "sf") == b"2"
+    assert store.redis.hget(store.keys.run("r1"), "head")  # (form 2: no `sf` field needed)
     restored = Agent.restore(config, TOOLS, store.snapshot("r1") or "")
     assert restored.snapshot() == agent.snapshot()
 
@@ -267,6 +267,29 @@ def test_split_and_join_are_inverse_on_real_snapshots() -> None:
     )
 
 
+def test_the_start_is_stored_without_the_task_the_record_holds() -> None:
+    agent = _started()
+    _advance_locally(agent, 3)
+    bare, entries, start = split(agent.snapshot(), start_apart=True, task="read the files")
+    assert start == "{}"  # nothing at its default, and the task is the record's
+    assert _parsed(join(bare, entries, start, task="read the files")) == _parsed(agent.snapshot())
+    # Another task than the record's is kept, and wins over the record's.
+    _, _, own = split(agent.snapshot(), start_apart=True, task="something else")
+    assert json.loads(own) == {"task": "read the files"}
+    assert _parsed(join(bare, entries, own, task="something else")) == _parsed(agent.snapshot())
+    # A start stored before (the task in it) loads as it did.
+    _, _, older = split(agent.snapshot(), start_apart=True)
+    assert _parsed(join(bare, entries, older, task="the record's")) == _parsed(agent.snapshot())
+    # An agent started without a task is not given the record's.
+    fresh = Agent(TRIMMED, TOOLS)
+    fresh.start("")
+    head, _, empty = split(fresh.snapshot(), start_apart=True, task="the record's")
+    assert json.loads(empty) == {"task": ""}
+    assert Agent.restore(TRIMMED, TOOLS, join(head, [], empty, task="the record's")).snapshot() == (
+        fresh.snapshot()
+    )
+
+
 # --- a run saved before the history was stored apart -----------------------------------------
 
 
@@ -288,7 +311,8 @@ def test_a_run_stored_whole_loads_and_its_next_save_stores_it_apart(
     step = Advanced(record, agent.snapshot(), Effects(), stored=stored)
     assert store.save(step, loaded.version) is Saved.SAVED
     assert store.redis.hget(key, "snap") is None
-    assert store.redis.hget(key, "sf") == b"2"
+    assert store.redis.hget(key, "head")
+    assert store.redis.hget(key, "sf") is None  # form 2 is its head: no field says it
     assert store.redis.llen(store.keys.history("r1")) == len(agent.history()) > 0
     again = store.load("r1", hot=False)
     assert again is not None
@@ -390,7 +414,7 @@ def test_a_step_writes_the_fields_that_change_and_not_the_fixed_ones_again(
     assert store.create(record, agent.snapshot(), due_ms=5_000)
     key = store.keys.run("r1")
     assert len(store.redis.hget(key, "fixed") or b"") > len(long_task)
-    assert len(store.redis.hget(key, "start") or b"") > len(long_task)
+    assert store.redis.hget(key, "start") == b"{}"  # the task is the record's: kept once
     assert b"Summarise" not in (store.redis.hget(key, "meta") or b"")
     journal = read_start(store.redis.lindex(store.keys.journal("r1"), 0) or b"")
     assert (journal.record, journal.snapshot) == (record, agent.snapshot())  # the whole start

@@ -27,7 +27,7 @@ from workers.engine.effects import (
     SnapshotWrite,
 )
 from workers.engine.events import InboxEvent, inbox_event
-from workers.engine.ids import OutboxMember, pending_member
+from workers.engine.ids import OutboxMember, pending_member, pending_parts
 from workers.engine.records import FIXED_FIELDS, Pending, RunRecord, TraceEntry, Usage
 from workers.store.layout import (
     NOTES_MAX,
@@ -38,7 +38,7 @@ from workers.store.layout import (
     Keys,
     RunFields,
 )
-from workers.store.snapshots import join, split
+from workers.store.snapshots import join, split, stored_start
 
 __all__ = [
     "Loaded",
@@ -52,6 +52,7 @@ __all__ = [
     "loaded",
     "notes_key",
     "pending_json",
+    "pending_read",
     "record_json",
     "record_of",
     "record_text",
@@ -175,7 +176,35 @@ def claimable(record: RunRecord) -> str:
 
 
 def pending_json(pending: Pending) -> str:
-    return pending.model_dump_json(exclude_defaults=True)
+    """A pending entry as `pending:data` keeps it under its member (`<run>|<kind>|<what>`):
+    without what the member says (its run, kind, and call when there is one), nor the
+    root when it is the run. A waiting run is mostly what it stores, and these were a
+    third of this entry. A call-less entry says `"call_id":null`, so `pending_read` does
+    not take its `what` (a seq) for a call."""
+    left_out = {"kind", "run_id", "call_id"}
+    if pending.root_id == pending.run_id:
+        left_out.add("root_id")
+    text = pending.model_dump_json(exclude_defaults=True, exclude=left_out)
+    if pending.call_id is None:
+        text = '{"call_id":null' + ("}" if text == "{}" else "," + text[1:])
+    return text
+
+
+def pending_read(member: bytes | str, value: bytes | str | None) -> Pending | None:
+    """The pending entry stored under `member` (None if it is gone or cannot be read);
+    an entry written before `pending_json` left the member's parts out is read as it is."""
+    if value is None:
+        return None
+    try:
+        data = json.loads(value)
+        if isinstance(data, dict) and "run_id" not in data:
+            run_id, kind, what = pending_parts(as_text(member))
+            data |= {"run_id": run_id, "kind": kind}
+            data.setdefault("root_id", run_id)
+            data.setdefault("call_id", what)
+        return Pending.model_validate(data)
+    except (ValueError, ValidationError):
+        return None
 
 
 def trace_line(entry: TraceEntry, run_id: str) -> str:
@@ -230,14 +259,19 @@ def loaded(stored: StoredRun) -> Loaded | None:
         return None
     apart = form == HISTORY_APART
     text = as_text(snap or b"")
+    try:
+        record: RunRecord | None = record_of(meta or b"", fixed)
+        problem = ""
+    except ValidationError as error:
+        record, problem = None, corrupt(error)
     if apart:
-        snapshot = join(text, [as_text(h) for h in history], as_text(start), as_text(loops))
+        task = None if record is None else record.task
+        history_texts = [as_text(h) for h in history]
+        snapshot = join(text, history_texts, as_text(start), as_text(loops), task)
     else:
         snapshot = text
-    try:
-        record = record_of(meta or b"", fixed)
-    except ValidationError as error:
-        return Loaded(as_text(version), None, snapshot, inbox_of(entries), corrupt(error), apart)
+    if record is None:
+        return Loaded(as_text(version), None, snapshot, inbox_of(entries), problem, apart)
     inbox, kept_apart = inbox_of(entries), bool(fixed) and bool(start)
     return Loaded(
         as_text(version), record, snapshot, inbox, apart=apart, fixed_stored=kept_apart,
@@ -297,7 +331,8 @@ def save_effects(keys: Keys, advanced: Advanced, own: OwnOutcome | None) -> str:
         effects["fixed"] = fixed_json(advanced.record)
         agent = None if advanced.stored is None else advanced.stored.agent
         if agent is not None:  # (its head leaves the start out: `snapshots.write`)
-            effects["start"] = agent.snapshot_start()
+            start = json.loads(agent.snapshot_start())
+            effects["start"] = stored_start(start, advanced.record.task)
     return json.dumps(effects, separators=(",", ":"))  # (no spaces: bytes a step writes)
 
 
@@ -426,7 +461,7 @@ def usage_of(values: Sequence[Any]) -> Usage:
 
 def _child(keys: Keys, child: ChildRun) -> list[Any]:
     record = child.record
-    head, entries, start = split(child.snapshot, start_apart=True)
+    head, entries, start = split(child.snapshot, start_apart=True, task=record.task)
     return [
         keys.run(record.id),
         record.id,

@@ -208,9 +208,10 @@ class RunFields:
     task, config, ...) as JSON, written when the run is made; RECORD holds the rest.
     A reader joins the two (`store.codec.record_text`)."""
     FORM = "sf"
-    """How the agent's snapshot is stored: 2, its head in HEAD and its history entries
-    in `hist:<id>`; absent, whole in SNAPSHOT (runs saved before; their next save
-    writes them in form 2)."""
+    """How the agent's snapshot is stored, as runs saved before said it: 2, its head in
+    HEAD and its history entries in `hist:<id>` (form 2). No longer written: a run with
+    a HEAD is in form 2 (a save that writes a head whole drops `sf`); one without is
+    whole in SNAPSHOT (runs saved before form 2; their next save writes them in it)."""
     HEAD = "head"
     """The agent's snapshot without its history (form 2), and without what its start set
     (START) once that is kept apart."""
@@ -220,7 +221,7 @@ class RunFields:
     LOOPS = "lp"
     """The agent's loop counters (`Agent.snapshot_loops`), a JSON object kept apart from
     HEAD and written only by a step that changes them (or the first that keeps them
-    apart); a HEAD that still holds them has the last word."""
+    apart); absent while there are none. A HEAD that still holds them has the last word."""
     SNAPSHOT = "snap"
     """The agent's whole snapshot (runs saved before form 2 only)."""
     PROMPT_TOKENS = "tp"
@@ -255,7 +256,8 @@ class RunFields:
     TRACE_LINES = "tn"
     """Trace lines ever written (the list keeps only the newest)."""
     OUT = "out"
-    """Calls of the current batch not yet recorded: the last RECORD advances the run."""
+    """Calls of the current batch not yet recorded: the last RECORD advances the run.
+    Absent when none are (RECORD reads absent as 0)."""
     DUE = "due"
     """What CLAIM may take, as SAVE wrote it with RECORD and VERSION: "<version>|<seq of
     the model call due>|<its request's bytes>|<running tool calls>" (all but the version

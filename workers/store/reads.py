@@ -27,7 +27,15 @@ from workers.engine.records import (
 )
 from workers.errors import RunCorrupt
 from workers.store import scripts
-from workers.store.codec import as_int, as_text, corrupt, record_of, trace_entry, usage_of
+from workers.store.codec import (
+    as_int,
+    as_text,
+    corrupt,
+    pending_read,
+    record_of,
+    trace_entry,
+    usage_of,
+)
 from workers.store.layout import IndexKeys, Keys, RunFields
 from workers.store.ops import Batch, Command, Steps
 from workers.store.snapshots import split
@@ -197,7 +205,8 @@ def create(
     through its own cache of the slots it listed, and passes False)."""
     if enlist and keys.cluster:
         yield Command(("SADD", keys.index_slots, keys.slot(record.id)))
-    head, history, agent_start = split(snapshot, start_apart=True)  # as CREATE keeps it
+    # (as CREATE keeps it)
+    head, history, agent_start = split(snapshot, start_apart=True, task=record.task)
     made = yield scripts.create(
         keys,
         record=record,
@@ -252,34 +261,28 @@ def pending_of(keys: Keys, members: Sequence[str]) -> Steps[list[Pending]]:
     values: dict[str, Any] = {}
     for (_, group), found in zip(listed, answers, strict=True):
         values.update(zip(group, found, strict=True))
-    return readable([values[member] for member in members])
+    return readable([(member, values[member]) for member in members])
 
 
 def pending_in_tree(keys: Keys, root: str, kind: str) -> Steps[list[Pending]]:
     """The pending entries of one kind held by the runs of a tree (an HSCAN of its
     shard's entries, page by page)."""
-    data, cursor, values = keys.index(root).pending_data, 0, list[Any]()
+    data, cursor, entries = keys.index(root).pending_data, 0, list[tuple[Any, Any]]()
     while True:
         cursor, page = yield Command(
             ("HSCAN", data, cursor, "MATCH", f"{root}*|{kind}|*", "COUNT", 1_000)
         )
-        values += list(page.values()) if isinstance(page, dict) else list(page[1::2])
+        pairs = page.items() if isinstance(page, dict) else zip(page[0::2], page[1::2], strict=True)
+        entries += list(pairs)
         cursor = int(cursor)
         if cursor == 0:
-            return [p for p in readable(values) if p.root_id == root]
+            return [p for p in readable(entries) if p.root_id == root]
 
 
-def readable(values: Sequence[Any]) -> list[Pending]:
-    """The pending entries that can be read (a missing or broken one is skipped)."""
-    found: list[Pending] = []
-    for value in values:
-        if value is None:
-            continue
-        try:
-            found.append(Pending.model_validate_json(value))
-        except ValidationError:
-            continue
-    return found
+def readable(entries: Sequence[tuple[Any, Any]]) -> list[Pending]:
+    """The pending entries, (member, value) pairs, that can be read (a missing or broken
+    one is skipped)."""
+    return [p for p in (pending_read(member, value) for member, value in entries) if p]
 
 
 def shards(keys: Keys) -> Steps[list[IndexKeys]]:

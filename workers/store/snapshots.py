@@ -32,17 +32,23 @@ from agent_core import Agent
 from agent_core.state import START_FIELDS, Loops
 from workers.engine.effects import SnapshotWrite
 
-__all__ = ["join", "split", "write"]
+__all__ = ["join", "split", "stored_start", "write"]
 
 _HISTORY = ',"history":['
 _STATE = '"state":{'
 
 
-def join(head: str, entries: Sequence[str], start: str = "", loops: str = "") -> str:
+def join(
+    head: str, entries: Sequence[str], start: str = "", loops: str = "", task: str | None = None
+) -> str:
     """Return the snapshot text of a head, its `start` and its `loops` (JSON objects of
     state fields; '' for a head that holds them) and its history entries (not validated
-    here: `Agent.restore` does). A head with none of them is the snapshot as it is."""
-    fields = ",".join(part[1:-1] for part in (start, loops) if len(part) > 2)
+    here: `Agent.restore` does). A head with none of them is the snapshot as it is.
+
+    `task` is the run record's task: the agent's, unless `start` says otherwise (a start
+    is stored without the task when the two are the same, see `split`)."""
+    task_field = "" if task is None or not start else f'"task":{_compact(task)}'
+    fields = ",".join(p for p in (task_field, start[1:-1], loops[1:-1]) if len(p) > 0)
     at = head.find(_STATE) + len(_STATE) if fields else -1
     if at >= len(_STATE):
         # The start's fields go in first: a head that holds them too (written before
@@ -56,10 +62,16 @@ def join(head: str, entries: Sequence[str], start: str = "", loops: str = "") ->
     return f"{head[:-2]}{_HISTORY}{','.join(entries)}]}}}}"
 
 
-def split(snapshot: str, *, start_apart: bool = False) -> tuple[str, list[str], str]:
+def split(
+    snapshot: str, *, start_apart: bool = False, task: str | None = None
+) -> tuple[str, list[str], str]:
     """Return (head, history entries, start) of a snapshot text: with `start_apart`, the
     start's fields are taken out of the head into `start` (else it is ''). Text that is
-    not a snapshot is all head (the restore that reads it says what is wrong)."""
+    not a snapshot is all head (the restore that reads it says what is wrong).
+
+    The start leaves out its fields at their default, and the task when it is `task`
+    (the run record's, which `join` is given back): a parked run is mostly its hash,
+    and the task was in it twice."""
     try:
         document = json.loads(snapshot)
         state = document["state"]
@@ -72,7 +84,17 @@ def split(snapshot: str, *, start_apart: bool = False) -> tuple[str, list[str], 
     if not start_apart:
         return _compact(document), entries, ""
     start = {name: state.pop(name) for name in START_FIELDS if name in state}
-    return _compact(document), entries, _compact(start)
+    return _compact(document), entries, stored_start(start, task)
+
+
+def stored_start(start: dict[str, object], task: str | None) -> str:
+    """The start as stored (see `split`): JSON of its fields, without those at their
+    default, and without the task when it is `task` (but with it when it is not, even
+    empty, so `join` does not put the record's in its place)."""
+    kept = {k: v for k, v in start.items() if k != "task" and v not in ("", [])}
+    if start.get("task", "") != task:
+        kept = {"task": start.get("task", ""), **kept}
+    return _compact(kept)
 
 
 def _compact(value: object) -> str:

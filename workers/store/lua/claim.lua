@@ -7,7 +7,7 @@
 -- nothing runs that the record did not decide. A claim counts the attempt (the
 -- fence that RECORD and SAVE check) and hands back what the call and the save
 -- after it need, so neither reads the run again: the agent's snapshot (the head
--- and history list, or the whole snapshot of a run stored before `sf` 2) only if
+-- and history list, or the whole snapshot of a run stored before form 2) only if
 -- the run is not at the version whose agent the caller keeps (ARGV[11]).
 --
 -- A model call is also admitted against its tree's budget (on the root's hash):
@@ -160,7 +160,7 @@ if run[1] == ARGV[11] then
   return {'claimed', attempts, over, cap, run[1], run[2], '', '', {}, inbox, before, '', '', ''}
 end
 local kept = redis.call('HMGET', KEYS[1], 'fixed', 'start', 'head', 'snap', 'lp')
-if run[3] == '2' then
+if run[3] == '2' or kept[3] then  -- (form 2: a head, once `sf` 2 too)
   return {'claimed', attempts, over, cap, run[1], run[2], '2', kept[3] or '',
     redis.call('LRANGE', history, 0, -1), inbox, before, kept[1] or '', kept[2] or '',
     kept[5] or ''}

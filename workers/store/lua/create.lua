@@ -4,7 +4,7 @@
 -- model calls, `ld` the deadline in ms), which admission (CLAIM) checks and
 -- `relay.extend` (EXTEND) raises; a deadline also goes into the deadlines index.
 --
--- The agent's snapshot is stored apart (`sf` 2): its head and its start (what the start
+-- The agent's snapshot is stored apart (form 2, which a head says): its head and its start (what the start
 -- set, never changed after) in the hash, its history entries (if it has any yet) in the
 -- run's history list.
 --
@@ -23,8 +23,8 @@
 -- ARGV[15..] the history entries
 -- Returns: created, or exists.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
-redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'fixed', ARGV[13], 'start', ARGV[14], 'sf',
-  2, 'head', ARGV[3], 'tp', 0, 'tc', 0, 'tt', 0)
+redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'fixed', ARGV[13], 'start', ARGV[14],
+  'head', ARGV[3], 'tp', 0, 'tc', 0, 'tt', 0)
 redis.call('DEL', KEYS[5])
 redis.call('DEL', KEYS[7])
 redis.call('RPUSH', KEYS[7], ARGV[11])

@@ -1,7 +1,7 @@
 -- LOAD: read a run to advance it: version, record, the agent's snapshot, the inbox.
 --
 -- The snapshot (the head and history list, or the whole snapshot of a run stored
--- before `sf` 2) is left out when the run is still at the version whose agent the
+-- before form 2) is left out when the run is still at the version whose agent the
 -- caller keeps (ARGV[1]): the common step reads only the version and the record.
 --
 -- KEYS[1] run hash  KEYS[2] history list  KEYS[3] inbox
@@ -15,7 +15,7 @@ local inbox = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1000)
 if run[1] == ARGV[1] then return {run[1], run[2] or '', '', '', {}, inbox, '', '', ''} end
 local kept = redis.call('HMGET', KEYS[1], 'fixed', 'start', 'head', 'snap', 'lp')
 local fixed, start, loops = kept[1] or '', kept[2] or '', kept[5] or ''
-if run[3] == '2' then
+if run[3] == '2' or kept[3] then  -- (form 2: a head, once `sf` 2 too)
   return {run[1], run[2] or '', '2', kept[3] or '', redis.call('LRANGE', KEYS[2], 0, -1), inbox,
     fixed, start, loops}
 end

@@ -6,10 +6,10 @@
 -- call last. The effects JSON is built in one place, workers.store.codec.save_effects,
 -- and holds only the effects this step has (an absent one is empty).
 --
--- The agent's snapshot is stored apart (`sf` 2, see workers.store.snapshots): a new head
+-- The agent's snapshot is stored apart (form 2, see workers.store.snapshots): a new head
 -- in the hash, and the history list changed as the step changed it (its oldest
 -- entries dropped, new ones appended) or, with ARGV[6] = 1, written whole (which
--- also migrates a run stored as one `snap`). An empty head leaves the snapshot as it is.
+-- also migrates a run stored as one `snap`, and drops `sf`, which a head now says). An empty head leaves the snapshot as it is.
 --
 -- A run that finishes gets a TTL (the retention) on its hash, history and trace (its
 -- inbox goes once empty: an event that came after the step read it stays, with its
@@ -25,7 +25,7 @@
 -- when the run was made), and the head without the agent's start (`start`, likewise);
 -- fx.fixed and fx.start write them for a run saved before they were kept apart, or one
 -- whose record could not be read. The head leaves out the agent's loop counters too
--- (`lp`): fx.loops writes them when the step changed them.
+-- (`lp`): fx.loops writes them when the step changed them (none at all: `lp` is deleted).
 --
 -- A model call's own outcome may carry what its route hears (fx.own.route, a single
 -- Redis only): ROUTE_DONE's `ok`, run here (`--# route_done`) before the version check,
@@ -114,24 +114,24 @@ local out = 0
 for _, c in ipairs(fx.running or none) do
   if redis.call('HEXISTS', KEYS[1], 'r:' .. c) == 0 then out = out + 1 end
 end
+-- (No calls out is no field: a parked run keeps what it must, each field ~50 bytes.)
+if out > 0 then redis.call('HSET', KEYS[1], 'out', out) else redis.call('HDEL', KEYS[1], 'out') end
 if ARGV[3] == '' then
-  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due,
-    'out', out)
+  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due)
 elseif ARGV[6] == '1' then
-  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due,
-    'out', out, 'head', ARGV[3], 'sf', 2)
-  redis.call('HDEL', KEYS[1], 'snap')
+  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due, 'head', ARGV[3])
+  redis.call('HDEL', KEYS[1], 'snap', 'sf')
   redis.call('DEL', history)
   push(history, ARGV, entries)
 else
-  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due,
-    'out', out, 'head', ARGV[3])
+  redis.call('HSET', KEYS[1], 'v', version, 'meta', ARGV[2], 'due', due, 'head', ARGV[3])
   if ARGV[5] ~= '0' then redis.call('LTRIM', history, ARGV[5], -1) end
   push(history, ARGV, entries)
 end
 if fx.fixed then redis.call('HSET', KEYS[1], 'fixed', fx.fixed) end
 if fx.start then redis.call('HSET', KEYS[1], 'start', fx.start) end
-if fx.loops then redis.call('HSET', KEYS[1], 'lp', fx.loops) end
+if fx.loops == '{}' then redis.call('HDEL', KEYS[1], 'lp')  -- (none: a parked run keeps no field)
+elseif fx.loops then redis.call('HSET', KEYS[1], 'lp', fx.loops) end
 if ARGV[7] ~= '' and redis.call('RPUSH', journal, ARGV[7]) > ${JOURNAL_MAX} then
   redis.call('LTRIM', journal, -${JOURNAL_MAX}, -1)
 end
@@ -189,7 +189,7 @@ for _, q in ipairs(fx.settle or none) do
 end
 for _, c in ipairs(fx.create or none) do
   if redis.call('EXISTS', c[1]) == 0 then
-    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'start', c[12], 'sf', 2,
+    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'start', c[12],
       'head', c[4], 'tp', 0, 'tc', 0, 'tt', 0)
     redis.call('DEL', c[8])
     redis.call('DEL', c[9])
