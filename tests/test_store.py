@@ -497,6 +497,30 @@ def test_a_model_call_past_a_limit_is_claimed_but_not_admitted(
     assert limits.reserved == (0, 0, 0)  # nothing reserved for a call that will not be made
 
 
+def test_totals_kept_in_seven_fields_by_an_older_save_still_count_and_move_into_one(
+    store: RunStore,
+) -> None:
+    budget = Budget(tokens=1_000, model_calls=5)
+    _tree(store, budget)
+    root = store.keys.run("root")
+    # As saves before TOTALS left them: one field each (cached tokens and cost absent).
+    store.redis.hdel(root, "u")
+    store.redis.hset(root, mapping={"tp": 600, "tc": 200, "tt": 800, "mc": 5, "np": 5})
+    total = store.read("root")
+    assert total is not None
+    assert (total[1].total_tokens, total[1].model_calls) == (800, 5)
+    over = _model_claim(store, "a", Admission(100, 0.0, 0.0)).over
+    assert over is not None  # 800 spent + 200 of prompt + a useful reply: past 1,000
+    assert over.limit == "tokens"
+    used = (UsageAdd("root", Usage(prompt_tokens=1, total_tokens=1, model_calls=1)),)
+    _save(store, _record("root", budget=budget), usage_adds=used)
+    assert store.redis.hget(root, "u") == b"601 200 801 0 0 6 5"
+    assert not store.redis.hexists(root, "tt")
+    moved = store.read("root")
+    assert moved is not None
+    assert (moved[1].total_tokens, moved[1].model_calls, moved[1].unpriced_calls) == (801, 6, 5)
+
+
 @pytest.mark.parametrize(("started_s_ago", "over"), [(1, False), (3, True)])
 def test_a_tree_whose_time_is_up_admits_no_model_call(
     store: RunStore, started_s_ago: int, over: bool
@@ -698,7 +722,7 @@ def test_usage_for_an_ancestor_that_expired_does_not_bring_it_back(store: RunSto
     usage = (UsageAdd("root", used), UsageAdd("root.call-1", used))
     _save(store, _record("root.call-1", parent="root", root="root"), usage_adds=usage)
     assert not store.redis.exists(store.keys.run("root"))
-    assert store.redis.hget(store.keys.run("root.call-1"), "tt") == b"3"
+    assert store.redis.hget(store.keys.run("root.call-1"), "u") == b"1 2 3 0 0 0 0"
 
 
 @pytest.mark.parametrize(

@@ -446,8 +446,10 @@ def _counts(usage: Usage) -> list[int]:
 
 
 def usage_of(values: Sequence[Any]) -> Usage:
-    """A run's totals read back in the order of RunFields.USAGE."""
-    prompt, completion, total, cached, cost, calls, unpriced = (as_int(v) for v in values)
+    """A run's totals read back in the order of RunFields.USAGE (those of RunFields.TOTALS,
+    or the fields each was in before; a missing one is 0)."""
+    counts = [*(as_int(v) for v in values[:7]), *[0] * (7 - len(values))]
+    prompt, completion, total, cached, cost, calls, unpriced = counts
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,

@@ -224,6 +224,13 @@ class RunFields:
     apart); absent while there are none. A HEAD that still holds them has the last word."""
     SNAPSHOT = "snap"
     """The agent's whole snapshot (runs saved before form 2 only)."""
+    TOTALS = "u"
+    """What the run and all its descendants used (SAVE adds each model call's usage to
+    the run and every ancestor): "<tokens in> <out> <total> <cached in> <micro-dollars>
+    <model calls> <unpriced calls>", the order of `workers.engine.records.Usage`; absent
+    while none (lua/totals.lua). One field, not seven: each field of a run's hash costs
+    about 50 bytes. A run saved before has them in the seven below (USAGE) until its
+    next usage moves them here."""
     PROMPT_TOKENS = "tp"
     COMPLETION_TOKENS = "tc"
     TOTAL_TOKENS = "tt"
@@ -241,8 +248,7 @@ class RunFields:
         MODEL_CALLS,
         UNPRICED_CALLS,
     )
-    """What the run and all its descendants used (SAVE adds each model call's usage
-    to the run and every ancestor), in the order of `workers.engine.records.Usage`."""
+    """Where runs saved before TOTALS kept them, one field each, in its order."""
     LIMIT_TOKENS = "lt"
     LIMIT_COST = "lu"
     LIMIT_CALLS = "lc"

@@ -79,11 +79,11 @@ def _record(run_id: str, meta: bytes, fixed: bytes | None) -> RunRecord:
 def read(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, Usage] | None]:
     """The run's record and what it and its descendants used (no snapshot); None if
     there is no run. Raises RunCorrupt for a record that cannot be read."""
-    meta, fixed, *totals = yield Command(
-        ("HMGET", keys.run(run_id), RunFields.RECORD, RunFields.FIXED, *RunFields.USAGE)
-    )
+    fields = (RunFields.RECORD, RunFields.FIXED, RunFields.TOTALS, *RunFields.USAGE)
+    meta, fixed, packed, *apart = yield Command(("HMGET", keys.run(run_id), *fields))
     if meta is None:
         return None
+    totals = as_text(packed).split() if packed else apart
     return _record(run_id, meta, fixed), usage_of(totals)
 
 

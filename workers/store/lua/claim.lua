@@ -40,6 +40,7 @@
 -- the agent)}; status is
 -- claimed, gone (no run), done (outcome recorded), refused (the record does not
 -- call for it) or busy (another worker holds the lease).
+--# totals
 local FLOOR = 256  -- the smallest reply worth asking for (a cut reply is asked again)
 local function answer(status) return {status, 0, '', 0, '', '', '', '', {}, {}, '', '', '', ''} end
 
@@ -96,8 +97,12 @@ if not redis.call('SET', lease, ARGV[4], 'PX', ARGV[5], 'NX') then return answer
 
 local over, cap = '', 0
 if ARGV[2] == 'model' then
-  local root = redis.call('HMGET', root_hash, 'lt', 'lu', 'lc', 'ld', 'tt', 'cu', 'mc',
-    'rt', 'ru', 'rc')
+  local root = redis.call('HMGET', root_hash, 'lt', 'lu', 'lc', 'ld', 'rt', 'ru', 'rc')
+  -- (What a tree spent is read only if it has a limit to hold it to.)
+  local spent = {0, 0, 0, 0, 0, 0, 0}
+  if root[1] or root[2] or root[3] then spent = totals({root_hash}, {}) end
+  root = {root[1], root[2], root[3], root[4], spent[3], spent[5], spent[6], root[5], root[6],
+    root[7]}
   local held = 'q:' .. ARGV[7] .. '|' .. ARGV[1]
   local n = function(i) return tonumber(root[i] or '0') end
   local int = function(x) return string.format('%d', x) end

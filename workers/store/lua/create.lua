@@ -24,7 +24,7 @@
 -- Returns: created, or exists.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
 redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'fixed', ARGV[13], 'start', ARGV[14],
-  'head', ARGV[3], 'tp', 0, 'tc', 0, 'tt', 0)
+  'head', ARGV[3])
 redis.call('DEL', KEYS[5])
 redis.call('DEL', KEYS[7])
 redis.call('RPUSH', KEYS[7], ARGV[11])

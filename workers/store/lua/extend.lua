@@ -26,11 +26,14 @@
 -- Returns: {raised (1 if any limit was raised), runs woken}; {-1, 0} if no root;
 -- {-2, 0} if the named entry is not pending; {-3, limit, used and held, the limit
 -- after the raise, what is needed} if the tree would still be full under that limit.
+--# totals
 if redis.call('HEXISTS', KEYS[1], 'v') == 0 then return {-1, 0} end
 if ARGV[7] ~= '' then
   if redis.call('HEXISTS', KEYS[4], ARGV[7]) == 0 then return {-2, 0} end
   -- limit, used, held: as CLAIM admits a model call against them
-  local root = redis.call('HMGET', KEYS[1], 'lt', 'lu', 'lc', 'tt', 'cu', 'mc', 'rt', 'ru', 'rc')
+  local root = redis.call('HMGET', KEYS[1], 'lt', 'lu', 'lc', 'rt', 'ru', 'rc')
+  local spent = totals({KEYS[1]}, {})
+  root = {root[1], root[2], root[3], spent[3], spent[5], spent[6], root[4], root[5], root[6]}
   local int = function(x) return string.format('%d', x) end
   for i = 1, 3 do
     if root[i] then

@@ -58,6 +58,7 @@ local function push(key, values, from, to)
   return length
 end
 --# route_done
+--# totals
 local traced = tonumber(ARGV[9])
 local entries = 10 + traced  -- (the first history entry to append)
 local fx = cjson.decode(ARGV[4])
@@ -162,16 +163,16 @@ for _, p in ipairs(fx.pending_add or none) do
   redis.call('ZADD', pending, p[2], p[1])
   redis.call('HSET', pending_data, p[1], p[3])
 end
-local counters = {'tp', 'tc', 'tt', 'cc', 'cu', 'mc', 'np'}
 -- (A run's hash is named '' where it is this run's own: KEYS[1].)
 for _, u in ipairs(fx.usage_adds or none) do
   local run = u[1] == '' and KEYS[1] or u[1]
   -- An ancestor that finished and expired is not brought back without a TTL (the run
   -- saved is there: its version was read above).
   if u[1] == '' or redis.call('HEXISTS', run, 'v') == 1 then
-    for i, field in ipairs(counters) do
-      if u[i + 1] ~= 0 then redis.call('HINCRBY', run, field, u[i + 1]) end
-    end
+    local sums, apart = totals({run}, none)
+    for i = 1, 7 do sums[i] = string.format('%d', sums[i] + u[i + 1]) end
+    redis.call('HSET', run, 'u', table.concat(sums, ' '))
+    if apart then redis.call('HDEL', run, 'tp', 'tc', 'tt', 'cc', 'cu', 'mc', 'np') end
   end
 end
 for _, q in ipairs(fx.settle or none) do
@@ -189,8 +190,7 @@ for _, q in ipairs(fx.settle or none) do
 end
 for _, c in ipairs(fx.create or none) do
   if redis.call('EXISTS', c[1]) == 0 then
-    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'start', c[12],
-      'head', c[4], 'tp', 0, 'tc', 0, 'tt', 0)
+    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'start', c[12], 'head', c[4])
     redis.call('DEL', c[8])
     redis.call('DEL', c[9])
     redis.call('RPUSH', c[9], c[10])
