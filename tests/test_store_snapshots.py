@@ -250,6 +250,11 @@ def test_split_and_join_are_inverse_on_real_snapshots() -> None:
     assert _parsed(join(head, entries)) == _parsed(join(agent.snapshot_head(), texts))
     assert Agent.restore(TRIMMED, TOOLS, join(head, entries)).snapshot() == agent.snapshot()
     assert split("not a snapshot") == ("not a snapshot", [], "")
+    # Stored without the format tag, which joining puts back; a tagged head still joins.
+    assert head.startswith('{"version":')
+    assert json.loads(join(head, entries))["format"] == "relay.agent"
+    tagged = agent.snapshot_head()
+    assert _parsed(join(tagged, texts)) == _parsed(agent.snapshot())
     # The start apart: the head leaves the task out, and joining puts it back.
     bare, entries, start = split(agent.snapshot(), start_apart=True)
     assert "read the files" not in bare
@@ -414,7 +419,7 @@ def test_a_step_writes_the_fields_that_change_and_not_the_fixed_ones_again(
     assert store.create(record, agent.snapshot(), due_ms=5_000)
     key = store.keys.run("r1")
     assert len(store.redis.hget(key, "fixed") or b"") > len(long_task)
-    assert store.redis.hget(key, "start") == b"{}"  # the task is the record's: kept once
+    assert not store.redis.hexists(key, "start")  # the task is the record's: kept once
     assert b"Summarise" not in (store.redis.hget(key, "meta") or b"")
     journal = read_start(store.redis.lindex(store.keys.journal("r1"), 0) or b"")
     assert (journal.record, journal.snapshot) == (record, agent.snapshot())  # the whole start
@@ -446,6 +451,44 @@ def test_a_step_writes_the_fields_that_change_and_not_the_fixed_ones_again(
     assert again is not None
     assert again[0].task == long_task
     assert (again[0].seq, again[0].key, again[0].memory) == (3, "tenant-a", "m")
+
+
+def test_a_start_that_is_only_the_records_task_is_no_field_and_a_head_holding_one_is_read_whole(
+    store: RunStore,
+) -> None:
+    record = _record().model_copy(update={"task": "read the files"})  # the agent's task
+    agent = _started()
+    assert store.create(record, agent.snapshot(), due_ms=5_000)
+    key = store.keys.run("r1")
+    assert not store.redis.hexists(key, "start")
+    loaded = store.load("r1", hot=False)
+    assert loaded is not None
+    assert loaded.fixed_stored
+    assert Agent.restore(TRIMMED, TOOLS, loaded.snapshot).snapshot() == agent.snapshot()
+    # A head that holds its start and has no `start` beside it (as a save of an older
+    # version could leave it) is read whole, and its next save keeps the start apart.
+    head, _, _ = split(agent.snapshot())
+    store.redis.hset(key, "head", head.replace("read the files", "its own task"))
+    loaded = store.load("r1", hot=False)
+    assert loaded is not None
+    assert not loaded.fixed_stored
+    assert json.loads(loaded.snapshot)["state"]["task"] == "its own task"
+    was = Agent.restore(TRIMMED, TOOLS, loaded.snapshot)
+    moved = was.copy()
+    _move(moved, 0)
+    step = Advanced(
+        record.model_copy(update={"seq": 1, "updated_ms": 2_000}),
+        moved.snapshot(),
+        Effects(),
+        stored=write(was.history(), moved),
+        fixed_stored=False,
+    )
+    assert store.save(step, loaded.version) is Saved.SAVED
+    assert json.loads(store.redis.hget(key, "start") or b"") == {"task": "its own task"}
+    again = store.load("r1", hot=False)
+    assert again is not None
+    assert again.fixed_stored
+    assert Agent.restore(TRIMMED, TOOLS, again.snapshot).snapshot() == moved.snapshot()
 
 
 def test_a_run_from_before_the_fixed_fields_were_apart_keeps_them_apart_from_its_next_save(

@@ -264,21 +264,28 @@ def loaded(stored: StoredRun) -> Loaded | None:
         problem = ""
     except ValidationError as error:
         record, problem = None, corrupt(error)
+    # The start is apart when the fixed fields are: stored, or nothing to store (`{}` is
+    # not written), unless the head still holds it (written before).
+    kept_apart = bool(fixed) and (bool(start) or _TASK not in text)
     if apart:
-        task = None if record is None else record.task
+        task = record.task if record is not None and kept_apart else None
         history_texts = [as_text(h) for h in history]
         snapshot = join(text, history_texts, as_text(start), as_text(loops), task)
     else:
         snapshot = text
     if record is None:
         return Loaded(as_text(version), None, snapshot, inbox_of(entries), problem, apart)
-    inbox, kept_apart = inbox_of(entries), bool(fixed) and bool(start)
+    inbox = inbox_of(entries)
     return Loaded(
         as_text(version), record, snapshot, inbox, apart=apart, fixed_stored=kept_apart,
         loops_stored=apart and bool(loops) and _LOOPS not in text,
     )  # fmt: skip
 
 
+_TASK = '"task":'
+"""A head that holds its start (written before the start was apart) has this key; one
+written without it may too (a tool's argument), and is then read as one that holds it:
+its next save writes `start` (even `{}`), and from then on it is apart."""
 _LOOPS = '"loops":'
 """A head that holds the loop counters (written whole: before they were apart, or by a
 run's end) has the last word over `lp`: its next save writes them apart again. (In the

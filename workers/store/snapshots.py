@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from agent_core import Agent
-from agent_core.state import START_FIELDS, Loops
+from agent_core.state import FORMAT, START_FIELDS, Loops
 from workers.engine.effects import SnapshotWrite
 
 __all__ = ["join", "split", "stored_start", "write"]
@@ -45,9 +45,12 @@ def join(
     state fields; '' for a head that holds them) and its history entries (not validated
     here: `Agent.restore` does). A head with none of them is the snapshot as it is.
 
-    `task` is the run record's task: the agent's, unless `start` says otherwise (a start
-    is stored without the task when the two are the same, see `split`)."""
-    task_field = "" if task is None or not start else f'"task":{_compact(task)}'
+    `task` is the run record's task, for a head without its start: the agent's, unless
+    `start` says otherwise (a start is stored without the task when the two are the
+    same, see `split`, and not at all when nothing else is left: '')."""
+    if head.startswith(_UNTAGGED):  # (a head as `untagged` stores it)
+        head = _TAGGED + head[1:]
+    task_field = "" if task is None else f'"task":{_compact(task)}'
     fields = ",".join(p for p in (task_field, start[1:-1], loops[1:-1]) if len(p) > 0)
     at = head.find(_STATE) + len(_STATE) if fields else -1
     if at >= len(_STATE):
@@ -82,9 +85,20 @@ def split(
         return snapshot, [], ""
     entries = [_compact(entry) for entry in history]
     if not start_apart:
-        return _compact(document), entries, ""
+        return untagged(_compact(document)), entries, ""
     start = {name: state.pop(name) for name in START_FIELDS if name in state}
-    return _compact(document), entries, stored_start(start, task)
+    return untagged(_compact(document)), entries, stored_start(start, task)
+
+
+_TAGGED = f'{{"format":{json.dumps(FORMAT)},'
+_UNTAGGED = '{"version":'
+
+
+def untagged(head: str) -> str:
+    """A head as stored: without its format tag, the same ~25 bytes in every head a step
+    writes (a parked run is mostly its hash); `join` puts it back, and `Agent.restore`
+    checks it as ever. Text that does not begin with the tag is kept as it is."""
+    return "{" + head[len(_TAGGED) :] if head.startswith(_TAGGED + '"version":') else head
 
 
 def stored_start(start: dict[str, object], task: str | None) -> str:
@@ -113,7 +127,7 @@ def write(
     the same object, and only appends new ones or drops the oldest. So are the loop
     counters: written only when the step counted something (once a turn or so).
     """
-    head = agent.snapshot_head(without_start=True, without_loops=True)
+    head = untagged(agent.snapshot_head(without_start=True, without_loops=True))
     counted = "" if loops is agent.loops() else agent.snapshot_loops()
     now, kept = agent.history(), agent.copy()
     if stored is None:

@@ -23,8 +23,9 @@
 -- ARGV[15..] the history entries
 -- Returns: created, or exists.
 if redis.call('EXISTS', KEYS[1]) == 1 then return 'exists' end
-redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'fixed', ARGV[13], 'start', ARGV[14],
-  'head', ARGV[3])
+redis.call('HSET', KEYS[1], 'v', 1, 'meta', ARGV[2], 'fixed', ARGV[13], 'head', ARGV[3])
+-- (A start of nothing but the record's task is no field: ~50 bytes of a parked run.)
+if ARGV[14] ~= '{}' then redis.call('HSET', KEYS[1], 'start', ARGV[14]) end
 redis.call('DEL', KEYS[5])
 redis.call('DEL', KEYS[7])
 redis.call('RPUSH', KEYS[7], ARGV[11])

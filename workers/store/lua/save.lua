@@ -190,7 +190,8 @@ for _, q in ipairs(fx.settle or none) do
 end
 for _, c in ipairs(fx.create or none) do
   if redis.call('EXISTS', c[1]) == 0 then
-    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'start', c[12], 'head', c[4])
+    redis.call('HSET', c[1], 'v', 1, 'meta', c[3], 'fixed', c[11], 'head', c[4])
+    if c[12] ~= '{}' then redis.call('HSET', c[1], 'start', c[12]) end  -- (as CREATE)
     redis.call('DEL', c[8])
     redis.call('DEL', c[9])
     redis.call('RPUSH', c[9], c[10])
