@@ -491,6 +491,34 @@ def test_a_start_that_is_only_the_records_task_is_no_field_and_a_head_holding_on
     assert Agent.restore(TRIMMED, TOOLS, again.snapshot).snapshot() == moved.snapshot()
 
 
+def test_a_head_with_a_task_argument_keeps_the_runs_task(store: RunStore) -> None:
+    # A delegate's call has a `task` argument: the head holds that key, nested, and
+    # no start of its own. The run's task is still the record's, saved and loaded.
+    tools = [Tool("hand_on", "Hand a part on").arg("task", Kind.TEXT).risk(Risk.READ)]
+    agent = Agent(TRIMMED, tools)
+    agent.start("the whole job")
+    assert isinstance(agent.resume(), Ask)
+    agent.reply(call("hand_on", task="a part"))
+    record = _record().model_copy(update={"task": "the whole job"})
+    assert store.create(record, agent.snapshot(), due_ms=5_000)
+    key = store.keys.run("r1")
+    assert b'"task":"a part"' in (store.redis.hget(key, "head") or b"")
+    for _ in range(2):  # read as created, then after a save
+        loaded = store.load("r1", hot=False)
+        assert loaded is not None
+        restored = Agent.restore(TRIMMED, tools, loaded.snapshot)
+        assert restored.snapshot() == agent.snapshot()
+        step = Advanced(
+            record.model_copy(update={"seq": 1, "updated_ms": 2_000}),
+            agent.snapshot(),
+            Effects(),
+            stored=write(restored.history(), agent),
+            fixed_stored=loaded.fixed_stored,
+        )
+        assert store.save(step, loaded.version) is Saved.SAVED
+    assert json.loads(store.redis.hget(key, "start") or b"") == {}  # apart from now on
+
+
 def test_a_run_from_before_the_fixed_fields_were_apart_keeps_them_apart_from_its_next_save(
     store: RunStore,
 ) -> None:

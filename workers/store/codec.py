@@ -265,10 +265,11 @@ def loaded(stored: StoredRun) -> Loaded | None:
     except ValidationError as error:
         record, problem = None, corrupt(error)
     # The start is apart when the fixed fields are: stored, or nothing to store (`{}` is
-    # not written), unless the head still holds it (written before).
+    # not written), unless the head still holds it (written before). Either way the
+    # record's task goes in first: a start or a head that holds its own has the last word.
     kept_apart = bool(fixed) and (bool(start) or _TASK not in text)
     if apart:
-        task = record.task if record is not None and kept_apart else None
+        task = record.task if record is not None and fixed else None
         history_texts = [as_text(h) for h in history]
         snapshot = join(text, history_texts, as_text(start), as_text(loops), task)
     else:
@@ -284,8 +285,8 @@ def loaded(stored: StoredRun) -> Loaded | None:
 
 _TASK = '"task":'
 """A head that holds its start (written before the start was apart) has this key; one
-written without it may too (a tool's argument), and is then read as one that holds it:
-its next save writes `start` (even `{}`), and from then on it is apart."""
+written without it may too (a delegate's argument), and is then read as one that may
+hold it: its next save writes `start` (even `{}`), and from then on it is apart."""
 _LOOPS = '"loops":'
 """A head that holds the loop counters (written whole: before they were apart, or by a
 run's end) has the last word over `lp`: its next save writes them apart again. (In the
