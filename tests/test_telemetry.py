@@ -38,7 +38,12 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 def _worker(f: Fleet) -> object:
     return start_worker(
-        f.relay.celery, pool="threads", concurrency=4, perform_ping_check=False, loglevel="WARNING"
+        f.relay.celery,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        loglevel="WARNING",
+        no_tick=True,  # (its tick thread outlived it, logging to stderr once Redis was gone)
     )
 
 
