@@ -9,6 +9,8 @@ in a process of its own)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import http.server
 import json
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -254,3 +257,58 @@ def test_a_worker_makes_the_tls_context_before_its_pool_forks() -> None:
     run_blocking(_client("https://model.test/v1").aclose())
     taken = shared_tls.cache_info()
     assert (taken.misses, taken.hits) == (1, made.hits + 1)  # the client took the worker's
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    """An HTTP proxy on loopback that answers every call itself, and writes down what
+    it was asked (the absolute URL a client sends a proxy, and its login)."""
+
+    asked: ClassVar[list[tuple[str, str]]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.asked.append((self.path, self.headers.get("Proxy-Authorization", "")))
+        body = json.dumps({"choices": [{"message": {"content": "via the proxy"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    _Proxy.asked.clear()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_environments_proxy_is_used_and_no_proxy_is_honoured(
+    proxy: int, server: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", f"http://relay:s3cret@127.0.0.1:{proxy}")
+    with refusing_url() as nowhere, opened(_client(nowhere)) as client:
+        # Through the proxy, which answers: the server at the URL refuses connections.
+        assert [run_blocking(client.complete(REQUEST)).text for _ in range(2)] == [
+            "via the proxy"
+        ] * 2
+    target = f"{nowhere}/chat/completions"
+    login = "Basic " + base64.b64encode(b"relay:s3cret").decode()
+    assert _Proxy.asked == [(target, login)] * 2
+    # NO_PROXY names the model's host: straight to it, the proxy asked nothing more.
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with opened(_client(server.url)) as client:
+        assert run_blocking(client.complete(REQUEST)).text == "hi there"
+    assert len(_Proxy.asked) == 2

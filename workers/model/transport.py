@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import httpx
+from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
 from agent_core.steps import ModelRequest, ReplyShape
@@ -218,6 +219,29 @@ def _too_big(response: aiohttp.ClientResponse, limit: int) -> ModelCallError:
     return ModelCallError(message, retryable=False, status=response.status)
 
 
+def _env_proxy(url: URL) -> tuple[URL | None, dict[str, str] | None]:
+    """The proxy the environment names for `url` (HTTP_PROXY, HTTPS_PROXY, NO_PROXY,
+    and .netrc for its credentials), as aiohttp's `trust_env` finds it, and the header
+    that logs in to it; (None, None) for none."""
+    try:
+        proxy, auth = get_env_proxy_for_url(url)
+    except LookupError:
+        return None, None
+    return proxy, ({"Proxy-Authorization": auth.encode()} if auth is not None else None)
+
+
+def _netrc_auth(url: URL) -> str | None:
+    """The Authorization header .netrc (or $NETRC) gives `url`'s host, if any."""
+    if url.host is None:
+        return None
+    try:
+        return aiohttp.helpers.basicauth_from_netrc(
+            aiohttp.helpers.netrc_from_env(), url.host
+        ).encode()
+    except LookupError:
+        return None
+
+
 class ModelClient:
     """Calls one OpenAI-compatible chat completions endpoint; one per process.
 
@@ -243,6 +267,16 @@ class ModelClient:
         self._headers = {"Accept": "application/json", "Content-Type": "application/json"}
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
+        url = URL(settings.url)
+        self._proxy, self._proxy_headers = _env_proxy(url)
+        if self._proxy_headers and url.scheme == "http":
+            # A plain request goes to the proxy itself, which reads its login there;
+            # proxy_headers go only to an https tunnel's CONNECT.
+            self._headers |= self._proxy_headers
+            self._proxy_headers = None
+        netrc_auth = None if self._key else _netrc_auth(url)
+        if netrc_auth is not None:
+            self._headers["Authorization"] = netrc_auth
         self._tls = shared_tls()  # (taken now: a worker made it before its pool forked)
         self._http: aiohttp.ClientSession | None = None  # made at the first call, on its loop
         self._closed = False
@@ -251,7 +285,6 @@ class ModelClient:
         secrets = [s for s in url_secrets(settings.url) if len(s) >= 4]
         secrets += [self._key] if self._key else []
         self._secrets = sorted(secrets, key=len, reverse=True)
-        url = URL(settings.url)
         self._where = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
         self._streams = True  # ask for streamed replies (until the server refuses one)
         self._protocol = settings.protocol  # until the server refuses it: then text
@@ -265,9 +298,10 @@ class ModelClient:
 
         No cap on connections, kept or in use: a thousand calls in flight on one loop
         must not queue for the pool (the process's capacity bounds its calls; idle ones
-        expire after KEEPALIVE_S). `trust_env` honours HTTP(S)_PROXY and NO_PROXY, as
-        httpx did; redirects are not followed (nor were they): a 3xx is the server's
-        answer."""
+        expire after KEEPALIVE_S). HTTP(S)_PROXY, NO_PROXY and .netrc are honoured as
+        httpx did, read once when the client is made (aiohttp's `trust_env` reads them
+        again in a thread for every request: a tenth of a worker's CPU at 50 ms a
+        reply); redirects are not followed (nor were they): a 3xx is the server's answer."""
         if self._http is None:
             if self._closed:
                 raise RuntimeError("the model client is closed")
@@ -276,7 +310,7 @@ class ModelClient:
                 connector=connector,
                 headers=self._headers,
                 timeout=aiohttp.ClientTimeout(total=None),  # each request gives its own
-                trust_env=True,
+                trust_env=False,  # (the proxy and .netrc are this client's: `_env_proxy`)
                 auto_decompress=True,
                 cookie_jar=aiohttp.DummyCookieJar(),  # (a model server's cookies mean nothing)
             )
@@ -459,7 +493,12 @@ class ModelClient:
         try:
             with _translating_errors(self._where, timeout):
                 async with post(
-                    settings.url, data=content, timeout=timeout, allow_redirects=False
+                    settings.url,
+                    data=content,
+                    timeout=timeout,
+                    allow_redirects=False,
+                    proxy=self._proxy,
+                    proxy_headers=self._proxy_headers,
                 ) as response:
                     kind = response.headers.get("content-type", "")
                     spent_for = exhausted_wait(response.headers)
