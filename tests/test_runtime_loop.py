@@ -68,12 +68,12 @@ def test_a_worker_holds_more_calls_than_its_pool_has_slots(tmp_path: Path) -> No
 
 
 def test_a_quick_reply_is_kept_by_the_task_that_handed_it_over(tmp_path: Path) -> None:
-    """While replies come at once, the task that handed a call to the loop waits for it and
-    keeps it itself, and its run goes on in that task: the tool too, which a keeper never
-    runs. Once replies slow down, the tasks stop waiting within a call or two, and the loop
-    holds the calls again."""
+    """While replies come at once, the task of a threads pool that handed a call to the
+    loop waits for it and keeps it itself, and its run goes on in that task: the tool too,
+    which a keeper never runs. Once replies slow down, the tasks stop waiting within a call
+    or two, and the loop holds the calls again."""
     with fleet(tmp_path) as f:
-        f.worker("--pool", "solo", env={"RELAY_MODEL_CARRIED": "100"})
+        f.worker("--pool", "threads", "-c", "4", env={"RELAY_MODEL_CARRIED": "100"})
         f.brain.script("WARM", {0: final("warm")})
         assert f.relay.wait(f.relay.start("WARM: once"), timeout=60).summary == "warm"
         f.until(lambda: "ended with the call it carried" in f.full_logs(), 30, what="its end")
@@ -89,6 +89,22 @@ def test_a_quick_reply_is_kept_by_the_task_that_handed_it_over(tmp_path: Path) -
         f.until(lambda: f.model.delaying >= 8, 30, what="8 calls in flight on one process")
         assert all(f.relay.wait(run, timeout=60).summary == "answered slowly" for run in runs)
         assert HELD in f.full_logs()
+
+
+def test_a_solo_worker_never_waits_for_a_reply_however_quick(tmp_path: Path) -> None:
+    """Its one task is the process's only slot: the call is held on the loop, and the tool
+    after the reply is a message of its own, for whichever slot is free."""
+    with fleet(tmp_path) as f:
+        f.worker("--pool", "solo", env={"RELAY_MODEL_CARRIED": "100"})
+        f.brain.script("WARM", {0: final("warm")})
+        assert f.relay.wait(f.relay.start("WARM: once"), timeout=60).summary == "warm"
+        f.until(lambda: "ended with the call it carried" in f.full_logs(), 30, what="its end")
+        warmed = len(f.full_logs())
+        f.brain.script("QUICK", {0: call("read_note", name="a"), 1: final("read it")})
+        run_id = f.relay.start("QUICK: read a note")
+        assert f.relay.wait(run_id, timeout=60).summary == "read it"
+        assert f.messages()["relay.run_tool"] == 1
+        assert HELD in f.full_logs()[warmed:]
 
 
 def test_without_holding_the_slots_bound_the_calls_in_flight(tmp_path: Path) -> None:

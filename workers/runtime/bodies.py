@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
@@ -124,11 +125,14 @@ class Runtime:
         what it did, in one line (`workers.runtime.reports`: Flower shows it).
         `hard_limit_s`: the task's time limit, where the pool kills at it. `alone`: False
         for one of the runs a message carries (`relay.advances`), which never waits for a
-        quick reply: the message's next run would wait behind it."""
+        quick reply: the message's next run would wait behind it. Nor does a task on the
+        process's main thread (a prefork child, a solo worker): it is the process's only
+        slot, and waiting 50 ms for each reply took a third off what a prefork fleet got
+        through when messages queued (`bench.many`); a threads pool's others go on."""
         self.claims.release_held()  # (none, unless a task was cut off after its save)
         self._gauge_held()  # (an idle process says what it could hold, too)
         here = self.placement.open(hard_limit_s)
-        waits = _MAY_WAIT.set(alone)
+        waits = _MAY_WAIT.set(alone and threading.current_thread() is not threading.main_thread())
         try:
             return self._go_on(here, self._step(message))
         finally:

@@ -26,8 +26,9 @@ back, so the tick sends it again at once; nothing that finished is run again.
 At most `most` calls are held (RELAY_MODEL_CARRIED; `reserve`); past that a task
 makes its call itself, waiting on the loop's future (the pool's slots are the
 back-pressure). While the process's calls are quick (under QUICK_S of late, `quick`),
-a task that hands a call over waits a moment for its reply and keeps it itself
-(`Waiter`): a reply in 50 ms is cheaper kept there than handed to a keeper.
+a task of a threads pool that hands a call over waits a moment for its reply and keeps
+it itself (`Waiter`): a reply in 50 ms is cheaper kept there than handed to a keeper.
+(A prefork child or a solo worker never waits: `Runtime.task`.)
 This module only holds: the coroutine it runs is the runtime's
 (`Runtime._held`), which makes the call and keeps its outcome.
 """
