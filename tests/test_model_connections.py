@@ -312,3 +312,19 @@ def test_the_environments_proxy_is_used_and_no_proxy_is_honoured(
     with opened(_client(server.url)) as client:
         assert run_blocking(client.complete(REQUEST)).text == "hi there"
     assert len(_Proxy.asked) == 2
+
+
+def test_netrc_logs_in_to_a_model_server_without_a_key(
+    proxy: int, server: ModelServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login relay password n3trc\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    with opened(_client(server.url)) as client:
+        assert run_blocking(client.complete(REQUEST)).text == "hi there"
+    with opened(ModelClient(ModelSettings(url=server.url, key="sk-its-own", retries=0))) as keyed:
+        run_blocking(keyed.complete(REQUEST))  # a key of its own wins over .netrc
+    sent = [call.headers.get("authorization") for call in server.calls]
+    assert sent == ["Basic " + base64.b64encode(b"relay:n3trc").decode(), "Bearer sk-its-own"]
+    assert _Proxy.asked == []  # (no proxy named: none asked)

@@ -22,6 +22,7 @@ from workers.engine.ids import pending_member as member_of
 from workers.engine.journal import JOURNAL_MAX
 from workers.engine.records import CallTrack, Pending, RunRecord, TraceEntry, Usage
 from workers.engine.working import Surroundings, Working
+from workers.errors import RunCorrupt
 from workers.model.endpoints import ModelRoute
 from workers.model.limits import RouteLimits
 from workers.settings import now_ms
@@ -519,6 +520,9 @@ def test_totals_kept_in_seven_fields_by_an_older_save_still_count_and_move_into_
     moved = store.read("root")
     assert moved is not None
     assert (moved[1].total_tokens, moved[1].model_calls, moved[1].unpriced_calls) == (801, 6, 5)
+    store.redis.hset(root, "u", "601 two 801")  # written by hand: a clear error, not a crash
+    with pytest.raises(RunCorrupt, match="usage totals"):
+        store.read("root")
 
 
 @pytest.mark.parametrize(("started_s_ago", "over"), [(1, False), (3, True)])

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import httpx
-from aiohttp.helpers import get_env_proxy_for_url
+from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
 from yarl import URL
 
 from agent_core.steps import ModelRequest, ReplyShape
@@ -235,9 +235,7 @@ def _netrc_auth(url: URL) -> str | None:
     if url.host is None:
         return None
     try:
-        return aiohttp.helpers.basicauth_from_netrc(
-            aiohttp.helpers.netrc_from_env(), url.host
-        ).encode()
+        return basicauth_from_netrc(netrc_from_env(), url.host).encode()
     except LookupError:
         return None
 

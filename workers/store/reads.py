@@ -84,7 +84,11 @@ def read(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, Usage] | None]:
     if meta is None:
         return None
     totals = as_text(packed).split() if packed else apart
-    return _record(run_id, meta, fixed), usage_of(totals)
+    try:
+        usage = usage_of(totals)
+    except ValueError:  # (only a hand's write puts anything else there)
+        raise RunCorrupt(f"run {run_id}: its usage totals are not numbers") from None
+    return _record(run_id, meta, fixed), usage
 
 
 def outcome(keys: Keys, run_id: str) -> Steps[tuple[RunRecord, bool] | None]:
