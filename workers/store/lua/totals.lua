@@ -17,5 +17,9 @@ if packed then
   return totals, false
 end
 local fields = redis.call('HMGET', KEYS[1], 'tp', 'tc', 'tt', 'cc', 'cu', 'mc', 'np')
-for i = 1, 7 do totals[i] = tonumber(fields[i] or '0') or 0 end
-return totals, fields[3] ~= false or fields[6] ~= false
+local apart = false
+for i = 1, 7 do
+  totals[i] = tonumber(fields[i] or '0') or 0
+  apart = apart or fields[i] ~= false
+end
+return totals, apart
