@@ -26,6 +26,7 @@ from tests.support.redis_server import RedisServer
 from workers import ModelRoute
 from workers.errors import ModelCallError
 from workers.loop import process_loop, run_blocking
+from workers.model import transport
 from workers.model.limits import RouteLimits
 from workers.model.router import ModelRouter
 from workers.model.transport import ModelClient
@@ -95,6 +96,23 @@ def test_pieces_arrive_while_the_server_is_still_writing(
     assert call.body["stream_options"] == {"include_usage": True}
 
 
+def test_while_many_replies_stream_each_is_read_a_few_pieces_at_a_time(
+    server: Callable[..., ModelServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if 300 replies streamed at once: one reply's reads wait the longest gap (0.1 s).
+    monkeypatch.setattr(transport, "READS_PER_S", 1 / 300)
+    text = "x" * 160
+    model = server(Reply(text, gap=0.01, piece_chars=4))  # 40 pieces over 0.4 s
+    pieces = Pieces()
+    with opened(client(model.url)) as http:
+        reply = run_blocking(http.complete(REQUEST, on_text=pieces))
+    assert "".join(pieces.seen) == reply.text == text
+    # Read one by one, they would be 40 hand-overs; read every 0.1 s, about 5 (the first
+    # read takes what came at once, each next one what came in its gap).
+    assert 2 <= len(pieces.seen) <= 10, pieces.seen
+    assert reply.finish_reason == "stop"
+
+
 def test_without_on_text_the_call_is_plain(server: Callable[..., ModelServer]) -> None:
     model = server(Reply(ANSWER))
     with opened(client(model.url)) as http:
@@ -141,7 +159,8 @@ def test_a_retry_after_part_of_a_reply_restarts_it(server: Callable[..., ModelSe
     with opened(client(model.url)) as http:
         reply = run_blocking(http.complete(REQUEST, on_text=pieces))
     assert reply.text == ANSWER
-    assert pieces.seen[:3] == ["firs", "t at", RESTART]
+    restart = pieces.seen.index(RESTART)
+    assert "".join(pieces.seen[:restart]) == "first at"  # the two pieces sent, then RESTART
     assert pieces.last_start() == ANSWER
     assert len(model.calls) == 2
 
@@ -155,7 +174,12 @@ def test_a_reply_cut_by_the_length_limit_says_so(server: Callable[..., ModelServ
     assert reply.text == "".join(pieces.seen) == "x" * 20
 
 
-def test_should_stop_ends_a_stream(server: Callable[..., ModelServer]) -> None:
+@pytest.mark.parametrize("paced", [False, True], ids=["read-as-it-comes", "reads-held"])
+def test_should_stop_ends_a_stream(
+    server: Callable[..., ModelServer], monkeypatch: pytest.MonkeyPatch, paced: bool
+) -> None:
+    if paced:
+        monkeypatch.setattr(transport, "READS_PER_S", 1 / 300)
     model = server(Reply(ANSWER * 20, gap=0.05))
     pieces = Pieces()
     stop = threading.Event()
@@ -168,6 +192,31 @@ def test_should_stop_ends_a_stream(server: Callable[..., ModelServer]) -> None:
     with opened(client(model.url)) as http, pytest.raises(ModelCallError, match="told to stop"):
         run_blocking(http.complete(REQUEST, should_stop=stop.is_set, on_text=on_text))
     assert len(pieces.seen) == 3
+
+
+def test_a_call_cancelled_while_its_reading_is_held_ends_and_the_client_goes_on(
+    server: Callable[..., ModelServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transport, "READS_PER_S", 1 / 300)  # each next read waits 0.1 s
+    model = server(Reply(ANSWER * 20, gap=0.02), Reply(ANSWER))
+    pieces = Pieces()
+
+    async def cancelled(http: ModelClient) -> float:
+        call = asyncio.ensure_future(http.complete(REQUEST, on_text=pieces))
+        while not pieces.seen:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.03)  # inside the gap: the connection's reading is held
+        call.cancel()
+        began = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return time.monotonic() - began
+
+    with opened(client(model.url)) as http:
+        assert run_blocking(cancelled(http)) < 1.0  # at once, not after the gap or the reply
+        assert len(pieces.seen) == 1
+        assert run_blocking(http.complete(REQUEST, on_text=Pieces())).text == ANSWER
+    assert len(model.calls) == 2
 
 
 # --- hostile streams: each gets a stated outcome --------------------------------------------
@@ -425,7 +474,8 @@ def test_a_route_that_fails_mid_reply_hands_over_to_the_next_with_a_restart(
     for made in clients.values():
         run_blocking(made.aclose())
     assert routed.route.name == "b"
-    assert pieces.seen[:3] == ["the ", "firs", RESTART]
+    restart = pieces.seen.index(RESTART)
+    assert "".join(pieces.seen[:restart]) == "the firs"  # the first route's two pieces
     assert pieces.last_start() == ANSWER == routed.reply.text
 
 

@@ -405,9 +405,11 @@ class StreamedReply:
         self.done = False
         """`data: [DONE]` came: the reply is whole."""
 
-    def feed(self, data: bytes) -> list[str]:
-        """Read the next bytes of the body; return the pieces of text they completed."""
-        pieces: list[str] = []
+    def feed(self, data: bytes, pieces: list[str] | None = None) -> list[str]:
+        """Read the next bytes of the body; return the pieces of text they completed,
+        appended to `pieces` if given (as each event completes: those before an event
+        that raises are there when it does)."""
+        pieces = [] if pieces is None else pieces
         self._buffer += data
         start = 0
         while not self.done and (end := self._buffer.find(b"\n", self._scanned)) >= 0:
