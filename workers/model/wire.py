@@ -410,15 +410,30 @@ class StreamedReply:
         appended to `pieces` if given (as each event completes: those before an event
         that raises are there when it does)."""
         pieces = [] if pieces is None else pieces
-        self._buffer += data
-        start = 0
-        while not self.done and (end := self._buffer.find(b"\n", self._scanned)) >= 0:
-            line = bytes(self._buffer[start:end]).rstrip(b"\r")
-            start = self._scanned = end + 1
-            self._line(line, pieces)
-        del self._buffer[:start]
-        self._scanned = len(self._buffer)
+        buffer = self._buffer
+        buffer += data
+        end = -1 if self.done else buffer.find(b"\n", self._scanned)
+        if end >= 0:  # every whole line at once (a read may bring many events)
+            end = buffer.rfind(b"\n")
+            lines = bytes(buffer[:end]).split(b"\n")
+            del buffer[: end + 1]
+            self._lines(lines, pieces)
+        self._scanned = len(buffer)
         return pieces
+
+    def _lines(self, lines: list[bytes], pieces: list[str]) -> None:
+        """Whole lines of the body, as bytes: only an event's JSON is decoded, once, whole."""
+        values = self._data
+        for read in lines:
+            line = read.rstrip(b"\r") if read.endswith(b"\r") else read
+            if not line:  # a blank line ends an event
+                self._dispatch(pieces)
+                if self.done:
+                    return
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                values.append(value[1:] if value.startswith(b" ") else value)
+            # Comments (": keep-alive") and the other fields (event, id, retry) say nothing.
 
     def end(self) -> list[str]:
         """The body ended: return the pieces of text of a last event left without a blank
@@ -426,26 +441,21 @@ class StreamedReply:
         pieces: list[str] = []
         if not self.done:
             if self._buffer:
-                self._line(bytes(self._buffer).rstrip(b"\r"), pieces)
+                self._lines([bytes(self._buffer)], pieces)
                 self._buffer.clear()
             with contextlib.suppress(ModelCallError):  # one cut off by the body's end is none
                 self._dispatch(pieces)
         return pieces
 
-    def _line(self, line: bytes, pieces: list[str]) -> None:
-        """One line of the body, as bytes: only an event's JSON is decoded, once, whole."""
-        if not line:  # a blank line ends an event
-            self._dispatch(pieces)
-        elif line.startswith(b"data:"):
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(b" ") else value)
-        # Comments (": keep-alive") and the other fields (event, id, retry) say nothing here.
-
     def _dispatch(self, pieces: list[str]) -> None:
-        data, self._data = b"\n".join(self._data), []
+        values = self._data
+        if not values:
+            return
+        data = values[0] if len(values) == 1 else b"\n".join(values)
+        values.clear()
         if not data:
             return
-        if data.strip() == b"[DONE]":
+        if len(data) < 32 and data.strip() == b"[DONE]":
             self.done = True
             return
         try:
