@@ -455,7 +455,7 @@ class StreamedReply:
         values.clear()
         if not data:
             return
-        if len(data) < 32 and data.strip() == b"[DONE]":
+        if data.strip() == b"[DONE]":
             self.done = True
             return
         try:
