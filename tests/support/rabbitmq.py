@@ -177,10 +177,28 @@ def private_node(config: str) -> Iterator[tuple[str, int, int]]:
             if launcher.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError((directory / "out.log").read_text(errors="replace")[-3000:])
             time.sleep(0.2)
+        _await_startup(node, directory)
         yield node, port, int(pid_file.read_text().strip())
     finally:
         _stop_node(launcher, pid_file)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _await_startup(node: str, directory: Path) -> None:
+    """Wait until the node's `rabbit` app has started, not only its port: a port that
+    answers comes first, and a health check asked between the two fails (as in CI once).
+    """
+    ctl = shutil.which("rabbitmqctl") or "rabbitmqctl"
+    waited = subprocess.run(
+        [ctl, "-n", node, "await_startup", "--timeout", "60"],
+        capture_output=True,
+        timeout=90,
+        check=False,
+    )
+    if waited.returncode != 0:
+        said = (waited.stdout + waited.stderr).decode(errors="replace")[-1500:]
+        log = (directory / "out.log").read_text(errors="replace")[-1500:]
+        raise RuntimeError(f"node {node} did not start: {said}\n{log}")
 
 
 def _stop_node(launcher: subprocess.Popen[bytes], pid_file: Path) -> None:
