@@ -412,9 +412,8 @@ class StreamedReply:
         pieces = [] if pieces is None else pieces
         buffer = self._buffer
         buffer += data
-        end = -1 if self.done else buffer.find(b"\n", self._scanned)
+        end = -1 if self.done else buffer.rfind(b"\n", self._scanned)
         if end >= 0:  # every whole line at once (a read may bring many events)
-            end = buffer.rfind(b"\n")
             lines = bytes(buffer[:end]).split(b"\n")
             del buffer[: end + 1]
             self._lines(lines, pieces)
@@ -425,7 +424,7 @@ class StreamedReply:
         """Whole lines of the body, as bytes: only an event's JSON is decoded, once, whole."""
         values = self._data
         for read in lines:
-            line = read.rstrip(b"\r") if read.endswith(b"\r") else read
+            line = read.rstrip(b"\r")
             if not line:  # a blank line ends an event
                 self._dispatch(pieces)
                 if self.done:
@@ -451,7 +450,7 @@ class StreamedReply:
         values = self._data
         if not values:
             return
-        data = values[0] if len(values) == 1 else b"\n".join(values)
+        data = b"\n".join(values)  # (one line: joined, it is that line itself, not a copy)
         values.clear()
         if not data:
             return
